@@ -1,0 +1,9 @@
+//! brotensor's CPU reference: FP32 ops over plain slices, parallel with rayon.
+//!
+//! Every GPU kernel is tested against these functions. They take and return plain slices;
+//! shapes, dtypes and devices are checked by the caller (`brotensor`), and every function
+//! here documents the length contract it relies on (violations panic on the slice bounds,
+//! they are never UB).
+
+pub mod cast;
+pub mod elementwise;

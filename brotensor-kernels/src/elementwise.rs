@@ -1,0 +1,358 @@
+//! The element-wise family: one kernel per arity, generic over the storage element and over
+//! an instruction type that supplies the math.
+//!
+//! Each kernel loads a vector of `N` elements per unit, widens it to `f32`, applies the
+//! instruction and narrows the result back to the storage element. Two `f32` launch scalars
+//! (`a`, `b`) carry the instruction's parameters (a scalar operand, clamp bounds, axpby
+//! coefficients); instructions that need none ignore them.
+
+use cubecl::frontend::{Cos as _, Exp as _, Log as _, Round as _, Sin as _, Sqrt as _};
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::launch::{check_len, grid_1d, vector_size_for, LaunchError};
+
+/// The math of a one-input element-wise op: `out[i] = f(x[i]; a, b)`.
+#[cube]
+pub trait UnaryOp: 'static + Send + Sync {
+    /// Applies the op to a vector of widened elements.
+    fn apply<N: Size>(x: Vector<f32, N>, a: f32, b: f32) -> Vector<f32, N>;
+}
+
+/// The math of a two-input element-wise op: `out[i] = f(x[i], y[i]; a, b)`.
+#[cube]
+pub trait BinaryOp: 'static + Send + Sync {
+    /// Applies the op to two vectors of widened elements.
+    fn apply<N: Size>(x: Vector<f32, N>, y: Vector<f32, N>, a: f32, b: f32) -> Vector<f32, N>;
+}
+
+/// Defines a zero-sized instruction type and its `#[cube]` math in one line each.
+macro_rules! unary_ops {
+    ($($(#[$doc:meta])* $name:ident => |$x:ident, $a:ident, $b:ident| $body:expr;)*) => {$(
+        $(#[$doc])*
+        pub struct $name;
+
+        #[cube]
+        impl UnaryOp for $name {
+            #[allow(unused_variables)]
+            fn apply<N: Size>($x: Vector<f32, N>, $a: f32, $b: f32) -> Vector<f32, N> {
+                $body
+            }
+        }
+    )*};
+}
+
+macro_rules! binary_ops {
+    ($($(#[$doc:meta])* $name:ident => |$x:ident, $y:ident, $a:ident, $b:ident| $body:expr;)*) => {$(
+        $(#[$doc])*
+        pub struct $name;
+
+        #[cube]
+        impl BinaryOp for $name {
+            #[allow(unused_variables)]
+            fn apply<N: Size>(
+                $x: Vector<f32, N>,
+                $y: Vector<f32, N>,
+                $a: f32,
+                $b: f32,
+            ) -> Vector<f32, N> {
+                $body
+            }
+        }
+    )*};
+}
+
+unary_ops! {
+    /// `x` (a copy; the straight-through gradient of round).
+    Identity => |x, a, b| x;
+    /// `x + a`.
+    AddScalar => |x, a, b| x + Vector::new(a);
+    /// `x - a`.
+    SubScalar => |x, a, b| x - Vector::new(a);
+    /// `x * a`.
+    MulScalar => |x, a, b| x * Vector::new(a);
+    /// `x / a`.
+    DivScalar => |x, a, b| x / Vector::new(a);
+    /// `a` if `x < a`, `b` if `x > b`, else `x` (NaN passes through).
+    Clamp => |x, a, b| {
+        let lo = Vector::new(a);
+        let hi = Vector::new(b);
+        let low = select_many(x.less_than(lo), lo, x);
+        select_many(low.greater_than(hi), hi, low)
+    };
+    /// `e^x`.
+    Exp => |x, a, b| x.exp();
+    /// `ln x` (no guard: 0 gives -inf, negatives NaN).
+    Log => |x, a, b| x.ln();
+    /// `sin x`.
+    Sin => |x, a, b| x.sin();
+    /// `cos x`.
+    Cos => |x, a, b| x.cos();
+    /// `1 / sqrt(x)`.
+    Rsqrt => |x, a, b| Vector::new(1.0f32) / x.sqrt();
+    /// Round half to even.
+    Round => |x, a, b| x.round();
+}
+
+binary_ops! {
+    /// `x + y`.
+    Add => |x, y, a, b| x + y;
+    /// `x - y`.
+    Sub => |x, y, a, b| x - y;
+    /// `x * y`.
+    Mul => |x, y, a, b| x * y;
+    /// `x / y`.
+    Div => |x, y, a, b| x / y;
+    /// `a*x + b*y`.
+    Axpby => |x, y, a, b| Vector::new(a) * x + Vector::new(b) * y;
+    /// d/dx e^x: `dy * e^x` with `x` the forward input and `y` = dy.
+    ExpBackward => |x, y, a, b| y * x.exp();
+    /// d/dx ln x: `dy / x`.
+    LogBackward => |x, y, a, b| y / x;
+    /// d/dx sin x: `dy * cos x`.
+    SinBackward => |x, y, a, b| y * x.cos();
+    /// d/dx cos x: `-dy * sin x`.
+    CosBackward => |x, y, a, b| -y * x.sin();
+    /// d/dx x^(-1/2) from the forward output `x` = rsqrt(x0): `-0.5 * dy * x^3`.
+    RsqrtBackward => |x, y, a, b| Vector::new(-0.5f32) * y * x * x * x;
+}
+
+#[cube(launch_unchecked)]
+fn unary_kernel<F: Float, N: Size, O: UnaryOp>(
+    x: &Array<Vector<F, N>>,
+    out: &mut Array<Vector<F, N>>,
+    a: f32,
+    b: f32,
+) {
+    if ABSOLUTE_POS < out.len() {
+        let v = Vector::<f32, N>::cast_from(x[ABSOLUTE_POS]);
+        out[ABSOLUTE_POS] = Vector::cast_from(O::apply::<N>(v, a, b));
+    }
+}
+
+#[cube(launch_unchecked)]
+fn binary_kernel<F: Float, N: Size, O: BinaryOp>(
+    x: &Array<Vector<F, N>>,
+    y: &Array<Vector<F, N>>,
+    out: &mut Array<Vector<F, N>>,
+    a: f32,
+    b: f32,
+) {
+    if ABSOLUTE_POS < out.len() {
+        let vx = Vector::<f32, N>::cast_from(x[ABSOLUTE_POS]);
+        let vy = Vector::<f32, N>::cast_from(y[ABSOLUTE_POS]);
+        out[ABSOLUTE_POS] = Vector::cast_from(O::apply::<N>(vx, vy, a, b));
+    }
+}
+
+#[cube(launch_unchecked)]
+fn cast_kernel<I: Float, O: Float, N: Size>(x: &Array<Vector<I, N>>, out: &mut Array<Vector<O, N>>) {
+    if ABSOLUTE_POS < out.len() {
+        // Through f32, so every pair (including f16 <-> bf16) rounds once from the exact value.
+        let v = Vector::<f32, N>::cast_from(x[ABSOLUTE_POS]);
+        out[ABSOLUTE_POS] = Vector::cast_from(v);
+    }
+}
+
+#[cube(launch_unchecked)]
+fn fill_kernel<E: Numeric, N: Size>(out: &mut Array<Vector<E, N>>, value: f32) {
+    if ABSOLUTE_POS < out.len() {
+        out[ABSOLUTE_POS] = Vector::cast_from(value);
+    }
+}
+
+#[cube(launch_unchecked)]
+fn copy_kernel<E: Numeric, N: Size>(x: &Array<Vector<E, N>>, out: &mut Array<Vector<E, N>>) {
+    if ABSOLUTE_POS < out.len() {
+        out[ABSOLUTE_POS] = x[ABSOLUTE_POS];
+    }
+}
+
+/// Where a kernel's input comes from.
+#[derive(Clone, Copy)]
+pub enum Source<'a> {
+    /// A separate buffer.
+    Buffer(&'a Handle),
+    /// The output buffer itself (the op runs in place).
+    Output,
+}
+
+fn max_vector<R: Runtime>(client: &ComputeClient<R>) -> usize {
+    (client.properties().hardware.max_vector_size as usize).clamp(1, crate::MAX_VECTOR_SIZE)
+}
+
+/// Builds the array argument for an input: its own buffer, or an alias of the output.
+///
+/// # Safety
+/// `len` must not exceed the elements the handle holds (checked by the callers).
+unsafe fn input_arg<R: Runtime>(src: Source<'_>, out: &Handle, len: usize) -> ArrayArg<R> {
+    let handle = match src {
+        Source::Buffer(h) => h.clone(),
+        // Every unit reads index i before it writes index i, so reading the output in place
+        // is race-free.
+        Source::Output => out.clone(),
+    };
+    // SAFETY: forwarded from the caller, which checked `len` against both buffers.
+    unsafe { ArrayArg::from_raw_parts(handle, len) }
+}
+
+fn check_source(arg: &'static str, src: Source<'_>, len: usize, bytes: usize) -> Result<(), LaunchError> {
+    match src {
+        Source::Buffer(h) => check_len(arg, h, len, bytes),
+        Source::Output => Ok(()),
+    }
+}
+
+/// `out[i] = O(x[i]; a, b)` over `len` elements of `F`.
+pub fn launch_unary<R: Runtime, F: Float + CubeElement, O: UnaryOp>(
+    client: &ComputeClient<R>,
+    x: Source<'_>,
+    out: &Handle,
+    len: usize,
+    a: f32,
+    b: f32,
+) -> Result<(), LaunchError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let bytes = core::mem::size_of::<F>();
+    check_source("x", x, len, bytes)?;
+    check_len("out", out, len, bytes)?;
+    let vs = vector_size_for(len, max_vector(client));
+    let (count, dim) = grid_1d(client, len / vs)?;
+    // SAFETY: every buffer holds `len` elements (checked above) and the kernel guards its
+    // index with `out.len()`, so no unit reads or writes past them.
+    unsafe {
+        unary_kernel::launch_unchecked::<F, O, R>(
+            client,
+            count,
+            dim,
+            vs,
+            input_arg(x, out, len),
+            ArrayArg::from_raw_parts(out.clone(), len),
+            a,
+            b,
+        );
+    }
+    Ok(())
+}
+
+/// `out[i] = O(x[i], y[i]; a, b)` over `len` elements of `F`.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_binary<R: Runtime, F: Float + CubeElement, O: BinaryOp>(
+    client: &ComputeClient<R>,
+    x: Source<'_>,
+    y: Source<'_>,
+    out: &Handle,
+    len: usize,
+    a: f32,
+    b: f32,
+) -> Result<(), LaunchError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let bytes = core::mem::size_of::<F>();
+    check_source("x", x, len, bytes)?;
+    check_source("y", y, len, bytes)?;
+    check_len("out", out, len, bytes)?;
+    let vs = vector_size_for(len, max_vector(client));
+    let (count, dim) = grid_1d(client, len / vs)?;
+    // SAFETY: as in `launch_unary`.
+    unsafe {
+        binary_kernel::launch_unchecked::<F, O, R>(
+            client,
+            count,
+            dim,
+            vs,
+            input_arg(x, out, len),
+            input_arg(y, out, len),
+            ArrayArg::from_raw_parts(out.clone(), len),
+            a,
+            b,
+        );
+    }
+    Ok(())
+}
+
+/// `out[i] = O::from(x[i])`, rounding to nearest even, over `len` elements.
+pub fn launch_cast<R: Runtime, I: Float + CubeElement, O: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    out: &Handle,
+    len: usize,
+) -> Result<(), LaunchError> {
+    if len == 0 {
+        return Ok(());
+    }
+    check_len("x", x, len, core::mem::size_of::<I>())?;
+    check_len("out", out, len, core::mem::size_of::<O>())?;
+    let vs = vector_size_for(len, max_vector(client));
+    let (count, dim) = grid_1d(client, len / vs)?;
+    // SAFETY: as in `launch_unary`.
+    unsafe {
+        cast_kernel::launch_unchecked::<I, O, R>(
+            client,
+            count,
+            dim,
+            vs,
+            ArrayArg::from_raw_parts(x.clone(), len),
+            ArrayArg::from_raw_parts(out.clone(), len),
+        );
+    }
+    Ok(())
+}
+
+/// `out[i] = value` (converted to `E`) over `len` elements.
+pub fn launch_fill<R: Runtime, E: Numeric + CubeElement>(
+    client: &ComputeClient<R>,
+    out: &Handle,
+    len: usize,
+    value: f32,
+) -> Result<(), LaunchError> {
+    if len == 0 {
+        return Ok(());
+    }
+    check_len("out", out, len, core::mem::size_of::<E>())?;
+    let vs = vector_size_for(len, max_vector(client));
+    let (count, dim) = grid_1d(client, len / vs)?;
+    // SAFETY: as in `launch_unary`.
+    unsafe {
+        fill_kernel::launch_unchecked::<E, R>(
+            client,
+            count,
+            dim,
+            vs,
+            ArrayArg::from_raw_parts(out.clone(), len),
+            value,
+        );
+    }
+    Ok(())
+}
+
+/// `out[i] = x[i]` over `len` 32-bit words (a byte-exact device-to-device copy).
+pub fn launch_copy_words<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    out: &Handle,
+    len: usize,
+) -> Result<(), LaunchError> {
+    if len == 0 {
+        return Ok(());
+    }
+    check_len("x", x, len, 4)?;
+    check_len("out", out, len, 4)?;
+    let vs = vector_size_for(len, max_vector(client));
+    let (count, dim) = grid_1d(client, len / vs)?;
+    // SAFETY: as in `launch_unary`.
+    unsafe {
+        copy_kernel::launch_unchecked::<u32, R>(
+            client,
+            count,
+            dim,
+            vs,
+            ArrayArg::from_raw_parts(x.clone(), len),
+            ArrayArg::from_raw_parts(out.clone(), len),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! Launch geometry and validation shared by every kernel.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+/// The widest vector (elements per load) a kernel is launched with.
+pub const MAX_VECTOR_SIZE: usize = 4;
+
+/// Units per cube for one-dimensional element-wise launches.
+const CUBE_UNITS: u32 = 256;
+
+/// A launch that was refused before it reached the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchError {
+    /// A buffer holds fewer bytes than the launch reads or writes.
+    BufferTooSmall {
+        /// Which argument of the kernel.
+        arg: &'static str,
+        /// Bytes the launch touches.
+        needed: u64,
+        /// Bytes the buffer holds.
+        available: u64,
+    },
+    /// The launch needs more cubes than the device can schedule.
+    TooLarge {
+        /// Vectors to process.
+        vectors: usize,
+    },
+}
+
+impl core::fmt::Display for LaunchError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LaunchError::BufferTooSmall { arg, needed, available } => write!(
+                f,
+                "buffer `{arg}` holds {available} bytes but the launch touches {needed}"
+            ),
+            LaunchError::TooLarge { vectors } => {
+                write!(f, "{vectors} vectors exceed the device's launch grid")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LaunchError {}
+
+/// Checks that `handle` holds `elems` elements of `elem_bytes` bytes each.
+pub(crate) fn check_len(
+    arg: &'static str,
+    handle: &Handle,
+    elems: usize,
+    elem_bytes: usize,
+) -> Result<(), LaunchError> {
+    let needed = (elems as u64).saturating_mul(elem_bytes as u64);
+    let available = handle.size_in_used();
+    if needed > available {
+        return Err(LaunchError::BufferTooSmall { arg, needed, available });
+    }
+    Ok(())
+}
+
+/// The widest vector size, at most `max`, that divides `len` (1 always does).
+pub fn vector_size_for(len: usize, max: usize) -> usize {
+    [4usize, 2, 1]
+        .into_iter()
+        .find(|&v| v <= max && len % v == 0)
+        .unwrap_or(1)
+}
+
+/// A grid of `CUBE_UNITS`-unit cubes covering `units` units, folded into two dimensions so
+/// that it stays under the per-dimension limit (65535 on wgpu).
+pub(crate) fn grid_1d<R: Runtime>(
+    client: &ComputeClient<R>,
+    units: usize,
+) -> Result<(CubeCount, CubeDim), LaunchError> {
+    let cubes = units.div_ceil(CUBE_UNITS as usize).max(1);
+    let (max_x, max_y, _) = client.properties().hardware.max_cube_count;
+    let max_x = (max_x as usize).clamp(1, 65_535);
+    let x = cubes.min(max_x);
+    let y = cubes.div_ceil(x);
+    if y > max_y as usize {
+        return Err(LaunchError::TooLarge { vectors: units });
+    }
+    Ok((
+        CubeCount::Static(x as u32, y as u32, 1),
+        CubeDim::new_1d(CUBE_UNITS),
+    ))
+}
