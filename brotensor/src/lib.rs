@@ -1,1 +1,35 @@
+//! brotensor: one [`Tensor`] type with a runtime device tag, and device-neutral ops that run
+//! on the CPU (a rayon FP32 reference) and on GPUs through CubeCL (CUDA, and wgpu: Vulkan,
+//! Metal, DX12).
+//!
+//! ```
+//! use brotensor::{ops, Device, Tensor};
+//! # fn main() -> brotensor::Result<()> {
+//! brotensor::init().ok(); // discover GPUs; the CPU works without it
+//! let a = Tensor::from_slice_on(Device::Cpu, &[1.0f32, 2.0, 3.0, 4.0], 2, 2)?;
+//! let b = Tensor::from_slice_on(Device::Cpu, &[0.5f32; 4], 2, 2)?;
+//! let c = ops::add(&a, &b)?;
+//! assert_eq!(c.to_vec::<f32>()?, vec![1.5, 2.5, 3.5, 4.5]);
+//! # Ok(()) }
+//! ```
+//!
+//! Every public function returns [`Result`]; bad shapes, dtypes and devices are
+//! [`Error`]s with messages of the form `brotensor: <op>: <reason>`.
 
+mod backend;
+mod device;
+mod dtype;
+mod error;
+pub mod ops;
+mod runtime;
+mod tensor;
+
+pub use device::Device;
+pub use dtype::Dtype;
+pub use error::{Error, Result};
+pub use runtime::{
+    available_devices, compute_dtype, compute_dtype_on, default_device, device_name, init,
+    is_available, is_software, memory_info, memory_trim, set_default_device, supports_dtype, sync,
+    sync_all, DeviceScope, MemoryInfo, DEFAULT_DEVICE_ENV,
+};
+pub use tensor::{Element, Tensor};

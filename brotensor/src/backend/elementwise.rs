@@ -1,0 +1,120 @@
+//! The element-wise op category: maps of one or two same-shaped operands, casts and fills.
+//!
+//! The map ops share one trait method per arity, keyed by an instruction ([`Unary`],
+//! [`Binary`]); every backend turns an instruction into one instance of its single generic
+//! kernel (CubeCL) or map (CPU). The public ops that use each instruction are listed on it.
+
+use super::OnDevice;
+use crate::{Error, Result, Tensor};
+
+/// One-input element-wise instructions: `out = f(x; a, b)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unary {
+    /// `x` (round_backward).
+    Identity,
+    /// `x + a` (add_scalar, add_scalar_inplace).
+    AddScalar,
+    /// `x - a` (sub_scalar).
+    SubScalar,
+    /// `x * a` (mul_scalar, scale_inplace).
+    MulScalar,
+    /// `x / a` (div_scalar).
+    DivScalar,
+    /// clamp to `[a, b]` with NaN passing through (clamp).
+    Clamp,
+    /// `e^x` (exp_forward).
+    Exp,
+    /// `ln x` (log_forward).
+    Log,
+    /// `sin x` (sin_forward).
+    Sin,
+    /// `cos x` (cos_forward).
+    Cos,
+    /// `1/sqrt(x)` (rsqrt_forward).
+    Rsqrt,
+    /// round half to even (round_forward).
+    Round,
+}
+
+/// Two-input element-wise instructions: `out = f(x, y; a, b)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Binary {
+    /// `x + y` (add, add_inplace, add_inplace_batched).
+    Add,
+    /// `x - y` (sub).
+    Sub,
+    /// `x * y` (mul, mul_inplace).
+    Mul,
+    /// `x / y` (div).
+    Div,
+    /// `a*x + b*y` (axpby_inplace).
+    Axpby,
+    /// `y * e^x` (exp_backward).
+    ExpBackward,
+    /// `y / x` (log_backward).
+    LogBackward,
+    /// `y * cos x` (sin_backward).
+    SinBackward,
+    /// `-y * sin x` (cos_backward).
+    CosBackward,
+    /// `-0.5 * y * x^3`, x the forward output (rsqrt_backward).
+    RsqrtBackward,
+}
+
+/// Where an operand of a map comes from.
+#[derive(Clone, Copy)]
+pub(crate) enum Src<'a> {
+    /// Another tensor, of the output's shape, dtype and device.
+    Tensor(&'a Tensor),
+    /// The output tensor itself: the op runs in place.
+    Out,
+}
+
+/// Element-wise ops. Callers guarantee: operands and `out` share one device, dtype and
+/// element count, and `out` is committed and sized.
+pub(crate) trait ElementwiseOps: OnDevice {
+    /// `out = op(x; a, b)`.
+    fn unary(
+        &self,
+        name: &'static str,
+        _op: Unary,
+        _x: Src<'_>,
+        _out: &mut Tensor,
+        _a: f32,
+        _b: f32,
+    ) -> Result<()> {
+        Err(not_implemented(name, self))
+    }
+
+    /// `out = op(x, y; a, b)`.
+    #[allow(clippy::too_many_arguments)]
+    fn binary(
+        &self,
+        name: &'static str,
+        _op: Binary,
+        _x: Src<'_>,
+        _y: Src<'_>,
+        _out: &mut Tensor,
+        _a: f32,
+        _b: f32,
+    ) -> Result<()> {
+        Err(not_implemented(name, self))
+    }
+
+    /// `out = x` converted to `out`'s float dtype (round to nearest even).
+    fn cast(&self, _x: &Tensor, _out: &mut Tensor) -> Result<()> {
+        Err(not_implemented("cast", self))
+    }
+
+    /// Every element of `out` set to `value` (converted to `out`'s float dtype).
+    fn fill(&self, _out: &mut Tensor, _value: f32) -> Result<()> {
+        Err(not_implemented("fill", self))
+    }
+}
+
+fn not_implemented<B: OnDevice + ?Sized>(op: &'static str, backend: &B) -> Error {
+    Error::NotImplemented {
+        op,
+        device: backend.device(),
+    }
+}

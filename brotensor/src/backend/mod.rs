@@ -1,0 +1,67 @@
+//! Backends: device storage, the op traits (one per category) and the device registry.
+//!
+//! A backend owns its device's memory and implements the op traits. Each trait method has a
+//! default body returning [`Error::NotImplemented`], so a backend that lacks an op says so at
+//! run time, and the trait list is the op table. The public functions in `crate::ops`
+//! validate shapes, dtypes and devices *before* they reach a backend; backend methods may
+//! assume operands are consistent.
+
+pub(crate) mod cpu;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod probe;
+mod elementwise;
+pub(crate) mod storage;
+
+pub(crate) use elementwise::{Binary, ElementwiseOps, Src, Unary};
+pub(crate) use storage::Storage;
+
+use crate::{Device, Dtype, Result};
+
+/// Memory figures of a device, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryInfo {
+    /// Bytes held by live tensors.
+    pub in_use: u64,
+    /// Bytes the runtime has reserved from the device (in use, pooled, padding).
+    pub reserved: u64,
+}
+
+/// The device a backend drives (the supertrait of every op trait, for error messages).
+pub(crate) trait OnDevice {
+    /// The device this backend drives.
+    fn device(&self) -> Device;
+}
+
+/// A device's runtime: memory management plus every op category.
+pub(crate) trait Backend: Send + Sync + OnDevice + ElementwiseOps {
+    /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
+    fn describe(&self) -> String;
+    /// Whether the device is a software rasterizer (never chosen as the default).
+    fn is_software(&self) -> bool {
+        false
+    }
+    /// Whether ops compute in `dtype` on this device.
+    fn supports(&self, dtype: Dtype) -> bool;
+    /// Whether `cast` converts to and from `dtype` on this device.
+    fn converts(&self, dtype: Dtype) -> bool {
+        self.supports(dtype)
+    }
+    /// A buffer of at least `bytes` bytes; contents undefined.
+    fn alloc(&self, bytes: usize) -> Result<Storage>;
+    /// A buffer holding a copy of `bytes`.
+    fn upload(&self, bytes: &[u8]) -> Result<Storage>;
+    /// The first `bytes` bytes of `src`, after every queued write to it has finished.
+    fn download(&self, src: &Storage, bytes: usize) -> Result<Vec<u8>>;
+    /// Copies the first `bytes` bytes of `src` into `dst` (same device).
+    fn copy(&self, src: &Storage, dst: &mut Storage, bytes: usize) -> Result<()>;
+    /// Sets the first `bytes` bytes of `dst` to zero.
+    fn zero(&self, dst: &mut Storage, bytes: usize) -> Result<()>;
+    /// Waits for every queued operation on the device; surfaces asynchronous failures.
+    fn sync(&self) -> Result<()>;
+    /// Memory figures, where the runtime reports them.
+    fn memory_info(&self) -> Result<Option<MemoryInfo>>;
+    /// Synchronizes, then returns pooled memory that no tensor uses to the device.
+    fn trim(&self) -> Result<()>;
+}

@@ -1,0 +1,175 @@
+//! Element types: the arithmetic floats, the storage carriers and the GGUF block carriers.
+
+use crate::{Error, Result};
+
+/// What a tensor's bytes are.
+///
+/// F32, F16 and BF16 are the arithmetic dtypes ops dispatch on. I8, I32 and F64 are storage
+/// carriers (indices, masks, weight-only INT8). The `Q*` variants are GGUF block carriers:
+/// opaque blocks of 32 (legacy) or 256 (K-quant) elements, sized with
+/// [`Dtype::storage_bytes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
+pub enum Dtype {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16 (the top half of a binary32).
+    BF16,
+    /// Signed 8-bit integer.
+    I8,
+    /// Signed 32-bit integer.
+    I32,
+    /// IEEE binary64 (storage only).
+    F64,
+    /// GGUF Q4_0: 32 elements in 18 bytes.
+    Q4_0,
+    /// GGUF Q4_1: 32 elements in 20 bytes.
+    Q4_1,
+    /// GGUF Q5_0: 32 elements in 22 bytes.
+    Q5_0,
+    /// GGUF Q5_1: 32 elements in 24 bytes.
+    Q5_1,
+    /// GGUF Q8_0: 32 elements in 34 bytes.
+    Q8_0,
+    /// GGUF Q8_1: 32 elements in 36 bytes.
+    Q8_1,
+    /// GGUF Q2_K: 256 elements in 84 bytes.
+    Q2_K,
+    /// GGUF Q3_K: 256 elements in 110 bytes.
+    Q3_K,
+    /// GGUF Q4_K: 256 elements in 144 bytes.
+    Q4_K,
+    /// GGUF Q5_K: 256 elements in 176 bytes.
+    Q5_K,
+    /// GGUF Q6_K: 256 elements in 210 bytes.
+    Q6_K,
+    /// GGUF Q8_K: 256 elements in 292 bytes.
+    Q8_K,
+}
+
+impl Dtype {
+    /// Every dtype, in declaration order.
+    pub const ALL: [Dtype; 18] = [
+        Dtype::F32,
+        Dtype::F16,
+        Dtype::BF16,
+        Dtype::I8,
+        Dtype::I32,
+        Dtype::F64,
+        Dtype::Q4_0,
+        Dtype::Q4_1,
+        Dtype::Q5_0,
+        Dtype::Q5_1,
+        Dtype::Q8_0,
+        Dtype::Q8_1,
+        Dtype::Q2_K,
+        Dtype::Q3_K,
+        Dtype::Q4_K,
+        Dtype::Q5_K,
+        Dtype::Q6_K,
+        Dtype::Q8_K,
+    ];
+
+    /// Bytes per element, or `None` for a block carrier (use [`Dtype::storage_bytes`]).
+    pub const fn size_bytes(self) -> Option<usize> {
+        match self {
+            Dtype::F32 | Dtype::I32 => Some(4),
+            Dtype::F16 | Dtype::BF16 => Some(2),
+            Dtype::I8 => Some(1),
+            Dtype::F64 => Some(8),
+            _ => None,
+        }
+    }
+
+    /// Elements per block: 32 for the legacy GGUF blocks, 256 for K-quants, 1 otherwise.
+    pub const fn block_size(self) -> usize {
+        match self {
+            Dtype::Q4_0 | Dtype::Q4_1 | Dtype::Q5_0 | Dtype::Q5_1 | Dtype::Q8_0 | Dtype::Q8_1 => 32,
+            Dtype::Q2_K | Dtype::Q3_K | Dtype::Q4_K | Dtype::Q5_K | Dtype::Q6_K | Dtype::Q8_K => {
+                256
+            }
+            _ => 1,
+        }
+    }
+
+    /// Bytes per block (the element size for non-block dtypes). Sizes follow ggml.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F16 | Dtype::BF16 => 2,
+            Dtype::I8 => 1,
+            Dtype::F64 => 8,
+            Dtype::Q4_0 => 18,
+            Dtype::Q4_1 => 20,
+            Dtype::Q5_0 => 22,
+            Dtype::Q5_1 => 24,
+            Dtype::Q8_0 => 34,
+            Dtype::Q8_1 => 36,
+            Dtype::Q2_K => 84,
+            Dtype::Q3_K => 110,
+            Dtype::Q4_K => 144,
+            Dtype::Q5_K => 176,
+            Dtype::Q6_K => 210,
+            Dtype::Q8_K => 292,
+        }
+    }
+
+    /// Whether this is a GGUF block carrier.
+    pub const fn is_quant(self) -> bool {
+        self.block_size() > 1
+    }
+
+    /// Whether ops compute on this dtype (F32, F16, BF16).
+    pub const fn is_float(self) -> bool {
+        matches!(self, Dtype::F32 | Dtype::F16 | Dtype::BF16)
+    }
+
+    /// Bytes that `numel` elements occupy. Errors if `numel` is not a whole number of blocks
+    /// or the size overflows `usize`.
+    pub fn storage_bytes(self, numel: usize) -> Result<usize> {
+        let block = self.block_size();
+        if numel % block != 0 {
+            return Err(Error::invalid(
+                "storage_bytes",
+                format!("{numel} elements is not a multiple of the {self:?} block size {block}"),
+            ));
+        }
+        (numel / block)
+            .checked_mul(self.block_bytes())
+            .ok_or_else(|| {
+                Error::invalid(
+                    "storage_bytes",
+                    format!("{numel} elements of {self:?} overflow usize"),
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_follow_ggml() {
+        assert_eq!((Dtype::Q4_0.block_size(), Dtype::Q4_0.block_bytes()), (32, 18));
+        assert_eq!((Dtype::Q4_K.block_size(), Dtype::Q4_K.block_bytes()), (256, 144));
+        assert_eq!(Dtype::Q2_K.block_bytes(), 84);
+        assert_eq!(Dtype::Q4_K.storage_bytes(256).unwrap(), 144);
+        assert_eq!(Dtype::F32.storage_bytes(6).unwrap(), 24);
+        assert_eq!(Dtype::F64.size_bytes(), Some(8));
+        assert_eq!(Dtype::Q8_0.size_bytes(), None);
+        assert!(Dtype::Q4_K.storage_bytes(100).is_err());
+        assert!(Dtype::F64.storage_bytes(usize::MAX).is_err());
+        for d in Dtype::ALL {
+            assert_eq!(d.is_quant(), d.size_bytes().is_none(), "{d}");
+        }
+    }
+}

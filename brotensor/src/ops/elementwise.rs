@@ -1,0 +1,290 @@
+//! Element-wise ops: arithmetic (tensor-tensor and tensor-scalar, each allocating, `_out`
+//! and in place), the C++ in-place names, math functions with their gradients, `cast` and
+//! `fill`.
+//!
+//! Shape contract: every operand has the same `(rows, cols)` and dtype. On the CPU the
+//! arithmetic dtype is F32; GPUs also compute F16 and BF16 (where
+//! [`supports_dtype`](crate::supports_dtype) says so), with FP32 math inside.
+
+use super::{check_float, check_same, dispatch, prepare_out};
+use crate::backend::{Binary, Src, Unary};
+use crate::{Dtype, Error, Result, Tensor};
+
+/// `out = op(x; a, b)`, `out` resized to `x`.
+fn unary_out(
+    name: &'static str,
+    op: Unary,
+    x: &Tensor,
+    out: &mut Tensor,
+    (a, b): (f32, f32),
+) -> Result<()> {
+    let be = dispatch(name, &[("x", x), ("out", out)])?;
+    check_float(name, "x", x, be)?;
+    prepare_out(out, be.device(), x.shape(), x.dtype())?;
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    be.unary(name, op, Src::Tensor(x), out, a, b)
+}
+
+/// `y = op(y; a, b)` in place.
+fn unary_inplace(name: &'static str, op: Unary, y: &mut Tensor, (a, b): (f32, f32)) -> Result<()> {
+    let be = dispatch(name, &[("y", y)])?;
+    check_float(name, "y", y, be)?;
+    if y.numel() == 0 {
+        return Ok(());
+    }
+    be.unary(name, op, Src::Out, y, a, b)
+}
+
+/// `out = op(x, y; a, b)`, `out` resized to `x`.
+fn binary_out(
+    name: &'static str,
+    op: Binary,
+    (xn, x): (&'static str, &Tensor),
+    (yn, y): (&'static str, &Tensor),
+    out: &mut Tensor,
+) -> Result<()> {
+    let be = dispatch(name, &[(xn, x), (yn, y), ("out", out)])?;
+    check_float(name, xn, x, be)?;
+    check_same(name, (yn, y), (xn, x))?;
+    prepare_out(out, be.device(), x.shape(), x.dtype())?;
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    be.binary(name, op, Src::Tensor(x), Src::Tensor(y), out, 0.0, 0.0)
+}
+
+/// `y = op(y, x; a, b)` in place on `y`.
+fn binary_inplace(
+    name: &'static str,
+    op: Binary,
+    y: &mut Tensor,
+    x: &Tensor,
+    (a, b): (f32, f32),
+) -> Result<()> {
+    let be = dispatch(name, &[("y", y), ("x", x)])?;
+    check_float(name, "y", y, be)?;
+    check_same(name, ("x", x), ("y", y))?;
+    if y.numel() == 0 {
+        return Ok(());
+    }
+    be.binary(name, op, Src::Out, Src::Tensor(x), y, a, b)
+}
+
+/// Defines the three forms of a tensor-tensor arithmetic op.
+macro_rules! tensor_tensor {
+    ($($math:literal: $alloc:ident, $out:ident, $inplace:ident => $op:ident;)*) => {$(
+        #[doc = concat!("`", $math, "` into a new tensor on the operands' device. Shapes and dtypes must match.")]
+        pub fn $alloc(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+            let mut out = Tensor::default();
+            $out(a, b, &mut out)?;
+            Ok(out)
+        }
+
+        #[doc = concat!("`", $math, "` into `out`, which is resized to `a` and keeps its allocation when it fits.")]
+        pub fn $out(a: &Tensor, b: &Tensor, out: &mut Tensor) -> Result<()> {
+            binary_out(stringify!($out), Binary::$op, ("a", a), ("b", b), out)
+        }
+
+        impl Tensor {
+            #[doc = concat!("`", $math, "` in place on `self` (`a`); `b` must match its shape and dtype.")]
+            pub fn $inplace(&mut self, b: &Tensor) -> Result<()> {
+                binary_inplace(stringify!($inplace), Binary::$op, self, b, (0.0, 0.0))
+            }
+        }
+    )*};
+}
+
+tensor_tensor! {
+    "a + b": add, add_out, add_ => Add;
+    "a - b": sub, sub_out, sub_ => Sub;
+    "a * b": mul, mul_out, mul_ => Mul;
+    "a / b": div, div_out, div_ => Div;
+}
+
+/// Defines the three forms of a tensor-scalar arithmetic op.
+macro_rules! tensor_scalar {
+    ($($math:literal: $alloc:ident, $out:ident, $inplace:ident => $op:ident;)*) => {$(
+        #[doc = concat!("`", $math, "` into a new tensor.")]
+        pub fn $alloc(x: &Tensor, s: f32) -> Result<Tensor> {
+            let mut out = Tensor::default();
+            $out(x, s, &mut out)?;
+            Ok(out)
+        }
+
+        #[doc = concat!("`", $math, "` into `out`, which is resized to `x`.")]
+        pub fn $out(x: &Tensor, s: f32, out: &mut Tensor) -> Result<()> {
+            unary_out(stringify!($out), Unary::$op, x, out, (s, 0.0))
+        }
+
+        impl Tensor {
+            #[doc = concat!("`", $math, "` in place on `self` (`x`).")]
+            pub fn $inplace(&mut self, s: f32) -> Result<()> {
+                unary_inplace(stringify!($inplace), Unary::$op, self, (s, 0.0))
+            }
+        }
+    )*};
+}
+
+tensor_scalar! {
+    "x + s": add_scalar, add_scalar_out, add_scalar_ => AddScalar;
+    "x - s": sub_scalar, sub_scalar_out, sub_scalar_ => SubScalar;
+    "x * s": mul_scalar, mul_scalar_out, mul_scalar_ => MulScalar;
+    "x / s": div_scalar, div_scalar_out, div_scalar_ => DivScalar;
+}
+
+/// Defines a math function: `<name>_forward(x, y)` (the body, resizing `y`), the allocating
+/// `<name>(x)` and the in-place `Tensor::<name>_()`.
+macro_rules! math_fn {
+    ($($math:literal: $fwd:ident, $alloc:ident, $inplace:ident => $op:ident;)*) => {$(
+        #[doc = concat!("`y = ", $math, "`; `y` is resized to `x` (shape and dtype).")]
+        pub fn $fwd(x: &Tensor, y: &mut Tensor) -> Result<()> {
+            unary_out(stringify!($fwd), Unary::$op, x, y, (0.0, 0.0))
+        }
+
+        #[doc = concat!("`", $math, "` into a new tensor.")]
+        pub fn $alloc(x: &Tensor) -> Result<Tensor> {
+            let mut y = Tensor::default();
+            $fwd(x, &mut y)?;
+            Ok(y)
+        }
+
+        impl Tensor {
+            #[doc = concat!("`x = ", $math, "` in place.")]
+            pub fn $inplace(&mut self) -> Result<()> {
+                unary_inplace(stringify!($inplace), Unary::$op, self, (0.0, 0.0))
+            }
+        }
+    )*};
+}
+
+math_fn! {
+    "e^x": exp_forward, exp, exp_ => Exp;
+    "ln x (0 gives -inf, negatives NaN)": log_forward, log, log_ => Log;
+    "sin x": sin_forward, sin, sin_ => Sin;
+    "cos x": cos_forward, cos, cos_ => Cos;
+    "1/sqrt(x)": rsqrt_forward, rsqrt, rsqrt_ => Rsqrt;
+    "round(x), half to even": round_forward, round, round_ => Round;
+}
+
+/// Defines a gradient `<name>_backward(p, dy, dx)`: `dx` is overwritten (resized to `dy`).
+macro_rules! math_grad {
+    ($($math:literal: $bwd:ident($p:ident) => $op:ident;)*) => {$(
+        #[doc = concat!("`dx = ", $math, "`; `", stringify!($p), "` and `dy` must match; `dx` is overwritten.")]
+        pub fn $bwd($p: &Tensor, dy: &Tensor, dx: &mut Tensor) -> Result<()> {
+            binary_out(stringify!($bwd), Binary::$op, (stringify!($p), $p), ("dy", dy), dx)
+        }
+    )*};
+}
+
+math_grad! {
+    "dy * e^x (x the forward input)": exp_backward(x) => ExpBackward;
+    "dy / x (x the forward input)": log_backward(x) => LogBackward;
+    "dy * cos x (x the forward input)": sin_backward(x) => SinBackward;
+    "-dy * sin x (x the forward input)": cos_backward(x) => CosBackward;
+    "-0.5 * dy * y^3 (y the forward output)": rsqrt_backward(y) => RsqrtBackward;
+}
+
+/// Straight-through gradient of round: `dx = dy` (resized to `dy`).
+pub fn round_backward(dy: &Tensor, dx: &mut Tensor) -> Result<()> {
+    unary_out("round_backward", Unary::Identity, dy, dx, (0.0, 0.0))
+}
+
+/// `y += x` (C++ `add_inplace`).
+pub fn add_inplace(y: &mut Tensor, x: &Tensor) -> Result<()> {
+    binary_inplace("add_inplace", Binary::Add, y, x, (0.0, 0.0))
+}
+
+/// `Y += X` for `(B, D)` batches of rows (C++ `add_inplace_batched`; same contract as
+/// [`add_inplace`]).
+pub fn add_inplace_batched(y: &mut Tensor, x: &Tensor) -> Result<()> {
+    binary_inplace("add_inplace_batched", Binary::Add, y, x, (0.0, 0.0))
+}
+
+/// `y *= x` element-wise (C++ `mul_inplace`).
+pub fn mul_inplace(y: &mut Tensor, x: &Tensor) -> Result<()> {
+    binary_inplace("mul_inplace", Binary::Mul, y, x, (0.0, 0.0))
+}
+
+/// `y = a*y + b*x` (C++ `axpby_inplace`).
+pub fn axpby_inplace(y: &mut Tensor, x: &Tensor, a: f32, b: f32) -> Result<()> {
+    binary_inplace("axpby_inplace", Binary::Axpby, y, x, (a, b))
+}
+
+/// `y += s` (C++ `add_scalar_inplace`).
+pub fn add_scalar_inplace(y: &mut Tensor, s: f32) -> Result<()> {
+    unary_inplace("add_scalar_inplace", Unary::AddScalar, y, (s, 0.0))
+}
+
+/// `y *= s` (C++ `scale_inplace`).
+pub fn scale_inplace(y: &mut Tensor, s: f32) -> Result<()> {
+    unary_inplace("scale_inplace", Unary::MulScalar, y, (s, 0.0))
+}
+
+/// Clamps `y` to `[lo, hi]` in place (C++ `clamp`): values below `lo` become `lo`, above
+/// `hi` become `hi`; NaN passes through, and `lo > hi` yields `hi`.
+pub fn clamp(y: &mut Tensor, lo: f32, hi: f32) -> Result<()> {
+    unary_inplace("clamp", Unary::Clamp, y, (lo, hi))
+}
+
+/// [`clamp`] from `x` into `out` (resized to `x`).
+pub fn clamp_out(x: &Tensor, lo: f32, hi: f32, out: &mut Tensor) -> Result<()> {
+    unary_out("clamp_out", Unary::Clamp, x, out, (lo, hi))
+}
+
+/// Sets every element of `y` to `value` (converted to `y`'s float dtype).
+pub fn fill(y: &mut Tensor, value: f32) -> Result<()> {
+    let be = dispatch("fill", &[("y", y)])?;
+    check_float("fill", "y", y, be)?;
+    if y.numel() == 0 {
+        return Ok(());
+    }
+    be.fill(y, value)
+}
+
+/// Converts `src` into `dst` as `dtype` (C++ `cast`): any pair of F32, F16 and BF16, rounding
+/// to nearest even, NaN kept NaN, overflow to infinity. The same dtype is a byte-exact copy
+/// for every dtype. `dst` is resized to `src`'s shape and `dtype`.
+pub fn cast(src: &Tensor, dst: &mut Tensor, dtype: Dtype) -> Result<()> {
+    let be = dispatch("cast", &[("src", src), ("dst", dst)])?;
+    if src.dtype() == dtype {
+        prepare_out(dst, be.device(), src.shape(), dtype)?;
+        let bytes = src.storage_bytes();
+        return match (src.storage(), dst.storage_mut()) {
+            (Some(s), Some(d)) => be.copy(s, d, bytes),
+            _ => Ok(()),
+        };
+    }
+    for (name, d) in [("src", src.dtype()), ("dtype", dtype)] {
+        if !d.is_float() {
+            return Err(Error::Dtype {
+                op: "cast",
+                operand: name,
+                expected: "cast converts between F32, F16 and BF16".into(),
+                found: d,
+            });
+        }
+        if !be.converts(d) {
+            return Err(Error::UnsupportedDtype {
+                op: "cast",
+                dtype: d,
+                device: be.device(),
+            });
+        }
+    }
+    prepare_out(dst, be.device(), src.shape(), dtype)?;
+    if src.numel() == 0 {
+        return Ok(());
+    }
+    be.cast(src, dst)
+}
+
+impl Tensor {
+    /// A copy converted to `dtype` (see [`cast`]).
+    pub fn to_dtype(&self, dtype: Dtype) -> Result<Tensor> {
+        let mut out = Tensor::default();
+        cast(self, &mut out, dtype)?;
+        Ok(out)
+    }
+}

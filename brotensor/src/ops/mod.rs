@@ -1,0 +1,111 @@
+//! The public ops, one module per category. Every op is device-neutral: it runs on the
+//! device of its first committed operand.
+//!
+//! Dispatch rules (shared by every op):
+//! - The op's device is the device of the first committed operand in signature order
+//!   (outputs included); if none is committed, the first operand's device tag.
+//! - Every other committed operand must be on that device, else
+//!   [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) names the operand.
+//! - An uncommitted output is adopted: it is allocated on the op's device.
+//! - Outputs are resized by the op and keep their allocation while the new size fits.
+
+pub mod elementwise;
+
+pub use elementwise::*;
+
+use crate::backend::Backend;
+use crate::runtime::backend;
+use crate::{Device, Dtype, Error, Result, Tensor};
+
+/// Resolves the device of an op from its operands, in signature order.
+pub(crate) fn resolve(op: &'static str, operands: &[(&'static str, &Tensor)]) -> Result<Device> {
+    let device = operands
+        .iter()
+        .find(|(_, t)| t.is_committed())
+        .or(operands.first())
+        .map_or(Device::Cpu, |(_, t)| t.device());
+    for (name, t) in operands {
+        if t.is_committed() && t.device() != device {
+            return Err(Error::DeviceMismatch {
+                op,
+                operand: name,
+                expected: device,
+                found: t.device(),
+            });
+        }
+    }
+    Ok(device)
+}
+
+/// The backend an op runs on, after device resolution.
+pub(crate) fn dispatch(
+    op: &'static str,
+    operands: &[(&'static str, &Tensor)],
+) -> Result<&'static dyn Backend> {
+    backend(op, resolve(op, operands)?)
+}
+
+/// Checks that `t` is a float the backend computes in.
+pub(crate) fn check_float(
+    op: &'static str,
+    name: &'static str,
+    t: &Tensor,
+    be: &dyn Backend,
+) -> Result<()> {
+    if !t.dtype().is_float() {
+        return Err(Error::Dtype {
+            op,
+            operand: name,
+            expected: "expected F32, F16 or BF16".into(),
+            found: t.dtype(),
+        });
+    }
+    if !be.supports(t.dtype()) {
+        return Err(Error::UnsupportedDtype {
+            op,
+            dtype: t.dtype(),
+            device: be.device(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `t` has `like`'s shape and dtype.
+pub(crate) fn check_same(
+    op: &'static str,
+    (name, t): (&'static str, &Tensor),
+    (like_name, like): (&'static str, &Tensor),
+) -> Result<()> {
+    if t.shape() != like.shape() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "`{name}` is {}x{} but `{like_name}` is {}x{}",
+                t.rows(),
+                t.cols(),
+                like.rows(),
+                like.cols()
+            ),
+        ));
+    }
+    if t.dtype() != like.dtype() {
+        return Err(Error::Dtype {
+            op,
+            operand: name,
+            expected: format!("must match `{like_name}` ({})", like.dtype()),
+            found: t.dtype(),
+        });
+    }
+    Ok(())
+}
+
+/// Adopts and sizes an output to `rows x cols` of `dtype` on `device`.
+pub(crate) fn prepare_out(
+    out: &mut Tensor,
+    device: Device,
+    (rows, cols): (usize, usize),
+    dtype: Dtype,
+) -> Result<()> {
+    out.adopt(device);
+    out.resize(rows, cols, dtype)
+}

@@ -1,0 +1,208 @@
+//! Runtime: device discovery, the default-device policy, scopes, sync and memory queries.
+
+use std::cell::RefCell;
+use std::sync::{Mutex, OnceLock};
+
+use crate::backend::cpu::CPU;
+use crate::backend::Backend;
+pub use crate::backend::MemoryInfo;
+use crate::{Device, Dtype, Error, Result};
+
+/// Environment variable that names the default device: `cpu`, `cuda[:N]` or `wgpu[:N]`.
+pub const DEFAULT_DEVICE_ENV: &str = "BROTENSOR_DEFAULT_DEVICE";
+
+/// The GPU backends found by [`init`], in `available_devices` order.
+struct Registry {
+    gpus: Vec<Box<dyn Backend>>,
+    /// What went wrong with `BROTENSOR_DEFAULT_DEVICE`, reported by every `init` call.
+    env_error: Option<Error>,
+}
+
+static REGISTRY: OnceLock<Registry> = OnceLock::new();
+static DEFAULT: Mutex<Option<Device>> = Mutex::new(None);
+
+thread_local! {
+    static SCOPES: RefCell<Vec<Device>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Discovers the devices (CUDA through the driver, every wgpu adapter including software
+/// ones) and fixes the default device. Idempotent: later calls return the first call's
+/// outcome. A machine without a GPU driver is not an error; the devices are simply absent.
+///
+/// Errors if [`DEFAULT_DEVICE_ENV`] is set to something unparseable or to a device that is
+/// not available; the default then falls back to the best available device.
+pub fn init() -> Result<()> {
+    match &registry().env_error {
+        Some(e) => Err(e.clone()),
+        None => Ok(()),
+    }
+}
+
+fn registry() -> &'static Registry {
+    REGISTRY.get_or_init(|| {
+        let mut gpus: Vec<Box<dyn Backend>> = Vec::new();
+        #[cfg(feature = "cuda")]
+        gpus.extend(crate::backend::probe::cuda_backends());
+        #[cfg(feature = "wgpu")]
+        gpus.extend(crate::backend::probe::wgpu_backends());
+        let best = gpus
+            .iter()
+            .find(|b| !b.is_software())
+            .map_or(Device::Cpu, |b| b.device());
+        let mut env_error = None;
+        let mut default = best;
+        if let Ok(value) = std::env::var(DEFAULT_DEVICE_ENV) {
+            match value.parse::<Device>() {
+                Ok(d) if d == Device::Cpu || gpus.iter().any(|b| b.device() == d) => default = d,
+                Ok(d) => {
+                    env_error = Some(Error::DeviceUnavailable {
+                        op: "init",
+                        device: d,
+                        reason: format!("named by {DEFAULT_DEVICE_ENV}; using {best}"),
+                    })
+                }
+                Err(e) => env_error = Some(e),
+            }
+        }
+        DEFAULT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(default);
+        Registry { gpus, env_error }
+    })
+}
+
+/// The backend of `device`, discovering devices first when it is a GPU.
+pub(crate) fn backend(op: &'static str, device: Device) -> Result<&'static dyn Backend> {
+    if device == Device::Cpu {
+        return Ok(&CPU);
+    }
+    registry()
+        .gpus
+        .iter()
+        .find(|b| b.device() == device)
+        .map(|b| b.as_ref())
+        .ok_or(Error::DeviceUnavailable {
+            op,
+            device,
+            reason: String::new(),
+        })
+}
+
+/// Every usable device: the CPU first, then CUDA ordinals, then wgpu ordinals.
+pub fn available_devices() -> Vec<Device> {
+    std::iter::once(Device::Cpu)
+        .chain(registry().gpus.iter().map(|b| b.device()))
+        .collect()
+}
+
+/// Whether `device` is usable.
+pub fn is_available(device: Device) -> bool {
+    backend("is_available", device).is_ok()
+}
+
+/// The device new tensors land on: the innermost [`DeviceScope`] of this thread, else the
+/// process default. Before [`init`] that is the CPU; `init` picks CUDA, then a hardware
+/// wgpu adapter, then the CPU (a software adapter is never the default), unless
+/// [`DEFAULT_DEVICE_ENV`] names another.
+pub fn default_device() -> Device {
+    if let Some(d) = SCOPES.with(|s| s.borrow().last().copied()) {
+        return d;
+    }
+    DEFAULT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or(Device::Cpu)
+}
+
+/// Makes `device` the process default. Errors if it is not available.
+pub fn set_default_device(device: Device) -> Result<()> {
+    backend("set_default_device", device)?;
+    *DEFAULT.lock().unwrap_or_else(|p| p.into_inner()) = Some(device);
+    Ok(())
+}
+
+/// While alive, makes `device` this thread's default device. Scopes nest; dropping one
+/// restores the default that was in force when it was created.
+#[must_use = "the scope ends when this value is dropped"]
+pub struct DeviceScope {
+    depth: usize,
+    /// Scopes are per thread: keep the guard on the thread that made it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl DeviceScope {
+    /// Enters a scope on `device`. Errors if the device is not available.
+    pub fn new(device: Device) -> Result<DeviceScope> {
+        backend("DeviceScope", device)?;
+        let depth = SCOPES.with(|s| {
+            let mut s = s.borrow_mut();
+            s.push(device);
+            s.len() - 1
+        });
+        Ok(DeviceScope {
+            depth,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for DeviceScope {
+    fn drop(&mut self) {
+        SCOPES.with(|s| s.borrow_mut().truncate(self.depth));
+    }
+}
+
+/// The dtype models should compute in on the default device: F32 on the CPU, F16 on a GPU.
+pub fn compute_dtype() -> Dtype {
+    compute_dtype_on(default_device())
+}
+
+/// The dtype models should compute in on `device`: F32 on the CPU, F16 on a GPU.
+pub fn compute_dtype_on(device: Device) -> Dtype {
+    if device.is_gpu() {
+        Dtype::F16
+    } else {
+        Dtype::F32
+    }
+}
+
+/// Whether ops compute in `dtype` on `device` (the capability query: e.g. BF16 is false on
+/// WGSL devices, F16 false on adapters without shader-f16).
+pub fn supports_dtype(device: Device, dtype: Dtype) -> Result<bool> {
+    Ok(backend("supports_dtype", device)?.supports(dtype))
+}
+
+/// A name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe ...)`.
+pub fn device_name(device: Device) -> Result<String> {
+    Ok(backend("device_name", device)?.describe())
+}
+
+/// Whether `device` is a software rasterizer (usable, but never the default).
+pub fn is_software(device: Device) -> Result<bool> {
+    Ok(backend("is_software", device)?.is_software())
+}
+
+/// Waits until every operation queued on `device` has finished; an asynchronous GPU failure
+/// surfaces here as an error.
+pub fn sync(device: Device) -> Result<()> {
+    backend("sync", device)?.sync()
+}
+
+/// [`sync`] on every available device.
+pub fn sync_all() -> Result<()> {
+    for d in available_devices() {
+        sync(d)?;
+    }
+    Ok(())
+}
+
+/// Memory figures of `device`; `None` on the CPU.
+pub fn memory_info(device: Device) -> Result<Option<MemoryInfo>> {
+    backend("memory_info", device)?.memory_info()
+}
+
+/// Synchronizes `device`, then releases pooled memory no tensor uses.
+pub fn memory_trim(device: Device) -> Result<()> {
+    backend("memory_trim", device)?.trim()
+}
