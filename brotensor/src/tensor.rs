@@ -43,6 +43,14 @@ pub struct Tensor {
     dtype: Dtype,
     device: Device,
     storage: Option<Storage>,
+    /// Identifies the current allocation (0 when uncommitted); changes only on reallocation.
+    allocation: u64,
+}
+
+/// A fresh allocation identity.
+fn next_allocation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Default for Tensor {
@@ -54,6 +62,7 @@ impl Default for Tensor {
             dtype: Dtype::F32,
             device: Device::Cpu,
             storage: None,
+            allocation: 0,
         }
     }
 }
@@ -93,6 +102,17 @@ fn storage_bytes_for(op: &'static str, rows: usize, cols: usize, dtype: Dtype) -
 }
 
 impl Tensor {
+    fn committed(rows: usize, cols: usize, dtype: Dtype, device: Device, storage: Storage) -> Tensor {
+        Tensor {
+            rows,
+            cols,
+            dtype,
+            device,
+            storage: Some(storage),
+            allocation: next_allocation(),
+        }
+    }
+
     /// A zero-filled `rows x cols` tensor on the default device.
     pub fn zeros(rows: usize, cols: usize, dtype: Dtype) -> Result<Tensor> {
         Tensor::zeros_on(default_device(), rows, cols, dtype)
@@ -114,13 +134,7 @@ impl Tensor {
     pub fn empty_on(device: Device, rows: usize, cols: usize, dtype: Dtype) -> Result<Tensor> {
         let bytes = storage_bytes_for("empty", rows, cols, dtype)?;
         let storage = backend("empty", device)?.alloc(bytes)?;
-        Ok(Tensor {
-            rows,
-            cols,
-            dtype,
-            device,
-            storage: Some(storage),
-        })
+        Ok(Tensor::committed(rows, cols, dtype, device, storage))
     }
 
     /// A `rows x cols` tensor on the default device holding `data` (row-major).
@@ -183,13 +197,7 @@ impl Tensor {
             ));
         }
         let storage = backend(op, device)?.upload(bytes)?;
-        Ok(Tensor {
-            rows,
-            cols,
-            dtype,
-            device,
-            storage: Some(storage),
-        })
+        Ok(Tensor::committed(rows, cols, dtype, device, storage))
     }
 
     /// Rows.
@@ -242,6 +250,13 @@ impl Tensor {
         self.storage.as_ref().map_or(0, Storage::capacity)
     }
 
+    /// An identity of the current allocation, unique in the process: it changes only when
+    /// the tensor is reallocated (`None` when uncommitted). Lets a caller check that a loop of
+    /// `_out` / in-place ops keeps reusing one buffer.
+    pub fn allocation_id(&self) -> Option<u64> {
+        self.storage.as_ref().map(|_| self.allocation)
+    }
+
     /// Reshapes to `rows x cols` of `dtype`. Contents are undefined afterwards. The
     /// allocation is kept while the new size fits in it, so a buffer reused in a loop never
     /// moves; an uncommitted tensor is allocated on its device.
@@ -250,6 +265,7 @@ impl Tensor {
         let fits = self.storage.as_ref().is_some_and(|s| s.capacity() >= bytes);
         if !fits {
             self.storage = Some(backend("resize", self.device)?.alloc(bytes)?);
+            self.allocation = next_allocation();
         }
         self.rows = rows;
         self.cols = cols;
@@ -265,6 +281,7 @@ impl Tensor {
             Some(s) => be.zero(s, bytes),
             None => {
                 self.storage = Some(be.alloc(0)?);
+                self.allocation = next_allocation();
                 Ok(())
             }
         }
@@ -289,13 +306,7 @@ impl Tensor {
             let host = backend("to", self.device)?.download(storage, bytes)?;
             backend("to", device)?.upload(&host)?
         };
-        Ok(Tensor {
-            rows: self.rows,
-            cols: self.cols,
-            dtype: self.dtype,
-            device,
-            storage: Some(storage),
-        })
+        Ok(Tensor::committed(self.rows, self.cols, self.dtype, device, storage))
     }
 
     /// A device-preserving deep copy; the fallible form of [`Clone::clone`].

@@ -1,1 +1,229 @@
+//! The parity harness: seeded inputs, the CPU reference against every available GPU device,
+//! per-dtype tolerances, and a record of which devices ran.
+//!
+//! Environment:
+//! - `BROTENSOR_REQUIRE_GPU=wgpu|cuda|any`: a missing device of that kind fails the test
+//!   instead of skipping it (CI sets `wgpu`).
+//! - `BROTENSOR_PARITY_LOG=<file>`: every parity check appends `case<TAB>device<TAB>dtype`,
+//!   so a run can prove which kernels ran where.
 
+use std::io::Write;
+
+use brotensor::{Device, Dtype, Result, Tensor};
+use half::{bf16, f16};
+
+/// Environment variable that turns "no such GPU" into a failure.
+pub const REQUIRE_GPU_ENV: &str = "BROTENSOR_REQUIRE_GPU";
+/// Environment variable naming the ledger of parity checks.
+pub const PARITY_LOG_ENV: &str = "BROTENSOR_PARITY_LOG";
+
+/// SplitMix64: a tiny, seedable, well-mixed generator for test inputs.
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)` with 24 bits.
+    pub fn next_f01(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    /// `n` values uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| lo + (hi - lo) * self.next_f01()).collect()
+    }
+}
+
+/// The GPU devices found, after honouring [`REQUIRE_GPU_ENV`]. Panics (fails the test) if a
+/// required kind is missing.
+pub fn gpu_devices() -> Vec<Device> {
+    // An unusable BROTENSOR_DEFAULT_DEVICE is reported by init but does not stop discovery.
+    if let Err(e) = brotensor::init() {
+        eprintln!("note: {e}");
+    }
+    let gpus: Vec<Device> = brotensor::available_devices()
+        .into_iter()
+        .filter(|d| d.is_gpu())
+        .collect();
+    if let Ok(kind) = std::env::var(REQUIRE_GPU_ENV) {
+        let kind = kind.to_ascii_lowercase();
+        let found = gpus.iter().any(|d| match kind.as_str() {
+            "wgpu" => matches!(d, Device::Wgpu(_)),
+            "cuda" => matches!(d, Device::Cuda(_)),
+            _ => true,
+        });
+        assert!(
+            kind.is_empty() || found,
+            "{REQUIRE_GPU_ENV}={kind} but no such device was found (devices: {:?})",
+            brotensor::available_devices()
+        );
+    }
+    gpus
+}
+
+/// `(atol, rtol)` for results stored in `dtype`: |got - want| <= atol + rtol * |want|.
+pub fn tolerance(dtype: Dtype) -> (f32, f32) {
+    match dtype {
+        Dtype::F16 => (1e-2, 1e-2),
+        Dtype::BF16 => (2e-2, 2e-2),
+        _ => (1e-5, 1e-4),
+    }
+}
+
+/// `v` after a round trip through `dtype`'s storage (identity for F32).
+pub fn round_through(dtype: Dtype, v: &[f32]) -> Vec<f32> {
+    match dtype {
+        Dtype::F16 => v.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
+        Dtype::BF16 => v.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
+        _ => v.to_vec(),
+    }
+}
+
+/// A `rows x cols` tensor of `dtype` on `device` holding `data` (narrowed on the host).
+pub fn tensor(device: Device, data: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Result<Tensor> {
+    match dtype {
+        Dtype::F16 => {
+            let h: Vec<f16> = data.iter().map(|&x| f16::from_f32(x)).collect();
+            Tensor::from_slice_on(device, &h, rows, cols)
+        }
+        Dtype::BF16 => {
+            let h: Vec<bf16> = data.iter().map(|&x| bf16::from_f32(x)).collect();
+            Tensor::from_slice_on(device, &h, rows, cols)
+        }
+        _ => Tensor::from_slice_on(device, data, rows, cols),
+    }
+}
+
+/// The contents of a float tensor, widened to `f32` on the host.
+pub fn read_f32(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(match t.dtype() {
+        Dtype::F16 => t.to_vec::<f16>()?.into_iter().map(f16::to_f32).collect(),
+        Dtype::BF16 => t.to_vec::<bf16>()?.into_iter().map(bf16::to_f32).collect(),
+        _ => t.to_vec::<f32>()?,
+    })
+}
+
+/// Asserts |got - want| <= atol + rtol*|want| everywhere (NaN matches NaN, infinities match
+/// by sign), naming the worst index on failure.
+pub fn assert_close(tag: &str, want: &[f32], got: &[f32], (atol, rtol): (f32, f32)) {
+    assert_eq!(want.len(), got.len(), "{tag}: length {} vs {}", want.len(), got.len());
+    let mut worst: Option<(usize, f32)> = None;
+    for (i, (&w, &g)) in want.iter().zip(got).enumerate() {
+        let ok = if w.is_nan() || g.is_nan() {
+            w.is_nan() && g.is_nan()
+        } else if w.is_infinite() || g.is_infinite() {
+            w == g
+        } else {
+            (w - g).abs() <= atol + rtol * w.abs()
+        };
+        if !ok {
+            let excess = if w.is_finite() && g.is_finite() { (w - g).abs() } else { f32::INFINITY };
+            if worst.is_none_or(|(_, e)| excess > e) {
+                worst = Some((i, excess));
+            }
+        }
+    }
+    if let Some((i, _)) = worst {
+        panic!(
+            "{tag}: mismatch at index {i}: want {} got {} (atol {atol}, rtol {rtol})",
+            want[i], got[i]
+        );
+    }
+}
+
+/// One random input of a parity case: its shape and value range.
+#[derive(Clone, Copy)]
+pub struct Input {
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Smallest value.
+    pub lo: f32,
+    /// Largest value (exclusive).
+    pub hi: f32,
+}
+
+impl Input {
+    /// A `rows x cols` input uniform in `[lo, hi)`.
+    pub const fn new(rows: usize, cols: usize, lo: f32, hi: f32) -> Self {
+        Input { rows, cols, lo, hi }
+    }
+}
+
+fn record(case: &str, device: Device, dtype: Dtype) {
+    eprintln!("parity {case}: {} {dtype} ok", describe(device));
+    if let Ok(path) = std::env::var(PARITY_LOG_ENV) {
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{case}\t{device}\t{dtype}");
+        }
+    }
+}
+
+fn describe(device: Device) -> String {
+    brotensor::device_name(device).unwrap_or_else(|_| device.to_string())
+}
+
+/// Runs `op` on seeded random inputs on the CPU (FP32 reference) and on every GPU device in
+/// every float dtype it supports, and compares. For 16-bit runs the CPU gets the inputs
+/// rounded through that dtype, so the comparison measures the op, not the input rounding.
+/// A dtype the device does not support must be refused with `UnsupportedDtype`.
+pub fn parity(case: &str, seed: u64, inputs: &[Input], op: impl Fn(&[Tensor]) -> Result<Tensor>) {
+    let mut rng = SplitMix64::new(seed);
+    let data: Vec<Vec<f32>> = inputs
+        .iter()
+        .map(|i| rng.uniform(i.rows * i.cols, i.lo, i.hi))
+        .collect();
+    let run = |device: Device, dtype: Dtype, data: &[Vec<f32>]| -> Result<Tensor> {
+        let tensors = inputs
+            .iter()
+            .zip(data)
+            .map(|(i, d)| tensor(device, d, i.rows, i.cols, dtype))
+            .collect::<Result<Vec<_>>>()?;
+        op(&tensors)
+    };
+    let gpus = gpu_devices();
+    if gpus.is_empty() {
+        eprintln!("parity {case}: SKIPPED on GPU (no GPU device found; set {REQUIRE_GPU_ENV} to fail instead)");
+    }
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+        let rounded: Vec<Vec<f32>> = data.iter().map(|d| round_through(dtype, d)).collect();
+        let reference = run(Device::Cpu, Dtype::F32, &rounded).and_then(|t| read_f32(&t));
+        let reference = reference.unwrap_or_else(|e| panic!("{case}: CPU reference failed: {e}"));
+        if dtype == Dtype::F32 {
+            record(case, Device::Cpu, dtype);
+        }
+        for &device in &gpus {
+            match run(device, dtype, &data) {
+                Ok(out) => {
+                    // A device without `dtype` arithmetic may still run a pure byte path
+                    // (a same-dtype cast is a copy); its result must be right all the same.
+                    assert_eq!(out.device(), device, "{case}: output left {device}");
+                    assert_eq!(out.dtype(), dtype, "{case}: output dtype on {device}");
+                    let got = read_f32(&out).unwrap_or_else(|e| panic!("{case}: read back: {e}"));
+                    let want = round_through(dtype, &reference);
+                    assert_close(&format!("{case} on {device} {dtype}"), &want, &got, tolerance(dtype));
+                    record(case, device, dtype);
+                }
+                Err(brotensor::Error::UnsupportedDtype { dtype: refused, .. })
+                    if !brotensor::supports_dtype(device, refused).expect("listed device") =>
+                {
+                    eprintln!("parity {case}: {} {dtype} refused ({refused} unsupported, as reported)", describe(device));
+                }
+                Err(e) => panic!("{case} on {device} {dtype}: {e}"),
+            }
+        }
+    }
+}

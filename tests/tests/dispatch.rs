@@ -1,0 +1,158 @@
+//! The dispatch rules: device discovery, scopes, resolution from the first committed
+//! operand, mismatch errors and output adoption.
+
+use brotensor::{ops, Device, DeviceScope, Dtype, Error, Tensor};
+use brotensor_tests::gpu_devices;
+
+#[test]
+fn init_is_idempotent_and_lists_the_cpu() {
+    let first = brotensor::init();
+    let second = brotensor::init();
+    assert_eq!(first, second);
+    let devices = brotensor::available_devices();
+    assert_eq!(devices.first(), Some(&Device::Cpu));
+    for d in &devices {
+        assert!(brotensor::is_available(*d), "{d} listed but not available");
+        let name = brotensor::device_name(*d).unwrap();
+        assert!(name.starts_with(&d.to_string()), "name `{name}` should start with {d}");
+    }
+    assert!(!brotensor::is_available(Device::Cuda(99)));
+    assert!(!brotensor::is_available(Device::Wgpu(99)));
+    assert!(brotensor::is_available(brotensor::default_device()));
+}
+
+#[test]
+fn software_adapters_are_never_the_default() {
+    let _ = brotensor::init();
+    let default = brotensor::default_device();
+    if std::env::var(brotensor::DEFAULT_DEVICE_ENV).is_err() {
+        assert!(!brotensor::is_software(default).unwrap(), "{default} is a software device");
+        let hardware = gpu_devices()
+            .into_iter()
+            .find(|d| !brotensor::is_software(*d).unwrap());
+        let cuda = brotensor::available_devices()
+            .into_iter()
+            .find(|d| matches!(d, Device::Cuda(_)));
+        assert_eq!(default, cuda.or(hardware).unwrap_or(Device::Cpu));
+    }
+}
+
+#[test]
+fn scopes_override_nest_and_restore() {
+    let outer = brotensor::default_device();
+    {
+        let _cpu = DeviceScope::new(Device::Cpu).unwrap();
+        assert_eq!(brotensor::default_device(), Device::Cpu);
+        assert_eq!(Tensor::zeros(2, 2, Dtype::F32).unwrap().device(), Device::Cpu);
+        for gpu in gpu_devices() {
+            let _inner = DeviceScope::new(gpu).unwrap();
+            assert_eq!(brotensor::default_device(), gpu);
+            assert_eq!(Tensor::zeros(1, 3, Dtype::F32).unwrap().device(), gpu);
+        }
+        assert_eq!(brotensor::default_device(), Device::Cpu);
+    }
+    assert_eq!(brotensor::default_device(), outer);
+    match DeviceScope::new(Device::Cuda(99)) {
+        Err(Error::DeviceUnavailable { device, .. }) => assert_eq!(device, Device::Cuda(99)),
+        other => panic!("expected DeviceUnavailable, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(brotensor::default_device(), outer);
+}
+
+#[test]
+fn ops_dispatch_to_the_operands_device_with_exact_values() {
+    for device in std::iter::once(Device::Cpu).chain(gpu_devices()) {
+        let x = Tensor::from_slice_on(device, &[-1.5f32, 0.0, 2.0, 3.0], 2, 2).unwrap();
+        let mut y = Tensor::default();
+        ops::clamp_out(&x, -1.0, 2.5, &mut y).unwrap();
+        assert_eq!(y.device(), device, "uncommitted output adopted");
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![-1.0, 0.0, 2.0, 2.5]);
+    }
+}
+
+#[test]
+fn mixed_devices_are_refused_naming_the_operand() {
+    let gpus = gpu_devices();
+    if gpus.is_empty() {
+        eprintln!("mixed_devices: SKIPPED (no GPU device; only one device to mix)");
+        return;
+    }
+    for gpu in gpus {
+        let cpu = Tensor::from_slice_on(Device::Cpu, &[1.0f32; 4], 2, 2).unwrap();
+        let on_gpu = Tensor::from_slice_on(gpu, &[1.0f32; 4], 2, 2).unwrap();
+        match ops::add(&cpu, &on_gpu) {
+            Err(Error::DeviceMismatch { op, operand, expected, found }) => {
+                assert_eq!((op, operand, expected, found), ("add_out", "b", Device::Cpu, gpu));
+            }
+            other => panic!("expected DeviceMismatch, got {other:?}"),
+        }
+        // A committed output on another device than the inputs is refused too.
+        let mut out = Tensor::zeros_on(Device::Cpu, 2, 2, Dtype::F32).unwrap();
+        let err = ops::exp_forward(&on_gpu, &mut out).unwrap_err();
+        assert!(matches!(err, Error::DeviceMismatch { operand: "out", .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.starts_with("brotensor: exp_forward: operand `out` is on cpu"), "{msg}");
+        // An in-place op with a foreign operand.
+        let mut y = on_gpu.clone();
+        assert!(matches!(y.mul_(&cpu), Err(Error::DeviceMismatch { operand: "x", .. })));
+        let mut dst = Tensor::zeros_on(Device::Cpu, 1, 1, Dtype::F32).unwrap();
+        assert!(matches!(
+            ops::cast(&on_gpu, &mut dst, Dtype::F16),
+            Err(Error::DeviceMismatch { operand: "dst", .. })
+        ));
+    }
+}
+
+#[test]
+fn first_committed_operand_decides_and_wildcards_are_skipped() {
+    for device in std::iter::once(Device::Cpu).chain(gpu_devices()) {
+        let x = Tensor::from_slice_on(device, &[4.0f32], 1, 1).unwrap();
+        // The uncommitted output is first in the signature; the op still runs on x's device.
+        let mut dx = Tensor::default();
+        let dy = Tensor::from_slice_on(device, &[2.0f32], 1, 1).unwrap();
+        ops::log_backward(&x, &dy, &mut dx).unwrap();
+        assert_eq!(dx.device(), device);
+        assert_eq!(dx.to_vec::<f32>().unwrap(), vec![0.5]);
+    }
+}
+
+#[test]
+fn tensors_move_between_every_pair_of_devices() {
+    let devices = brotensor::available_devices();
+    let data: Vec<f32> = (0..37).map(|i| i as f32 * 0.25 - 3.0).collect();
+    for &from in &devices {
+        for &to in &devices {
+            let a = Tensor::from_slice_on(from, &data, 37, 1).unwrap();
+            let b = a.to(to).unwrap();
+            assert_eq!(b.device(), to);
+            assert_eq!(b.to_vec::<f32>().unwrap(), data, "{from} -> {to}");
+            let c = b.clone();
+            assert_eq!(c.device(), to);
+            assert_ne!(c.allocation_id(), b.allocation_id(), "clone is a deep copy");
+        }
+    }
+}
+
+#[test]
+fn sync_and_memory_queries() {
+    brotensor::sync_all().unwrap();
+    assert_eq!(brotensor::memory_info(Device::Cpu).unwrap(), None);
+    for gpu in gpu_devices() {
+        let t = Tensor::zeros_on(gpu, 256, 256, Dtype::F32).unwrap();
+        brotensor::sync(gpu).unwrap();
+        let info = brotensor::memory_info(gpu).unwrap().expect("GPU memory figures");
+        assert!(info.reserved >= info.in_use);
+        assert!(info.in_use >= t.storage_bytes() as u64, "{info:?}");
+        drop(t);
+        brotensor::memory_trim(gpu).unwrap();
+    }
+    assert!(matches!(brotensor::sync(Device::Wgpu(99)), Err(Error::DeviceUnavailable { .. })));
+}
+
+#[test]
+fn compute_dtype_follows_the_device() {
+    assert_eq!(brotensor::compute_dtype_on(Device::Cpu), Dtype::F32);
+    assert_eq!(brotensor::compute_dtype_on(Device::Wgpu(0)), Dtype::F16);
+    let _scope = DeviceScope::new(Device::Cpu).unwrap();
+    assert_eq!(brotensor::compute_dtype(), Dtype::F32);
+}
