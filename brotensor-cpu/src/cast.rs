@@ -61,7 +61,13 @@ mod tests {
     #[test]
     fn rounds_to_nearest_even_and_keeps_specials() {
         // 1 + 2^-11 lies halfway between two f16 values; even rounding goes down to 1.
-        let x = [1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11), f32::NAN, 1e6, -0.0];
+        let x = [
+            1.0 + 2f32.powi(-11),
+            1.0 + 3.0 * 2f32.powi(-11),
+            f32::NAN,
+            1e6,
+            -0.0,
+        ];
         let mut h = [f16::ZERO; 5];
         convert(&x, &mut h);
         assert_eq!(h[0], f16::ONE);

@@ -23,7 +23,10 @@ pub fn map_unary_inplace(y: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
 
 /// `out[i] = f(x[i], y[i])`. Panics if the lengths differ.
 pub fn map_binary(x: &[f32], y: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32 + Sync) {
-    assert!(x.len() == out.len() && y.len() == out.len(), "map_binary: length mismatch");
+    assert!(
+        x.len() == out.len() && y.len() == out.len(),
+        "map_binary: length mismatch"
+    );
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK).zip(y.par_chunks(CHUNK)))
         .for_each(|(o, (x, y))| {

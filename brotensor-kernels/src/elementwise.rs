@@ -146,7 +146,10 @@ fn binary_kernel<F: Float, N: Size, O: BinaryOp>(
 }
 
 #[cube(launch_unchecked)]
-fn cast_kernel<I: Float, O: Float, N: Size>(x: &Array<Vector<I, N>>, out: &mut Array<Vector<O, N>>) {
+fn cast_kernel<I: Float, O: Float, N: Size>(
+    x: &Array<Vector<I, N>>,
+    out: &mut Array<Vector<O, N>>,
+) {
     if ABSOLUTE_POS < out.len() {
         // Through f32, so every pair (including f16 <-> bf16) rounds once from the exact value.
         let v = Vector::<f32, N>::cast_from(x[ABSOLUTE_POS]);
@@ -178,7 +181,7 @@ pub enum Source<'a> {
 }
 
 fn max_vector<R: Runtime>(client: &ComputeClient<R>) -> usize {
-    (client.properties().hardware.max_vector_size as usize).clamp(1, crate::MAX_VECTOR_SIZE)
+    client.properties().hardware.max_vector_size.clamp(1, crate::MAX_VECTOR_SIZE)
 }
 
 /// Builds the array argument for an input: its own buffer, or an alias of the output.
@@ -196,7 +199,12 @@ unsafe fn input_arg<R: Runtime>(src: Source<'_>, out: &Handle, len: usize) -> Ar
     unsafe { ArrayArg::from_raw_parts(handle, len) }
 }
 
-fn check_source(arg: &'static str, src: Source<'_>, len: usize, bytes: usize) -> Result<(), LaunchError> {
+fn check_source(
+    arg: &'static str,
+    src: Source<'_>,
+    len: usize,
+    bytes: usize,
+) -> Result<(), LaunchError> {
     match src {
         Source::Buffer(h) => check_len(arg, h, len, bytes),
         Source::Output => Ok(()),

@@ -31,7 +31,11 @@ pub enum LaunchError {
 impl core::fmt::Display for LaunchError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            LaunchError::BufferTooSmall { arg, needed, available } => write!(
+            LaunchError::BufferTooSmall {
+                arg,
+                needed,
+                available,
+            } => write!(
                 f,
                 "buffer `{arg}` holds {available} bytes but the launch touches {needed}"
             ),
@@ -54,7 +58,11 @@ pub(crate) fn check_len(
     let needed = (elems as u64).saturating_mul(elem_bytes as u64);
     let available = handle.size_in_used();
     if needed > available {
-        return Err(LaunchError::BufferTooSmall { arg, needed, available });
+        return Err(LaunchError::BufferTooSmall {
+            arg,
+            needed,
+            available,
+        });
     }
     Ok(())
 }

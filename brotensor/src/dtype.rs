@@ -159,8 +159,14 @@ mod tests {
 
     #[test]
     fn sizes_follow_ggml() {
-        assert_eq!((Dtype::Q4_0.block_size(), Dtype::Q4_0.block_bytes()), (32, 18));
-        assert_eq!((Dtype::Q4_K.block_size(), Dtype::Q4_K.block_bytes()), (256, 144));
+        assert_eq!(
+            (Dtype::Q4_0.block_size(), Dtype::Q4_0.block_bytes()),
+            (32, 18)
+        );
+        assert_eq!(
+            (Dtype::Q4_K.block_size(), Dtype::Q4_K.block_bytes()),
+            (256, 144)
+        );
         assert_eq!(Dtype::Q2_K.block_bytes(), 84);
         assert_eq!(Dtype::Q4_K.storage_bytes(256).unwrap(), 144);
         assert_eq!(Dtype::F32.storage_bytes(6).unwrap(), 24);

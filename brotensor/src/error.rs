@@ -10,7 +10,9 @@ use crate::{Device, Dtype};
 #[non_exhaustive]
 pub enum Error {
     /// An operand lives on another device than the one the op resolved to.
-    #[error("brotensor: {op}: operand `{operand}` is on {found} but the op resolved to {expected}")]
+    #[error(
+        "brotensor: {op}: operand `{operand}` is on {found} but the op resolved to {expected}"
+    )]
     DeviceMismatch {
         /// The op.
         op: &'static str,

@@ -102,7 +102,13 @@ fn storage_bytes_for(op: &'static str, rows: usize, cols: usize, dtype: Dtype) -
 }
 
 impl Tensor {
-    fn committed(rows: usize, cols: usize, dtype: Dtype, device: Device, storage: Storage) -> Tensor {
+    fn committed(
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+        device: Device,
+        storage: Storage,
+    ) -> Tensor {
         Tensor {
             rows,
             cols,
@@ -157,7 +163,14 @@ impl Tensor {
                 format!("{} elements given for a {rows} x {cols} tensor", data.len()),
             ));
         }
-        Tensor::upload("from_slice", device, bytemuck::cast_slice(data), rows, cols, T::DTYPE)
+        Tensor::upload(
+            "from_slice",
+            device,
+            bytemuck::cast_slice(data),
+            rows,
+            cols,
+            T::DTYPE,
+        )
     }
 
     /// A tensor from raw bytes on the default device. Works for every dtype, including the
@@ -306,7 +319,9 @@ impl Tensor {
             let host = backend("to", self.device)?.download(storage, bytes)?;
             backend("to", device)?.upload(&host)?
         };
-        Ok(Tensor::committed(self.rows, self.cols, self.dtype, device, storage))
+        Ok(Tensor::committed(
+            self.rows, self.cols, self.dtype, device, storage,
+        ))
     }
 
     /// A device-preserving deep copy; the fallible form of [`Clone::clone`].
@@ -321,7 +336,11 @@ impl Tensor {
             return Err(Error::Dtype {
                 op: "to_vec",
                 operand: "self",
-                expected: format!("to_vec::<{}> reads {} tensors", std::any::type_name::<T>(), T::DTYPE),
+                expected: format!(
+                    "to_vec::<{}> reads {} tensors",
+                    std::any::type_name::<T>(),
+                    T::DTYPE
+                ),
                 found: self.dtype,
             });
         }

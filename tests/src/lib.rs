@@ -92,7 +92,13 @@ pub fn round_through(dtype: Dtype, v: &[f32]) -> Vec<f32> {
 }
 
 /// A `rows x cols` tensor of `dtype` on `device` holding `data` (narrowed on the host).
-pub fn tensor(device: Device, data: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Result<Tensor> {
+pub fn tensor(
+    device: Device,
+    data: &[f32],
+    rows: usize,
+    cols: usize,
+    dtype: Dtype,
+) -> Result<Tensor> {
     match dtype {
         Dtype::F16 => {
             let h: Vec<f16> = data.iter().map(|&x| f16::from_f32(x)).collect();
@@ -118,7 +124,13 @@ pub fn read_f32(t: &Tensor) -> Result<Vec<f32>> {
 /// Asserts |got - want| <= atol + rtol*|want| everywhere (NaN matches NaN, infinities match
 /// by sign), naming the worst index on failure.
 pub fn assert_close(tag: &str, want: &[f32], got: &[f32], (atol, rtol): (f32, f32)) {
-    assert_eq!(want.len(), got.len(), "{tag}: length {} vs {}", want.len(), got.len());
+    assert_eq!(
+        want.len(),
+        got.len(),
+        "{tag}: length {} vs {}",
+        want.len(),
+        got.len()
+    );
     let mut worst: Option<(usize, f32)> = None;
     for (i, (&w, &g)) in want.iter().zip(got).enumerate() {
         let ok = if w.is_nan() || g.is_nan() {
@@ -129,7 +141,11 @@ pub fn assert_close(tag: &str, want: &[f32], got: &[f32], (atol, rtol): (f32, f3
             (w - g).abs() <= atol + rtol * w.abs()
         };
         if !ok {
-            let excess = if w.is_finite() && g.is_finite() { (w - g).abs() } else { f32::INFINITY };
+            let excess = if w.is_finite() && g.is_finite() {
+                (w - g).abs()
+            } else {
+                f32::INFINITY
+            };
             if worst.is_none_or(|(_, e)| excess > e) {
                 worst = Some((i, excess));
             }
@@ -166,8 +182,13 @@ impl Input {
 fn record(case: &str, device: Device, dtype: Dtype) {
     eprintln!("parity {case}: {} {dtype} ok", describe(device));
     if let Ok(path) = std::env::var(PARITY_LOG_ENV) {
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{case}\t{device}\t{dtype}");
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            // One write per line: O_APPEND keeps lines from parallel tests whole.
+            let _ = f.write_all(format!("{case}\t{device}\t{dtype}\n").as_bytes());
         }
     }
 }
@@ -214,13 +235,21 @@ pub fn parity(case: &str, seed: u64, inputs: &[Input], op: impl Fn(&[Tensor]) ->
                     assert_eq!(out.dtype(), dtype, "{case}: output dtype on {device}");
                     let got = read_f32(&out).unwrap_or_else(|e| panic!("{case}: read back: {e}"));
                     let want = round_through(dtype, &reference);
-                    assert_close(&format!("{case} on {device} {dtype}"), &want, &got, tolerance(dtype));
+                    assert_close(
+                        &format!("{case} on {device} {dtype}"),
+                        &want,
+                        &got,
+                        tolerance(dtype),
+                    );
                     record(case, device, dtype);
                 }
                 Err(brotensor::Error::UnsupportedDtype { dtype: refused, .. })
                     if !brotensor::supports_dtype(device, refused).expect("listed device") =>
                 {
-                    eprintln!("parity {case}: {} {dtype} refused ({refused} unsupported, as reported)", describe(device));
+                    eprintln!(
+                        "parity {case}: {} {dtype} refused ({refused} unsupported, as reported)",
+                        describe(device)
+                    );
                 }
                 Err(e) => panic!("{case} on {device} {dtype}: {e}"),
             }

@@ -13,7 +13,11 @@ fn a_hundred_steps_keep_every_destination_buffer() {
         let mut grad = Tensor::default();
         ops::mul_out(&x, &x, &mut tmp).unwrap();
         ops::exp_backward(&x, &x, &mut grad).unwrap();
-        let ids = (acc.allocation_id(), tmp.allocation_id(), grad.allocation_id());
+        let ids = (
+            acc.allocation_id(),
+            tmp.allocation_id(),
+            grad.allocation_id(),
+        );
         for step in 0..100 {
             ops::mul_out(&x, &x, &mut tmp).unwrap(); // 0.25
             acc.add_(&tmp).unwrap();
@@ -21,19 +25,31 @@ fn a_hundred_steps_keep_every_destination_buffer() {
             ops::exp_backward(&x, &tmp, &mut grad).unwrap();
             ops::axpby_inplace(&mut acc, &grad, 1.0, 0.0).unwrap();
             assert_eq!(
-                (acc.allocation_id(), tmp.allocation_id(), grad.allocation_id()),
+                (
+                    acc.allocation_id(),
+                    tmp.allocation_id(),
+                    grad.allocation_id()
+                ),
                 ids,
                 "{d}: a buffer moved at step {step}"
             );
         }
         let got = read_f32(&acc).unwrap();
-        assert!(got.iter().all(|&v| (v - 25.0).abs() < 1e-3), "{d}: {}", got[0]);
+        assert!(
+            got.iter().all(|&v| (v - 25.0).abs() < 1e-3),
+            "{d}: {}",
+            got[0]
+        );
         // Shrinking keeps the allocation; growing past the capacity replaces it.
         let cap = acc.capacity_bytes();
         acc.resize(8, 8, Dtype::F16).unwrap();
         assert_eq!((acc.allocation_id(), acc.capacity_bytes()), (ids.0, cap));
         acc.resize(64, 64, Dtype::F32).unwrap();
-        assert_eq!(acc.allocation_id(), ids.0, "{d}: back to the high-water mark");
+        assert_eq!(
+            acc.allocation_id(),
+            ids.0,
+            "{d}: back to the high-water mark"
+        );
         acc.resize(65, 64, Dtype::F32).unwrap();
         assert_ne!(acc.allocation_id(), ids.0, "{d}: growing reallocates");
     }

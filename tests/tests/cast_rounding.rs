@@ -9,9 +9,27 @@ use half::{bf16, f16};
 /// results, signed zeros, infinities and NaN.
 fn probes() -> Vec<f32> {
     let mut v = vec![
-        0.0, -0.0, 1.0, -1.0, 65504.0, 65520.0, 65519.99, 1e6, -1e6, 1e-8, -1e-8,
-        f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MAX, f32::MIN_POSITIVE,
-        5.960_464_5e-8, 2.980_232_2e-8, 8.940_697e-8, 6.1035e-5, 6.097e-5,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        65504.0,
+        65520.0,
+        65519.99,
+        1e6,
+        -1e6,
+        1e-8,
+        -1e-8,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        5.960_464_5e-8,
+        2.980_232_2e-8,
+        8.940_697e-8,
+        6.1035e-5,
+        6.097e-5,
     ];
     // Halfway between neighbouring f16 values (ties: the even neighbour wins).
     for k in 0..8 {
@@ -30,11 +48,15 @@ fn probes() -> Vec<f32> {
 }
 
 fn bits_f16(v: &[f16]) -> Vec<u16> {
-    v.iter().map(|h| if h.is_nan() { 0x7E00 } else { h.to_bits() }).collect()
+    v.iter()
+        .map(|h| if h.is_nan() { 0x7E00 } else { h.to_bits() })
+        .collect()
 }
 
 fn bits_bf16(v: &[bf16]) -> Vec<u16> {
-    v.iter().map(|h| if h.is_nan() { 0x7FC0 } else { h.to_bits() }).collect()
+    v.iter()
+        .map(|h| if h.is_nan() { 0x7FC0 } else { h.to_bits() })
+        .collect()
 }
 
 #[test]
@@ -58,10 +80,19 @@ fn narrowing_matches_half_bit_for_bit() {
             }
             let (got, want) = match dtype {
                 Dtype::F16 => (bits_f16(&out.to_vec::<f16>().unwrap()), bits_f16(&want_h)),
-                _ => (bits_bf16(&out.to_vec::<bf16>().unwrap()), bits_bf16(&want_b)),
+                _ => (
+                    bits_bf16(&out.to_vec::<bf16>().unwrap()),
+                    bits_bf16(&want_b),
+                ),
             };
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g, w, "{d} {dtype}: {:e} ({:#010x}) -> {g:#06x}, half says {w:#06x}", x[i], x[i].to_bits());
+                assert_eq!(
+                    g,
+                    w,
+                    "{d} {dtype}: {:e} ({:#010x}) -> {g:#06x}, half says {w:#06x}",
+                    x[i],
+                    x[i].to_bits()
+                );
             }
             // Widening back is exact.
             let back = out.to_dtype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
@@ -70,7 +101,10 @@ fn narrowing_matches_half_bit_for_bit() {
                     Dtype::F16 => f16::from_bits(w).to_f32(),
                     _ => bf16::from_bits(w).to_f32(),
                 };
-                assert!(b.to_bits() == exact.to_bits() || (b.is_nan() && exact.is_nan()), "{d} {dtype} widen #{i}");
+                assert!(
+                    b.to_bits() == exact.to_bits() || (b.is_nan() && exact.is_nan()),
+                    "{d} {dtype} widen #{i}"
+                );
             }
         }
     }

@@ -10,14 +10,21 @@ fn set_default_device_and_the_environment_variable() {
     let _ = brotensor::init();
     let before = brotensor::default_device();
     brotensor::set_default_device(Device::Cpu).unwrap();
-    assert_eq!(Tensor::zeros(2, 2, Dtype::F32).unwrap().device(), Device::Cpu);
+    assert_eq!(
+        Tensor::zeros(2, 2, Dtype::F32).unwrap().device(),
+        Device::Cpu
+    );
     match brotensor::set_default_device(Device::Cuda(42)) {
         Err(Error::DeviceUnavailable { op, device, .. }) => {
             assert_eq!((op, device), ("set_default_device", Device::Cuda(42)))
         }
         other => panic!("expected DeviceUnavailable, got {other:?}"),
     }
-    assert_eq!(brotensor::default_device(), Device::Cpu, "a refused set changes nothing");
+    assert_eq!(
+        brotensor::default_device(),
+        Device::Cpu,
+        "a refused set changes nothing"
+    );
     brotensor::set_default_device(before).unwrap();
     assert_eq!(brotensor::default_device(), before);
 
@@ -25,7 +32,12 @@ fn set_default_device_and_the_environment_variable() {
     let exe = std::env::current_exe().unwrap();
     for (value, expect) in [("cpu", "default=cpu init=ok"), ("wgpu:77", "default=")] {
         let out = Command::new(&exe)
-            .args(["--ignored", "--exact", "child_reports_default", "--nocapture"])
+            .args([
+                "--ignored",
+                "--exact",
+                "child_reports_default",
+                "--nocapture",
+            ])
             .env(brotensor::DEFAULT_DEVICE_ENV, value)
             .output()
             .unwrap();
@@ -34,7 +46,10 @@ fn set_default_device_and_the_environment_variable() {
         assert!(out.status.success(), "{value}: {text}");
         assert!(text.contains(expect), "{value}: {text}");
         if value == "wgpu:77" {
-            assert!(text.contains("init=err brotensor: init: device wgpu:77 is not available"), "{text}");
+            assert!(
+                text.contains("init=err brotensor: init: device wgpu:77 is not available"),
+                "{text}"
+            );
             assert!(!text.contains("default=wgpu:77"), "{text}");
         }
     }

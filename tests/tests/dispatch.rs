@@ -14,7 +14,10 @@ fn init_is_idempotent_and_lists_the_cpu() {
     for d in &devices {
         assert!(brotensor::is_available(*d), "{d} listed but not available");
         let name = brotensor::device_name(*d).unwrap();
-        assert!(name.starts_with(&d.to_string()), "name `{name}` should start with {d}");
+        assert!(
+            name.starts_with(&d.to_string()),
+            "name `{name}` should start with {d}"
+        );
     }
     assert!(!brotensor::is_available(Device::Cuda(99)));
     assert!(!brotensor::is_available(Device::Wgpu(99)));
@@ -26,7 +29,10 @@ fn software_adapters_are_never_the_default() {
     let _ = brotensor::init();
     let default = brotensor::default_device();
     if std::env::var(brotensor::DEFAULT_DEVICE_ENV).is_err() {
-        assert!(!brotensor::is_software(default).unwrap(), "{default} is a software device");
+        assert!(
+            !brotensor::is_software(default).unwrap(),
+            "{default} is a software device"
+        );
         let hardware = gpu_devices()
             .into_iter()
             .find(|d| !brotensor::is_software(*d).unwrap());
@@ -43,7 +49,10 @@ fn scopes_override_nest_and_restore() {
     {
         let _cpu = DeviceScope::new(Device::Cpu).unwrap();
         assert_eq!(brotensor::default_device(), Device::Cpu);
-        assert_eq!(Tensor::zeros(2, 2, Dtype::F32).unwrap().device(), Device::Cpu);
+        assert_eq!(
+            Tensor::zeros(2, 2, Dtype::F32).unwrap().device(),
+            Device::Cpu
+        );
         for gpu in gpu_devices() {
             let _inner = DeviceScope::new(gpu).unwrap();
             assert_eq!(brotensor::default_device(), gpu);
@@ -81,20 +90,37 @@ fn mixed_devices_are_refused_naming_the_operand() {
         let cpu = Tensor::from_slice_on(Device::Cpu, &[1.0f32; 4], 2, 2).unwrap();
         let on_gpu = Tensor::from_slice_on(gpu, &[1.0f32; 4], 2, 2).unwrap();
         match ops::add(&cpu, &on_gpu) {
-            Err(Error::DeviceMismatch { op, operand, expected, found }) => {
-                assert_eq!((op, operand, expected, found), ("add_out", "b", Device::Cpu, gpu));
+            Err(Error::DeviceMismatch {
+                op,
+                operand,
+                expected,
+                found,
+            }) => {
+                assert_eq!(
+                    (op, operand, expected, found),
+                    ("add_out", "b", Device::Cpu, gpu)
+                );
             }
             other => panic!("expected DeviceMismatch, got {other:?}"),
         }
         // A committed output on another device than the inputs is refused too.
         let mut out = Tensor::zeros_on(Device::Cpu, 2, 2, Dtype::F32).unwrap();
         let err = ops::exp_forward(&on_gpu, &mut out).unwrap_err();
-        assert!(matches!(err, Error::DeviceMismatch { operand: "out", .. }), "{err}");
+        assert!(
+            matches!(err, Error::DeviceMismatch { operand: "out", .. }),
+            "{err}"
+        );
         let msg = err.to_string();
-        assert!(msg.starts_with("brotensor: exp_forward: operand `out` is on cpu"), "{msg}");
+        assert!(
+            msg.starts_with("brotensor: exp_forward: operand `out` is on cpu"),
+            "{msg}"
+        );
         // An in-place op with a foreign operand.
         let mut y = on_gpu.clone();
-        assert!(matches!(y.mul_(&cpu), Err(Error::DeviceMismatch { operand: "x", .. })));
+        assert!(matches!(
+            y.mul_(&cpu),
+            Err(Error::DeviceMismatch { operand: "x", .. })
+        ));
         let mut dst = Tensor::zeros_on(Device::Cpu, 1, 1, Dtype::F32).unwrap();
         assert!(matches!(
             ops::cast(&on_gpu, &mut dst, Dtype::F16),
@@ -140,13 +166,18 @@ fn sync_and_memory_queries() {
     for gpu in gpu_devices() {
         let t = Tensor::zeros_on(gpu, 256, 256, Dtype::F32).unwrap();
         brotensor::sync(gpu).unwrap();
-        let info = brotensor::memory_info(gpu).unwrap().expect("GPU memory figures");
+        let info = brotensor::memory_info(gpu)
+            .unwrap()
+            .expect("GPU memory figures");
         assert!(info.reserved >= info.in_use);
         assert!(info.in_use >= t.storage_bytes() as u64, "{info:?}");
         drop(t);
         brotensor::memory_trim(gpu).unwrap();
     }
-    assert!(matches!(brotensor::sync(Device::Wgpu(99)), Err(Error::DeviceUnavailable { .. })));
+    assert!(matches!(
+        brotensor::sync(Device::Wgpu(99)),
+        Err(Error::DeviceUnavailable { .. })
+    ));
 }
 
 #[test]

@@ -10,7 +10,10 @@ const ODD: (usize, usize) = (37, 19);
 const WIDE: (usize, usize) = (257, 1024);
 
 fn pair(lo: f32, hi: f32) -> [Input; 2] {
-    [Input::new(WIDE.0, WIDE.1, lo, hi), Input::new(WIDE.0, WIDE.1, lo, hi)]
+    [
+        Input::new(WIDE.0, WIDE.1, lo, hi),
+        Input::new(WIDE.0, WIDE.1, lo, hi),
+    ]
 }
 
 fn one((r, c): (usize, usize), lo: f32, hi: f32) -> [Input; 1] {
@@ -32,11 +35,16 @@ fn add_out_reuses_a_committed_destination() {
         ops::add_out(&t[0], &t[1], &mut out)?;
         Ok(out)
     });
-    parity("mul_out odd shape", 0xA6, &[Input::new(37, 19, -1.0, 1.0), Input::new(37, 19, -1.0, 1.0)], |t| {
-        let mut out = Tensor::default();
-        ops::mul_out(&t[0], &t[1], &mut out)?;
-        Ok(out)
-    });
+    parity(
+        "mul_out odd shape",
+        0xA6,
+        &[Input::new(37, 19, -1.0, 1.0), Input::new(37, 19, -1.0, 1.0)],
+        |t| {
+            let mut out = Tensor::default();
+            ops::mul_out(&t[0], &t[1], &mut out)?;
+            Ok(out)
+        },
+    );
 }
 
 #[test]
@@ -80,7 +88,9 @@ fn in_place_tensor_tensor() {
 
 #[test]
 fn tensor_scalar_forms() {
-    parity("add_scalar", 0xB1, &one(WIDE, -1.0, 1.0), |t| ops::add_scalar(&t[0], 0.5));
+    parity("add_scalar", 0xB1, &one(WIDE, -1.0, 1.0), |t| {
+        ops::add_scalar(&t[0], 0.5)
+    });
     parity("sub_scalar_out", 0xB2, &one(ODD, -1.0, 1.0), |t| {
         let mut out = Tensor::default();
         ops::sub_scalar_out(&t[0], 0.25, &mut out)?;
@@ -91,7 +101,9 @@ fn tensor_scalar_forms() {
         y.mul_scalar_(-3.0)?;
         Ok(y)
     });
-    parity("div_scalar", 0xB4, &one(ODD, -1.0, 1.0), |t| ops::div_scalar(&t[0], 3.0));
+    parity("div_scalar", 0xB4, &one(ODD, -1.0, 1.0), |t| {
+        ops::div_scalar(&t[0], 3.0)
+    });
     parity("add_scalar_inplace", 0xB5, &one(WIDE, -1.0, 1.0), |t| {
         let mut y = t[0].clone();
         ops::add_scalar_inplace(&mut y, -0.75)?;
@@ -135,11 +147,21 @@ fn math_forward_all_forms() {
         y.exp_()?;
         Ok(y)
     });
-    parity("log_forward", 0xD3, &one(WIDE, 0.05, 8.0), |t| ops::log(&t[0]));
-    parity("sin_forward", 0xD4, &one(WIDE, -6.0, 6.0), |t| ops::sin(&t[0]));
-    parity("cos_forward", 0xD5, &one(ODD, -6.0, 6.0), |t| ops::cos(&t[0]));
-    parity("rsqrt_forward", 0xD6, &one(WIDE, 0.05, 9.0), |t| ops::rsqrt(&t[0]));
-    parity("round_forward", 0xD7, &one(WIDE, -20.0, 20.0), |t| ops::round(&t[0]));
+    parity("log_forward", 0xD3, &one(WIDE, 0.05, 8.0), |t| {
+        ops::log(&t[0])
+    });
+    parity("sin_forward", 0xD4, &one(WIDE, -6.0, 6.0), |t| {
+        ops::sin(&t[0])
+    });
+    parity("cos_forward", 0xD5, &one(ODD, -6.0, 6.0), |t| {
+        ops::cos(&t[0])
+    });
+    parity("rsqrt_forward", 0xD6, &one(WIDE, 0.05, 9.0), |t| {
+        ops::rsqrt(&t[0])
+    });
+    parity("round_forward", 0xD7, &one(WIDE, -20.0, 20.0), |t| {
+        ops::round(&t[0])
+    });
     parity("log_", 0xD8, &one(ODD, 0.1, 4.0), |t| {
         let mut y = t[0].clone();
         y.log_()?;
@@ -149,21 +171,52 @@ fn math_forward_all_forms() {
 
 #[test]
 fn math_backward() {
-    let two = |lo: f32, hi: f32| [Input::new(WIDE.0, WIDE.1, lo, hi), Input::new(WIDE.0, WIDE.1, -1.0, 1.0)];
+    let two = |lo: f32, hi: f32| {
+        [
+            Input::new(WIDE.0, WIDE.1, lo, hi),
+            Input::new(WIDE.0, WIDE.1, -1.0, 1.0),
+        ]
+    };
     let grad = |f: fn(&Tensor, &Tensor, &mut Tensor) -> brotensor::Result<()>| {
         move |t: &[Tensor]| {
             // A stale, larger destination: the gradient must overwrite it, not accumulate.
-            let mut dx = Tensor::zeros_on(t[0].device(), t[0].rows() + 3, t[0].cols(), t[0].dtype())?;
+            let mut dx =
+                Tensor::zeros_on(t[0].device(), t[0].rows() + 3, t[0].cols(), t[0].dtype())?;
             ops::fill(&mut dx, 7.0)?;
             f(&t[0], &t[1], &mut dx)?;
             Ok(dx)
         }
     };
-    parity("exp_backward", 0xE1, &two(-3.0, 3.0), grad(ops::exp_backward));
-    parity("log_backward", 0xE2, &two(0.1, 4.0), grad(ops::log_backward));
-    parity("sin_backward", 0xE3, &two(-6.0, 6.0), grad(ops::sin_backward));
-    parity("cos_backward", 0xE4, &two(-6.0, 6.0), grad(ops::cos_backward));
-    parity("rsqrt_backward", 0xE5, &two(0.2, 2.0), grad(ops::rsqrt_backward));
+    parity(
+        "exp_backward",
+        0xE1,
+        &two(-3.0, 3.0),
+        grad(ops::exp_backward),
+    );
+    parity(
+        "log_backward",
+        0xE2,
+        &two(0.1, 4.0),
+        grad(ops::log_backward),
+    );
+    parity(
+        "sin_backward",
+        0xE3,
+        &two(-6.0, 6.0),
+        grad(ops::sin_backward),
+    );
+    parity(
+        "cos_backward",
+        0xE4,
+        &two(-6.0, 6.0),
+        grad(ops::cos_backward),
+    );
+    parity(
+        "rsqrt_backward",
+        0xE5,
+        &two(0.2, 2.0),
+        grad(ops::rsqrt_backward),
+    );
     parity("round_backward", 0xE6, &one(WIDE, -1.0, 1.0), |t| {
         let mut dx = Tensor::default();
         ops::round_backward(&t[0], &mut dx)?;

@@ -12,8 +12,20 @@ fn all_devices() -> Vec<Device> {
 fn factories_check_sizes() {
     for d in all_devices() {
         let e = Tensor::from_slice_on(d, &[1.0f32; 5], 2, 3).unwrap_err();
-        assert!(matches!(e, Error::Shape { op: "from_slice", .. }), "{e}");
-        assert_eq!(e.to_string(), "brotensor: from_slice: 5 elements given for a 2 x 3 tensor");
+        assert!(
+            matches!(
+                e,
+                Error::Shape {
+                    op: "from_slice",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "brotensor: from_slice: 5 elements given for a 2 x 3 tensor"
+        );
         let e = Tensor::empty_on(d, usize::MAX, 2, Dtype::F32).unwrap_err();
         assert!(matches!(e, Error::Shape { op: "empty", .. }), "{e}");
         let e = Tensor::zeros_on(d, 1 << 62, 4, Dtype::F32).unwrap_err();
@@ -28,10 +40,17 @@ fn factories_check_sizes() {
         let ok = Tensor::from_raw_bytes_on(d, &[7u8; 36], 1, 64, Dtype::Q4_0).unwrap();
         assert_eq!(ok.to_bytes().unwrap(), vec![7u8; 36]);
         let mut t = Tensor::zeros_on(d, 2, 2, Dtype::F32).unwrap();
-        assert!(matches!(t.resize(3, 100, Dtype::Q4_K), Err(Error::Shape { op: "resize", .. })));
+        assert!(matches!(
+            t.resize(3, 100, Dtype::Q4_K),
+            Err(Error::Shape { op: "resize", .. })
+        ));
         assert!(matches!(
             t.to_vec::<half::f16>(),
-            Err(Error::Dtype { op: "to_vec", found: Dtype::F32, .. })
+            Err(Error::Dtype {
+                op: "to_vec",
+                found: Dtype::F32,
+                ..
+            })
         ));
     }
 }
@@ -52,8 +71,14 @@ fn mismatched_shapes_are_refused_by_every_binary_op() {
             ("add_inplace_batched", ops::add_inplace_batched(&mut y, &b)),
             ("mul_inplace", ops::mul_inplace(&mut y, &b)),
             ("axpby_inplace", ops::axpby_inplace(&mut y, &b, 1.0, 1.0)),
-            ("exp_backward", ops::exp_backward(&a, &b, &mut Tensor::default())),
-            ("rsqrt_backward", ops::rsqrt_backward(&a, &b, &mut Tensor::default())),
+            (
+                "exp_backward",
+                ops::exp_backward(&a, &b, &mut Tensor::default()),
+            ),
+            (
+                "rsqrt_backward",
+                ops::rsqrt_backward(&a, &b, &mut Tensor::default()),
+            ),
         ];
         for (op, r) in results {
             match r {
@@ -73,19 +98,35 @@ fn wrong_dtypes_are_refused() {
         // Non-float operands.
         let i = Tensor::from_slice_on(d, &[1i32, 2, 3], 3, 1).unwrap();
         match ops::exp(&i) {
-            Err(Error::Dtype { op: "exp_forward", operand: "x", found: Dtype::I32, .. }) => {}
+            Err(Error::Dtype {
+                op: "exp_forward",
+                operand: "x",
+                found: Dtype::I32,
+                ..
+            }) => {}
             other => panic!("{d}: {other:?}"),
         }
         let mut q = Tensor::from_raw_bytes_on(d, &[0u8; 34], 1, 32, Dtype::Q8_0).unwrap();
-        assert!(matches!(ops::fill(&mut q, 1.0), Err(Error::Dtype { op: "fill", .. })));
+        assert!(matches!(
+            ops::fill(&mut q, 1.0),
+            Err(Error::Dtype { op: "fill", .. })
+        ));
         assert!(matches!(
             ops::cast(&i, &mut Tensor::default(), Dtype::F32),
-            Err(Error::Dtype { op: "cast", operand: "src", .. })
+            Err(Error::Dtype {
+                op: "cast",
+                operand: "src",
+                ..
+            })
         ));
         let f = Tensor::zeros_on(d, 3, 1, Dtype::F32).unwrap();
         assert!(matches!(
             ops::cast(&f, &mut Tensor::default(), Dtype::I8),
-            Err(Error::Dtype { op: "cast", operand: "dtype", .. })
+            Err(Error::Dtype {
+                op: "cast",
+                operand: "dtype",
+                ..
+            })
         ));
         // The same dtype is a byte copy for every dtype, integers included.
         let mut copy = Tensor::default();
@@ -103,12 +144,29 @@ fn mixed_dtypes_are_refused() {
         let a = Tensor::zeros_on(d, 2, 2, Dtype::F32).unwrap();
         let b = Tensor::zeros_on(d, 2, 2, Dtype::F16).unwrap();
         let e = ops::add(&a, &b).unwrap_err();
-        assert!(matches!(e, Error::Dtype { op: "add_out", operand: "b", found: Dtype::F16, .. }), "{e}");
-        assert_eq!(e.to_string(), "brotensor: add_out: operand `b` is F16; must match `a` (F32)");
+        assert!(
+            matches!(
+                e,
+                Error::Dtype {
+                    op: "add_out",
+                    operand: "b",
+                    found: Dtype::F16,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "brotensor: add_out: operand `b` is F16; must match `a` (F32)"
+        );
     }
     // On the CPU an F16 pair fails earlier: the CPU computes in F32 only.
     let a = Tensor::zeros_on(Device::Cpu, 2, 2, Dtype::F16).unwrap();
-    assert!(matches!(ops::add(&a, &a), Err(Error::UnsupportedDtype { .. })));
+    assert!(matches!(
+        ops::add(&a, &a),
+        Err(Error::UnsupportedDtype { .. })
+    ));
 }
 
 #[test]
@@ -120,10 +178,17 @@ fn unsupported_dtypes_on_a_device_are_errors() {
             }
             let t = Tensor::zeros_on(d, 4, 4, dtype).unwrap();
             match ops::sin(&t) {
-                Err(Error::UnsupportedDtype { op, dtype: got, device }) => {
+                Err(Error::UnsupportedDtype {
+                    op,
+                    dtype: got,
+                    device,
+                }) => {
                     assert_eq!((op, got, device), ("sin_forward", dtype, d));
                     let msg = ops::sin(&t).unwrap_err().to_string();
-                    assert_eq!(msg, format!("brotensor: sin_forward: {dtype} is not supported on {d}"));
+                    assert_eq!(
+                        msg,
+                        format!("brotensor: sin_forward: {dtype} is not supported on {d}")
+                    );
                 }
                 other => panic!("{d} {dtype}: expected UnsupportedDtype, got {other:?}"),
             }
@@ -139,11 +204,18 @@ fn unsupported_dtypes_on_a_device_are_errors() {
 fn unavailable_devices_are_errors() {
     for d in [Device::Cuda(64), Device::Wgpu(64)] {
         match Tensor::zeros_on(d, 2, 2, Dtype::F32) {
-            Err(Error::DeviceUnavailable { op: "empty", device, .. }) => assert_eq!(device, d),
+            Err(Error::DeviceUnavailable {
+                op: "empty",
+                device,
+                ..
+            }) => assert_eq!(device, d),
             other => panic!("{d}: {other:?}"),
         }
         let t = Tensor::zeros_on(Device::Cpu, 2, 2, Dtype::F32).unwrap();
-        assert!(matches!(t.to(d), Err(Error::DeviceUnavailable { op: "to", .. })));
+        assert!(matches!(
+            t.to(d),
+            Err(Error::DeviceUnavailable { op: "to", .. })
+        ));
         assert!(brotensor::device_name(d).is_err());
     }
 }

@@ -7,7 +7,10 @@ use brotensor_tests::gpu_devices;
 fn uncommitted_and_empty_tensors_are_distinct() {
     let u = Tensor::default();
     assert!(!u.is_committed());
-    assert_eq!((u.shape(), u.allocation_id(), u.capacity_bytes()), ((0, 0), None, 0));
+    assert_eq!(
+        (u.shape(), u.allocation_id(), u.capacity_bytes()),
+        ((0, 0), None, 0)
+    );
     assert_eq!(u.to_vec::<f32>().unwrap(), Vec::<f32>::new());
     assert!(!u.to(Device::Cpu).unwrap().is_committed());
     for d in std::iter::once(Device::Cpu).chain(gpu_devices()) {
@@ -28,7 +31,11 @@ fn every_elementwise_op_accepts_zero_elements() {
         let mut y = e.clone();
         let check = |t: brotensor::Result<Tensor>, what: &str| {
             let t = t.unwrap_or_else(|err| panic!("{what} on {d}: {err}"));
-            assert_eq!((t.shape(), t.device(), t.is_committed()), ((3, 0), d, true), "{what}");
+            assert_eq!(
+                (t.shape(), t.device(), t.is_committed()),
+                ((3, 0), d, true),
+                "{what}"
+            );
         };
         check(ops::add(&e, &e), "add");
         check(ops::div_scalar(&e, 2.0), "div_scalar");

@@ -152,7 +152,9 @@ impl ElementwiseOps for CpuBackend {
             (Src::Tensor(x), Src::Tensor(y)) => {
                 ew::map_binary(x.host::<f32>(), y.host::<f32>(), out.host_mut::<f32>(), f)
             }
-            (Src::Out, Src::Tensor(y)) => ew::map_binary_inplace(out.host_mut::<f32>(), y.host(), f),
+            (Src::Out, Src::Tensor(y)) => {
+                ew::map_binary_inplace(out.host_mut::<f32>(), y.host(), f)
+            }
             (Src::Tensor(x), Src::Out) => {
                 ew::map_binary_inplace(out.host_mut::<f32>(), x.host(), move |o, x| f(x, o))
             }

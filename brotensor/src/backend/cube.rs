@@ -66,7 +66,10 @@ fn gpu(storage: &Storage) -> &Handle {
 }
 
 fn out_handle(t: &Tensor) -> Handle {
-    gpu(t.storage().expect("ops commit their output before the backend runs")).clone()
+    gpu(t
+        .storage()
+        .expect("ops commit their output before the backend runs"))
+    .clone()
 }
 
 fn src_handle(src: Src<'_>) -> Option<Handle> {

@@ -9,9 +9,9 @@
 pub(crate) mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;
+mod elementwise;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod probe;
-mod elementwise;
 pub(crate) mod storage;
 
 pub(crate) use elementwise::{Binary, ElementwiseOps, Src, Unary};

@@ -43,7 +43,10 @@ pub(crate) fn cuda_backends() -> Vec<Box<dyn Backend>> {
             let client = guarded(&format!("cuda:{i}"), || {
                 CudaRuntime::client(&CudaDevice { index: i })
             })?;
-            Some(Box::new(CubeBackend::new(Device::Cuda(i), client, name, false)) as Box<dyn Backend>)
+            Some(
+                Box::new(CubeBackend::new(Device::Cuda(i), client, name, false))
+                    as Box<dyn Backend>,
+            )
         })
         .collect()
 }
@@ -97,8 +100,12 @@ pub(crate) fn wgpu_backends() -> Vec<Box<dyn Backend>> {
                 WgpuRuntime::client(&device)
             })?;
             let software = rank == 3;
-            Some(Box::new(CubeBackend::new(Device::Wgpu(ordinal), client, what, software))
-                as Box<dyn Backend>)
+            Some(Box::new(CubeBackend::new(
+                Device::Wgpu(ordinal),
+                client,
+                what,
+                software,
+            )) as Box<dyn Backend>)
         })
         .collect()
 }

@@ -1,0 +1,111 @@
+//! The tour: lists every device brotensor found and runs real work on each, checking the
+//! result against the CPU reference and timing it.
+//!
+//! Run: `cargo run -p brotensor --example tour` (the README's main job).
+
+use std::time::Instant;
+
+use brotensor::{ops, Device, Dtype, Tensor};
+
+/// Elements per tensor (16 Mi: 64 MiB in F32).
+const N: usize = 1 << 24;
+const COLS: usize = 4096;
+
+/// One step of a toy update: `w = clamp(w*0.9 + 0.1*exp(-x^2), 0, 1)`, with a round trip
+/// through 16-bit storage when `dtype` is F16 or BF16. Returns the result as F32 values.
+fn step(device: Device, x_host: &[f32], w_host: &[f32], dtype: Dtype) -> brotensor::Result<Tensor> {
+    let rows = x_host.len() / COLS;
+    let x = Tensor::from_slice_on(device, x_host, rows, COLS)?.to_dtype(dtype)?;
+    let mut w = Tensor::from_slice_on(device, w_host, rows, COLS)?.to_dtype(dtype)?;
+    let mut g = Tensor::default();
+    ops::mul_out(&x, &x, &mut g)?; // x^2
+    g.mul_scalar_(-1.0)?;
+    g.exp_()?; // exp(-x^2)
+    ops::axpby_inplace(&mut w, &g, 0.9, 0.1)?;
+    ops::clamp(&mut w, 0.0, 1.0)?;
+    w.to_dtype(Dtype::F32)
+}
+
+fn main() -> brotensor::Result<()> {
+    if let Err(e) = brotensor::init() {
+        eprintln!("warning: {e}");
+    }
+    println!("brotensor tour: {} elements per tensor", N);
+    println!("default device: {}", brotensor::default_device());
+    println!("devices:");
+    let devices = brotensor::available_devices();
+    for &d in &devices {
+        let dtypes: Vec<String> = [Dtype::F32, Dtype::F16, Dtype::BF16]
+            .into_iter()
+            .filter(|&t| brotensor::supports_dtype(d, t).unwrap_or(false))
+            .map(|t| t.to_string())
+            .collect();
+        let kind = if brotensor::is_software(d)? {
+            ", software"
+        } else {
+            ""
+        };
+        println!(
+            "  {:<60} computes {}{kind}",
+            brotensor::device_name(d)?,
+            dtypes.join("/")
+        );
+    }
+
+    let x: Vec<f32> = (0..N)
+        .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    let w: Vec<f32> = (0..N)
+        .map(|i| ((i * 104_729) % 1000) as f32 / 1000.0)
+        .collect();
+    let reference = step(Device::Cpu, &x, &w, Dtype::F32)?.to_vec::<f32>()?;
+
+    println!();
+    println!(
+        "{:<12} {:<6} {:>10} {:>12}  check",
+        "device", "dtype", "time ms", "max |err|"
+    );
+    let mut failed = false;
+    for &d in &devices {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+            if d != Device::Cpu && !brotensor::supports_dtype(d, dtype)? {
+                continue;
+            }
+            if d == Device::Cpu && dtype != Dtype::F32 {
+                continue; // the CPU is the FP32 reference
+            }
+            // Warm up (kernel compilation), then time a second run.
+            step(d, &x, &w, dtype)?;
+            brotensor::sync(d)?;
+            let t0 = Instant::now();
+            let out = step(d, &x, &w, dtype)?;
+            let got = out.to_vec::<f32>()?; // reading back synchronizes
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            let err = got
+                .iter()
+                .zip(&reference)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            let tol = match dtype {
+                Dtype::F32 => 1e-5,
+                Dtype::F16 => 2e-3,
+                _ => 1e-2,
+            };
+            let ok = err <= tol;
+            failed |= !ok;
+            println!(
+                "{:<12} {:<6} {:>10.1} {:>12.2e}  {}",
+                d.to_string(),
+                dtype.to_string(),
+                ms,
+                err,
+                if ok { "ok" } else { "FAILED" }
+            );
+        }
+    }
+    if failed {
+        eprintln!("a device disagreed with the CPU reference");
+        std::process::exit(1);
+    }
+    Ok(())
+}

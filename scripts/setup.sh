@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Makes sure a Vulkan driver is present, so that the wgpu backend has a device: on a machine
+# with no Vulkan ICD, installs Mesa's software Vulkan driver (lavapipe) when run as root.
+# Sourced by the other scripts; safe to run twice.
+set -euo pipefail
+
+have_icd() {
+  ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json 2>/dev/null | grep -q .
+}
+
+if ! have_icd || ! ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing the Mesa Vulkan drivers (software device for wgpu)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+  else
+    echo "setup: no Vulkan driver found and cannot install one (not root or no apt-get);"
+    echo "       install mesa-vulkan-drivers and libvulkan1, or run on a machine with a GPU driver"
+  fi
+fi
+
+# Mesa warns on every start without a runtime dir.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/brotensor-xdg-$(id -u)}"
+mkdir -p "$XDG_RUNTIME_DIR"
+chmod 700 "$XDG_RUNTIME_DIR"
