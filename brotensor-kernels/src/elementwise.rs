@@ -165,6 +165,13 @@ fn fill_kernel<E: Numeric, N: Size>(out: &mut Array<Vector<E, N>>, value: f32) {
 }
 
 #[cube(launch_unchecked)]
+fn fill_words_kernel<N: Size>(out: &mut Array<Vector<u32, N>>, word: u32) {
+    if ABSOLUTE_POS < out.len() {
+        out[ABSOLUTE_POS] = Vector::new(word);
+    }
+}
+
+#[cube(launch_unchecked)]
 fn copy_kernel<E: Numeric, N: Size>(x: &Array<Vector<E, N>>, out: &mut Array<Vector<E, N>>) {
     if ABSOLUTE_POS < out.len() {
         out[ABSOLUTE_POS] = x[ABSOLUTE_POS];
@@ -181,7 +188,11 @@ pub enum Source<'a> {
 }
 
 fn max_vector<R: Runtime>(client: &ComputeClient<R>) -> usize {
-    client.properties().hardware.max_vector_size.clamp(1, crate::MAX_VECTOR_SIZE)
+    client
+        .properties()
+        .hardware
+        .max_vector_size
+        .clamp(1, crate::MAX_VECTOR_SIZE)
 }
 
 /// Builds the array argument for an input: its own buffer, or an alias of the output.
@@ -332,6 +343,33 @@ pub fn launch_fill<R: Runtime, E: Numeric + CubeElement>(
             vs,
             ArrayArg::from_raw_parts(out.clone(), len),
             value,
+        );
+    }
+    Ok(())
+}
+
+/// `out[i] = word` over `len` 32-bit words (zeroing, and fills of packed 16-bit values).
+pub fn launch_fill_words<R: Runtime>(
+    client: &ComputeClient<R>,
+    out: &Handle,
+    len: usize,
+    word: u32,
+) -> Result<(), LaunchError> {
+    if len == 0 {
+        return Ok(());
+    }
+    check_len("out", out, len, 4)?;
+    let vs = vector_size_for(len, max_vector(client));
+    let (count, dim) = grid_1d(client, len / vs)?;
+    // SAFETY: as in `launch_unary`.
+    unsafe {
+        fill_words_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            dim,
+            vs,
+            ArrayArg::from_raw_parts(out.clone(), len),
+            word,
         );
     }
     Ok(())

@@ -33,3 +33,8 @@ pub use runtime::{
     sync_all, DeviceScope, MemoryInfo, DEFAULT_DEVICE_ENV,
 };
 pub use tensor::{Element, Tensor};
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

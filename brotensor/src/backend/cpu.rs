@@ -2,6 +2,7 @@
 
 use brotensor_cpu::{cast as cpu_cast, elementwise as ew};
 use half::{bf16, f16};
+use rayon::prelude::*;
 
 use super::storage::HostBuffer;
 use super::{Backend, Binary, ElementwiseOps, MemoryInfo, OnDevice, Src, Storage, Unary};
@@ -49,12 +50,12 @@ impl Backend for CpuBackend {
     }
 
     fn alloc(&self, bytes: usize) -> Result<Storage> {
-        Ok(Storage::Host(HostBuffer::zeroed(bytes)))
+        Ok(Storage::Host(HostBuffer::new(bytes)))
     }
 
     fn upload(&self, bytes: &[u8]) -> Result<Storage> {
-        let mut buf = HostBuffer::zeroed(bytes.len());
-        buf.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        let mut buf = HostBuffer::new(bytes.len());
+        copy_bytes(&mut buf.bytes_mut()[..bytes.len()], bytes);
         Ok(Storage::Host(buf))
     }
 
@@ -63,12 +64,17 @@ impl Backend for CpuBackend {
     }
 
     fn copy(&self, src: &Storage, dst: &mut Storage, bytes: usize) -> Result<()> {
-        host_mut(dst).bytes_mut()[..bytes].copy_from_slice(&host(src).bytes()[..bytes]);
+        copy_bytes(
+            &mut host_mut(dst).bytes_mut()[..bytes],
+            &host(src).bytes()[..bytes],
+        );
         Ok(())
     }
 
     fn zero(&self, dst: &mut Storage, bytes: usize) -> Result<()> {
-        host_mut(dst).bytes_mut()[..bytes].fill(0);
+        host_mut(dst).bytes_mut()[..bytes]
+            .par_chunks_mut(COPY_CHUNK)
+            .for_each(|c| c.fill(0));
         Ok(())
     }
 
@@ -81,8 +87,19 @@ impl Backend for CpuBackend {
     }
 
     fn trim(&self) -> Result<()> {
+        super::host_pool::clear();
         Ok(())
     }
+}
+
+/// Bytes per parallel task of host copies and fills.
+const COPY_CHUNK: usize = 1 << 18;
+
+/// `dst.copy_from_slice(src)` on all cores.
+fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    dst.par_chunks_mut(COPY_CHUNK)
+        .zip(src.par_chunks(COPY_CHUNK))
+        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// The scalar math of a unary instruction with its parameters bound.

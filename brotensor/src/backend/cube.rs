@@ -1,5 +1,6 @@
 //! The GPU backend: one implementation, generic over the CubeCL runtime (CUDA or wgpu).
 
+use brotensor_kernels::bf16_words as w;
 use brotensor_kernels::elementwise::{self as k, Source};
 use brotensor_kernels::LaunchError;
 use cubecl::prelude::*;
@@ -21,6 +22,7 @@ pub(crate) struct CubeBackend<R: Runtime> {
     description: String,
     software: bool,
     f16: bool,
+    /// Native bf16 arithmetic; without it BF16 runs as packed words (`bf16_words`).
     bf16: bool,
 }
 
@@ -105,7 +107,8 @@ impl<R: Runtime> Backend for CubeBackend<R> {
         match dtype {
             Dtype::F32 => true,
             Dtype::F16 => self.f16,
-            Dtype::BF16 => self.bf16,
+            // Natively, or as packed 16-bit words widened in the kernels.
+            Dtype::BF16 => true,
             _ => false,
         }
     }
@@ -146,7 +149,7 @@ impl<R: Runtime> Backend for CubeBackend<R> {
 
     fn zero(&self, dst: &mut Storage, bytes: usize) -> Result<()> {
         let words = bytes.div_ceil(4);
-        k::launch_fill::<R, u32>(&self.client, gpu(dst), words, 0.0)
+        k::launch_fill_words(&self.client, gpu(dst), words, 0)
             .map_err(|e| self.launch_error("zero", e))
     }
 
@@ -194,55 +197,114 @@ macro_rules! with_float {
     };
 }
 
-fn launch_unary_op<R: Runtime, F: Float + CubeElement>(
-    client: &ComputeClient<R>,
-    op: Unary,
-    x: Source<'_>,
-    out: &Handle,
-    len: usize,
-    a: f32,
-    b: f32,
-) -> Result<(), LaunchError> {
-    use k::launch_unary as l;
-    match op {
-        Unary::Identity => l::<R, F, k::Identity>(client, x, out, len, a, b),
-        Unary::AddScalar => l::<R, F, k::AddScalar>(client, x, out, len, a, b),
-        Unary::SubScalar => l::<R, F, k::SubScalar>(client, x, out, len, a, b),
-        Unary::MulScalar => l::<R, F, k::MulScalar>(client, x, out, len, a, b),
-        Unary::DivScalar => l::<R, F, k::DivScalar>(client, x, out, len, a, b),
-        Unary::Clamp => l::<R, F, k::Clamp>(client, x, out, len, a, b),
-        Unary::Exp => l::<R, F, k::Exp>(client, x, out, len, a, b),
-        Unary::Log => l::<R, F, k::Log>(client, x, out, len, a, b),
-        Unary::Sin => l::<R, F, k::Sin>(client, x, out, len, a, b),
-        Unary::Cos => l::<R, F, k::Cos>(client, x, out, len, a, b),
-        Unary::Rsqrt => l::<R, F, k::Rsqrt>(client, x, out, len, a, b),
-        Unary::Round => l::<R, F, k::Round>(client, x, out, len, a, b),
-    }
+/// Calls `$body` with `$O` bound to the kernel instruction of a [`Unary`].
+macro_rules! with_unary {
+    ($op:expr, |$O:ident| $body:expr) => {
+        match $op {
+            Unary::Identity => {
+                type $O = k::Identity;
+                $body
+            }
+            Unary::AddScalar => {
+                type $O = k::AddScalar;
+                $body
+            }
+            Unary::SubScalar => {
+                type $O = k::SubScalar;
+                $body
+            }
+            Unary::MulScalar => {
+                type $O = k::MulScalar;
+                $body
+            }
+            Unary::DivScalar => {
+                type $O = k::DivScalar;
+                $body
+            }
+            Unary::Clamp => {
+                type $O = k::Clamp;
+                $body
+            }
+            Unary::Exp => {
+                type $O = k::Exp;
+                $body
+            }
+            Unary::Log => {
+                type $O = k::Log;
+                $body
+            }
+            Unary::Sin => {
+                type $O = k::Sin;
+                $body
+            }
+            Unary::Cos => {
+                type $O = k::Cos;
+                $body
+            }
+            Unary::Rsqrt => {
+                type $O = k::Rsqrt;
+                $body
+            }
+            Unary::Round => {
+                type $O = k::Round;
+                $body
+            }
+        }
+    };
 }
 
-#[allow(clippy::too_many_arguments)]
-fn launch_binary_op<R: Runtime, F: Float + CubeElement>(
-    client: &ComputeClient<R>,
-    op: Binary,
-    x: Source<'_>,
-    y: Source<'_>,
-    out: &Handle,
-    len: usize,
-    a: f32,
-    b: f32,
-) -> Result<(), LaunchError> {
-    use k::launch_binary as l;
-    match op {
-        Binary::Add => l::<R, F, k::Add>(client, x, y, out, len, a, b),
-        Binary::Sub => l::<R, F, k::Sub>(client, x, y, out, len, a, b),
-        Binary::Mul => l::<R, F, k::Mul>(client, x, y, out, len, a, b),
-        Binary::Div => l::<R, F, k::Div>(client, x, y, out, len, a, b),
-        Binary::Axpby => l::<R, F, k::Axpby>(client, x, y, out, len, a, b),
-        Binary::ExpBackward => l::<R, F, k::ExpBackward>(client, x, y, out, len, a, b),
-        Binary::LogBackward => l::<R, F, k::LogBackward>(client, x, y, out, len, a, b),
-        Binary::SinBackward => l::<R, F, k::SinBackward>(client, x, y, out, len, a, b),
-        Binary::CosBackward => l::<R, F, k::CosBackward>(client, x, y, out, len, a, b),
-        Binary::RsqrtBackward => l::<R, F, k::RsqrtBackward>(client, x, y, out, len, a, b),
+/// Calls `$body` with `$O` bound to the kernel instruction of a [`Binary`].
+macro_rules! with_binary {
+    ($op:expr, |$O:ident| $body:expr) => {
+        match $op {
+            Binary::Add => {
+                type $O = k::Add;
+                $body
+            }
+            Binary::Sub => {
+                type $O = k::Sub;
+                $body
+            }
+            Binary::Mul => {
+                type $O = k::Mul;
+                $body
+            }
+            Binary::Div => {
+                type $O = k::Div;
+                $body
+            }
+            Binary::Axpby => {
+                type $O = k::Axpby;
+                $body
+            }
+            Binary::ExpBackward => {
+                type $O = k::ExpBackward;
+                $body
+            }
+            Binary::LogBackward => {
+                type $O = k::LogBackward;
+                $body
+            }
+            Binary::SinBackward => {
+                type $O = k::SinBackward;
+                $body
+            }
+            Binary::CosBackward => {
+                type $O = k::CosBackward;
+                $body
+            }
+            Binary::RsqrtBackward => {
+                type $O = k::RsqrtBackward;
+                $body
+            }
+        }
+    };
+}
+
+impl<R: Runtime> CubeBackend<R> {
+    /// Whether `dtype` runs as packed bf16 words on this device.
+    fn words(&self, dtype: Dtype) -> bool {
+        dtype == Dtype::BF16 && !self.bf16
     }
 }
 
@@ -258,16 +320,15 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
     ) -> Result<()> {
         let xh = src_handle(x);
         let oh = out_handle(out);
-        let len = out.numel();
-        with_float!(out.dtype(), |F| launch_unary_op::<R, F>(
-            &self.client,
-            op,
-            source(&xh),
-            &oh,
-            len,
-            a,
-            b
-        ))
+        let (c, len, x) = (&self.client, out.numel(), source(&xh));
+        let words = self.words(out.dtype());
+        with_unary!(op, |O| if words {
+            w::launch_unary_words::<R, O>(c, x, &oh, len, a, b)
+        } else {
+            with_float!(out.dtype(), |F| k::launch_unary::<R, F, O>(
+                c, x, &oh, len, a, b
+            ))
+        })
         .map_err(|e| self.launch_error(name, e))
     }
 
@@ -283,33 +344,45 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
     ) -> Result<()> {
         let (xh, yh) = (src_handle(x), src_handle(y));
         let oh = out_handle(out);
-        let len = out.numel();
-        with_float!(out.dtype(), |F| launch_binary_op::<R, F>(
-            &self.client,
-            op,
-            source(&xh),
-            source(&yh),
-            &oh,
-            len,
-            a,
-            b
-        ))
+        let (c, len, x, y) = (&self.client, out.numel(), source(&xh), source(&yh));
+        let words = self.words(out.dtype());
+        with_binary!(op, |O| if words {
+            w::launch_binary_words::<R, O>(c, x, y, &oh, len, a, b)
+        } else {
+            with_float!(out.dtype(), |F| k::launch_binary::<R, F, O>(
+                c, x, y, &oh, len, a, b
+            ))
+        })
         .map_err(|e| self.launch_error(name, e))
     }
 
     fn cast(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
         let xh = out_handle(x);
         let oh = out_handle(out);
-        let len = out.numel();
-        with_float!(x.dtype(), |I| with_float!(out.dtype(), |O| {
-            k::launch_cast::<R, I, O>(&self.client, &xh, &oh, len)
-        }))
+        let (c, len) = (&self.client, out.numel());
+        match (self.words(x.dtype()), self.words(out.dtype())) {
+            (false, false) => with_float!(x.dtype(), |I| with_float!(out.dtype(), |O| {
+                k::launch_cast::<R, I, O>(c, &xh, &oh, len)
+            })),
+            (true, false) => with_float!(out.dtype(), |O| {
+                w::launch_words_to_float::<R, O>(c, &xh, &oh, len)
+            }),
+            (false, true) => with_float!(x.dtype(), |I| {
+                w::launch_float_to_words::<R, I>(c, &xh, &oh, len)
+            }),
+            (true, true) => unreachable!("a same-dtype cast is a copy"),
+        }
         .map_err(|e| self.launch_error("cast", e))
     }
 
     fn fill(&self, out: &mut Tensor, value: f32) -> Result<()> {
         let oh = out_handle(out);
         let len = out.numel();
+        if self.words(out.dtype()) {
+            let bits = u32::from(bf16::from_f32(value).to_bits());
+            return k::launch_fill_words(&self.client, &oh, w::words_for(len), bits | bits << 16)
+                .map_err(|e| self.launch_error("fill", e));
+        }
         with_float!(out.dtype(), |F| k::launch_fill::<R, F>(
             &self.client,
             &oh,

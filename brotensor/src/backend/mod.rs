@@ -10,6 +10,7 @@ pub(crate) mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;
 mod elementwise;
+mod host_pool;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod probe;
 pub(crate) mod storage;

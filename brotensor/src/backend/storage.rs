@@ -26,10 +26,10 @@ pub(crate) struct HostBuffer {
 }
 
 impl HostBuffer {
-    /// A zero-filled buffer of at least `bytes` bytes.
-    pub(crate) fn zeroed(bytes: usize) -> Self {
+    /// A buffer of at least `bytes` bytes from the host pool; contents undefined.
+    pub(crate) fn new(bytes: usize) -> Self {
         HostBuffer {
-            words: vec![0u64; bytes.div_ceil(8)],
+            words: super::host_pool::take(bytes),
         }
     }
 
@@ -43,6 +43,12 @@ impl HostBuffer {
 
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         bytemuck::cast_slice_mut(&mut self.words)
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        super::host_pool::give(std::mem::take(&mut self.words));
     }
 }
 

@@ -1,0 +1,122 @@
+//! Element-wise throughput on every device, as GB/s and as a ratio to the device's copy
+//! bandwidth measured in the same run.
+//!
+//! Run: `cargo run --release -p brotensor-benches --bin bench_elementwise [-- --elems N]`.
+//! Each figure is the best of 5 timed batches; GPU batches end with a sync. Bytes counted
+//! are the bytes each op must read and write once (e.g. add: 2 reads + 1 write).
+
+use std::time::Instant;
+
+use brotensor::{ops, Device, Dtype, Tensor};
+use rayon::prelude::*;
+
+fn parse_elems() -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--elems")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 << 24)
+}
+
+/// Best seconds per call of `f` over 5 batches of `reps` calls, with a sync per batch.
+fn best_secs(device: Device, reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    brotensor::sync(device).expect("sync");
+    (0..5)
+        .map(|_| {
+            let t0 = Instant::now();
+            for _ in 0..reps {
+                f();
+            }
+            brotensor::sync(device).expect("sync");
+            t0.elapsed().as_secs_f64() / reps as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Host copy bandwidth with rayon on all cores, into a reused buffer (read + write bytes).
+fn host_copy_gbs(n: usize) -> f64 {
+    let src = vec![1.0f32; n];
+    let mut dst = vec![0.0f32; n];
+    let s = best_secs(Device::Cpu, 10, || {
+        dst.par_chunks_mut(1 << 16)
+            .zip(src.par_chunks(1 << 16))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    });
+    std::hint::black_box(&dst);
+    (2 * n * 4) as f64 / s / 1e9
+}
+
+fn main() -> brotensor::Result<()> {
+    let _ = brotensor::init();
+    let n = parse_elems();
+    let cols = 1024;
+    let rows = n / cols;
+    let n = rows * cols;
+    println!(
+        "# bench_elementwise: {n} elements ({} MiB in F32)",
+        n * 4 >> 20
+    );
+    println!();
+    println!("| device | dtype | op | ms | GB/s | vs copy |");
+    println!("|---|---|---|---:|---:|---:|");
+    let host: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 1e-3).collect();
+    for device in brotensor::available_devices() {
+        let name = brotensor::device_name(device)?;
+        let reps = if brotensor::is_software(device)? {
+            3
+        } else {
+            20
+        };
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+            if !brotensor::supports_dtype(device, dtype)? {
+                continue;
+            }
+            let es = if dtype == Dtype::F32 { 4 } else { 2 };
+            let x = Tensor::from_slice_on(device, &host, rows, cols)?.to_dtype(dtype)?;
+            let y = x.try_clone()?;
+            let mut out = Tensor::zeros_on(device, rows, cols, dtype)?;
+            let mut acc = x.try_clone()?;
+            // The reference: a device-to-device copy into a reused buffer. On the CPU, a
+            // rayon memcpy; on a GPU, the same-dtype cast (a vectorized word copy).
+            let copy_gbs = if device == Device::Cpu {
+                host_copy_gbs(n)
+            } else {
+                let s = best_secs(device, reps, || ops::cast(&x, &mut out, dtype).unwrap());
+                (2 * n * es) as f64 / s / 1e9
+            };
+            let mut row = |op: &str, bytes: usize, s: f64| {
+                let gbs = bytes as f64 / s / 1e9;
+                println!(
+                    "| {name} | {dtype} | {op} | {:.3} | {gbs:.1} | {:.2} |",
+                    s * 1e3,
+                    gbs / copy_gbs
+                );
+            };
+            row(
+                "copy (reference)",
+                2 * n * es,
+                (2 * n * es) as f64 / copy_gbs / 1e9,
+            );
+            let s = best_secs(device, reps, || ops::add_out(&x, &y, &mut out).unwrap());
+            row("add_out", 3 * n * es, s);
+            let s = best_secs(device, reps, || ops::scale_inplace(&mut acc, 1.0).unwrap());
+            row("scale_inplace", 2 * n * es, s);
+            let s = best_secs(device, reps, || {
+                ops::axpby_inplace(&mut acc, &x, 0.5, 0.5).unwrap()
+            });
+            row("axpby_inplace", 3 * n * es, s);
+            let s = best_secs(device, reps, || ops::exp_forward(&x, &mut out).unwrap());
+            row("exp_forward", 2 * n * es, s);
+            if dtype == Dtype::F32 {
+                let mut half = Tensor::default();
+                let s = best_secs(device, reps, || {
+                    ops::cast(&x, &mut half, Dtype::F16).unwrap()
+                });
+                row("cast F32->F16", n * 6, s);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,240 @@
+//! BF16 on runtimes whose shader language has no bf16 type (WGSL: Vulkan, Metal, DX12
+//! through wgpu). A BF16 tensor is stored as 16-bit words, two to a `u32`; kernels widen each
+//! half to `f32` with a shift, run the same instruction as the float kernels, and narrow back
+//! with round-to-nearest-even (NaN stays NaN). Element `2k` is the low half of word `k`.
+//!
+//! Word counts are `ceil(elements / 2)`: an odd tensor's last word carries one element and
+//! one padding half, which buffers always have room for (they are sized in 16-byte units).
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::elementwise::{BinaryOp, Source, UnaryOp};
+use crate::launch::{check_len, grid_1d, vector_size_for, LaunchError};
+
+/// The low bf16 of each word, widened to f32 (exact).
+#[cube]
+fn widen_lo<N: Size>(w: Vector<u32, N>) -> Vector<f32, N> {
+    Vector::<f32, N>::reinterpret(w << Vector::new(16u32))
+}
+
+/// The high bf16 of each word, widened to f32 (exact).
+#[cube]
+fn widen_hi<N: Size>(w: Vector<u32, N>) -> Vector<f32, N> {
+    Vector::<f32, N>::reinterpret(w & Vector::new(0xFFFF_0000u32))
+}
+
+/// f32 to bf16 bits (in the low 16 bits): round to nearest even; NaN becomes a quiet NaN
+/// with its sign; overflow rounds to infinity.
+#[cube]
+fn narrow<N: Size>(v: Vector<f32, N>) -> Vector<u32, N> {
+    let bits = Vector::<u32, N>::reinterpret(v);
+    let lsb = (bits >> Vector::new(16u32)) & Vector::new(1u32);
+    let rounded = (bits + Vector::new(0x7FFFu32) + lsb) >> Vector::new(16u32);
+    let quiet = (bits >> Vector::new(16u32)) | Vector::new(0x40u32);
+    select_many(v.not_equal(v), quiet, rounded)
+}
+
+#[cube]
+fn pack<N: Size>(lo: Vector<f32, N>, hi: Vector<f32, N>) -> Vector<u32, N> {
+    narrow::<N>(lo) | (narrow::<N>(hi) << Vector::new(16u32))
+}
+
+#[cube(launch_unchecked)]
+fn unary_words_kernel<N: Size, O: UnaryOp>(
+    x: &Array<Vector<u32, N>>,
+    out: &mut Array<Vector<u32, N>>,
+    a: f32,
+    b: f32,
+) {
+    if ABSOLUTE_POS < out.len() {
+        let w = x[ABSOLUTE_POS];
+        let lo = O::apply::<N>(widen_lo::<N>(w), a, b);
+        let hi = O::apply::<N>(widen_hi::<N>(w), a, b);
+        out[ABSOLUTE_POS] = pack::<N>(lo, hi);
+    }
+}
+
+#[cube(launch_unchecked)]
+fn binary_words_kernel<N: Size, O: BinaryOp>(
+    x: &Array<Vector<u32, N>>,
+    y: &Array<Vector<u32, N>>,
+    out: &mut Array<Vector<u32, N>>,
+    a: f32,
+    b: f32,
+) {
+    if ABSOLUTE_POS < out.len() {
+        let wx = x[ABSOLUTE_POS];
+        let wy = y[ABSOLUTE_POS];
+        let lo = O::apply::<N>(widen_lo::<N>(wx), widen_lo::<N>(wy), a, b);
+        let hi = O::apply::<N>(widen_hi::<N>(wx), widen_hi::<N>(wy), a, b);
+        out[ABSOLUTE_POS] = pack::<N>(lo, hi);
+    }
+}
+
+/// Word `k` of bf16 to elements `2k`, `2k+1` of `F`.
+#[cube(launch_unchecked)]
+fn words_to_float_kernel<F: Float>(x: &Array<u32>, out: &mut Array<F>) {
+    let k = ABSOLUTE_POS;
+    if k < x.len() {
+        let w = Vector::<u32, Const<1>>::new(x[k]);
+        out[2 * k] = F::cast_from(widen_lo::<Const<1>>(w));
+        out[2 * k + 1] = F::cast_from(widen_hi::<Const<1>>(w));
+    }
+}
+
+/// Elements `2k`, `2k+1` of `F` to word `k` of bf16.
+#[cube(launch_unchecked)]
+fn float_to_words_kernel<F: Float>(x: &Array<F>, out: &mut Array<u32>) {
+    let k = ABSOLUTE_POS;
+    if k < out.len() {
+        let lo = Vector::<f32, Const<1>>::new(f32::cast_from(x[2 * k]));
+        let hi = Vector::<f32, Const<1>>::new(f32::cast_from(x[2 * k + 1]));
+        out[k] = u32::cast_from(pack::<Const<1>>(lo, hi));
+    }
+}
+
+/// Words holding `len` bf16 elements.
+pub fn words_for(len: usize) -> usize {
+    len.div_ceil(2)
+}
+
+fn check_source(arg: &'static str, src: Source<'_>, words: usize) -> Result<(), LaunchError> {
+    match src {
+        Source::Buffer(h) => check_len(arg, h, words, 4),
+        Source::Output => Ok(()),
+    }
+}
+
+fn arg<'a, R: Runtime>(src: Source<'a>, out: &'a Handle, words: usize) -> ArrayArg<R> {
+    let h = match src {
+        Source::Buffer(h) => h,
+        Source::Output => out,
+    };
+    // SAFETY: the callers checked that every buffer holds `words` words.
+    unsafe { ArrayArg::from_raw_parts(h.clone(), words) }
+}
+
+/// `out = O(x; a, b)` over `len` bf16 elements stored as words.
+pub fn launch_unary_words<R: Runtime, O: UnaryOp>(
+    client: &ComputeClient<R>,
+    x: Source<'_>,
+    out: &Handle,
+    len: usize,
+    a: f32,
+    b: f32,
+) -> Result<(), LaunchError> {
+    let words = words_for(len);
+    if words == 0 {
+        return Ok(());
+    }
+    check_source("x", x, words)?;
+    check_len("out", out, words, 4)?;
+    let vs = vector_size_for(words, crate::MAX_VECTOR_SIZE);
+    let (count, dim) = grid_1d(client, words / vs)?;
+    // SAFETY: every buffer holds `words` words (checked above); the kernel guards its index.
+    unsafe {
+        unary_words_kernel::launch_unchecked::<O, R>(
+            client,
+            count,
+            dim,
+            vs,
+            arg(x, out, words),
+            ArrayArg::from_raw_parts(out.clone(), words),
+            a,
+            b,
+        );
+    }
+    Ok(())
+}
+
+/// `out = O(x, y; a, b)` over `len` bf16 elements stored as words.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_binary_words<R: Runtime, O: BinaryOp>(
+    client: &ComputeClient<R>,
+    x: Source<'_>,
+    y: Source<'_>,
+    out: &Handle,
+    len: usize,
+    a: f32,
+    b: f32,
+) -> Result<(), LaunchError> {
+    let words = words_for(len);
+    if words == 0 {
+        return Ok(());
+    }
+    check_source("x", x, words)?;
+    check_source("y", y, words)?;
+    check_len("out", out, words, 4)?;
+    let vs = vector_size_for(words, crate::MAX_VECTOR_SIZE);
+    let (count, dim) = grid_1d(client, words / vs)?;
+    // SAFETY: as in `launch_unary_words`.
+    unsafe {
+        binary_words_kernel::launch_unchecked::<O, R>(
+            client,
+            count,
+            dim,
+            vs,
+            arg(x, out, words),
+            arg(y, out, words),
+            ArrayArg::from_raw_parts(out.clone(), words),
+            a,
+            b,
+        );
+    }
+    Ok(())
+}
+
+/// bf16 words to `F` (f32 or f16): `len` elements; `out` needs room for an even count.
+pub fn launch_words_to_float<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    out: &Handle,
+    len: usize,
+) -> Result<(), LaunchError> {
+    let words = words_for(len);
+    if words == 0 {
+        return Ok(());
+    }
+    check_len("x", x, words, 4)?;
+    check_len("out", out, 2 * words, core::mem::size_of::<F>())?;
+    let (count, dim) = grid_1d(client, words)?;
+    // SAFETY: as in `launch_unary_words`; `out` holds `2 * words` elements.
+    unsafe {
+        words_to_float_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), words),
+            ArrayArg::from_raw_parts(out.clone(), 2 * words),
+        );
+    }
+    Ok(())
+}
+
+/// `F` (f32 or f16) to bf16 words: `len` elements; `x` needs room for an even count.
+pub fn launch_float_to_words<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    out: &Handle,
+    len: usize,
+) -> Result<(), LaunchError> {
+    let words = words_for(len);
+    if words == 0 {
+        return Ok(());
+    }
+    check_len("x", x, 2 * words, core::mem::size_of::<F>())?;
+    check_len("out", out, words, 4)?;
+    let (count, dim) = grid_1d(client, words)?;
+    // SAFETY: as in `launch_words_to_float`.
+    unsafe {
+        float_to_words_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), 2 * words),
+            ArrayArg::from_raw_parts(out.clone(), words),
+        );
+    }
+    Ok(())
+}

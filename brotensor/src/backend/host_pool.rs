@@ -1,0 +1,133 @@
+//! Recycled host buffers. A fresh multi-MiB buffer costs more in page faults than the
+//! arithmetic that fills it, so the CPU backend keeps freed large buffers in size classes and
+//! hands them out again, and asks the kernel for transparent huge pages on new ones.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Buffers smaller than this come straight from the allocator and are not pooled.
+const POOL_MIN_BYTES: usize = 1 << 20;
+/// At most this many bytes wait in the pool; buffers beyond it are freed.
+const POOL_MAX_BYTES: usize = 1 << 30;
+
+struct Pool {
+    free: BTreeMap<usize, Vec<Vec<u64>>>,
+    bytes: usize,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    free: BTreeMap::new(),
+    bytes: 0,
+});
+
+fn pool() -> std::sync::MutexGuard<'static, Pool> {
+    // A panic while holding the lock cannot leave the map inconsistent: keep using it.
+    POOL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The size class of a request: rounded up to a quarter of its power of two, so a pooled
+/// buffer wastes at most 25%.
+pub(crate) fn size_class(bytes: usize) -> usize {
+    if bytes < POOL_MIN_BYTES {
+        return bytes.div_ceil(8) * 8;
+    }
+    let step = 1usize << (usize::BITS - 1 - bytes.leading_zeros() - 2);
+    bytes.div_ceil(step) * step
+}
+
+/// A buffer of `size_class(bytes)` bytes (as `u64` words); contents undefined.
+pub(crate) fn take(bytes: usize) -> Vec<u64> {
+    let class = size_class(bytes);
+    if class >= POOL_MIN_BYTES {
+        let mut p = pool();
+        if let Some(buf) = p.free.get_mut(&class).and_then(Vec::pop) {
+            p.bytes -= class;
+            return buf;
+        }
+    }
+    fresh(class / 8)
+}
+
+/// Returns a buffer to the pool (or frees it when the pool is full or it is small).
+pub(crate) fn give(buf: Vec<u64>) {
+    let class = buf.len() * 8;
+    if class < POOL_MIN_BYTES {
+        return;
+    }
+    let mut p = pool();
+    if p.bytes + class <= POOL_MAX_BYTES {
+        p.bytes += class;
+        p.free.entry(class).or_default().push(buf);
+    }
+}
+
+/// Frees every pooled buffer.
+pub(crate) fn clear() {
+    let mut p = pool();
+    p.free.clear();
+    p.bytes = 0;
+}
+
+/// Bytes waiting in the pool.
+#[cfg(test)]
+fn pooled_bytes() -> usize {
+    pool().bytes
+}
+
+/// A new zeroed buffer of `words` words; large ones are advised to use huge pages before
+/// their pages are first touched.
+fn fresh(words: usize) -> Vec<u64> {
+    let mut v: Vec<u64> = Vec::with_capacity(words);
+    advise_huge_pages(&v, words);
+    v.resize(words, 0);
+    v
+}
+
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(v: &Vec<u64>, words: usize) {
+    const HUGE: usize = 2 << 20;
+    let start = v.as_ptr() as usize;
+    let end = start + words * 8;
+    let aligned = start.div_ceil(HUGE) * HUGE;
+    if end >= aligned + HUGE {
+        let len = (end - aligned) / HUGE * HUGE;
+        // SAFETY: [aligned, aligned + len) lies inside the vector's allocation, which this
+        // thread owns; MADV_HUGEPAGE only changes how the kernel backs those pages, never
+        // their contents, and a refusal (THP disabled) is harmless, so the result is ignored.
+        unsafe {
+            libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_v: &Vec<u64>, _words: usize) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_bound_the_waste() {
+        assert_eq!(size_class(3), 8);
+        assert_eq!(size_class(1 << 20), 1 << 20);
+        assert_eq!(size_class((1 << 20) + 1), (1 << 20) + (1 << 18));
+        for bytes in [1 << 20, 3_000_000, 64 << 20, (64 << 20) + 7] {
+            let c = size_class(bytes);
+            assert!(c >= bytes && c <= bytes + bytes / 4 + 8, "{bytes} -> {c}");
+        }
+    }
+
+    #[test]
+    fn freed_buffers_are_reused_and_sized_by_class() {
+        let a = take(5 << 20);
+        assert_eq!(a.len() * 8, size_class(5 << 20));
+        let ptr = a.as_ptr();
+        give(a);
+        let b = take((5 << 20) - 100); // same class
+        assert_eq!(b.as_ptr(), ptr, "the pooled buffer comes back");
+        give(b);
+        clear();
+        assert_eq!(pooled_bytes(), 0);
+    }
+}

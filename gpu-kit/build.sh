@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds what a GPU machine without a Rust toolchain needs to check brotensor: the
+# integration-test binary, the tour and the benchmarks (release, stripped), plus the scripts
+# that run them, into gpu-kit/out/ (ignored by git; at most 60 MiB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=gpu-kit/out
+rm -rf "$out"
+mkdir -p "$out"
+
+tests_exe=$(cargo test --release -p brotensor-tests --test all --no-run --message-format=json 2>/dev/null \
+  | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | tail -n1)
+[ -n "$tests_exe" ] || { echo "build: no test binary found"; exit 1; }
+cargo build --release -p brotensor --example tour
+cargo build --release -p brotensor-benches --bin bench_elementwise
+
+cp "$tests_exe" "$out/brotensor-tests"
+cp target/release/examples/tour "$out/tour"
+cp target/release/bench_elementwise "$out/bench_elementwise"
+strip "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise"
+cp gpu-kit/run.sh scripts/ledger.sh "$out/"
+
+size=$(du -sm "$out" | cut -f1)
+ls -la "$out"
+echo "gpu-kit: $size MiB in $out"
+if [ "$size" -gt 60 ]; then
+  echo "gpu-kit: over the 60 MiB budget"
+  exit 1
+fi

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs the kit built by gpu-kit/build.sh on a machine with a GPU driver and no Rust toolchain.
+# Usage: run.sh [KIND]   KIND = cuda | wgpu | any (default: any) is the GPU kind that must exist.
+# Writes logs to $OUT (or ./gpu-kit-logs) and ends with a table of what ran where.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+kind="${1:-any}"
+logs="${OUT:-$PWD/gpu-kit-logs}"
+mkdir -p "$logs"
+
+# Vulkan loader and driver for wgpu on an NVIDIA box, where the kit brings them (.gl/*.deb).
+if [ -d .gl ]; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/brotensor-xdg}"
+mkdir -p "$XDG_RUNTIME_DIR"
+export BROTENSOR_REQUIRE_GPU="$kind"
+export BROTENSOR_PARITY_LOG="$logs/ledger.tsv"
+rm -f "$BROTENSOR_PARITY_LOG"
+
+declare -a names statuses
+step() {
+  local name="$1"; shift
+  local t0=$SECONDS
+  "$@" >"$logs/$name.log" 2>&1
+  local rc=$?
+  names+=("$name")
+  statuses+=("$([ $rc = 0 ] && echo ok || echo "FAILED (rc $rc)") in $((SECONDS - t0)) s")
+  tail -n 25 "$logs/$name.log"
+}
+
+step tour "$here/tour"
+step tests "$here/brotensor-tests" --test-threads=4
+step bench "$here/bench_elementwise"
+
+echo
+"$here/ledger.sh" "$BROTENSOR_PARITY_LOG" "$kind" | tee "$logs/ledger-summary.txt"
+ledger_rc=${PIPESTATUS[0]}
+echo
+echo "| step | result |"
+echo "|---|---|"
+for i in "${!names[@]}"; do echo "| ${names[$i]} | ${statuses[$i]} |"; done
+echo "| parity ledger ($kind) | $([ $ledger_rc = 0 ] && echo ok || echo FAILED) |"

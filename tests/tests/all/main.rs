@@ -1,0 +1,9 @@
+//! brotensor's integration tests, in one binary (so the GPU check kit carries one file).
+
+mod buffer_stability;
+mod cast_rounding;
+mod default_device;
+mod dispatch;
+mod parity_elementwise;
+mod tensor_errors;
+mod zero_element;
