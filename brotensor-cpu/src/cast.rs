@@ -1,43 +1,45 @@
 //! Conversions between FP32 and the 16-bit float formats, round to nearest even, NaN kept
 //! NaN and overflow to infinity (the `half` crate's rules), in parallel chunks.
 
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
 const CHUNK: usize = 1 << 15;
 
-/// A float storage element the CPU can convert to and from `f32`.
-pub trait FloatElem: Copy + Send + Sync + 'static {
-    /// Widens to `f32` (exact).
-    fn to_f32(self) -> f32;
-    /// Narrows from `f32`, rounding to nearest even.
-    fn from_f32(v: f32) -> Self;
+/// A float storage element the CPU converts to and from `f32` a slice at a time (the 16-bit
+/// types use `half`'s slice conversions, which use the F16C instructions where present).
+pub trait FloatElem: Copy + Default + Send + Sync + 'static {
+    /// Widens `src` into `dst` (exact). Equal lengths.
+    fn widen(src: &[Self], dst: &mut [f32]);
+    /// Narrows `src` into `dst`, rounding to nearest even. Equal lengths.
+    fn narrow(src: &[f32], dst: &mut [Self]);
 }
 
 impl FloatElem for f32 {
-    fn to_f32(self) -> f32 {
-        self
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
     }
-    fn from_f32(v: f32) -> Self {
-        v
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        dst.copy_from_slice(src);
     }
 }
 
 impl FloatElem for f16 {
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
     }
-    fn from_f32(v: f32) -> Self {
-        f16::from_f32(v)
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src);
     }
 }
 
 impl FloatElem for bf16 {
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
     }
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src);
     }
 }
 
@@ -47,11 +49,14 @@ pub fn convert<I: FloatElem, O: FloatElem>(x: &[I], out: &mut [O]) {
     assert_eq!(x.len(), out.len(), "convert: length mismatch");
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
-        .for_each(|(o, x)| {
-            o.iter_mut()
-                .zip(x)
-                .for_each(|(o, &x)| *o = O::from_f32(x.to_f32()))
-        });
+        .for_each_init(
+            || vec![0.0f32; CHUNK],
+            |wide, (o, x)| {
+                let wide = &mut wide[..x.len()];
+                I::widen(x, wide);
+                O::narrow(wide, o);
+            },
+        );
 }
 
 #[cfg(test)]

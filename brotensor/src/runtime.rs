@@ -202,6 +202,13 @@ pub fn memory_info(device: Device) -> Result<Option<MemoryInfo>> {
     backend("memory_info", device)?.memory_info()
 }
 
+/// The largest tensor, in bytes, that `device` can hold in one buffer (wgpu adapters bind
+/// at most `max_storage_buffer_binding_size`, often 128 MiB to 4 GiB); larger allocations
+/// are refused with an error.
+pub fn max_buffer_bytes(device: Device) -> Result<u64> {
+    Ok(backend("max_buffer_bytes", device)?.max_buffer_bytes())
+}
+
 /// Synchronizes `device`, then releases pooled memory no tensor uses.
 pub fn memory_trim(device: Device) -> Result<()> {
     backend("memory_trim", device)?.trim()

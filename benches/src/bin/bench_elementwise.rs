@@ -16,7 +16,7 @@ fn parse_elems() -> usize {
         .position(|a| a == "--elems")
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1 << 24)
+        .unwrap_or(1 << 26)
 }
 
 /// Best seconds per call of `f` over 5 batches of `reps` calls, with a sync per batch.
@@ -59,11 +59,16 @@ fn main() -> brotensor::Result<()> {
         n * 4 >> 20
     );
     println!();
-    println!("| device | dtype | op | ms | GB/s | vs copy |");
-    println!("|---|---|---|---:|---:|---:|");
+    println!("| device | dtype | elements | op | ms | GB/s | vs copy |");
+    println!("|---|---|---:|---|---:|---:|---:|");
     let host: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 1e-3).collect();
     for device in brotensor::available_devices() {
         let name = brotensor::device_name(device)?;
+        // Tensors no larger than the device's largest buffer (wgpu adapters bind a limited size).
+        let max_rows = (brotensor::max_buffer_bytes(device)? / (4 * cols as u64)) as usize;
+        let rows = rows.min(max_rows);
+        let n = rows * cols;
+        let host = &host[..n];
         let reps = if brotensor::is_software(device)? {
             3
         } else {
@@ -74,7 +79,7 @@ fn main() -> brotensor::Result<()> {
                 continue;
             }
             let es = if dtype == Dtype::F32 { 4 } else { 2 };
-            let x = Tensor::from_slice_on(device, &host, rows, cols)?.to_dtype(dtype)?;
+            let x = Tensor::from_slice_on(device, host, rows, cols)?.to_dtype(dtype)?;
             let y = x.try_clone()?;
             let mut out = Tensor::zeros_on(device, rows, cols, dtype)?;
             let mut acc = x.try_clone()?;
@@ -86,10 +91,10 @@ fn main() -> brotensor::Result<()> {
                 let s = best_secs(device, reps, || ops::cast(&x, &mut out, dtype).unwrap());
                 (2 * n * es) as f64 / s / 1e9
             };
-            let mut row = |op: &str, bytes: usize, s: f64| {
+            let row = |op: &str, bytes: usize, s: f64| {
                 let gbs = bytes as f64 / s / 1e9;
                 println!(
-                    "| {name} | {dtype} | {op} | {:.3} | {gbs:.1} | {:.2} |",
+                    "| {name} | {dtype} | {n} | {op} | {:.3} | {gbs:.1} | {:.2} |",
                     s * 1e3,
                     gbs / copy_gbs
                 );

@@ -102,38 +102,45 @@ fn copy_bytes(dst: &mut [u8], src: &[u8]) {
         .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
-/// The scalar math of a unary instruction with its parameters bound.
-fn unary_fn(op: Unary, a: f32, b: f32) -> impl Fn(f32) -> f32 + Sync {
-    move |x| match op {
-        Unary::Identity => x,
-        Unary::AddScalar => x + a,
-        Unary::SubScalar => x - a,
-        Unary::MulScalar => x * a,
-        Unary::DivScalar => x / a,
-        Unary::Clamp => ew::clamp(x, a, b),
-        Unary::Exp => ew::exp(x),
-        Unary::Log => ew::log(x),
-        Unary::Sin => ew::sin(x),
-        Unary::Cos => ew::cos(x),
-        Unary::Rsqrt => ew::rsqrt(x),
-        Unary::Round => ew::round(x),
-    }
+/// Runs `$go!(f)` with `f` the scalar math of a unary instruction, one monomorphic map per
+/// instruction so the inner loop has no branch on the op.
+macro_rules! with_unary_fn {
+    ($op:expr, $a:expr, $b:expr, $go:ident) => {{
+        let (a, b) = ($a, $b);
+        match $op {
+            Unary::Identity => $go!(|x: f32| x),
+            Unary::AddScalar => $go!(move |x: f32| x + a),
+            Unary::SubScalar => $go!(move |x: f32| x - a),
+            Unary::MulScalar => $go!(move |x: f32| x * a),
+            Unary::DivScalar => $go!(move |x: f32| x / a),
+            Unary::Clamp => $go!(move |x: f32| ew::clamp(x, a, b)),
+            Unary::Exp => $go!(ew::exp),
+            Unary::Log => $go!(ew::log),
+            Unary::Sin => $go!(ew::sin),
+            Unary::Cos => $go!(ew::cos),
+            Unary::Rsqrt => $go!(ew::rsqrt),
+            Unary::Round => $go!(ew::round),
+        }
+    }};
 }
 
-/// The scalar math of a binary instruction with its parameters bound.
-fn binary_fn(op: Binary, a: f32, b: f32) -> impl Fn(f32, f32) -> f32 + Sync + Copy {
-    move |x, y| match op {
-        Binary::Add => x + y,
-        Binary::Sub => x - y,
-        Binary::Mul => x * y,
-        Binary::Div => x / y,
-        Binary::Axpby => ew::axpby(x, y, a, b),
-        Binary::ExpBackward => ew::exp_backward(x, y),
-        Binary::LogBackward => ew::log_backward(x, y),
-        Binary::SinBackward => ew::sin_backward(x, y),
-        Binary::CosBackward => ew::cos_backward(x, y),
-        Binary::RsqrtBackward => ew::rsqrt_backward(x, y),
-    }
+/// As [`with_unary_fn`], for binary instructions.
+macro_rules! with_binary_fn {
+    ($op:expr, $a:expr, $b:expr, $go:ident) => {{
+        let (a, b) = ($a, $b);
+        match $op {
+            Binary::Add => $go!(|x: f32, y: f32| x + y),
+            Binary::Sub => $go!(|x: f32, y: f32| x - y),
+            Binary::Mul => $go!(|x: f32, y: f32| x * y),
+            Binary::Div => $go!(|x: f32, y: f32| x / y),
+            Binary::Axpby => $go!(move |x: f32, y: f32| ew::axpby(x, y, a, b)),
+            Binary::ExpBackward => $go!(ew::exp_backward),
+            Binary::LogBackward => $go!(ew::log_backward),
+            Binary::SinBackward => $go!(ew::sin_backward),
+            Binary::CosBackward => $go!(ew::cos_backward),
+            Binary::RsqrtBackward => $go!(ew::rsqrt_backward),
+        }
+    }};
 }
 
 impl ElementwiseOps for CpuBackend {
@@ -146,11 +153,15 @@ impl ElementwiseOps for CpuBackend {
         a: f32,
         b: f32,
     ) -> Result<()> {
-        let f = unary_fn(op, a, b);
-        match x {
-            Src::Out => ew::map_unary_inplace(out.host_mut::<f32>(), f),
-            Src::Tensor(x) => ew::map_unary(x.host::<f32>(), out.host_mut::<f32>(), f),
+        macro_rules! go {
+            ($f:expr) => {
+                match x {
+                    Src::Out => ew::map_unary_inplace(out.host_mut::<f32>(), $f),
+                    Src::Tensor(x) => ew::map_unary(x.host::<f32>(), out.host_mut::<f32>(), $f),
+                }
+            };
         }
+        with_unary_fn!(op, a, b, go);
         Ok(())
     }
 
@@ -164,19 +175,26 @@ impl ElementwiseOps for CpuBackend {
         a: f32,
         b: f32,
     ) -> Result<()> {
-        let f = binary_fn(op, a, b);
-        match (x, y) {
-            (Src::Tensor(x), Src::Tensor(y)) => {
-                ew::map_binary(x.host::<f32>(), y.host::<f32>(), out.host_mut::<f32>(), f)
-            }
-            (Src::Out, Src::Tensor(y)) => {
-                ew::map_binary_inplace(out.host_mut::<f32>(), y.host(), f)
-            }
-            (Src::Tensor(x), Src::Out) => {
-                ew::map_binary_inplace(out.host_mut::<f32>(), x.host(), move |o, x| f(x, o))
-            }
-            (Src::Out, Src::Out) => ew::map_unary_inplace(out.host_mut::<f32>(), move |o| f(o, o)),
+        macro_rules! go {
+            ($f:expr) => {{
+                let f = $f;
+                match (x, y) {
+                    (Src::Tensor(x), Src::Tensor(y)) => {
+                        ew::map_binary(x.host::<f32>(), y.host::<f32>(), out.host_mut::<f32>(), f)
+                    }
+                    (Src::Out, Src::Tensor(y)) => {
+                        ew::map_binary_inplace(out.host_mut::<f32>(), y.host(), f)
+                    }
+                    (Src::Tensor(x), Src::Out) => {
+                        ew::map_binary_inplace(out.host_mut::<f32>(), x.host(), move |o, x| f(x, o))
+                    }
+                    (Src::Out, Src::Out) => {
+                        ew::map_unary_inplace(out.host_mut::<f32>(), move |o| f(o, o))
+                    }
+                }
+            }};
         }
+        with_binary_fn!(op, a, b, go);
         Ok(())
     }
 

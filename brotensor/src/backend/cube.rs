@@ -55,6 +55,24 @@ impl<R: Runtime> CubeBackend<R> {
         }
     }
 
+    /// The padded size of a buffer for `bytes` bytes, refused before it reaches the runtime
+    /// when the device cannot bind a buffer that large (the runtime would fail on its own
+    /// thread and leave the device unusable).
+    fn capacity_for(&self, bytes: usize) -> Result<usize> {
+        let capacity = bytes.div_ceil(GPU_ALIGN).max(1) * GPU_ALIGN;
+        let max = self.max_buffer_bytes();
+        if capacity as u64 > max {
+            return Err(Error::invalid(
+                "alloc",
+                format!(
+                    "{bytes} bytes exceed the largest buffer {} can bind ({max} bytes)",
+                    self.device
+                ),
+            ));
+        }
+        Ok(capacity)
+    }
+
     fn launch_error(&self, op: &'static str, e: LaunchError) -> Error {
         self.gpu_error(op, e)
     }
@@ -113,8 +131,12 @@ impl<R: Runtime> Backend for CubeBackend<R> {
         }
     }
 
+    fn max_buffer_bytes(&self) -> u64 {
+        self.client.properties().memory.max_page_size
+    }
+
     fn alloc(&self, bytes: usize) -> Result<Storage> {
-        let capacity = bytes.div_ceil(GPU_ALIGN).max(1) * GPU_ALIGN;
+        let capacity = self.capacity_for(bytes)?;
         Ok(Storage::Gpu(GpuBuffer {
             handle: self.client.empty(capacity),
             capacity,
@@ -122,7 +144,7 @@ impl<R: Runtime> Backend for CubeBackend<R> {
     }
 
     fn upload(&self, bytes: &[u8]) -> Result<Storage> {
-        let capacity = bytes.len().div_ceil(GPU_ALIGN).max(1) * GPU_ALIGN;
+        let capacity = self.capacity_for(bytes.len())?;
         let handle = if capacity == bytes.len() {
             self.client.create_from_slice(bytes)
         } else {

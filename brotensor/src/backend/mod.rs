@@ -49,6 +49,10 @@ pub(crate) trait Backend: Send + Sync + OnDevice + ElementwiseOps {
     fn converts(&self, dtype: Dtype) -> bool {
         self.supports(dtype)
     }
+    /// The largest buffer the device can allocate and bind to a kernel, in bytes.
+    fn max_buffer_bytes(&self) -> u64 {
+        u64::MAX
+    }
     /// A buffer of at least `bytes` bytes; contents undefined.
     fn alloc(&self, bytes: usize) -> Result<Storage>;
     /// A buffer holding a copy of `bytes`.

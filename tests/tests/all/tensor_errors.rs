@@ -219,3 +219,29 @@ fn unavailable_devices_are_errors() {
         assert!(brotensor::device_name(d).is_err());
     }
 }
+
+#[test]
+fn oversized_gpu_buffers_are_refused_and_the_device_keeps_working() {
+    for d in gpu_devices() {
+        let max = brotensor::max_buffer_bytes(d).unwrap();
+        let Ok(too_many) = usize::try_from(max / 4 + 1) else {
+            continue;
+        };
+        match Tensor::empty_on(d, too_many, 1, Dtype::F32) {
+            Err(Error::InvalidArgument {
+                op: "alloc",
+                reason,
+            }) => {
+                assert!(reason.contains("largest buffer"), "{reason}")
+            }
+            other => panic!("{d}: expected a refused allocation, got {other:?}"),
+        }
+        let t = Tensor::from_slice_on(d, &[1.0f32, 2.0], 2, 1).unwrap();
+        assert_eq!(
+            ops::add(&t, &t).unwrap().to_vec::<f32>().unwrap(),
+            vec![2.0, 4.0]
+        );
+        brotensor::sync(d).unwrap();
+    }
+    assert_eq!(brotensor::max_buffer_bytes(Device::Cpu).unwrap(), u64::MAX);
+}
