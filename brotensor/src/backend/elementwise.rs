@@ -118,3 +118,44 @@ fn not_implemented<B: OnDevice + ?Sized>(op: &'static str, backend: &B) -> Error
         device: backend.device(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Device;
+
+    /// A backend that implements no element-wise op.
+    struct Bare;
+
+    impl OnDevice for Bare {
+        fn device(&self) -> Device {
+            Device::Wgpu(7)
+        }
+    }
+
+    impl ElementwiseOps for Bare {}
+
+    #[test]
+    fn missing_ops_report_not_implemented_with_the_device() {
+        let mut t = Tensor::default();
+        let x = Tensor::default();
+        let errors = [
+            Bare.unary("exp_forward", Unary::Exp, Src::Tensor(&x), &mut t, 0.0, 0.0),
+            Bare.binary("add_out", Binary::Add, Src::Out, Src::Out, &mut t, 0.0, 0.0),
+            Bare.cast(&x, &mut t),
+            Bare.fill(&mut t, 1.0),
+        ];
+        let ops = ["exp_forward", "add_out", "cast", "fill"];
+        for (e, op) in errors.into_iter().zip(ops) {
+            assert_eq!(
+                e.unwrap_err(),
+                Error::NotImplemented {
+                    op,
+                    device: Device::Wgpu(7)
+                }
+            );
+        }
+        let msg = Bare.fill(&mut t, 0.0).unwrap_err().to_string();
+        assert_eq!(msg, "brotensor: fill: not implemented on wgpu:7");
+    }
+}

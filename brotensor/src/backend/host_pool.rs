@@ -78,30 +78,35 @@ fn pooled_bytes() -> usize {
 /// their pages are first touched.
 fn fresh(words: usize) -> Vec<u64> {
     let mut v: Vec<u64> = Vec::with_capacity(words);
-    advise_huge_pages(&v, words);
+    let _ = advise_huge_pages(&v, words);
     v.resize(words, 0);
     v
 }
 
+/// Asks for transparent huge pages on the whole 2 MiB pages inside `v`'s first `words`
+/// words of capacity. Returns madvise's result (0, or -1 when the kernel refuses, e.g. THP
+/// disabled; a refusal is harmless), or 0 when there is no whole huge page to advise.
 #[cfg(target_os = "linux")]
-fn advise_huge_pages(v: &Vec<u64>, words: usize) {
+fn advise_huge_pages(v: &Vec<u64>, words: usize) -> i32 {
     const HUGE: usize = 2 << 20;
+    assert!(words <= v.capacity(), "advise past the allocation");
     let start = v.as_ptr() as usize;
     let end = start + words * 8;
     let aligned = start.div_ceil(HUGE) * HUGE;
-    if end >= aligned + HUGE {
-        let len = (end - aligned) / HUGE * HUGE;
-        // SAFETY: [aligned, aligned + len) lies inside the vector's allocation, which this
-        // thread owns; MADV_HUGEPAGE only changes how the kernel backs those pages, never
-        // their contents, and a refusal (THP disabled) is harmless, so the result is ignored.
-        unsafe {
-            libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
-        }
+    if end < aligned + HUGE {
+        return 0;
     }
+    let len = (end - aligned) / HUGE * HUGE;
+    // SAFETY: [aligned, aligned + len) lies inside the vector's allocation (checked above:
+    // `aligned >= start`, `aligned + len <= end <= start + capacity`), which the caller owns;
+    // MADV_HUGEPAGE only changes how the kernel backs those pages, never their contents.
+    unsafe { libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE) }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_v: &Vec<u64>, _words: usize) {}
+fn advise_huge_pages(_v: &Vec<u64>, _words: usize) -> i32 {
+    0
+}
 
 #[cfg(test)]
 mod tests {
@@ -116,6 +121,24 @@ mod tests {
             let c = size_class(bytes);
             assert!(c >= bytes && c <= bytes + bytes / 4 + 8, "{bytes} -> {c}");
         }
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn huge_page_advice_stays_inside_the_allocation() {
+        let v: Vec<u64> = Vec::with_capacity(3 << 20);
+        let rc = advise_huge_pages(&v, 3 << 20);
+        // ENOMEM would mean the range left the mapping; EINVAL is a kernel without THP.
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        assert!(
+            rc == 0 || errno == Some(libc::EINVAL),
+            "madvise: {rc} {errno:?}"
+        );
+        let past = std::panic::catch_unwind(|| advise_huge_pages(&v, (3 << 20) + 1));
+        assert!(past.is_err(), "advising past the capacity must be refused");
+        let mut w = fresh(1 << 20);
+        w.iter_mut().enumerate().for_each(|(i, x)| *x = i as u64);
+        assert!(w.iter().enumerate().all(|(i, &x)| x == i as u64));
     }
 
     #[test]
