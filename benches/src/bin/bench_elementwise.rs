@@ -56,7 +56,7 @@ fn main() -> brotensor::Result<()> {
     let n = rows * cols;
     println!(
         "# bench_elementwise: {n} elements ({} MiB in F32)",
-        n * 4 >> 20
+        (n * 4) >> 20
     );
     println!();
     println!("| device | dtype | elements | op | ms | GB/s | vs copy |");
