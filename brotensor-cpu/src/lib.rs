@@ -5,5 +5,6 @@
 //! here documents the length contract it relies on (violations panic on the slice bounds,
 //! they are never UB).
 
+pub mod activation;
 pub mod cast;
 pub mod elementwise;

@@ -6,7 +6,9 @@
 //! (`a`, `b`) carry the instruction's parameters (a scalar operand, clamp bounds, axpby
 //! coefficients); instructions that need none ignore them.
 
-use cubecl::frontend::{Cos as _, Exp as _, Log as _, Round as _, Sin as _, Sqrt as _};
+use cubecl::frontend::{
+    Cos as _, Erf as _, Exp as _, Log as _, Round as _, Sin as _, Sqrt as _, Tanh as _,
+};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
@@ -62,6 +64,59 @@ macro_rules! binary_ops {
     )*};
 }
 
+/// `1 / (1 + e^-x)`.
+#[cube]
+pub fn sigmoid<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
+    Vector::new(1.0f32) / (Vector::new(1.0f32) + (-x).exp())
+}
+
+/// The tanh-GELU `0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))`.
+#[cube]
+pub fn gelu<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
+    let u = Vector::new(0.797_884_6f32) * (x + Vector::new(0.044_715f32) * x * x * x);
+    Vector::new(0.5f32) * x * (Vector::new(1.0f32) + u.tanh())
+}
+
+/// d/dx of [`gelu`].
+#[cube]
+pub fn gelu_derivative<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
+    let u = Vector::new(0.797_884_6f32) * (x + Vector::new(0.044_715f32) * x * x * x);
+    let t = u.tanh();
+    let du =
+        Vector::new(0.797_884_6f32) * (Vector::new(1.0f32) + Vector::new(0.134_145f32) * x * x);
+    Vector::new(0.5f32) * (Vector::new(1.0f32) + t)
+        + Vector::new(0.5f32) * x * (Vector::new(1.0f32) - t * t) * du
+}
+
+/// The erf-GELU `0.5 x (1 + erf(x / sqrt 2))`.
+#[cube]
+pub fn gelu_exact<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
+    Vector::new(0.5f32)
+        * x
+        * (Vector::new(1.0f32) + (x * Vector::new(core::f32::consts::FRAC_1_SQRT_2)).erf())
+}
+
+/// d/dx of [`gelu_exact`]: `Phi(x) + x phi(x)`.
+#[cube]
+pub fn gelu_exact_derivative<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
+    let cdf = Vector::new(0.5f32)
+        * (Vector::new(1.0f32) + (x * Vector::new(core::f32::consts::FRAC_1_SQRT_2)).erf());
+    cdf + x * Vector::new(0.398_942_3f32) * (Vector::new(-0.5f32) * x * x).exp()
+}
+
+/// `x * sigmoid(x)`.
+#[cube]
+pub fn silu<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
+    x * sigmoid::<N>(x)
+}
+
+/// d/dx of [`silu`]: `s (1 + x (1 - s))`.
+#[cube]
+pub fn silu_derivative<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
+    let s = sigmoid::<N>(x);
+    s * (Vector::new(1.0f32) + x * (Vector::new(1.0f32) - s))
+}
+
 unary_ops! {
     /// `x` (a copy; the straight-through gradient of round).
     Identity => |x, a, b| x;
@@ -92,6 +147,28 @@ unary_ops! {
     Rsqrt => |x, a, b| Vector::new(1.0f32) / x.sqrt();
     /// Round half to even.
     Round => |x, a, b| x.round();
+    /// `x` for `x > 0`, else 0.
+    Relu => |x, a, b| select_many(x.greater_than(Vector::new(0.0f32)), x, Vector::new(0.0f32));
+    /// `tanh x`.
+    Tanh => |x, a, b| x.tanh();
+    /// `1 / (1 + e^-x)`.
+    Sigmoid => |x, a, b| sigmoid::<N>(x);
+    /// `x sigmoid(x)`.
+    Silu => |x, a, b| silu::<N>(x);
+    /// The tanh-GELU.
+    Gelu => |x, a, b| gelu::<N>(x);
+    /// The erf-GELU.
+    GeluExact => |x, a, b| gelu_exact::<N>(x);
+    /// `x sigmoid(1.702 x)`.
+    QuickGelu => |x, a, b| x * sigmoid::<N>(Vector::new(1.702f32) * x);
+    /// `x` for `x > 0`, else `a (e^x - 1)`.
+    Elu => |x, a, b| select_many(
+        x.greater_than(Vector::new(0.0f32)),
+        x,
+        Vector::new(a) * (x.exp() - Vector::new(1.0f32)),
+    );
+    /// `x` for `x > 0`, else `a x`.
+    LeakyRelu => |x, a, b| select_many(x.greater_than(Vector::new(0.0f32)), x, Vector::new(a) * x);
 }
 
 binary_ops! {
@@ -115,6 +192,27 @@ binary_ops! {
     CosBackward => |x, y, a, b| -y * x.sin();
     /// d/dx x^(-1/2) from the forward output `x` = rsqrt(x0): `-0.5 * dy * x^3`.
     RsqrtBackward => |x, y, a, b| Vector::new(-0.5f32) * y * x * x * x;
+    /// `dy` where the forward input `x > 0`, else 0.
+    ReluBackward => |x, y, a, b| select_many(x.greater_than(Vector::new(0.0f32)), y, Vector::new(0.0f32));
+    /// From the forward output `x` = tanh: `dy (1 - x^2)`.
+    TanhBackward => |x, y, a, b| y * (Vector::new(1.0f32) - x * x);
+    /// From the forward output `x` = sigmoid: `dy x (1 - x)`.
+    SigmoidBackward => |x, y, a, b| y * x * (Vector::new(1.0f32) - x);
+    /// `dy silu'(x)`.
+    SiluBackward => |x, y, a, b| y * silu_derivative::<N>(x);
+    /// `dy gelu'(x)`.
+    GeluBackward => |x, y, a, b| y * gelu_derivative::<N>(x);
+    /// `dy gelu_exact'(x)`.
+    GeluExactBackward => |x, y, a, b| y * gelu_exact_derivative::<N>(x);
+    /// `dy (s + 1.702 x s (1 - s))`, `s = sigmoid(1.702 x)`.
+    QuickGeluBackward => |x, y, a, b| {
+        let s = sigmoid::<N>(Vector::new(1.702f32) * x);
+        y * (s + Vector::new(1.702f32) * x * s * (Vector::new(1.0f32) - s))
+    };
+    /// `dy` for `x > 0`, else `dy a e^x`.
+    EluBackward => |x, y, a, b| select_many(x.greater_than(Vector::new(0.0f32)), y, y * Vector::new(a) * x.exp());
+    /// `dy` for `x > 0`, else `a dy`.
+    LeakyReluBackward => |x, y, a, b| select_many(x.greater_than(Vector::new(0.0f32)), y, Vector::new(a) * y);
 }
 
 #[cube(launch_unchecked)]

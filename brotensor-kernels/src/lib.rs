@@ -12,6 +12,7 @@
 
 pub mod bf16_words;
 pub mod elementwise;
+pub mod glu;
 mod launch;
 
 pub use launch::{LaunchError, MAX_VECTOR_SIZE};

@@ -1,11 +1,13 @@
 //! The CPU backend: host buffers and the rayon FP32 reference ops of `brotensor-cpu`.
 
-use brotensor_cpu::{cast as cpu_cast, elementwise as ew};
+use brotensor_cpu::{activation as act, cast as cpu_cast, elementwise as ew};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::storage::HostBuffer;
-use super::{Backend, Binary, ElementwiseOps, MemoryInfo, OnDevice, Src, Storage, Unary};
+use super::{
+    ActivationOps, Backend, Binary, ElementwiseOps, Glu, MemoryInfo, OnDevice, Src, Storage, Unary,
+};
 use crate::{Device, Dtype, Error, Result, Tensor};
 
 /// The host backend. It needs no initialization and is always available.
@@ -120,6 +122,15 @@ macro_rules! with_unary_fn {
             Unary::Cos => $go!(ew::cos),
             Unary::Rsqrt => $go!(ew::rsqrt),
             Unary::Round => $go!(ew::round),
+            Unary::Relu => $go!(act::relu),
+            Unary::Tanh => $go!(act::tanh),
+            Unary::Sigmoid => $go!(act::sigmoid),
+            Unary::Silu => $go!(act::silu),
+            Unary::Gelu => $go!(act::gelu),
+            Unary::GeluExact => $go!(act::gelu_exact),
+            Unary::QuickGelu => $go!(act::quick_gelu),
+            Unary::Elu => $go!(move |x: f32| act::elu(x, a)),
+            Unary::LeakyRelu => $go!(move |x: f32| act::leaky_relu(x, a)),
         }
     }};
 }
@@ -139,6 +150,17 @@ macro_rules! with_binary_fn {
             Binary::SinBackward => $go!(ew::sin_backward),
             Binary::CosBackward => $go!(ew::cos_backward),
             Binary::RsqrtBackward => $go!(ew::rsqrt_backward),
+            Binary::ReluBackward => $go!(act::relu_backward),
+            Binary::TanhBackward => $go!(act::tanh_backward),
+            Binary::SigmoidBackward => $go!(act::sigmoid_backward),
+            Binary::SiluBackward => $go!(act::silu_backward),
+            Binary::GeluBackward => $go!(act::gelu_backward),
+            Binary::GeluExactBackward => $go!(act::gelu_exact_backward),
+            Binary::QuickGeluBackward => $go!(act::quick_gelu_backward),
+            Binary::EluBackward => $go!(move |x: f32, y: f32| act::elu_backward(x, y, a)),
+            Binary::LeakyReluBackward => {
+                $go!(move |x: f32, y: f32| act::leaky_relu_backward(x, y, a))
+            }
         }
     }};
 }
@@ -229,5 +251,26 @@ fn cast_error(dtype: Dtype) -> Error {
         op: "cast",
         dtype,
         device: Device::Cpu,
+    }
+}
+
+impl ActivationOps for CpuBackend {
+    fn glu_forward(&self, _name: &'static str, op: Glu, x: &Tensor, y: &mut Tensor) -> Result<()> {
+        let d = y.cols();
+        act::glu_forward(op, x.host(), d, y.host_mut());
+        Ok(())
+    }
+
+    fn glu_backward(
+        &self,
+        _name: &'static str,
+        op: Glu,
+        x: &Tensor,
+        dy: &Tensor,
+        dx: &mut Tensor,
+    ) -> Result<()> {
+        let d = dy.cols();
+        act::glu_backward(op, x.host(), dy.host(), d, dx.host_mut());
+        Ok(())
     }
 }

@@ -2,13 +2,16 @@
 
 use brotensor_kernels::bf16_words as w;
 use brotensor_kernels::elementwise::{self as k, Source};
+use brotensor_kernels::glu as gl;
 use brotensor_kernels::LaunchError;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use half::{bf16, f16};
 
 use super::storage::GpuBuffer;
-use super::{Backend, Binary, ElementwiseOps, MemoryInfo, OnDevice, Src, Storage, Unary};
+use super::{
+    ActivationOps, Backend, Binary, ElementwiseOps, Glu, MemoryInfo, OnDevice, Src, Storage, Unary,
+};
 use crate::{Device, Dtype, Error, Result, Tensor};
 
 /// GPU buffers are sized in multiples of this many bytes (at least one), so that word-wise
@@ -271,6 +274,42 @@ macro_rules! with_unary {
                 type $O = k::Round;
                 $body
             }
+            Unary::Relu => {
+                type $O = k::Relu;
+                $body
+            }
+            Unary::Tanh => {
+                type $O = k::Tanh;
+                $body
+            }
+            Unary::Sigmoid => {
+                type $O = k::Sigmoid;
+                $body
+            }
+            Unary::Silu => {
+                type $O = k::Silu;
+                $body
+            }
+            Unary::Gelu => {
+                type $O = k::Gelu;
+                $body
+            }
+            Unary::GeluExact => {
+                type $O = k::GeluExact;
+                $body
+            }
+            Unary::QuickGelu => {
+                type $O = k::QuickGelu;
+                $body
+            }
+            Unary::Elu => {
+                type $O = k::Elu;
+                $body
+            }
+            Unary::LeakyRelu => {
+                type $O = k::LeakyRelu;
+                $body
+            }
         }
     };
 }
@@ -319,6 +358,42 @@ macro_rules! with_binary {
                 type $O = k::RsqrtBackward;
                 $body
             }
+            Binary::ReluBackward => {
+                type $O = k::ReluBackward;
+                $body
+            }
+            Binary::TanhBackward => {
+                type $O = k::TanhBackward;
+                $body
+            }
+            Binary::SigmoidBackward => {
+                type $O = k::SigmoidBackward;
+                $body
+            }
+            Binary::SiluBackward => {
+                type $O = k::SiluBackward;
+                $body
+            }
+            Binary::GeluBackward => {
+                type $O = k::GeluBackward;
+                $body
+            }
+            Binary::GeluExactBackward => {
+                type $O = k::GeluExactBackward;
+                $body
+            }
+            Binary::QuickGeluBackward => {
+                type $O = k::QuickGeluBackward;
+                $body
+            }
+            Binary::EluBackward => {
+                type $O = k::EluBackward;
+                $body
+            }
+            Binary::LeakyReluBackward => {
+                type $O = k::LeakyReluBackward;
+                $body
+            }
         }
     };
 }
@@ -328,6 +403,51 @@ impl<R: Runtime> CubeBackend<R> {
     fn words(&self, dtype: Dtype) -> bool {
         dtype == Dtype::BF16 && !self.bf16
     }
+
+    /// An F32 copy of `t` on this device: the way kernels without a packed-word form run on
+    /// BF16 tensors stored as words (FP32 math either way).
+    fn widened(&self, t: &Tensor) -> Result<Tensor> {
+        let mut w = Tensor::empty_on(self.device, t.rows(), t.cols(), Dtype::F32)?;
+        self.cast(t, &mut w)?;
+        Ok(w)
+    }
+
+    /// Runs `f` on F32 copies of `inputs` writing an F32 `out`-shaped temporary, then
+    /// narrows the temporary into `out` (for packed-word BF16).
+    fn via_f32(
+        &self,
+        inputs: &[&Tensor],
+        out: &mut Tensor,
+        f: impl FnOnce(&[Tensor], &mut Tensor) -> Result<()>,
+    ) -> Result<()> {
+        let wide = inputs
+            .iter()
+            .map(|t| self.widened(t))
+            .collect::<Result<Vec<_>>>()?;
+        let mut tmp = Tensor::empty_on(self.device, out.rows(), out.cols(), Dtype::F32)?;
+        f(&wide, &mut tmp)?;
+        self.cast(&tmp, out)
+    }
+}
+
+/// Calls `$body` with `$O` bound to the kernel type of a [`Glu`].
+macro_rules! with_glu {
+    ($op:expr, |$O:ident| $body:expr) => {
+        match $op {
+            Glu::Geglu => {
+                type $O = brotensor_kernels::glu::Geglu;
+                $body
+            }
+            Glu::GegluExact => {
+                type $O = brotensor_kernels::glu::GegluExact;
+                $body
+            }
+            Glu::Swiglu => {
+                type $O = brotensor_kernels::glu::Swiglu;
+                $body
+            }
+        }
+    };
 }
 
 impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
@@ -412,5 +532,40 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
             value
         ))
         .map_err(|e| self.launch_error("fill", e))
+    }
+}
+
+impl<R: Runtime> ActivationOps for CubeBackend<R> {
+    fn glu_forward(&self, name: &'static str, op: Glu, x: &Tensor, y: &mut Tensor) -> Result<()> {
+        if self.words(x.dtype()) {
+            return self.via_f32(&[x], y, |w, tmp| self.glu_forward(name, op, &w[0], tmp));
+        }
+        let (xh, yh) = (out_handle(x), out_handle(y));
+        let (rows, d) = y.shape();
+        with_glu!(op, |O| with_float!(x.dtype(), |F| {
+            gl::launch_glu_forward::<R, F, O>(&self.client, &xh, &yh, rows, d)
+        }))
+        .map_err(|e| self.launch_error(name, e))
+    }
+
+    fn glu_backward(
+        &self,
+        name: &'static str,
+        op: Glu,
+        x: &Tensor,
+        dy: &Tensor,
+        dx: &mut Tensor,
+    ) -> Result<()> {
+        if self.words(x.dtype()) {
+            return self.via_f32(&[x, dy], dx, |w, tmp| {
+                self.glu_backward(name, op, &w[0], &w[1], tmp)
+            });
+        }
+        let (xh, dyh, dxh) = (out_handle(x), out_handle(dy), out_handle(dx));
+        let (rows, d) = dy.shape();
+        with_glu!(op, |O| with_float!(x.dtype(), |F| {
+            gl::launch_glu_backward::<R, F, O>(&self.client, &xh, &dyh, &dxh, rows, d)
+        }))
+        .map_err(|e| self.launch_error(name, e))
     }
 }

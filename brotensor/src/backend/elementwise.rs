@@ -34,6 +34,24 @@ pub(crate) enum Unary {
     Rsqrt,
     /// round half to even (round_forward).
     Round,
+    /// `max(x, 0)` (relu_forward).
+    Relu,
+    /// `tanh x` (tanh_forward).
+    Tanh,
+    /// `1/(1+e^-x)` (sigmoid_forward).
+    Sigmoid,
+    /// `x sigmoid(x)` (silu_forward).
+    Silu,
+    /// tanh-GELU (gelu_forward).
+    Gelu,
+    /// erf-GELU (gelu_exact_forward).
+    GeluExact,
+    /// `x sigmoid(1.702 x)` (quick_gelu_forward).
+    QuickGelu,
+    /// ELU with `alpha = a` (elu_forward).
+    Elu,
+    /// leaky ReLU with slope `a` (leaky_relu_forward).
+    LeakyRelu,
 }
 
 /// Two-input element-wise instructions: `out = f(x, y; a, b)`.
@@ -59,6 +77,24 @@ pub(crate) enum Binary {
     CosBackward,
     /// `-0.5 * y * x^3`, x the forward output (rsqrt_backward).
     RsqrtBackward,
+    /// relu_backward (x the forward input, y = dy).
+    ReluBackward,
+    /// tanh_backward (x the forward output).
+    TanhBackward,
+    /// sigmoid_backward (x the forward output).
+    SigmoidBackward,
+    /// silu_backward.
+    SiluBackward,
+    /// gelu_backward.
+    GeluBackward,
+    /// gelu_exact_backward.
+    GeluExactBackward,
+    /// quick_gelu_backward.
+    QuickGeluBackward,
+    /// elu_backward with `alpha = a`.
+    EluBackward,
+    /// leaky_relu_backward with slope `a`.
+    LeakyReluBackward,
 }
 
 /// Where an operand of a map comes from.

@@ -6,6 +6,7 @@
 //! validate shapes, dtypes and devices *before* they reach a backend; backend methods may
 //! assume operands are consistent.
 
+mod activation;
 pub(crate) mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;
@@ -15,6 +16,7 @@ mod host_pool;
 pub(crate) mod probe;
 pub(crate) mod storage;
 
+pub(crate) use activation::{ActivationOps, Glu};
 pub(crate) use elementwise::{Binary, ElementwiseOps, Src, Unary};
 pub(crate) use storage::Storage;
 
@@ -36,7 +38,7 @@ pub(crate) trait OnDevice {
 }
 
 /// A device's runtime: memory management plus every op category.
-pub(crate) trait Backend: Send + Sync + OnDevice + ElementwiseOps {
+pub(crate) trait Backend: Send + Sync + OnDevice + ElementwiseOps + ActivationOps {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;
     /// Whether the device is a software rasterizer (never chosen as the default).

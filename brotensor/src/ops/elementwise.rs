@@ -11,7 +11,7 @@ use crate::backend::{Binary, Src, Unary};
 use crate::{Dtype, Error, Result, Tensor};
 
 /// `out = op(x; a, b)`, `out` resized to `x`.
-fn unary_out(
+pub(crate) fn unary_out(
     name: &'static str,
     op: Unary,
     x: &Tensor,
@@ -28,7 +28,12 @@ fn unary_out(
 }
 
 /// `y = op(y; a, b)` in place.
-fn unary_inplace(name: &'static str, op: Unary, y: &mut Tensor, (a, b): (f32, f32)) -> Result<()> {
+pub(crate) fn unary_inplace(
+    name: &'static str,
+    op: Unary,
+    y: &mut Tensor,
+    (a, b): (f32, f32),
+) -> Result<()> {
     let be = dispatch(name, &[("y", y)])?;
     check_float(name, "y", y, be)?;
     if y.numel() == 0 {
@@ -38,12 +43,13 @@ fn unary_inplace(name: &'static str, op: Unary, y: &mut Tensor, (a, b): (f32, f3
 }
 
 /// `out = op(x, y; a, b)`, `out` resized to `x`.
-fn binary_out(
+pub(crate) fn binary_out(
     name: &'static str,
     op: Binary,
     (xn, x): (&'static str, &Tensor),
     (yn, y): (&'static str, &Tensor),
     out: &mut Tensor,
+    (a, b): (f32, f32),
 ) -> Result<()> {
     let be = dispatch(name, &[(xn, x), (yn, y), ("out", out)])?;
     check_float(name, xn, x, be)?;
@@ -52,7 +58,7 @@ fn binary_out(
     if x.numel() == 0 {
         return Ok(());
     }
-    be.binary(name, op, Src::Tensor(x), Src::Tensor(y), out, 0.0, 0.0)
+    be.binary(name, op, Src::Tensor(x), Src::Tensor(y), out, a, b)
 }
 
 /// `y = op(y, x; a, b)` in place on `y`.
@@ -84,7 +90,7 @@ macro_rules! tensor_tensor {
 
         #[doc = concat!("`", $math, "` into `out`, which is resized to `a` and keeps its allocation when it fits.")]
         pub fn $out(a: &Tensor, b: &Tensor, out: &mut Tensor) -> Result<()> {
-            binary_out(stringify!($out), Binary::$op, ("a", a), ("b", b), out)
+            binary_out(stringify!($out), Binary::$op, ("a", a), ("b", b), out, (0.0, 0.0))
         }
 
         impl Tensor {
@@ -173,7 +179,14 @@ macro_rules! math_grad {
     ($($math:literal: $bwd:ident($p:ident) => $op:ident;)*) => {$(
         #[doc = concat!("`dx = ", $math, "`; `", stringify!($p), "` and `dy` must match; `dx` is overwritten.")]
         pub fn $bwd($p: &Tensor, dy: &Tensor, dx: &mut Tensor) -> Result<()> {
-            binary_out(stringify!($bwd), Binary::$op, (stringify!($p), $p), ("dy", dy), dx)
+            binary_out(
+                stringify!($bwd),
+                Binary::$op,
+                (stringify!($p), $p),
+                ("dy", dy),
+                dx,
+                (0.0, 0.0),
+            )
         }
     )*};
 }

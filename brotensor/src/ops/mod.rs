@@ -9,8 +9,11 @@
 //! - An uncommitted output is adopted: it is allocated on the op's device.
 //! - Outputs are resized by the op and keep their allocation while the new size fits.
 
+#[macro_use]
 pub mod elementwise;
+pub mod activation;
 
+pub use activation::*;
 pub use elementwise::*;
 
 use crate::backend::Backend;

@@ -1,0 +1,308 @@
+//! Activation functions and their gradients, as scalar FP32 functions (mapped over slices by
+//! `elementwise`), and the gated linear units over `(B, 2D)` rows.
+//!
+//! Gradients read the forward *input* `x`, except tanh and sigmoid, which read the forward
+//! *output* `y` (both as in the C++ original).
+
+use rayon::prelude::*;
+
+/// sqrt(2/pi), the tanh-GELU's scale.
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+/// The tanh-GELU's cubic coefficient.
+const GELU_CUBIC: f32 = 0.044_715;
+/// 1/sqrt(2).
+const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+/// 1/sqrt(2*pi).
+const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
+/// quick_gelu's sigmoid scale.
+const QUICK_GELU_SCALE: f32 = 1.702;
+
+/// `1 / (1 + e^-x)`.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `x` for `x > 0`, else 0 (NaN gives 0, as the comparison fails).
+#[inline]
+pub fn relu(x: f32) -> f32 {
+    if x > 0.0 {
+        x
+    } else {
+        0.0
+    }
+}
+
+/// `dy` where `x > 0`, else 0.
+#[inline]
+pub fn relu_backward(x: f32, dy: f32) -> f32 {
+    if x > 0.0 {
+        dy
+    } else {
+        0.0
+    }
+}
+
+/// `tanh x`.
+#[inline]
+pub fn tanh(x: f32) -> f32 {
+    x.tanh()
+}
+
+/// From the forward output `y = tanh x`: `dy * (1 - y^2)`.
+#[inline]
+pub fn tanh_backward(y: f32, dy: f32) -> f32 {
+    dy * (1.0 - y * y)
+}
+
+/// From the forward output `y = sigmoid x`: `dy * y * (1 - y)`.
+#[inline]
+pub fn sigmoid_backward(y: f32, dy: f32) -> f32 {
+    dy * y * (1.0 - y)
+}
+
+/// `x * sigmoid(x)`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
+/// `dy * s * (1 + x (1 - s))`, `s = sigmoid(x)`.
+#[inline]
+pub fn silu_backward(x: f32, dy: f32) -> f32 {
+    let s = sigmoid(x);
+    dy * s * (1.0 + x * (1.0 - s))
+}
+
+/// The tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+#[inline]
+pub fn gelu(x: f32) -> f32 {
+    let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
+    0.5 * x * (1.0 + u.tanh())
+}
+
+/// Gradient of [`gelu`].
+#[inline]
+pub fn gelu_backward(x: f32, dy: f32) -> f32 {
+    dy * gelu_derivative(x)
+}
+
+#[inline]
+fn gelu_derivative(x: f32) -> f32 {
+    let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
+    let t = u.tanh();
+    let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
+    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
+}
+
+/// `0.5 x (1 + erf(x / sqrt 2))`.
+#[inline]
+pub fn gelu_exact(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * FRAC_1_SQRT_2))
+}
+
+/// Gradient of [`gelu_exact`]: `dy * (Phi(x) + x phi(x))`.
+#[inline]
+pub fn gelu_exact_backward(x: f32, dy: f32) -> f32 {
+    dy * gelu_exact_derivative(x)
+}
+
+#[inline]
+fn gelu_exact_derivative(x: f32) -> f32 {
+    0.5 * (1.0 + libm::erff(x * FRAC_1_SQRT_2)) + x * FRAC_1_SQRT_2PI * (-0.5 * x * x).exp()
+}
+
+/// `x * sigmoid(1.702 x)`.
+#[inline]
+pub fn quick_gelu(x: f32) -> f32 {
+    x * sigmoid(QUICK_GELU_SCALE * x)
+}
+
+/// Gradient of [`quick_gelu`]: `dy * (s + 1.702 x s (1 - s))`.
+#[inline]
+pub fn quick_gelu_backward(x: f32, dy: f32) -> f32 {
+    let s = sigmoid(QUICK_GELU_SCALE * x);
+    dy * (s + QUICK_GELU_SCALE * x * s * (1.0 - s))
+}
+
+/// `x` for `x > 0`, else `alpha (e^x - 1)`.
+#[inline]
+pub fn elu(x: f32, alpha: f32) -> f32 {
+    if x > 0.0 {
+        x
+    } else {
+        alpha * (x.exp() - 1.0)
+    }
+}
+
+/// `dy` for `x > 0`, else `dy * alpha e^x`.
+#[inline]
+pub fn elu_backward(x: f32, dy: f32, alpha: f32) -> f32 {
+    if x > 0.0 {
+        dy
+    } else {
+        dy * alpha * x.exp()
+    }
+}
+
+/// `x` for `x > 0`, else `slope x`.
+#[inline]
+pub fn leaky_relu(x: f32, slope: f32) -> f32 {
+    if x > 0.0 {
+        x
+    } else {
+        slope * x
+    }
+}
+
+/// `dy` for `x > 0`, else `slope dy`.
+#[inline]
+pub fn leaky_relu_backward(x: f32, dy: f32, slope: f32) -> f32 {
+    if x > 0.0 {
+        dy
+    } else {
+        slope * dy
+    }
+}
+
+/// A gated linear unit: per row of `(B, 2D)`, `a` = columns `[0, D)`, `g` = `[D, 2D)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Glu {
+    /// `a * gelu_tanh(g)`.
+    Geglu,
+    /// `a * gelu_exact(g)`.
+    GegluExact,
+    /// `silu(a) * g`.
+    Swiglu,
+}
+
+impl Glu {
+    /// The unit's output for one pair.
+    #[inline]
+    pub fn forward(self, a: f32, g: f32) -> f32 {
+        match self {
+            Glu::Geglu => a * gelu(g),
+            Glu::GegluExact => a * gelu_exact(g),
+            Glu::Swiglu => silu(a) * g,
+        }
+    }
+
+    /// `(d a, d g)` for one pair given the output gradient.
+    #[inline]
+    pub fn backward(self, a: f32, g: f32, dy: f32) -> (f32, f32) {
+        match self {
+            Glu::Geglu => (dy * gelu(g), dy * a * gelu_derivative(g)),
+            Glu::GegluExact => (dy * gelu_exact(g), dy * a * gelu_exact_derivative(g)),
+            Glu::Swiglu => (silu_backward(a, dy * g), dy * silu(a)),
+        }
+    }
+}
+
+/// `y (B, D) = glu(x (B, 2D))`. Panics unless `x.len() == 2 * y.len()` and `d` divides `y`.
+pub fn glu_forward(op: Glu, x: &[f32], d: usize, y: &mut [f32]) {
+    assert!(
+        x.len() == 2 * y.len() && (d == 0 || y.len() % d == 0),
+        "glu_forward: lengths"
+    );
+    if d == 0 {
+        return;
+    }
+    y.par_chunks_mut(d)
+        .zip(x.par_chunks(2 * d))
+        .for_each(|(y, x)| {
+            let (a, g) = x.split_at(d);
+            for j in 0..d {
+                y[j] = op.forward(a[j], g[j]);
+            }
+        });
+}
+
+/// `dx (B, 2D) = [d a | d g]` from `x (B, 2D)` and `dy (B, D)`; `dx` is overwritten.
+pub fn glu_backward(op: Glu, x: &[f32], dy: &[f32], d: usize, dx: &mut [f32]) {
+    assert!(
+        x.len() == 2 * dy.len() && dx.len() == x.len(),
+        "glu_backward: lengths"
+    );
+    if d == 0 {
+        return;
+    }
+    dx.par_chunks_mut(2 * d)
+        .zip(x.par_chunks(2 * d).zip(dy.par_chunks(d)))
+        .for_each(|(dx, (x, dy))| {
+            let (a, g) = x.split_at(d);
+            let (da, dg) = dx.split_at_mut(d);
+            for j in 0..d {
+                (da[j], dg[j]) = op.backward(a[j], g[j], dy[j]);
+            }
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fd(f: impl Fn(f32) -> f32, x: f32) -> f32 {
+        let h = 1e-3f64;
+        ((f((x as f64 + h) as f32) as f64 - f((x as f64 - h) as f32) as f64) / (2.0 * h)) as f32
+    }
+
+    #[test]
+    fn values_against_float64_formulas() {
+        for &x in &[-3.0f32, -0.5, 0.0, 0.7, 2.5] {
+            let xd = x as f64;
+            let s = 1.0 / (1.0 + (-xd).exp());
+            assert!((sigmoid(x) as f64 - s).abs() < 1e-6);
+            assert!((silu(x) as f64 - xd * s).abs() < 1e-6);
+            let g = 0.5
+                * xd
+                * (1.0
+                    + ((2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd.powi(3))).tanh());
+            assert!((gelu(x) as f64 - g).abs() < 1e-6, "{x}");
+            let ge = 0.5 * xd * (1.0 + libm::erf(xd / 2f64.sqrt()));
+            assert!((gelu_exact(x) as f64 - ge).abs() < 1e-6, "{x}");
+        }
+        assert_eq!(relu(-1.0), 0.0);
+        assert_eq!(relu(f32::NAN), 0.0);
+        assert_eq!(elu(-1.0, 2.0), 2.0 * ((-1.0f32).exp() - 1.0));
+        assert_eq!(leaky_relu(-2.0, 0.1), -0.2);
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        for &x in &[-2.3f32, -0.4, 0.3, 1.9] {
+            let close = |a: f32, b: f32| (a - b).abs() < 2e-3 * (1.0 + b.abs());
+            assert!(close(silu_backward(x, 1.0), fd(silu, x)));
+            assert!(close(gelu_backward(x, 1.0), fd(gelu, x)));
+            assert!(close(gelu_exact_backward(x, 1.0), fd(gelu_exact, x)));
+            assert!(close(quick_gelu_backward(x, 1.0), fd(quick_gelu, x)));
+            assert!(close(tanh_backward(tanh(x), 1.0), fd(tanh, x)));
+            assert!(close(sigmoid_backward(sigmoid(x), 1.0), fd(sigmoid, x)));
+            assert!(close(elu_backward(x, 1.0, 0.7), fd(|v| elu(v, 0.7), x)));
+            assert!(close(
+                leaky_relu_backward(x, 1.0, 0.1),
+                fd(|v| leaky_relu(v, 0.1), x)
+            ));
+            assert!(close(relu_backward(x, 1.0), fd(relu, x)));
+            for op in [Glu::Geglu, Glu::GegluExact, Glu::Swiglu] {
+                let g = 0.8f32;
+                let (da, dg) = op.backward(x, g, 1.0);
+                assert!(close(da, fd(|a| op.forward(a, g), x)), "{op:?} da");
+                assert!(close(dg, fd(|gg| op.forward(x, gg), g)), "{op:?} dg");
+            }
+        }
+    }
+
+    #[test]
+    fn glu_splits_rows_into_halves() {
+        // Two rows of 2D = 4: a = [1, 2], g = [3, 4] and a = [-1, 0], g = [2, -2].
+        let x = [1.0, 2.0, 3.0, 4.0, -1.0, 0.0, 2.0, -2.0];
+        let mut y = [0.0; 4];
+        glu_forward(Glu::Swiglu, &x, 2, &mut y);
+        assert_eq!(y, [silu(1.0) * 3.0, silu(2.0) * 4.0, silu(-1.0) * 2.0, 0.0]);
+        let mut dx = [9.0; 8];
+        glu_backward(Glu::Geglu, &x, &[1.0, 1.0, 1.0, 1.0], 2, &mut dx);
+        assert_eq!(dx[0], gelu(3.0));
+        assert_eq!(dx[2], gelu_derivative(3.0));
+        assert_eq!(dx[5], gelu(-2.0));
+    }
+}

@@ -1,0 +1,205 @@
+//! Activations and their gradients.
+//!
+//! Shape contract: point-wise activations keep the shape; outputs are resized to the input
+//! (shape and dtype) and gradients `dx` are overwritten. Gradients read the forward input `x`,
+//! except `tanh_backward` and `sigmoid_backward`, which read the forward output `y`. The gated
+//! units take `x (B, 2D)` split into `a` = columns `[0, D)` and `g` = `[D, 2D)`, give
+//! `y (B, D)`, and their backward writes `dx (B, 2D) = [d a | d g]`. The `_batched` names are
+//! the C++ `(B, D)` entry points and behave exactly like the plain ones.
+
+use super::elementwise::{binary_out, unary_inplace, unary_out};
+use super::{check_float, dispatch, prepare_out};
+use crate::backend::{Binary, Glu, Unary};
+use crate::{Error, Result, Tensor};
+
+math_fn! {
+    "max(x, 0)": relu_forward, relu, relu_ => Relu;
+    "tanh x": tanh_forward, tanh, tanh_ => Tanh;
+    "1 / (1 + e^-x)": sigmoid_forward, sigmoid, sigmoid_ => Sigmoid;
+    "x sigmoid(x)": silu_forward, silu, silu_ => Silu;
+    "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))": gelu_forward, gelu, gelu_ => Gelu;
+    "0.5 x (1 + erf(x / sqrt 2))": gelu_exact_forward, gelu_exact, gelu_exact_ => GeluExact;
+    "x sigmoid(1.702 x)": quick_gelu_forward, quick_gelu, quick_gelu_ => QuickGelu;
+}
+
+math_grad! {
+    "dy where x > 0, else 0": relu_backward(x) => ReluBackward;
+    "dy (1 - y^2) (y the forward output)": tanh_backward(y) => TanhBackward;
+    "dy y (1 - y) (y the forward output)": sigmoid_backward(y) => SigmoidBackward;
+    "dy s (1 + x (1 - s)), s = sigmoid(x)": silu_backward(x) => SiluBackward;
+    "dy gelu'(x) (tanh approximation)": gelu_backward(x) => GeluBackward;
+    "dy (Phi(x) + x phi(x))": gelu_exact_backward(x) => GeluExactBackward;
+    "dy (s + 1.702 x s (1 - s)), s = sigmoid(1.702 x)": quick_gelu_backward(x) => QuickGeluBackward;
+}
+
+/// [`relu_forward`] under its C++ `(B, D)` name.
+pub fn relu_forward_batched(x: &Tensor, y: &mut Tensor) -> Result<()> {
+    unary_out("relu_forward_batched", Unary::Relu, x, y, (0.0, 0.0))
+}
+
+/// [`tanh_forward`] under its C++ `(B, D)` name.
+pub fn tanh_forward_batched(x: &Tensor, y: &mut Tensor) -> Result<()> {
+    unary_out("tanh_forward_batched", Unary::Tanh, x, y, (0.0, 0.0))
+}
+
+/// [`relu_backward`] under its C++ `(B, D)` name.
+pub fn relu_backward_batched(x: &Tensor, dy: &Tensor, dx: &mut Tensor) -> Result<()> {
+    binary_out(
+        "relu_backward_batched",
+        Binary::ReluBackward,
+        ("x", x),
+        ("dy", dy),
+        dx,
+        (0.0, 0.0),
+    )
+}
+
+/// [`tanh_backward`] under its C++ `(B, D)` name (`y` the forward output).
+pub fn tanh_backward_batched(y: &Tensor, dy: &Tensor, dx: &mut Tensor) -> Result<()> {
+    binary_out(
+        "tanh_backward_batched",
+        Binary::TanhBackward,
+        ("y", y),
+        ("dy", dy),
+        dx,
+        (0.0, 0.0),
+    )
+}
+
+/// `y = x` for `x > 0`, else `alpha (e^x - 1)`; `y` is resized to `x`.
+pub fn elu_forward(x: &Tensor, alpha: f32, y: &mut Tensor) -> Result<()> {
+    unary_out("elu_forward", Unary::Elu, x, y, (alpha, 0.0))
+}
+
+/// `dx = dy` for `x > 0`, else `dy alpha e^x`; overwritten.
+pub fn elu_backward(x: &Tensor, dy: &Tensor, alpha: f32, dx: &mut Tensor) -> Result<()> {
+    binary_out(
+        "elu_backward",
+        Binary::EluBackward,
+        ("x", x),
+        ("dy", dy),
+        dx,
+        (alpha, 0.0),
+    )
+}
+
+/// `y = x` for `x > 0`, else `negative_slope x`; `y` is resized to `x`.
+pub fn leaky_relu_forward(x: &Tensor, negative_slope: f32, y: &mut Tensor) -> Result<()> {
+    unary_out(
+        "leaky_relu_forward",
+        Unary::LeakyRelu,
+        x,
+        y,
+        (negative_slope, 0.0),
+    )
+}
+
+/// `dx = dy` for `x > 0`, else `negative_slope dy`; overwritten.
+pub fn leaky_relu_backward(
+    x: &Tensor,
+    dy: &Tensor,
+    negative_slope: f32,
+    dx: &mut Tensor,
+) -> Result<()> {
+    binary_out(
+        "leaky_relu_backward",
+        Binary::LeakyReluBackward,
+        ("x", x),
+        ("dy", dy),
+        dx,
+        (negative_slope, 0.0),
+    )
+}
+
+impl Tensor {
+    /// [`elu_forward`] in place.
+    pub fn elu_(&mut self, alpha: f32) -> Result<()> {
+        unary_inplace("elu_", Unary::Elu, self, (alpha, 0.0))
+    }
+
+    /// [`leaky_relu_forward`] in place.
+    pub fn leaky_relu_(&mut self, negative_slope: f32) -> Result<()> {
+        unary_inplace("leaky_relu_", Unary::LeakyRelu, self, (negative_slope, 0.0))
+    }
+}
+
+/// `D` for an `x` of `(B, 2D)`, or the C++ error for an odd column count.
+fn glu_half(name: &'static str, x: &Tensor) -> Result<usize> {
+    if x.cols() % 2 != 0 {
+        return Err(Error::shape(
+            name,
+            format!("X.cols must be even (2*D), got {}", x.cols()),
+        ));
+    }
+    Ok(x.cols() / 2)
+}
+
+fn glu_forward(name: &'static str, op: Glu, x: &Tensor, y: &mut Tensor) -> Result<()> {
+    let be = dispatch(name, &[("x", x), ("y", y)])?;
+    check_float(name, "x", x, be)?;
+    let d = glu_half(name, x)?;
+    prepare_out(y, be.device(), (x.rows(), d), x.dtype())?;
+    if y.numel() == 0 {
+        return Ok(());
+    }
+    be.glu_forward(name, op, x, y)
+}
+
+fn glu_backward(
+    name: &'static str,
+    op: Glu,
+    x: &Tensor,
+    dy: &Tensor,
+    dx: &mut Tensor,
+) -> Result<()> {
+    let be = dispatch(name, &[("x", x), ("dy", dy), ("dx", dx)])?;
+    check_float(name, "x", x, be)?;
+    let d = glu_half(name, x)?;
+    if dy.shape() != (x.rows(), d) {
+        return Err(Error::shape(
+            name,
+            format!(
+                "`dy` is {}x{} but must be {}x{d} for `x` {}x{}",
+                dy.rows(),
+                dy.cols(),
+                x.rows(),
+                x.rows(),
+                x.cols()
+            ),
+        ));
+    }
+    if dy.dtype() != x.dtype() {
+        return Err(Error::Dtype {
+            op: name,
+            operand: "dy",
+            expected: format!("must match `x` ({})", x.dtype()),
+            found: dy.dtype(),
+        });
+    }
+    prepare_out(dx, be.device(), x.shape(), x.dtype())?;
+    if dx.numel() == 0 {
+        return Ok(());
+    }
+    be.glu_backward(name, op, x, dy, dx)
+}
+
+/// Defines a gated unit's forward and backward.
+macro_rules! glu_ops {
+    ($($math:literal: $fwd:ident, $bwd:ident => $op:ident;)*) => {$(
+        #[doc = concat!("`y (B, D) = ", $math, "` from `x (B, 2D)` = `[a | g]`; `y` is resized.")]
+        pub fn $fwd(x: &Tensor, y: &mut Tensor) -> Result<()> {
+            glu_forward(stringify!($fwd), Glu::$op, x, y)
+        }
+
+        #[doc = concat!("Gradient of [`", stringify!($fwd), "`]: `dx (B, 2D) = [d a | d g]`, overwritten.")]
+        pub fn $bwd(x: &Tensor, dy: &Tensor, dx: &mut Tensor) -> Result<()> {
+            glu_backward(stringify!($bwd), Glu::$op, x, dy, dx)
+        }
+    )*};
+}
+
+glu_ops! {
+    "a * gelu_tanh(g)": geglu_forward, geglu_backward => Geglu;
+    "a * gelu_exact(g)": geglu_exact_forward, geglu_exact_backward => GegluExact;
+    "silu(a) * g": swiglu_forward, swiglu_backward => Swiglu;
+}
