@@ -8,3 +8,4 @@
 pub mod activation;
 pub mod cast;
 pub mod elementwise;
+pub mod reduction;

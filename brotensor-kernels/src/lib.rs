@@ -14,5 +14,6 @@ pub mod bf16_words;
 pub mod elementwise;
 pub mod glu;
 mod launch;
+pub mod reduce;
 
 pub use launch::{LaunchError, MAX_VECTOR_SIZE};

@@ -112,11 +112,12 @@ pub fn tensor(
     }
 }
 
-/// The contents of a float tensor, widened to `f32` on the host.
+/// The contents of a float (or I32) tensor, widened to `f32` on the host.
 pub fn read_f32(t: &Tensor) -> Result<Vec<f32>> {
     Ok(match t.dtype() {
         Dtype::F16 => t.to_vec::<f16>()?.into_iter().map(f16::to_f32).collect(),
         Dtype::BF16 => t.to_vec::<bf16>()?.into_iter().map(bf16::to_f32).collect(),
+        Dtype::I32 => t.to_vec::<i32>()?.into_iter().map(|v| v as f32).collect(),
         _ => t.to_vec::<f32>()?,
     })
 }
@@ -202,6 +203,38 @@ fn describe(device: Device) -> String {
 /// rounded through that dtype, so the comparison measures the op, not the input rounding.
 /// A dtype the device does not support must be refused with `UnsupportedDtype`.
 pub fn parity(case: &str, seed: u64, inputs: &[Input], op: impl Fn(&[Tensor]) -> Result<Tensor>) {
+    parity_with(case, seed, inputs, Check::default(), op)
+}
+
+/// How [`parity_with`] runs and compares.
+#[derive(Clone, Copy)]
+pub struct Check {
+    /// The input dtypes to try on the GPU (each also rounds the CPU's inputs).
+    pub dtypes: &'static [Dtype],
+    /// Whether the output keeps the input's dtype (else any dtype; it is read as `f32`).
+    pub same_dtype: bool,
+    /// `(atol, rtol)` per dtype instead of [`tolerance`]; `Some((0, 0))` demands equality.
+    pub tol: Option<fn(Dtype) -> (f32, f32)>,
+}
+
+impl Default for Check {
+    fn default() -> Self {
+        Check {
+            dtypes: &[Dtype::F32, Dtype::F16, Dtype::BF16],
+            same_dtype: true,
+            tol: None,
+        }
+    }
+}
+
+/// [`parity`] with explicit dtypes, output-dtype rule and tolerances.
+pub fn parity_with(
+    case: &str,
+    seed: u64,
+    inputs: &[Input],
+    check: Check,
+    op: impl Fn(&[Tensor]) -> Result<Tensor>,
+) {
     let mut rng = SplitMix64::new(seed);
     let data: Vec<Vec<f32>> = inputs
         .iter()
@@ -219,7 +252,7 @@ pub fn parity(case: &str, seed: u64, inputs: &[Input], op: impl Fn(&[Tensor]) ->
     if gpus.is_empty() {
         eprintln!("parity {case}: SKIPPED on GPU (no GPU device found; set {REQUIRE_GPU_ENV} to fail instead)");
     }
-    for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+    for &dtype in check.dtypes {
         let rounded: Vec<Vec<f32>> = data.iter().map(|d| round_through(dtype, d)).collect();
         let reference = run(Device::Cpu, Dtype::F32, &rounded).and_then(|t| read_f32(&t));
         let reference = reference.unwrap_or_else(|e| panic!("{case}: CPU reference failed: {e}"));
@@ -232,14 +265,18 @@ pub fn parity(case: &str, seed: u64, inputs: &[Input], op: impl Fn(&[Tensor]) ->
                     // A device without `dtype` arithmetic may still run a pure byte path
                     // (a same-dtype cast is a copy); its result must be right all the same.
                     assert_eq!(out.device(), device, "{case}: output left {device}");
-                    assert_eq!(out.dtype(), dtype, "{case}: output dtype on {device}");
+                    if check.same_dtype {
+                        assert_eq!(out.dtype(), dtype, "{case}: output dtype on {device}");
+                    }
                     let got = read_f32(&out).unwrap_or_else(|e| panic!("{case}: read back: {e}"));
-                    let want = round_through(dtype, &reference);
+                    let want = round_through(out.dtype(), &reference);
                     assert_close(
                         &format!("{case} on {device} {dtype}"),
                         &want,
                         &got,
-                        tolerance(dtype),
+                        check
+                            .tol
+                            .map_or_else(|| tolerance(out.dtype()), |f| f(dtype)),
                     );
                     record(case, device, dtype);
                 }

@@ -1,12 +1,13 @@
 //! The CPU backend: host buffers and the rayon FP32 reference ops of `brotensor-cpu`.
 
-use brotensor_cpu::{activation as act, cast as cpu_cast, elementwise as ew};
+use brotensor_cpu::{activation as act, cast as cpu_cast, elementwise as ew, reduction as red};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::storage::HostBuffer;
 use super::{
-    ActivationOps, Backend, Binary, ElementwiseOps, Glu, MemoryInfo, OnDevice, Src, Storage, Unary,
+    ActivationOps, Backend, Binary, ElementwiseOps, Glu, MemoryInfo, OnDevice, ReductionOps, Src,
+    Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -271,6 +272,58 @@ impl ActivationOps for CpuBackend {
     ) -> Result<()> {
         let d = dy.cols();
         act::glu_backward(op, x.host(), dy.host(), d, dx.host_mut());
+        Ok(())
+    }
+}
+
+impl ReductionOps for CpuBackend {
+    fn sum_rows(&self, x: &Tensor, y: &mut Tensor) -> Result<()> {
+        red::sum_rows(x.host(), x.cols(), y.host_mut());
+        Ok(())
+    }
+
+    fn sum_cols(&self, x: &Tensor, y: &mut Tensor) -> Result<()> {
+        red::sum_cols(x.host(), x.rows(), y.host_mut());
+        Ok(())
+    }
+
+    fn argmax_rows(&self, x: &Tensor, idx: &mut Tensor) -> Result<()> {
+        let mut at = vec![0usize; x.rows()];
+        red::argmax_rows(x.host(), x.cols(), &mut at);
+        match idx.dtype() {
+            Dtype::I32 => idx
+                .host_mut::<i32>()
+                .iter_mut()
+                .zip(&at)
+                .for_each(|(o, &i)| *o = i as i32),
+            _ => idx
+                .host_mut::<f32>()
+                .iter_mut()
+                .zip(&at)
+                .for_each(|(o, &i)| *o = i as f32),
+        }
+        Ok(())
+    }
+
+    fn top_k_rows(&self, x: &Tensor, k: usize, vals: &mut Tensor, idx: &mut Tensor) -> Result<()> {
+        red::top_k_rows(x.host(), x.cols(), k, vals.host_mut(), idx.host_mut());
+        Ok(())
+    }
+
+    fn rows_count_above(&self, x: &Tensor, lo: f32, hi: f32, counts: &mut Tensor) -> Result<()> {
+        let wide;
+        let values: &[f32] = match x.dtype() {
+            Dtype::F16 => {
+                wide = x
+                    .host::<f16>()
+                    .iter()
+                    .map(|v| v.to_f32())
+                    .collect::<Vec<_>>();
+                &wide
+            }
+            _ => x.host(),
+        };
+        red::rows_count_above(values, x.cols(), lo, hi, counts.host_mut());
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 use brotensor_kernels::bf16_words as w;
 use brotensor_kernels::elementwise::{self as k, Source};
 use brotensor_kernels::glu as gl;
+use brotensor_kernels::reduce as rd;
 use brotensor_kernels::LaunchError;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -10,7 +11,8 @@ use half::{bf16, f16};
 
 use super::storage::GpuBuffer;
 use super::{
-    ActivationOps, Backend, Binary, ElementwiseOps, Glu, MemoryInfo, OnDevice, Src, Storage, Unary,
+    ActivationOps, Backend, Binary, ElementwiseOps, Glu, MemoryInfo, OnDevice, ReductionOps, Src,
+    Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -567,5 +569,70 @@ impl<R: Runtime> ActivationOps for CubeBackend<R> {
             gl::launch_glu_backward::<R, F, O>(&self.client, &xh, &dyh, &dxh, rows, d)
         }))
         .map_err(|e| self.launch_error(name, e))
+    }
+}
+
+impl<R: Runtime> ReductionOps for CubeBackend<R> {
+    fn sum_rows(&self, x: &Tensor, y: &mut Tensor) -> Result<()> {
+        if self.words(x.dtype()) {
+            return self.via_f32(&[x], y, |w, tmp| self.sum_rows(&w[0], tmp));
+        }
+        let (xh, yh) = (out_handle(x), out_handle(y));
+        with_float!(x.dtype(), |F| rd::launch_sum_rows::<R, F>(
+            &self.client,
+            &xh,
+            &yh,
+            x.rows(),
+            x.cols()
+        ))
+        .map_err(|e| self.launch_error("sum_rows", e))
+    }
+
+    fn sum_cols(&self, x: &Tensor, y: &mut Tensor) -> Result<()> {
+        if self.words(x.dtype()) {
+            return self.via_f32(&[x], y, |w, tmp| self.sum_cols(&w[0], tmp));
+        }
+        let (xh, yh) = (out_handle(x), out_handle(y));
+        with_float!(x.dtype(), |F| rd::launch_sum_cols::<R, F>(
+            &self.client,
+            &xh,
+            &yh,
+            x.rows(),
+            x.cols()
+        ))
+        .map_err(|e| self.launch_error("sum_cols", e))
+    }
+
+    fn argmax_rows(&self, x: &Tensor, idx: &mut Tensor) -> Result<()> {
+        if self.words(x.dtype()) {
+            return self.argmax_rows(&self.widened(x)?, idx);
+        }
+        let (xh, ih) = (out_handle(x), out_handle(idx));
+        let (rows, cols) = x.shape();
+        let c = &self.client;
+        with_float!(x.dtype(), |F| match idx.dtype() {
+            Dtype::I32 => rd::launch_argmax_rows::<R, F, i32>(c, &xh, &ih, rows, cols),
+            _ => rd::launch_argmax_rows::<R, F, f32>(c, &xh, &ih, rows, cols),
+        })
+        .map_err(|e| self.launch_error("argmax_rows", e))
+    }
+
+    fn top_k_rows(&self, x: &Tensor, k: usize, vals: &mut Tensor, idx: &mut Tensor) -> Result<()> {
+        let (xh, vh, ih) = (out_handle(x), out_handle(vals), out_handle(idx));
+        rd::launch_top_k_rows(&self.client, &xh, &vh, &ih, (x.rows(), x.cols(), k))
+            .map_err(|e| self.launch_error("top_k_rows", e))
+    }
+
+    fn rows_count_above(&self, x: &Tensor, lo: f32, hi: f32, counts: &mut Tensor) -> Result<()> {
+        let (xh, ch) = (out_handle(x), out_handle(counts));
+        let shape = x.shape();
+        with_float!(x.dtype(), |F| rd::launch_rows_count_above::<R, F>(
+            &self.client,
+            &xh,
+            &ch,
+            shape,
+            (lo, hi)
+        ))
+        .map_err(|e| self.launch_error("rows_count_above", e))
     }
 }

@@ -14,10 +14,12 @@ mod elementwise;
 mod host_pool;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod probe;
+mod reduction;
 pub(crate) mod storage;
 
 pub(crate) use activation::{ActivationOps, Glu};
 pub(crate) use elementwise::{Binary, ElementwiseOps, Src, Unary};
+pub(crate) use reduction::ReductionOps;
 pub(crate) use storage::Storage;
 
 use crate::{Device, Dtype, Result};
@@ -38,7 +40,9 @@ pub(crate) trait OnDevice {
 }
 
 /// A device's runtime: memory management plus every op category.
-pub(crate) trait Backend: Send + Sync + OnDevice + ElementwiseOps + ActivationOps {
+pub(crate) trait Backend:
+    Send + Sync + OnDevice + ElementwiseOps + ActivationOps + ReductionOps
+{
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;
     /// Whether the device is a software rasterizer (never chosen as the default).

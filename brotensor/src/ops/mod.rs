@@ -12,9 +12,11 @@
 #[macro_use]
 pub mod elementwise;
 pub mod activation;
+pub mod reduction;
 
 pub use activation::*;
 pub use elementwise::*;
+pub use reduction::*;
 
 use crate::backend::Backend;
 use crate::runtime::backend;

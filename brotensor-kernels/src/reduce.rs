@@ -1,0 +1,391 @@
+//! Row and column reductions. The skeleton: one cube of [`REDUCE_UNITS`] units per row; each
+//! unit folds a strided slice of the row, then the cube combines the units' partials through
+//! shared memory ([`cube_sum`], [`cube_argmax`]). Row-wise ops (softmax, the norms) reuse the
+//! same helpers. Partial sums are FP32 whatever the storage type.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::launch::{check_len, grid_1d, LaunchError};
+
+/// Units per cube in row reductions (a power of two).
+pub const REDUCE_UNITS: u32 = 256;
+
+/// The sum of every unit's `v` over the cube; all units receive it. `smem` holds
+/// [`REDUCE_UNITS`] elements. Every unit of the cube must call it.
+#[cube]
+pub fn cube_sum<T: Numeric>(v: T, smem: &mut SharedMemory<T>) -> T {
+    let u = UNIT_POS as usize;
+    smem[u] = v;
+    sync_cube();
+    let mut stride = usize::new((REDUCE_UNITS / 2) as i64);
+    loop {
+        if stride == 0 {
+            break;
+        }
+        if u < stride {
+            smem[u] = smem[u] + smem[u + stride];
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let total = smem[0];
+    sync_cube();
+    total
+}
+
+/// Leaves the largest `(value, index)` over the cube, larger value first and the smaller index
+/// on ties, in `vals[0]`, `idxs[0]` (visible to all units). Every unit of the cube must call
+/// it, and read the result before the shared memory is written again (then `sync_cube`).
+#[cube]
+pub fn cube_argmax(v: f32, i: u32, vals: &mut SharedMemory<f32>, idxs: &mut SharedMemory<u32>) {
+    let u = UNIT_POS as usize;
+    vals[u] = v;
+    idxs[u] = i;
+    sync_cube();
+    let mut stride = usize::new((REDUCE_UNITS / 2) as i64);
+    loop {
+        if stride == 0 {
+            break;
+        }
+        if u < stride {
+            let ov = vals[u + stride];
+            let oi = idxs[u + stride];
+            let bv = vals[u];
+            let bi = idxs[u];
+            if ov > bv || (ov == bv && oi < bi) {
+                vals[u] = ov;
+                idxs[u] = oi;
+            }
+        }
+        sync_cube();
+        stride /= 2;
+    }
+}
+
+#[cube(launch_unchecked)]
+fn sum_rows_kernel<F: Float>(x: &Array<F>, y: &mut Array<F>, rows: usize, cols: usize) {
+    let row = CUBE_POS;
+    if row < rows {
+        let mut acc = f32::new(0.0);
+        let mut j = UNIT_POS as usize;
+        loop {
+            if j >= cols {
+                break;
+            }
+            acc += f32::cast_from(x[row * cols + j]);
+            j += REDUCE_UNITS as usize;
+        }
+        let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let total = cube_sum::<f32>(acc, &mut smem);
+        if UNIT_POS == 0 {
+            y[row] = F::cast_from(total);
+        }
+    }
+}
+
+#[cube(launch_unchecked)]
+fn sum_cols_kernel<F: Float>(x: &Array<F>, y: &mut Array<F>, rows: usize, cols: usize) {
+    let c = ABSOLUTE_POS;
+    if c < cols {
+        let mut acc = f32::new(0.0);
+        for r in 0..rows {
+            acc += f32::cast_from(x[r * cols + c]);
+        }
+        y[c] = F::cast_from(acc);
+    }
+}
+
+#[cube(launch_unchecked)]
+fn argmax_rows_kernel<F: Float, O: Numeric>(
+    x: &Array<F>,
+    idx: &mut Array<O>,
+    rows: usize,
+    cols: usize,
+) {
+    let row = CUBE_POS;
+    if row < rows {
+        let mut best = f32::new(-f32::MAX);
+        let mut at = u32::new(0);
+        let mut j = UNIT_POS as usize;
+        loop {
+            if j >= cols {
+                break;
+            }
+            let v = f32::cast_from(x[row * cols + j]);
+            if v > best {
+                best = v;
+                at = j as u32;
+            }
+            j += REDUCE_UNITS as usize;
+        }
+        let mut vals = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let mut idxs = SharedMemory::<u32>::new(REDUCE_UNITS as usize);
+        cube_argmax(best, at, &mut vals, &mut idxs);
+        if UNIT_POS == 0 {
+            idx[row] = O::cast_from(idxs[0]);
+        }
+    }
+}
+
+#[cube(launch_unchecked)]
+fn top_k_rows_kernel(
+    x: &Array<f32>,
+    vals: &mut Array<f32>,
+    idx: &mut Array<i32>,
+    rows: usize,
+    cols: usize,
+    k: usize,
+) {
+    // No infinity or NaN literals: WGSL rejects them, so "nothing found" is an index of
+    // u32::MAX and the NaN written for it is built from its bits.
+    let none = u32::new(u32::MAX as i64);
+    let row = CUBE_POS;
+    if row < rows {
+        let mut sv = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let mut si = SharedMemory::<u32>::new(REDUCE_UNITS as usize);
+        // The previous pick; the next is the best element ranked strictly after it.
+        let mut pv = f32::new(0.0);
+        let mut pi = u32::new(0);
+        let mut first = bool::new(true);
+        for out in 0..k {
+            let mut bv = f32::new(0.0);
+            let mut bi = none;
+            let mut j = UNIT_POS as usize;
+            loop {
+                if j >= cols {
+                    break;
+                }
+                let v = x[row * cols + j];
+                let ju = j as u32;
+                let after = !v.is_nan() && (first || v < pv || (v == pv && ju > pi));
+                if after && (bi == none || v > bv || (v == bv && ju < bi)) {
+                    bv = v;
+                    bi = ju;
+                }
+                j += REDUCE_UNITS as usize;
+            }
+            // Units that found nothing must lose every comparison: give them the lowest
+            // value any real candidate can beat or tie (ties go to the smaller index).
+            if bi == none {
+                bv = f32::reinterpret(u32::new(0xFF80_0000_i64));
+            }
+            cube_argmax(bv, bi, &mut sv, &mut si);
+            let v = sv[0];
+            let i = si[0];
+            sync_cube();
+            if UNIT_POS == 0 {
+                if i == none {
+                    vals[row * k + out] = f32::reinterpret(u32::new(0x7FC0_0000_i64));
+                    idx[row * k + out] = i32::new(-1);
+                } else {
+                    vals[row * k + out] = v;
+                    idx[row * k + out] = i32::cast_from(i);
+                }
+            }
+            pv = v;
+            pi = i;
+            first = false;
+        }
+    }
+}
+
+#[cube(launch_unchecked)]
+fn rows_count_above_kernel<F: Float>(
+    x: &Array<F>,
+    counts: &mut Array<i32>,
+    rows: usize,
+    cols: usize,
+    lo: f32,
+    hi: f32,
+) {
+    let row = CUBE_POS;
+    if row < rows {
+        let mut above_lo = u32::new(0);
+        let mut above_hi = u32::new(0);
+        let mut j = UNIT_POS as usize;
+        loop {
+            if j >= cols {
+                break;
+            }
+            let v = f32::cast_from(x[row * cols + j]);
+            if v > lo {
+                above_lo += 1;
+            }
+            if v > hi {
+                above_hi += 1;
+            }
+            j += REDUCE_UNITS as usize;
+        }
+        let mut smem = SharedMemory::<u32>::new(REDUCE_UNITS as usize);
+        let a = cube_sum::<u32>(above_lo, &mut smem);
+        let b = cube_sum::<u32>(above_hi, &mut smem);
+        if UNIT_POS == 0 {
+            counts[row * 2] = i32::cast_from(a);
+            counts[row * 2 + 1] = i32::cast_from(b);
+        }
+    }
+}
+
+/// One cube per row, folded into two grid dimensions.
+fn row_grid<R: Runtime>(
+    client: &ComputeClient<R>,
+    rows: usize,
+) -> Result<(CubeCount, CubeDim), LaunchError> {
+    let (count, _) = grid_1d(client, rows * REDUCE_UNITS as usize)?;
+    Ok((count, CubeDim::new_1d(REDUCE_UNITS)))
+}
+
+/// `y[r] = sum_c x[r, c]` (FP32 partials).
+pub fn launch_sum_rows<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    y: &Handle,
+    rows: usize,
+    cols: usize,
+) -> Result<(), LaunchError> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let b = core::mem::size_of::<F>();
+    check_len("x", x, rows * cols, b)?;
+    check_len("y", y, rows, b)?;
+    let (count, dim) = row_grid(client, rows)?;
+    // SAFETY: x holds rows*cols and y rows elements (checked); cubes past `rows` return and
+    // units read only `row * cols + j` with `j < cols`.
+    unsafe {
+        sum_rows_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), rows * cols),
+            ArrayArg::from_raw_parts(y.clone(), rows),
+            rows,
+            cols,
+        );
+    }
+    Ok(())
+}
+
+/// `y[c] = sum_r x[r, c]` (FP32 partials).
+pub fn launch_sum_cols<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    y: &Handle,
+    rows: usize,
+    cols: usize,
+) -> Result<(), LaunchError> {
+    if cols == 0 {
+        return Ok(());
+    }
+    let b = core::mem::size_of::<F>();
+    check_len("x", x, rows * cols, b)?;
+    check_len("y", y, cols, b)?;
+    let (count, dim) = grid_1d(client, cols)?;
+    // SAFETY: as above; units past `cols` return.
+    unsafe {
+        sum_cols_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), rows * cols),
+            ArrayArg::from_raw_parts(y.clone(), cols),
+            rows,
+            cols,
+        );
+    }
+    Ok(())
+}
+
+/// `idx[r]` = the first index of the row's largest element (NaN never chosen; 0 when none
+/// exceeds `-f32::MAX`), stored as `O` (i32, or f32 holding the index).
+pub fn launch_argmax_rows<R: Runtime, F: Float + CubeElement, O: Numeric + CubeElement>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    idx: &Handle,
+    rows: usize,
+    cols: usize,
+) -> Result<(), LaunchError> {
+    if rows == 0 {
+        return Ok(());
+    }
+    check_len("x", x, rows * cols, core::mem::size_of::<F>())?;
+    check_len("idx", idx, rows, core::mem::size_of::<O>())?;
+    let (count, dim) = row_grid(client, rows)?;
+    // SAFETY: as in `launch_sum_rows`.
+    unsafe {
+        argmax_rows_kernel::launch_unchecked::<F, O, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), rows * cols),
+            ArrayArg::from_raw_parts(idx.clone(), rows),
+            rows,
+            cols,
+        );
+    }
+    Ok(())
+}
+
+/// The `k` largest of each FP32 row, descending, ties to the smaller index.
+pub fn launch_top_k_rows<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    vals: &Handle,
+    idx: &Handle,
+    (rows, cols, k): (usize, usize, usize),
+) -> Result<(), LaunchError> {
+    if rows == 0 || k == 0 {
+        return Ok(());
+    }
+    check_len("x", x, rows * cols, 4)?;
+    check_len("vals", vals, rows * k, 4)?;
+    check_len("idx", idx, rows * k, 4)?;
+    let (count, dim) = row_grid(client, rows)?;
+    // SAFETY: as in `launch_sum_rows`; writes go to `row * k + out` with `out < k`.
+    unsafe {
+        top_k_rows_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), rows * cols),
+            ArrayArg::from_raw_parts(vals.clone(), rows * k),
+            ArrayArg::from_raw_parts(idx.clone(), rows * k),
+            rows,
+            cols,
+            k,
+        );
+    }
+    Ok(())
+}
+
+/// `counts[r] = (#{x > lo}, #{x > hi})` as two i32 per row.
+pub fn launch_rows_count_above<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    counts: &Handle,
+    (rows, cols): (usize, usize),
+    (lo, hi): (f32, f32),
+) -> Result<(), LaunchError> {
+    if rows == 0 {
+        return Ok(());
+    }
+    check_len("x", x, rows * cols, core::mem::size_of::<F>())?;
+    check_len("counts", counts, rows * 2, 4)?;
+    let (count, dim) = row_grid(client, rows)?;
+    // SAFETY: as in `launch_sum_rows`.
+    unsafe {
+        rows_count_above_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), rows * cols),
+            ArrayArg::from_raw_parts(counts.clone(), rows * 2),
+            rows,
+            cols,
+            lo,
+            hi,
+        );
+    }
+    Ok(())
+}

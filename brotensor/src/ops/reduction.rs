@@ -1,0 +1,112 @@
+//! Reductions over `x (rows, cols)`.
+//!
+//! Sums keep `x`'s dtype (FP32 partial sums inside); `argmax_rows` returns I32 indices when
+//! the `idx` passed in is already an I32 tensor, else F32 values holding the index (the C++
+//! contract); `top_k_rows` is F32 only; `rows_count_above` takes F32 or F16. Outputs are
+//! resized and overwritten.
+
+use super::{check_float, dispatch, prepare_out};
+use crate::{Dtype, Error, Result, Tensor};
+
+/// `y (rows, 1)`: `y[r] = sum_c x[r, c]` (an empty row sums to 0).
+pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
+    let be = dispatch("sum_rows", &[("x", x), ("y", y)])?;
+    check_float("sum_rows", "x", x, be)?;
+    prepare_out(y, be.device(), (x.rows(), 1), x.dtype())?;
+    if x.cols() == 0 {
+        return y.zero();
+    }
+    if x.rows() == 0 {
+        return Ok(());
+    }
+    be.sum_rows(x, y)
+}
+
+/// `y (1, cols)`: `y[c] = sum_r x[r, c]` (an empty column sums to 0).
+pub fn sum_cols(x: &Tensor, y: &mut Tensor) -> Result<()> {
+    let be = dispatch("sum_cols", &[("x", x), ("y", y)])?;
+    check_float("sum_cols", "x", x, be)?;
+    prepare_out(y, be.device(), (1, x.cols()), x.dtype())?;
+    if x.rows() == 0 {
+        return y.zero();
+    }
+    if x.cols() == 0 {
+        return Ok(());
+    }
+    be.sum_cols(x, y)
+}
+
+/// `idx (rows, 1)`: the first column holding each row's maximum (NaN is never chosen; a row
+/// with nothing above `-f32::MAX` gives 0). I32 if `idx` is a committed I32 tensor, else F32.
+pub fn argmax_rows(x: &Tensor, idx: &mut Tensor) -> Result<()> {
+    let be = dispatch("argmax_rows", &[("x", x), ("idx", idx)])?;
+    check_float("argmax_rows", "x", x, be)?;
+    let dtype = if idx.is_committed() && idx.dtype() == Dtype::I32 {
+        Dtype::I32
+    } else {
+        Dtype::F32
+    };
+    prepare_out(idx, be.device(), (x.rows(), 1), dtype)?;
+    if x.cols() == 0 {
+        return idx.zero();
+    }
+    if x.rows() == 0 {
+        return Ok(());
+    }
+    be.argmax_rows(x, idx)
+}
+
+/// `vals (rows, k)` F32 and `idx (rows, k)` I32: each row's `k` largest values in descending
+/// order, equal values by ascending column. `x` must be F32 and `1 <= k <= cols`.
+pub fn top_k_rows(x: &Tensor, k: usize, vals: &mut Tensor, idx: &mut Tensor) -> Result<()> {
+    let op = "top_k_rows";
+    let be = dispatch(op, &[("x", x), ("vals", vals), ("idx", idx)])?;
+    if x.dtype() != Dtype::F32 {
+        return Err(Error::Dtype {
+            op,
+            operand: "x",
+            expected: "expected F32".into(),
+            found: x.dtype(),
+        });
+    }
+    if k == 0 {
+        return Err(Error::invalid(op, "k must be >= 1"));
+    }
+    if k > x.cols() {
+        return Err(Error::invalid(
+            op,
+            format!("k = {k} must be <= C (per-row length {})", x.cols()),
+        ));
+    }
+    prepare_out(vals, be.device(), (x.rows(), k), Dtype::F32)?;
+    prepare_out(idx, be.device(), (x.rows(), k), Dtype::I32)?;
+    if x.rows() == 0 {
+        return Ok(());
+    }
+    be.top_k_rows(x, k, vals, idx)
+}
+
+/// `counts (rows, 2)` I32: `(#{x > t_lo}, #{x > t_hi})` per row (strict). `x` F32 or F16.
+pub fn rows_count_above(x: &Tensor, t_lo: f32, t_hi: f32, counts: &mut Tensor) -> Result<()> {
+    let op = "rows_count_above";
+    let be = dispatch(op, &[("x", x), ("counts", counts)])?;
+    if !matches!(x.dtype(), Dtype::F32 | Dtype::F16) {
+        return Err(Error::Dtype {
+            op,
+            operand: "x",
+            expected: "X must be FP32 or FP16".into(),
+            found: x.dtype(),
+        });
+    }
+    if x.dtype() == Dtype::F16 && be.device().is_gpu() {
+        check_float(op, "x", x, be)?;
+    }
+    prepare_out(counts, be.device(), (x.rows(), 2), Dtype::I32)?;
+    if x.cols() == 0 {
+        return counts.zero();
+    }
+    if x.rows() == 0 {
+        return Ok(());
+    }
+    be.rows_count_above(x, t_lo, t_hi, counts)
+}
