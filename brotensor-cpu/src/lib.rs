@@ -8,4 +8,5 @@
 pub mod activation;
 pub mod cast;
 pub mod elementwise;
+pub mod linear;
 pub mod reduction;

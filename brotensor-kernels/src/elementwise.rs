@@ -263,6 +263,23 @@ fn fill_kernel<E: Numeric, N: Size>(out: &mut Array<Vector<E, N>>, value: f32) {
 }
 
 #[cube(launch_unchecked)]
+fn broadcast_add_kernel<F: Float>(
+    y: &mut Array<F>,
+    v: &Array<F>,
+    inner: usize,
+    #[comptime] per_row: bool,
+) {
+    let i = ABSOLUTE_POS;
+    if i < y.len() {
+        let mut at = i % inner;
+        if comptime!(per_row) {
+            at = i / inner;
+        }
+        y[i] = F::cast_from(f32::cast_from(y[i]) + f32::cast_from(v[at]));
+    }
+}
+
+#[cube(launch_unchecked)]
 fn fill_words_kernel<N: Size>(out: &mut Array<Vector<u32, N>>, word: u32) {
     if ABSOLUTE_POS < out.len() {
         out[ABSOLUTE_POS] = Vector::new(word);
@@ -441,6 +458,39 @@ pub fn launch_fill<R: Runtime, E: Numeric + CubeElement>(
             vs,
             ArrayArg::from_raw_parts(out.clone(), len),
             value,
+        );
+    }
+    Ok(())
+}
+
+/// `y[i] += v[i % inner]` (a bias per column, `per_row == false`) or `y[i] += v[i / inner]`
+/// (one value per row of `inner` elements, `per_row == true`), over `len` elements of `y`.
+pub fn launch_broadcast_add<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    y: &Handle,
+    v: &Handle,
+    len: usize,
+    inner: usize,
+    per_row: bool,
+) -> Result<(), LaunchError> {
+    if len == 0 || inner == 0 {
+        return Ok(());
+    }
+    let bytes = core::mem::size_of::<F>();
+    check_len("y", y, len, bytes)?;
+    let v_len = if per_row { len.div_ceil(inner) } else { inner };
+    check_len("v", v, v_len, bytes)?;
+    let (count, dim) = grid_1d(client, len)?;
+    // SAFETY: y holds `len` and v `v_len` elements (checked); indices stay below both.
+    unsafe {
+        broadcast_add_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(y.clone(), len),
+            ArrayArg::from_raw_parts(v.clone(), v_len),
+            inner,
+            per_row,
         );
     }
     Ok(())

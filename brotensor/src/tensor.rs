@@ -270,6 +270,28 @@ impl Tensor {
         self.storage.as_ref().map(|_| self.allocation)
     }
 
+    /// Views the same elements as `rows x cols` (row-major order unchanged). Errors unless
+    /// `rows * cols` equals the element count (and, for block dtypes, `cols` holds whole
+    /// blocks).
+    pub fn reshape(&mut self, rows: usize, cols: usize) -> Result<()> {
+        let numel = checked_numel("reshape", rows, cols)?;
+        if numel != self.numel() {
+            return Err(Error::shape(
+                "reshape",
+                format!(
+                    "{}x{} has {} elements, not {rows}x{cols}",
+                    self.rows,
+                    self.cols,
+                    self.numel()
+                ),
+            ));
+        }
+        storage_bytes_for("reshape", rows, cols, self.dtype)?;
+        self.rows = rows;
+        self.cols = cols;
+        Ok(())
+    }
+
     /// Reshapes to `rows x cols` of `dtype`. Contents are undefined afterwards. The
     /// allocation is kept while the new size fits in it, so a buffer reused in a loop never
     /// moves; an uncommitted tensor is allocated on its device.

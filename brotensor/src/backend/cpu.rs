@@ -1,13 +1,14 @@
 //! The CPU backend: host buffers and the rayon FP32 reference ops of `brotensor-cpu`.
 
+use brotensor_cpu::linear::{self as lin, Mat};
 use brotensor_cpu::{activation as act, cast as cpu_cast, elementwise as ew, reduction as red};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::storage::HostBuffer;
 use super::{
-    ActivationOps, Backend, Binary, ElementwiseOps, Glu, MemoryInfo, OnDevice, ReductionOps, Src,
-    Storage, Unary,
+    ActivationOps, Backend, Binary, ElementwiseOps, Gemm, Glu, LinearOps, MemoryInfo, OnDevice,
+    ReductionOps, Src, Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -324,6 +325,54 @@ impl ReductionOps for CpuBackend {
             _ => x.host(),
         };
         red::rows_count_above(values, x.cols(), lo, hi, counts.host_mut());
+        Ok(())
+    }
+}
+
+fn mat(t: &Tensor, trans: bool) -> Mat<'_> {
+    let m = Mat::new(t.host(), t.rows(), t.cols());
+    if trans {
+        m.t()
+    } else {
+        m
+    }
+}
+
+impl LinearOps for CpuBackend {
+    fn gemm(
+        &self,
+        _name: &'static str,
+        a: &Tensor,
+        b: &Tensor,
+        c: &mut Tensor,
+        g: Gemm,
+    ) -> Result<()> {
+        lin::matmul(
+            mat(a, g.trans_a),
+            mat(b, g.trans_b),
+            c.host_mut(),
+            g.accumulate,
+        );
+        Ok(())
+    }
+
+    fn broadcast_add(
+        &self,
+        _name: &'static str,
+        y: &mut Tensor,
+        v: &Tensor,
+        per_row: bool,
+    ) -> Result<()> {
+        let cols = y.cols();
+        let v = v.host::<f32>();
+        if per_row {
+            y.host_mut::<f32>()
+                .par_chunks_mut(cols.max(1))
+                .zip(v.par_iter())
+                .for_each(|(row, b)| row.iter_mut().for_each(|x| *x += b));
+        } else {
+            lin::add_row_bias(y.host_mut(), v);
+        }
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 use brotensor_kernels::bf16_words as w;
 use brotensor_kernels::elementwise::{self as k, Source};
 use brotensor_kernels::glu as gl;
+use brotensor_kernels::matmul::{self as mm, GemmSpec};
 use brotensor_kernels::reduce as rd;
 use brotensor_kernels::LaunchError;
 use cubecl::prelude::*;
@@ -11,8 +12,8 @@ use half::{bf16, f16};
 
 use super::storage::GpuBuffer;
 use super::{
-    ActivationOps, Backend, Binary, ElementwiseOps, Glu, MemoryInfo, OnDevice, ReductionOps, Src,
-    Storage, Unary,
+    ActivationOps, Backend, Binary, ElementwiseOps, Gemm, Glu, LinearOps, MemoryInfo, OnDevice,
+    ReductionOps, Src, Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -634,5 +635,74 @@ impl<R: Runtime> ReductionOps for CubeBackend<R> {
             (lo, hi)
         ))
         .map_err(|e| self.launch_error("rows_count_above", e))
+    }
+}
+
+impl<R: Runtime> LinearOps for CubeBackend<R> {
+    fn gemm(
+        &self,
+        name: &'static str,
+        a: &Tensor,
+        b: &Tensor,
+        c: &mut Tensor,
+        g: Gemm,
+    ) -> Result<()> {
+        if self.words(a.dtype()) {
+            let (wa, wb) = (self.widened(a)?, self.widened(b)?);
+            let mut wc = if g.accumulate {
+                self.widened(c)?
+            } else {
+                Tensor::empty_on(self.device, c.rows(), c.cols(), Dtype::F32)?
+            };
+            self.gemm(name, &wa, &wb, &mut wc, g)?;
+            return self.cast(&wc, c);
+        }
+        let (m, k) = if g.trans_a {
+            (a.cols(), a.rows())
+        } else {
+            a.shape()
+        };
+        let n = c.cols();
+        let spec = GemmSpec {
+            trans_a: g.trans_a,
+            trans_b: g.trans_b,
+            accumulate: g.accumulate,
+            ..GemmSpec::new(m, n, k)
+        };
+        let (ah, bh, ch) = (out_handle(a), out_handle(b), out_handle(c));
+        with_float!(a.dtype(), |F| mm::launch_gemm::<R, F>(
+            &self.client,
+            &ah,
+            &bh,
+            &ch,
+            spec
+        ))
+        .map_err(|e| self.launch_error(name, e))
+    }
+
+    fn broadcast_add(
+        &self,
+        name: &'static str,
+        y: &mut Tensor,
+        v: &Tensor,
+        per_row: bool,
+    ) -> Result<()> {
+        if self.words(y.dtype()) {
+            let wv = self.widened(v)?;
+            let mut wy = self.widened(y)?;
+            self.broadcast_add(name, &mut wy, &wv, per_row)?;
+            return self.cast(&wy, y);
+        }
+        let (yh, vh) = (out_handle(y), out_handle(v));
+        let (len, inner) = (y.numel(), y.cols());
+        with_float!(y.dtype(), |F| k::launch_broadcast_add::<R, F>(
+            &self.client,
+            &yh,
+            &vh,
+            len,
+            inner,
+            per_row
+        ))
+        .map_err(|e| self.launch_error(name, e))
     }
 }

@@ -12,6 +12,7 @@ pub(crate) mod cpu;
 pub(crate) mod cube;
 mod elementwise;
 mod host_pool;
+mod linear;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod probe;
 mod reduction;
@@ -19,6 +20,7 @@ pub(crate) mod storage;
 
 pub(crate) use activation::{ActivationOps, Glu};
 pub(crate) use elementwise::{Binary, ElementwiseOps, Src, Unary};
+pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use reduction::ReductionOps;
 pub(crate) use storage::Storage;
 
@@ -41,7 +43,7 @@ pub(crate) trait OnDevice {
 
 /// A device's runtime: memory management plus every op category.
 pub(crate) trait Backend:
-    Send + Sync + OnDevice + ElementwiseOps + ActivationOps + ReductionOps
+    Send + Sync + OnDevice + ElementwiseOps + ActivationOps + ReductionOps + LinearOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

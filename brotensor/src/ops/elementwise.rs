@@ -301,3 +301,42 @@ impl Tensor {
         Ok(out)
     }
 }
+
+/// `y[c * l + i] += bias[c]` for a channel-major `y` of `c * l` elements and a `bias` of `c`
+/// elements (C++ `add_channel_bias_inplace`).
+pub fn add_channel_bias_inplace(y: &mut Tensor, bias: &Tensor, c: usize, l: usize) -> Result<()> {
+    let op = "add_channel_bias_inplace";
+    let be = dispatch(op, &[("y", y), ("bias", bias)])?;
+    check_float(op, "y", y, be)?;
+    let cl = c
+        .checked_mul(l)
+        .ok_or_else(|| Error::shape(op, "C*L overflows"))?;
+    if y.numel() != cl {
+        return Err(Error::shape(
+            op,
+            format!("y size {} != C*L = {c}*{l}", y.numel()),
+        ));
+    }
+    if bias.numel() != c {
+        return Err(Error::shape(
+            op,
+            format!("bias has {} elements, C = {c}", bias.numel()),
+        ));
+    }
+    if bias.dtype() != y.dtype() {
+        return Err(Error::Dtype {
+            op,
+            operand: "bias",
+            expected: format!("must match `y` ({})", y.dtype()),
+            found: bias.dtype(),
+        });
+    }
+    if cl == 0 {
+        return Ok(());
+    }
+    let shape = y.shape();
+    y.reshape(c, l)?;
+    let result = be.broadcast_add(op, y, bias, true);
+    y.reshape(shape.0, shape.1)?;
+    result
+}

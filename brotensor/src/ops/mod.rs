@@ -12,10 +12,12 @@
 #[macro_use]
 pub mod elementwise;
 pub mod activation;
+pub mod linear;
 pub mod reduction;
 
 pub use activation::*;
 pub use elementwise::*;
+pub use linear::*;
 pub use reduction::*;
 
 use crate::backend::Backend;

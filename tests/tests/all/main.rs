@@ -6,6 +6,7 @@ mod default_device;
 mod dispatch;
 mod parity_activation;
 mod parity_elementwise;
+mod parity_linear;
 mod parity_reduction;
 mod tensor_errors;
 mod zero_element;

@@ -239,3 +239,26 @@ fn cast_between_float_dtypes() {
         narrow.to_dtype(t[0].dtype())
     });
 }
+
+#[test]
+fn channel_bias() {
+    // y is (N=2, C*L) with C = 3, L = 5 per the C++ layout: here one sample of 3 x 5.
+    parity(
+        "add_channel_bias_inplace",
+        0xF7,
+        &[Input::new(1, 15, -1.0, 1.0), Input::new(3, 1, -1.0, 1.0)],
+        |t| {
+            let mut y = t[0].clone();
+            ops::add_channel_bias_inplace(&mut y, &t[1], 3, 5)?;
+            assert_eq!(y.shape(), (1, 15), "the shape is restored");
+            Ok(y)
+        },
+    );
+    let mut y = Tensor::zeros_on(brotensor::Device::Cpu, 2, 6, Dtype::F32).unwrap();
+    let b = Tensor::zeros_on(brotensor::Device::Cpu, 3, 1, Dtype::F32).unwrap();
+    let e = ops::add_channel_bias_inplace(&mut y, &b, 3, 5).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "brotensor: add_channel_bias_inplace: y size 12 != C*L = 3*5"
+    );
+}

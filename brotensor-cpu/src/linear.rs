@@ -1,0 +1,173 @@
+//! Dense matrix products on row-major FP32 matrices, through the `gemm` crate (packed SIMD
+//! kernels, parallel with rayon). Transposes are expressed as strides, never materialized.
+
+use gemm::Parallelism;
+
+/// A row-major matrix operand, possibly read transposed.
+#[derive(Clone, Copy)]
+pub struct Mat<'a> {
+    /// The stored elements, row-major.
+    pub data: &'a [f32],
+    /// Stored rows.
+    pub rows: usize,
+    /// Stored columns.
+    pub cols: usize,
+    /// Whether the product reads the transpose.
+    pub trans: bool,
+}
+
+impl<'a> Mat<'a> {
+    /// `data` as a `rows x cols` row-major matrix.
+    pub fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        assert_eq!(
+            data.len(),
+            rows * cols,
+            "Mat: {} elements for {rows} x {cols}",
+            data.len()
+        );
+        Mat {
+            data,
+            rows,
+            cols,
+            trans: false,
+        }
+    }
+
+    /// The transpose (a view).
+    pub fn t(self) -> Self {
+        Mat {
+            trans: !self.trans,
+            ..self
+        }
+    }
+
+    /// `(rows, cols)` as the product sees it.
+    pub fn shape(&self) -> (usize, usize) {
+        if self.trans {
+            (self.cols, self.rows)
+        } else {
+            (self.rows, self.cols)
+        }
+    }
+
+    /// `(column stride, row stride)` of the logical matrix, in elements.
+    fn strides(&self) -> (isize, isize) {
+        if self.trans {
+            (self.cols as isize, 1)
+        } else {
+            (1, self.cols as isize)
+        }
+    }
+}
+
+/// `c (m, n) = a (m, k) . b (k, n)`, or `c += a . b` when `accumulate`. FP32 throughout.
+/// Panics if the shapes do not chain or `c` has the wrong length. With `k == 0`, `c` is
+/// zeroed (or left as is when accumulating).
+pub fn matmul(a: Mat<'_>, b: Mat<'_>, c: &mut [f32], accumulate: bool) {
+    let (m, k) = a.shape();
+    let (kb, n) = b.shape();
+    assert_eq!(k, kb, "matmul: inner dimensions {k} and {kb}");
+    assert_eq!(c.len(), m * n, "matmul: output length");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            c.fill(0.0);
+        }
+        return;
+    }
+    let (a_cs, a_rs) = a.strides();
+    let (b_cs, b_rs) = b.strides();
+    let parallelism = if m * n * k >= 1 << 15 {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: every pointer covers the matrix its dimensions and strides describe: `c` holds
+    // m*n elements (checked) with strides (1, n); `a` and `b` hold rows*cols elements
+    // (checked in `Mat::new`) and their strides address only those. `c` is a unique borrow,
+    // so it aliases neither input.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a_cs,
+            a_rs,
+            b.data.as_ptr(),
+            b_cs,
+            b_rs,
+            if accumulate { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// `y[r, :] += bias` for every row of `y (rows, bias.len())`.
+pub fn add_row_bias(y: &mut [f32], bias: &[f32]) {
+    if bias.is_empty() {
+        return;
+    }
+    for row in y.chunks_mut(bias.len()) {
+        row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut c = vec![0.0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for p in 0..k {
+                    c[i * n + j] += a[i * k + p] as f64 * b[p * n + j] as f64;
+                }
+            }
+        }
+        c.into_iter().map(|v| v as f32).collect()
+    }
+
+    fn transpose(x: &[f32], r: usize, c: usize) -> Vec<f32> {
+        (0..c)
+            .flat_map(|j| (0..r).map(move |i| x[i * c + j]))
+            .collect()
+    }
+
+    #[test]
+    fn products_and_transposes_match_a_float64_reference() {
+        let (m, k, n) = (37, 53, 29);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 11) as f32 * 0.25).collect();
+        let want = naive(&a, &b, m, k, n);
+        let mut c = vec![9.0; m * n];
+        matmul(Mat::new(&a, m, k), Mat::new(&b, k, n), &mut c, false);
+        assert_eq!(c, want);
+        let at = transpose(&a, m, k);
+        let bt = transpose(&b, k, n);
+        let mut c2 = vec![0.0; m * n];
+        matmul(
+            Mat::new(&at, k, m).t(),
+            Mat::new(&bt, n, k).t(),
+            &mut c2,
+            false,
+        );
+        assert_eq!(c2, want);
+        matmul(Mat::new(&a, m, k), Mat::new(&b, k, n), &mut c2, true);
+        assert_eq!(c2, want.iter().map(|v| 2.0 * v).collect::<Vec<_>>());
+        let mut z = vec![5.0; 6];
+        matmul(Mat::new(&[], 2, 0), Mat::new(&[], 0, 3), &mut z, false);
+        assert_eq!(z, vec![0.0; 6]);
+    }
+}

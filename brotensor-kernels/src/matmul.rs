@@ -1,0 +1,248 @@
+//! A tiled matrix product: `C (m, n) = op(A) . op(B)` (+ `C` when accumulating), batched with
+//! element strides, FP32 accumulation for every storage type.
+//!
+//! Each cube computes a `64 x 64` tile of `C` with `16 x 16` units, each unit a `4 x 4` block
+//! held in registers. The cube stages `64 x 16` slices of `A` and `16 x 64` slices of `B` in
+//! shared memory (widened to FP32), so every global element is read once per tile. Edges are
+//! zero-filled, so any shape is correct (ragged tiles, `k == 0`, `1 x 1`, skinny decode
+//! shapes). Transposes are comptime index maps, not copies.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::launch::{check_len, LaunchError};
+
+const BM: usize = 64;
+const BN: usize = 64;
+const BK: usize = 16;
+/// Units per side of a cube (a cube is `UNITS x UNITS`).
+const UNITS: usize = 16;
+/// Rows and columns of `C` per unit.
+const TM: usize = 4;
+const TN: usize = 4;
+
+/// What a launch computes, beyond the three operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmSpec {
+    /// Rows of `C` (and of `op(A)`).
+    pub m: usize,
+    /// Columns of `C` (and of `op(B)`).
+    pub n: usize,
+    /// The inner dimension.
+    pub k: usize,
+    /// `A` is stored `k x m` and read transposed.
+    pub trans_a: bool,
+    /// `B` is stored `n x k` and read transposed.
+    pub trans_b: bool,
+    /// `C += ...` instead of `C = ...`.
+    pub accumulate: bool,
+    /// Independent products, `C[z] = op(A[z]) . op(B[z])`.
+    pub batch: usize,
+    /// Element strides between consecutive batch entries of `A`, `B`, `C`.
+    pub strides: (usize, usize, usize),
+}
+
+impl GemmSpec {
+    /// A single product of the given shape, no transposes, overwriting `C`.
+    pub fn new(m: usize, n: usize, k: usize) -> Self {
+        GemmSpec {
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+            accumulate: false,
+            batch: 1,
+            strides: (m * k, k * n, m * n),
+        }
+    }
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn gemm_kernel<F: Float>(
+    a: &Array<F>,
+    b: &Array<F>,
+    c: &mut Array<F>,
+    m: usize,
+    n: usize,
+    k: usize,
+    stride_a: usize,
+    stride_b: usize,
+    stride_c: usize,
+    #[comptime] trans_a: bool,
+    #[comptime] trans_b: bool,
+    #[comptime] accumulate: bool,
+) {
+    let z = CUBE_POS_Z as usize;
+    let row0 = CUBE_POS_Y as usize * BM;
+    let col0 = CUBE_POS_X as usize * BN;
+    let tid = UNIT_POS as usize;
+    let tx = tid % UNITS;
+    let ty = tid / UNITS;
+    let base_a = z * stride_a;
+    let base_b = z * stride_b;
+    let base_c = z * stride_c;
+
+    let mut sa = SharedMemory::<f32>::new(BK * BM);
+    let mut sb = SharedMemory::<f32>::new(BK * BN);
+    let mut acc = Array::<f32>::new(TM * TN);
+    #[unroll]
+    for i in 0..TM * TN {
+        acc[i] = f32::new(0.0);
+    }
+    let mut ra = Array::<f32>::new(TM);
+    let mut rb = Array::<f32>::new(TN);
+
+    let mut k0 = usize::new(0);
+    loop {
+        if k0 >= k {
+            break;
+        }
+        // Stage A's 64 x 16 slice: 4 elements per unit, consecutive units along the stored
+        // row so global reads coalesce.
+        #[unroll]
+        for r in 0..(BM * BK) / (UNITS * UNITS) {
+            let e = tid + r * UNITS * UNITS;
+            let mut i = e / BK;
+            let mut kk = e % BK;
+            if comptime!(trans_a) {
+                i = e % BM;
+                kk = e / BM;
+            }
+            let gi = row0 + i;
+            let gk = k0 + kk;
+            let mut v = f32::new(0.0);
+            if gi < m && gk < k {
+                if comptime!(trans_a) {
+                    v = f32::cast_from(a[base_a + gk * m + gi]);
+                } else {
+                    v = f32::cast_from(a[base_a + gi * k + gk]);
+                }
+            }
+            sa[kk * BM + i] = v;
+        }
+        // Stage B's 16 x 64 slice likewise.
+        #[unroll]
+        for r in 0..(BK * BN) / (UNITS * UNITS) {
+            let e = tid + r * UNITS * UNITS;
+            let mut kk = e / BN;
+            let mut j = e % BN;
+            if comptime!(trans_b) {
+                kk = e % BK;
+                j = e / BK;
+            }
+            let gk = k0 + kk;
+            let gj = col0 + j;
+            let mut v = f32::new(0.0);
+            if gk < k && gj < n {
+                if comptime!(trans_b) {
+                    v = f32::cast_from(b[base_b + gj * k + gk]);
+                } else {
+                    v = f32::cast_from(b[base_b + gk * n + gj]);
+                }
+            }
+            sb[kk * BN + j] = v;
+        }
+        sync_cube();
+        #[unroll]
+        for kk in 0..BK {
+            #[unroll]
+            for i in 0..TM {
+                ra[i] = sa[kk * BM + ty * TM + i];
+            }
+            #[unroll]
+            for j in 0..TN {
+                rb[j] = sb[kk * BN + tx * TN + j];
+            }
+            #[unroll]
+            for i in 0..TM {
+                #[unroll]
+                for j in 0..TN {
+                    acc[i * TN + j] += ra[i] * rb[j];
+                }
+            }
+        }
+        sync_cube();
+        k0 += BK;
+    }
+
+    #[unroll]
+    for i in 0..TM {
+        let gi = row0 + ty * TM + i;
+        #[unroll]
+        for j in 0..TN {
+            let gj = col0 + tx * TN + j;
+            if gi < m && gj < n {
+                let at = base_c + gi * n + gj;
+                if comptime!(accumulate) {
+                    c[at] = F::cast_from(f32::cast_from(c[at]) + acc[i * TN + j]);
+                } else {
+                    c[at] = F::cast_from(acc[i * TN + j]);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `C = op(A) . op(B)` (or `+=`) as `spec` says. `a`, `b`, `c` must hold every element
+/// the batch strides reach.
+pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    a: &Handle,
+    b: &Handle,
+    c: &Handle,
+    spec: GemmSpec,
+) -> Result<(), LaunchError> {
+    let GemmSpec {
+        m,
+        n,
+        k,
+        batch,
+        strides,
+        ..
+    } = spec;
+    if m == 0 || n == 0 || batch == 0 {
+        return Ok(());
+    }
+    let bytes = core::mem::size_of::<F>();
+    let span = |stride: usize, one: usize| (batch - 1) * stride + one;
+    let (len_a, len_b, len_c) = (
+        span(strides.0, m * k),
+        span(strides.1, k * n),
+        span(strides.2, m * n),
+    );
+    check_len("a", a, len_a, bytes)?;
+    check_len("b", b, len_b, bytes)?;
+    check_len("c", c, len_c, bytes)?;
+    let (gx, gy) = (n.div_ceil(BN), m.div_ceil(BM));
+    let max = client.properties().hardware.max_cube_count;
+    if gx > max.0 as usize || gy > max.1 as usize || batch > max.2 as usize {
+        return Err(LaunchError::TooLarge {
+            vectors: m * n * batch,
+        });
+    }
+    // SAFETY: each operand holds the elements its batch span reaches (checked above); the
+    // kernel reads A and B only at indices inside those spans (guarded by `m`, `n`, `k`)
+    // and writes C only inside its span.
+    unsafe {
+        gemm_kernel::launch_unchecked::<F, R>(
+            client,
+            CubeCount::Static(gx as u32, gy as u32, batch as u32),
+            CubeDim::new_2d(UNITS as u32, UNITS as u32),
+            ArrayArg::from_raw_parts(a.clone(), len_a),
+            ArrayArg::from_raw_parts(b.clone(), len_b),
+            ArrayArg::from_raw_parts(c.clone(), len_c),
+            m,
+            n,
+            k,
+            strides.0,
+            strides.1,
+            strides.2,
+            spec.trans_a,
+            spec.trans_b,
+            spec.accumulate,
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! Matrix products and linear layers: the CPU reference (gemm) against every GPU device.
+
+use brotensor::{ops, Device, Dtype, Error, Tensor};
+use brotensor_tests::{parity_with, Check, Input};
+
+/// Dot products of up to a few hundred terms, accumulated in FP32 in another order.
+fn dot_tol(d: Dtype) -> (f32, f32) {
+    match d {
+        Dtype::F32 => (1e-3, 1e-4),
+        Dtype::F16 => (5e-2, 1e-2),
+        _ => (2e-1, 2e-2),
+    }
+}
+
+const DOT: Check = Check {
+    dtypes: &[Dtype::F32, Dtype::F16, Dtype::BF16],
+    same_dtype: true,
+    tol: Some(dot_tol),
+};
+
+fn input(r: usize, c: usize) -> Input {
+    Input::new(r, c, -1.0, 1.0)
+}
+
+#[test]
+fn matmul_any_shape() {
+    // Full tiles, ragged edges, 1x1, K = 0, tall and skinny, decode-sized.
+    let shapes = [
+        (64, 64, 64),
+        (67, 129, 45),
+        (1, 1, 1),
+        (5, 0, 7),
+        (1000, 8, 3),
+        (4, 300, 200),
+        (2, 1, 513),
+    ];
+    for (i, (m, k, n)) in shapes.into_iter().enumerate() {
+        parity_with(
+            &format!("matmul {m}x{k}x{n}"),
+            0x500 + i as u64,
+            &[input(m, k), input(k, n)],
+            DOT,
+            |t| {
+                let mut c = Tensor::default();
+                ops::matmul(&t[0], &t[1], &mut c)?;
+                Ok(c)
+            },
+        );
+    }
+}
+
+#[test]
+fn matmul_backward_accumulates() {
+    let (m, k, n) = (33, 70, 21);
+    let ins = [
+        input(m, k),
+        input(k, n),
+        input(m, n),
+        input(m, k),
+        input(k, n),
+    ];
+    for (which, seed) in [("da", 0x520), ("db", 0x521)] {
+        parity_with(&format!("matmul_backward {which}"), seed, &ins, DOT, |t| {
+            let (mut da, mut db) = (t[3].clone(), t[4].clone());
+            ops::matmul_backward(&t[0], &t[1], &t[2], &mut da, &mut db)?;
+            Ok(if which == "da" { da } else { db })
+        });
+    }
+}
+
+#[test]
+fn linear_single_and_batched() {
+    let (out, inp) = (37, 130);
+    parity_with(
+        "linear_forward",
+        0x530,
+        &[input(out, inp), input(out, 1), input(inp, 1)],
+        DOT,
+        |t| {
+            let mut y = Tensor::default();
+            ops::linear_forward(&t[0], &t[1], &t[2], &mut y)?;
+            Ok(y)
+        },
+    );
+    let bwd = [
+        input(out, inp),
+        input(inp, 1),
+        input(out, 1),
+        input(out, inp),
+        input(out, 1),
+    ];
+    for (which, seed) in [("dx", 0x531), ("dw", 0x532), ("db", 0x533)] {
+        parity_with(&format!("linear_backward {which}"), seed, &bwd, DOT, |t| {
+            let (mut dx, mut dw, mut db) = (Tensor::default(), t[3].clone(), t[4].clone());
+            ops::linear_backward(&t[0], &t[1], &t[2], &mut dx, &mut dw, &mut db)?;
+            Ok(match which {
+                "dx" => dx,
+                "dw" => dw,
+                _ => db,
+            })
+        });
+    }
+    for (i, batch) in [1usize, 4, 70].into_iter().enumerate() {
+        parity_with(
+            &format!("linear_forward_batched B={batch}"),
+            0x540 + i as u64,
+            &[input(out, inp), input(out, 1), input(batch, inp)],
+            DOT,
+            |t| {
+                let mut y = Tensor::default();
+                ops::linear_forward_batched(&t[0], Some(&t[1]), &t[2], &mut y)?;
+                Ok(y)
+            },
+        );
+    }
+    let bwd = [
+        input(out, inp),
+        input(9, inp),
+        input(9, out),
+        input(out, inp),
+        input(out, 1),
+    ];
+    for (which, seed) in [("dx", 0x550), ("dw", 0x551), ("db", 0x552)] {
+        parity_with(
+            &format!("linear_backward_batched {which}"),
+            seed,
+            &bwd,
+            DOT,
+            |t| {
+                let (mut dx, mut dw, mut db) = (Tensor::default(), t[3].clone(), t[4].clone());
+                ops::linear_backward_batched(&t[0], &t[1], &t[2], &mut dx, &mut dw, &mut db)?;
+                Ok(match which {
+                    "dx" => dx,
+                    "dw" => dw,
+                    _ => db,
+                })
+            },
+        );
+    }
+}
+
+#[test]
+fn the_readme_example_and_errors() {
+    for d in std::iter::once(Device::Cpu).chain(brotensor_tests::gpu_devices()) {
+        // The C++ README: W = [[1,2,3],[4,5,6]], b = 0, x = [1,0,-1] gives y = [-2,-2].
+        let w = Tensor::from_slice_on(d, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], 2, 3).unwrap();
+        let b = Tensor::zeros_on(d, 2, 1, Dtype::F32).unwrap();
+        let x = Tensor::from_slice_on(d, &[1.0f32, 0.0, -1.0], 3, 1).unwrap();
+        let mut y = Tensor::default();
+        ops::linear_forward(&w, &b, &x, &mut y).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![-2.0, -2.0], "{d}");
+        // Mismatched inner dimensions, unsized gradients, mixed dtypes.
+        let e = ops::matmul(&w, &w, &mut Tensor::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "brotensor: matmul: `a` is 2x3 and `b` is 2x3: inner dimensions differ"
+        );
+        let dc = Tensor::zeros_on(d, 2, 2, Dtype::F32).unwrap();
+        let wt = Tensor::zeros_on(d, 3, 2, Dtype::F32).unwrap();
+        let mut db = Tensor::zeros_on(d, 3, 2, Dtype::F32).unwrap();
+        let e = ops::matmul_backward(&w, &wt, &dc, &mut Tensor::default(), &mut db).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Shape {
+                    op: "matmul_backward",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("must be pre-sized to 2x3"), "{e}");
+        let i = Tensor::zeros_on(d, 3, 2, Dtype::I32).unwrap();
+        assert!(matches!(
+            ops::matmul(&i, &i, &mut Tensor::default()),
+            Err(Error::Dtype { .. })
+        ));
+    }
+}
+
+#[test]
+fn batched_linear_converts_16_bit_weights() {
+    for d in std::iter::once(Device::Cpu).chain(brotensor_tests::gpu_devices()) {
+        let w = Tensor::from_slice_on(d, &[1.0f32, 2.0, 3.0, 4.0], 2, 2).unwrap();
+        let w16 = w.to_dtype(Dtype::BF16).unwrap();
+        let x = Tensor::from_slice_on(d, &[1.0f32, 1.0, 0.5, -1.0], 2, 2).unwrap();
+        let mut y = Tensor::default();
+        ops::linear_forward_batched(&w16, None, &x, &mut y).unwrap();
+        assert_eq!(y.dtype(), Dtype::F32);
+        assert_eq!(
+            y.to_vec::<f32>().unwrap(),
+            vec![3.0, 7.0, -1.5, -2.5],
+            "{d}"
+        );
+    }
+}
