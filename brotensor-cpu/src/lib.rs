@@ -9,4 +9,5 @@ pub mod activation;
 pub mod cast;
 pub mod elementwise;
 pub mod linear;
+pub mod norm;
 pub mod reduction;

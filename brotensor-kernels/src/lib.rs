@@ -16,5 +16,6 @@ pub mod glu;
 mod launch;
 pub mod matmul;
 pub mod reduce;
+pub mod rows;
 
 pub use launch::{LaunchError, MAX_VECTOR_SIZE};

@@ -1,14 +1,16 @@
 //! The CPU backend: host buffers and the rayon FP32 reference ops of `brotensor-cpu`.
 
 use brotensor_cpu::linear::{self as lin, Mat};
-use brotensor_cpu::{activation as act, cast as cpu_cast, elementwise as ew, reduction as red};
+use brotensor_cpu::{
+    activation as act, cast as cpu_cast, elementwise as ew, norm as nm, reduction as red,
+};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::storage::HostBuffer;
 use super::{
-    ActivationOps, Backend, Binary, ElementwiseOps, Gemm, Glu, LinearOps, MemoryInfo, OnDevice,
-    ReductionOps, Src, Storage, Unary,
+    ActivationOps, Backend, Binary, ElementwiseOps, Gemm, Glu, LayerNormCaches, LinearOps,
+    MemoryInfo, NormOps, OnDevice, ReductionOps, Src, Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -373,6 +375,114 @@ impl LinearOps for CpuBackend {
         } else {
             lin::add_row_bias(y.host_mut(), v);
         }
+        Ok(())
+    }
+}
+
+impl NormOps for CpuBackend {
+    fn softmax(
+        &self,
+        x: Src<'_>,
+        mask: Option<&Tensor>,
+        out: &mut Tensor,
+        cols: usize,
+    ) -> Result<()> {
+        let mask = mask.map(|m| m.host::<f32>());
+        match x {
+            Src::Tensor(x) => nm::softmax_rows(x.host(), cols, mask, out.host_mut()),
+            Src::Out => {
+                let x = out.host::<f32>().to_vec();
+                nm::softmax_rows(&x, cols, mask, out.host_mut());
+            }
+        }
+        Ok(())
+    }
+
+    fn softmax_backward(
+        &self,
+        p: &Tensor,
+        dp: &Tensor,
+        dl: &mut Tensor,
+        cols: usize,
+    ) -> Result<()> {
+        nm::softmax_rows_backward(p.host(), dp.host(), cols, dl.host_mut());
+        Ok(())
+    }
+
+    fn layernorm(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        eps: f32,
+        y: &mut Tensor,
+        caches: Option<LayerNormCaches<'_>>,
+    ) -> Result<()> {
+        let (xhat, mean, rstd) = match caches {
+            Some(c) => (
+                Some(c.xhat.host_mut()),
+                Some(c.mean.host_mut()),
+                Some(c.rstd.host_mut()),
+            ),
+            None => (None, None, None),
+        };
+        nm::layernorm_rows(
+            x.host(),
+            gamma.host(),
+            beta.host(),
+            eps,
+            y.host_mut(),
+            xhat,
+            mean,
+            rstd,
+        );
+        Ok(())
+    }
+
+    fn layernorm_backward(
+        &self,
+        dy: &Tensor,
+        xhat: &Tensor,
+        gamma: &Tensor,
+        rstd: &Tensor,
+        dx: &mut Tensor,
+        dgamma: &mut Tensor,
+        dbeta: &mut Tensor,
+    ) -> Result<()> {
+        nm::layernorm_rows_backward(
+            dy.host(),
+            xhat.host(),
+            gamma.host(),
+            rstd.host(),
+            dx.host_mut(),
+            dgamma.host_mut(),
+            dbeta.host_mut(),
+        );
+        Ok(())
+    }
+
+    fn rms_norm(&self, x: &Tensor, gamma: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
+        nm::rms_norm_rows(x.host(), gamma.host(), eps, y.host_mut());
+        Ok(())
+    }
+
+    fn rms_norm_backward(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        dy: &Tensor,
+        eps: f32,
+        dx: &mut Tensor,
+        dgamma: &mut Tensor,
+    ) -> Result<()> {
+        nm::rms_norm_rows_backward(
+            x.host(),
+            gamma.host(),
+            dy.host(),
+            eps,
+            dx.host_mut(),
+            dgamma.host_mut(),
+        );
         Ok(())
     }
 }

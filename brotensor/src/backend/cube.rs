@@ -5,6 +5,7 @@ use brotensor_kernels::elementwise::{self as k, Source};
 use brotensor_kernels::glu as gl;
 use brotensor_kernels::matmul::{self as mm, GemmSpec};
 use brotensor_kernels::reduce as rd;
+use brotensor_kernels::rows::{self as rw, LayerNormBuffers};
 use brotensor_kernels::LaunchError;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -12,8 +13,8 @@ use half::{bf16, f16};
 
 use super::storage::GpuBuffer;
 use super::{
-    ActivationOps, Backend, Binary, ElementwiseOps, Gemm, Glu, LinearOps, MemoryInfo, OnDevice,
-    ReductionOps, Src, Storage, Unary,
+    ActivationOps, Backend, Binary, ElementwiseOps, Gemm, Glu, LayerNormCaches, LinearOps,
+    MemoryInfo, NormOps, OnDevice, ReductionOps, Src, Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -704,5 +705,204 @@ impl<R: Runtime> LinearOps for CubeBackend<R> {
             per_row
         ))
         .map_err(|e| self.launch_error(name, e))
+    }
+}
+
+impl<R: Runtime> CubeBackend<R> {
+    /// A scratch F32 tensor of `rows` elements on this device.
+    fn scratch(&self, rows: usize) -> Result<Tensor> {
+        Tensor::empty_on(self.device, rows, 1, Dtype::F32)
+    }
+}
+
+impl<R: Runtime> NormOps for CubeBackend<R> {
+    fn softmax(
+        &self,
+        x: Src<'_>,
+        mask: Option<&Tensor>,
+        out: &mut Tensor,
+        cols: usize,
+    ) -> Result<()> {
+        if self.words(out.dtype()) {
+            let mut wide = self.widened(out)?;
+            match x {
+                Src::Tensor(x) => {
+                    self.softmax(Src::Tensor(&self.widened(x)?), mask, &mut wide, cols)?
+                }
+                Src::Out => self.softmax(Src::Out, mask, &mut wide, cols)?,
+            }
+            return self.cast(&wide, out);
+        }
+        let oh = out_handle(out);
+        let xh = src_handle(x).unwrap_or_else(|| oh.clone());
+        let mh = mask.map(out_handle);
+        let shape = (out.numel() / cols.max(1), cols);
+        with_float!(out.dtype(), |F| rw::launch_softmax::<R, F>(
+            &self.client,
+            &xh,
+            mh.as_ref(),
+            &oh,
+            shape
+        ))
+        .map_err(|e| self.launch_error("softmax", e))
+    }
+
+    fn softmax_backward(
+        &self,
+        p: &Tensor,
+        dp: &Tensor,
+        dl: &mut Tensor,
+        cols: usize,
+    ) -> Result<()> {
+        if self.words(p.dtype()) {
+            return self.via_f32(&[p, dp], dl, |w, tmp| {
+                self.softmax_backward(&w[0], &w[1], tmp, cols)
+            });
+        }
+        let (ph, dph, dlh) = (out_handle(p), out_handle(dp), out_handle(dl));
+        let shape = (p.numel() / cols.max(1), cols);
+        with_float!(p.dtype(), |F| rw::launch_softmax_backward::<R, F>(
+            &self.client,
+            &ph,
+            &dph,
+            &dlh,
+            shape
+        ))
+        .map_err(|e| self.launch_error("softmax_backward", e))
+    }
+
+    fn layernorm(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        eps: f32,
+        y: &mut Tensor,
+        caches: Option<LayerNormCaches<'_>>,
+    ) -> Result<()> {
+        if self.words(x.dtype()) {
+            let (wx, wg, wb) = (self.widened(x)?, self.widened(gamma)?, self.widened(beta)?);
+            let mut wy = Tensor::empty_on(self.device, y.rows(), y.cols(), Dtype::F32)?;
+            return match caches {
+                None => {
+                    self.layernorm(&wx, &wg, &wb, eps, &mut wy, None)?;
+                    self.cast(&wy, y)
+                }
+                Some(c) => {
+                    let mut wxh = Tensor::empty_on(self.device, y.rows(), y.cols(), Dtype::F32)?;
+                    let wc = LayerNormCaches {
+                        xhat: &mut wxh,
+                        mean: c.mean,
+                        rstd: c.rstd,
+                    };
+                    self.layernorm(&wx, &wg, &wb, eps, &mut wy, Some(wc))?;
+                    self.cast(&wy, y)?;
+                    self.cast(&wxh, c.xhat)
+                }
+            };
+        }
+        let (xh, gh, bh, yh) = (
+            out_handle(x),
+            out_handle(gamma),
+            out_handle(beta),
+            out_handle(y),
+        );
+        let ch = caches.map(|c| (out_handle(c.xhat), out_handle(c.mean), out_handle(c.rstd)));
+        let bufs = LayerNormBuffers {
+            x: &xh,
+            gamma: &gh,
+            beta: &bh,
+            y: &yh,
+            caches: ch.as_ref().map(|(a, b, c)| (a, b, c)),
+        };
+        with_float!(x.dtype(), |F| rw::launch_layernorm::<R, F>(
+            &self.client,
+            bufs,
+            x.shape(),
+            eps
+        ))
+        .map_err(|e| self.launch_error("layernorm", e))
+    }
+
+    fn layernorm_backward(
+        &self,
+        dy: &Tensor,
+        xhat: &Tensor,
+        gamma: &Tensor,
+        rstd: &Tensor,
+        dx: &mut Tensor,
+        dgamma: &mut Tensor,
+        dbeta: &mut Tensor,
+    ) -> Result<()> {
+        if self.words(dy.dtype()) {
+            let (wdy, wxh, wg) = (self.widened(dy)?, self.widened(xhat)?, self.widened(gamma)?);
+            let mut wdx = Tensor::empty_on(self.device, dx.rows(), dx.cols(), Dtype::F32)?;
+            let (mut wdg, mut wdb) = (self.widened(dgamma)?, self.widened(dbeta)?);
+            self.layernorm_backward(&wdy, &wxh, &wg, rstd, &mut wdx, &mut wdg, &mut wdb)?;
+            self.cast(&wdx, dx)?;
+            self.cast(&wdg, dgamma)?;
+            return self.cast(&wdb, dbeta);
+        }
+        let hs = (
+            out_handle(dy),
+            out_handle(xhat),
+            out_handle(gamma),
+            out_handle(rstd),
+        );
+        let (dxh, dgh, dbh) = (out_handle(dx), out_handle(dgamma), out_handle(dbeta));
+        let shape = dy.shape();
+        let c = &self.client;
+        with_float!(dy.dtype(), |F| (|| -> Result<(), LaunchError> {
+            rw::launch_layernorm_backward::<R, F>(c, (&hs.0, &hs.1, &hs.2, &hs.3), &dxh, shape)?;
+            rw::launch_column_accumulate::<R, F>(c, &hs.0, Some(&hs.1), None, &dgh, shape)?;
+            rw::launch_column_accumulate::<R, F>(c, &hs.0, None, None, &dbh, shape)
+        })())
+        .map_err(|e| self.launch_error("layernorm_backward", e))
+    }
+
+    fn rms_norm(&self, x: &Tensor, gamma: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
+        if self.words(x.dtype()) {
+            return self.via_f32(&[x, gamma], y, |w, tmp| {
+                self.rms_norm(&w[0], &w[1], eps, tmp)
+            });
+        }
+        let (xh, gh, yh) = (out_handle(x), out_handle(gamma), out_handle(y));
+        with_float!(x.dtype(), |F| rw::launch_rms_norm::<R, F>(
+            &self.client,
+            (&xh, &gh, &yh),
+            None,
+            x.shape(),
+            eps
+        ))
+        .map_err(|e| self.launch_error("rms_norm_forward", e))
+    }
+
+    fn rms_norm_backward(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        dy: &Tensor,
+        eps: f32,
+        dx: &mut Tensor,
+        dgamma: &mut Tensor,
+    ) -> Result<()> {
+        if self.words(x.dtype()) {
+            let (wx, wg, wdy) = (self.widened(x)?, self.widened(gamma)?, self.widened(dy)?);
+            let mut wdx = Tensor::empty_on(self.device, dx.rows(), dx.cols(), Dtype::F32)?;
+            let mut wdg = self.widened(dgamma)?;
+            self.rms_norm_backward(&wx, &wg, &wdy, eps, &mut wdx, &mut wdg)?;
+            self.cast(&wdx, dx)?;
+            return self.cast(&wdg, dgamma);
+        }
+        let rrms = self.scratch(x.rows())?;
+        let (xh, gh, dyh) = (out_handle(x), out_handle(gamma), out_handle(dy));
+        let (dxh, dgh, rh) = (out_handle(dx), out_handle(dgamma), out_handle(&rrms));
+        let shape = x.shape();
+        let c = &self.client;
+        with_float!(x.dtype(), |F| (|| -> Result<(), LaunchError> {
+            rw::launch_rms_norm_backward::<R, F>(c, (&xh, &gh, &dyh), &dxh, &rh, shape, eps)?;
+            rw::launch_column_accumulate::<R, F>(c, &dyh, Some(&xh), Some(&rh), &dgh, shape)
+        })())
+        .map_err(|e| self.launch_error("rms_norm_backward", e))
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod cube;
 mod elementwise;
 mod host_pool;
 mod linear;
+mod norm;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod probe;
 mod reduction;
@@ -21,6 +22,7 @@ pub(crate) mod storage;
 pub(crate) use activation::{ActivationOps, Glu};
 pub(crate) use elementwise::{Binary, ElementwiseOps, Src, Unary};
 pub(crate) use linear::{Gemm, LinearOps};
+pub(crate) use norm::{LayerNormCaches, NormOps};
 pub(crate) use reduction::ReductionOps;
 pub(crate) use storage::Storage;
 
@@ -43,7 +45,7 @@ pub(crate) trait OnDevice {
 
 /// A device's runtime: memory management plus every op category.
 pub(crate) trait Backend:
-    Send + Sync + OnDevice + ElementwiseOps + ActivationOps + ReductionOps + LinearOps
+    Send + Sync + OnDevice + ElementwiseOps + ActivationOps + ReductionOps + LinearOps + NormOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

@@ -13,11 +13,15 @@
 pub mod elementwise;
 pub mod activation;
 pub mod linear;
+pub mod loss;
+pub mod norm;
 pub mod reduction;
 
 pub use activation::*;
 pub use elementwise::*;
 pub use linear::*;
+pub use loss::*;
+pub use norm::*;
 pub use reduction::*;
 
 use crate::backend::Backend;

@@ -7,6 +7,7 @@ mod dispatch;
 mod parity_activation;
 mod parity_elementwise;
 mod parity_linear;
+mod parity_norm;
 mod parity_reduction;
 mod tensor_errors;
 mod zero_element;

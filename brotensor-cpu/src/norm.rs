@@ -1,0 +1,310 @@
+//! Row-wise softmax and normalizations over row-major `(rows, cols)` FP32 matrices. Variance
+//! is always two-pass: the mean first, then the mean of squared deviations.
+
+use rayon::prelude::*;
+
+use crate::reduction::sum;
+
+/// A masked entry's logit floor (the C++ original starts its running max here).
+const MASKED_MAX: f32 = -1e30;
+
+/// Softmax of each row of `x` into `y`. With a `mask` (one value per column), entries whose
+/// mask is below 0.5 get probability 0; a fully masked row is all zeros.
+pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "softmax_rows: lengths");
+    if cols == 0 {
+        return;
+    }
+    let valid = |j: usize| mask.is_none_or(|m| m[j] >= 0.5);
+    y.par_chunks_mut(cols)
+        .zip(x.par_chunks(cols))
+        .for_each(|(y, x)| {
+            let mut max = MASKED_MAX;
+            for (j, &v) in x.iter().enumerate() {
+                if valid(j) && v > max {
+                    max = v;
+                }
+            }
+            for (j, (o, &v)) in y.iter_mut().zip(x).enumerate() {
+                *o = if valid(j) { (v - max).exp() } else { 0.0 };
+            }
+            let s = sum(y);
+            let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+            y.iter_mut().for_each(|o| *o *= inv);
+        });
+}
+
+/// `dl = p * (dp - sum(dp * p))` per row: the softmax gradient from its output `p`.
+pub fn softmax_rows_backward(p: &[f32], dp: &[f32], cols: usize, dl: &mut [f32]) {
+    assert!(
+        p.len() == dp.len() && p.len() == dl.len(),
+        "softmax_rows_backward: lengths"
+    );
+    if cols == 0 {
+        return;
+    }
+    dl.par_chunks_mut(cols)
+        .zip(p.par_chunks(cols).zip(dp.par_chunks(cols)))
+        .for_each(|(dl, (p, dp))| {
+            let s: f32 = p.iter().zip(dp).map(|(a, b)| a * b).sum();
+            for ((o, &pv), &dv) in dl.iter_mut().zip(p).zip(dp) {
+                *o = pv * (dv - s);
+            }
+        });
+}
+
+/// Per-row statistics of a layer norm: `(mean, rstd)` with a two-pass biased variance.
+pub fn mean_rstd(row: &[f32], eps: f32) -> (f32, f32) {
+    let n = row.len() as f32;
+    let mean = sum(row) / n;
+    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// LayerNorm of each row: `y = gamma * (x - mean) * rstd + beta`, with the per-row
+/// `xhat`, `mean` and `rstd` written when given. `gamma`, `beta` have `cols` elements.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_rows(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    eps: f32,
+    y: &mut [f32],
+    xhat: Option<&mut [f32]>,
+    mut mean: Option<&mut [f32]>,
+    mut rstd: Option<&mut [f32]>,
+) {
+    let cols = gamma.len();
+    assert!(
+        beta.len() == cols && x.len() == y.len(),
+        "layernorm_rows: lengths"
+    );
+    if cols == 0 {
+        return;
+    }
+    let rows = x.len() / cols;
+    let stats: Vec<(f32, f32)> = x.par_chunks(cols).map(|r| mean_rstd(r, eps)).collect();
+    y.par_chunks_mut(cols)
+        .zip(x.par_chunks(cols))
+        .zip(&stats)
+        .for_each(|((y, x), &(m, r))| {
+            for j in 0..cols {
+                y[j] = gamma[j] * ((x[j] - m) * r) + beta[j];
+            }
+        });
+    if let Some(xh) = xhat {
+        xh.par_chunks_mut(cols)
+            .zip(x.par_chunks(cols))
+            .zip(&stats)
+            .for_each(|((o, x), &(m, r))| o.iter_mut().zip(x).for_each(|(o, v)| *o = (v - m) * r));
+    }
+    for i in 0..rows {
+        if let Some(m) = mean.as_deref_mut() {
+            m[i] = stats[i].0;
+        }
+        if let Some(r) = rstd.as_deref_mut() {
+            r[i] = stats[i].1;
+        }
+    }
+}
+
+/// LayerNorm backward per row from the caches: `dx = rstd/n (n dxh - sum dxh - xhat sum(dxh
+/// xhat))` with `dxh = dy * gamma` (overwritten); `dgamma += sum_r dy xhat`,
+/// `dbeta += sum_r dy`.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_rows_backward(
+    dy: &[f32],
+    xhat: &[f32],
+    gamma: &[f32],
+    rstd: &[f32],
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+) {
+    let cols = gamma.len();
+    if cols == 0 {
+        return;
+    }
+    let n = cols as f32;
+    dx.par_chunks_mut(cols)
+        .zip(dy.par_chunks(cols).zip(xhat.par_chunks(cols)))
+        .zip(rstd.par_iter())
+        .for_each(|((dx, (dy, xh)), &r)| {
+            let (mut s1, mut s2) = (0.0f32, 0.0f32);
+            for j in 0..cols {
+                let d = dy[j] * gamma[j];
+                s1 += d;
+                s2 += d * xh[j];
+            }
+            for j in 0..cols {
+                let d = dy[j] * gamma[j];
+                dx[j] = r / n * (n * d - s1 - xh[j] * s2);
+            }
+        });
+    column_accumulate(dy, Some(xhat), None, dgamma);
+    column_accumulate(dy, None, None, dbeta);
+}
+
+/// `out[c] += sum_r a[r, c] * b[r, c] * scale[r]` (`b` and `scale` 1 when absent).
+pub fn column_accumulate(a: &[f32], b: Option<&[f32]>, scale: Option<&[f32]>, out: &mut [f32]) {
+    let cols = out.len();
+    if cols == 0 {
+        return;
+    }
+    const BLOCK: usize = 128;
+    out.par_chunks_mut(BLOCK)
+        .enumerate()
+        .for_each(|(blk, out)| {
+            let c0 = blk * BLOCK;
+            for r in 0..a.len() / cols {
+                let s = scale.map_or(1.0, |s| s[r]);
+                for (j, o) in out.iter_mut().enumerate() {
+                    let at = r * cols + c0 + j;
+                    *o += a[at] * b.map_or(1.0, |b| b[at]) * s;
+                }
+            }
+        });
+}
+
+/// `1 / sqrt(mean(x^2) + eps)` of a row.
+pub fn rrms(row: &[f32], eps: f32) -> f32 {
+    let ss: f32 = row.iter().map(|v| v * v).sum();
+    1.0 / (ss / row.len() as f32 + eps).sqrt()
+}
+
+/// RMSNorm of each row: `y = x * gamma * rrms(x)`.
+pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
+    let cols = gamma.len();
+    if cols == 0 {
+        return;
+    }
+    y.par_chunks_mut(cols)
+        .zip(x.par_chunks(cols))
+        .for_each(|(y, x)| {
+            let r = rrms(x, eps);
+            for j in 0..cols {
+                y[j] = x[j] * gamma[j] * r;
+            }
+        });
+}
+
+/// RMSNorm backward (statistics recomputed from `x`): `dx = r (gamma dy - x c)`,
+/// `c = r^2 / D * sum(x dy gamma)`, overwritten; `dgamma += sum_r dy x r`.
+pub fn rms_norm_rows_backward(
+    x: &[f32],
+    gamma: &[f32],
+    dy: &[f32],
+    eps: f32,
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+) {
+    let cols = gamma.len();
+    if cols == 0 {
+        return;
+    }
+    let d = cols as f32;
+    let r: Vec<f32> = x.par_chunks(cols).map(|row| rrms(row, eps)).collect();
+    dx.par_chunks_mut(cols)
+        .zip(x.par_chunks(cols).zip(dy.par_chunks(cols)))
+        .zip(r.par_iter())
+        .for_each(|((dx, (x, dy)), &r)| {
+            let s: f32 = (0..cols).map(|j| x[j] * dy[j] * gamma[j]).sum();
+            let c = r * r / d * s;
+            for j in 0..cols {
+                dx[j] = r * (gamma[j] * dy[j] - x[j] * c);
+            }
+        });
+    column_accumulate(dy, Some(x), Some(&r), dgamma);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_hand_values_and_masks() {
+        let x = [0.0, (2.0f32).ln(), 5.0, 1.0];
+        let mut y = [0.0; 4];
+        softmax_rows(&x, 2, None, &mut y);
+        assert!((y[0] - 1.0 / 3.0).abs() < 1e-6 && (y[1] - 2.0 / 3.0).abs() < 1e-6);
+        softmax_rows(&x, 2, Some(&[1.0, 0.2]), &mut y);
+        assert_eq!(y, [1.0, 0.0, 1.0, 0.0]);
+        softmax_rows(&x, 2, Some(&[0.0, 0.4]), &mut y);
+        assert_eq!(y, [0.0; 4]);
+    }
+
+    #[test]
+    fn layernorm_is_stable_far_from_zero() {
+        // Rows near 65504 with small steps: E[x^2] - E[x]^2 would cancel to garbage.
+        for &offset in &[0.0f32, 395.25, 65504.0] {
+            let row: Vec<f32> = (1..=8).map(|j| offset + j as f32 * 0.1).collect();
+            let (m, r) = mean_rstd(&row, 1e-5);
+            let md = row.iter().map(|&v| v as f64).sum::<f64>() / 8.0;
+            let vd = row.iter().map(|&v| (v as f64 - md).powi(2)).sum::<f64>() / 8.0;
+            let rd = 1.0 / (vd + 1e-5).sqrt();
+            assert!((m as f64 - md).abs() < 1e-2, "{offset}");
+            assert!(((r as f64 - rd) / rd).abs() < 0.05, "{offset}: {r} vs {rd}");
+        }
+    }
+
+    #[test]
+    fn backward_passes_match_finite_differences() {
+        let (rows, cols) = (2, 5);
+        let x: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7) % 11) as f32 * 0.3 - 1.4)
+            .collect();
+        let gamma: Vec<f32> = (0..cols).map(|j| 0.5 + j as f32 * 0.2).collect();
+        let beta = vec![0.1; cols];
+        let dy: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 3) % 7) as f32 * 0.25 - 0.7)
+            .collect();
+        let loss = |x: &[f32], rms: bool| -> f64 {
+            let mut y = vec![0.0; x.len()];
+            if rms {
+                rms_norm_rows(x, &gamma, 1e-5, &mut y);
+            } else {
+                layernorm_rows(x, &gamma, &beta, 1e-5, &mut y, None, None, None);
+            }
+            y.iter().zip(&dy).map(|(a, b)| (a * b) as f64).sum()
+        };
+        for rms in [false, true] {
+            let mut dx = vec![0.0; x.len()];
+            if rms {
+                rms_norm_rows_backward(&x, &gamma, &dy, 1e-5, &mut dx, &mut vec![0.0; cols]);
+            } else {
+                let (mut xh, mut m, mut r) = (vec![0.0; x.len()], vec![0.0; rows], vec![0.0; rows]);
+                let mut y = vec![0.0; x.len()];
+                layernorm_rows(
+                    &x,
+                    &gamma,
+                    &beta,
+                    1e-5,
+                    &mut y,
+                    Some(&mut xh),
+                    Some(&mut m),
+                    Some(&mut r),
+                );
+                layernorm_rows_backward(
+                    &dy,
+                    &xh,
+                    &gamma,
+                    &r,
+                    &mut dx,
+                    &mut vec![0.0; cols],
+                    &mut vec![0.0; cols],
+                );
+            }
+            for i in 0..x.len() {
+                let (mut xp, mut xm) = (x.clone(), x.clone());
+                xp[i] += 1e-2;
+                xm[i] -= 1e-2;
+                let fd = (loss(&xp, rms) - loss(&xm, rms)) / 2e-2;
+                assert!(
+                    (dx[i] as f64 - fd).abs() < 2e-2,
+                    "rms={rms} i={i}: {} vs {fd}",
+                    dx[i]
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Row-wise softmax and normalizations (the loss and norm categories' row kernels).
+
+use super::{OnDevice, Src};
+use crate::{Error, Result, Tensor};
+
+/// The caches a training LayerNorm writes: `xhat (rows, cols)` in the input's dtype, F32
+/// `mean (rows, 1)` and `rstd (rows, 1)`.
+pub(crate) struct LayerNormCaches<'a> {
+    pub(crate) xhat: &'a mut Tensor,
+    pub(crate) mean: &'a mut Tensor,
+    pub(crate) rstd: &'a mut Tensor,
+}
+
+/// Callers guarantee: operands on this device, one float dtype the device computes in
+/// (statistics tensors F32), shapes consistent, outputs committed and sized.
+pub(crate) trait NormOps: OnDevice {
+    /// Softmax over each `cols`-wide row of `x` (or of `out` itself) into `out`; `mask`
+    /// (F32, `cols` elements) zeroes entries below 0.5.
+    fn softmax(
+        &self,
+        _x: Src<'_>,
+        _mask: Option<&Tensor>,
+        _out: &mut Tensor,
+        _cols: usize,
+    ) -> Result<()> {
+        Err(missing("softmax", self))
+    }
+    /// `dl = p (dp - sum(dp p))` per `cols`-wide row.
+    fn softmax_backward(
+        &self,
+        _p: &Tensor,
+        _dp: &Tensor,
+        _dl: &mut Tensor,
+        _cols: usize,
+    ) -> Result<()> {
+        Err(missing("softmax_backward", self))
+    }
+    /// LayerNorm per row of `x` (gamma, beta: `cols` elements).
+    fn layernorm(
+        &self,
+        _x: &Tensor,
+        _gamma: &Tensor,
+        _beta: &Tensor,
+        _eps: f32,
+        _y: &mut Tensor,
+        _caches: Option<LayerNormCaches<'_>>,
+    ) -> Result<()> {
+        Err(missing("layernorm", self))
+    }
+    /// LayerNorm gradients: `dx` overwritten, `dgamma`, `dbeta` accumulated.
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm_backward(
+        &self,
+        _dy: &Tensor,
+        _xhat: &Tensor,
+        _gamma: &Tensor,
+        _rstd: &Tensor,
+        _dx: &mut Tensor,
+        _dgamma: &mut Tensor,
+        _dbeta: &mut Tensor,
+    ) -> Result<()> {
+        Err(missing("layernorm_backward", self))
+    }
+    /// RMSNorm per row.
+    fn rms_norm(&self, _x: &Tensor, _gamma: &Tensor, _eps: f32, _y: &mut Tensor) -> Result<()> {
+        Err(missing("rms_norm_forward", self))
+    }
+    /// RMSNorm gradients: `dx` overwritten, `dgamma` accumulated.
+    fn rms_norm_backward(
+        &self,
+        _x: &Tensor,
+        _gamma: &Tensor,
+        _dy: &Tensor,
+        _eps: f32,
+        _dx: &mut Tensor,
+        _dgamma: &mut Tensor,
+    ) -> Result<()> {
+        Err(missing("rms_norm_backward", self))
+    }
+}
+
+fn missing<B: OnDevice + ?Sized>(op: &'static str, b: &B) -> Error {
+    Error::NotImplemented {
+        op,
+        device: b.device(),
+    }
+}

@@ -1,0 +1,243 @@
+//! Softmax and normalizations: the CPU reference against every GPU device and dtype, plus
+//! the two-pass-variance stability check on every device.
+
+use brotensor::{ops, Device, Dtype, Tensor};
+use brotensor_tests::{gpu_devices, parity_with, read_f32, Check, Input};
+
+/// Row statistics over a few hundred elements, then a map: FP32 inside.
+fn row_tol(d: Dtype) -> (f32, f32) {
+    match d {
+        Dtype::F32 => (1e-4, 1e-3),
+        Dtype::F16 => (2e-2, 2e-2),
+        _ => (5e-2, 3e-2),
+    }
+}
+
+const ROW: Check = Check {
+    dtypes: &[Dtype::F32, Dtype::F16, Dtype::BF16],
+    same_dtype: true,
+    tol: Some(row_tol),
+};
+
+#[test]
+fn softmax_rows_flat_masked_and_backward() {
+    for (i, (r, c)) in [(33, 300), (4, 1), (2, 2000)].into_iter().enumerate() {
+        parity_with(
+            &format!("softmax_rows_forward {r}x{c}"),
+            0x600 + i as u64,
+            &[Input::new(r, c, -8.0, 8.0)],
+            ROW,
+            |t| {
+                let mut y = Tensor::default();
+                ops::softmax_rows_forward(&t[0], &mut y, t[0].rows(), t[0].cols())?;
+                Ok(y)
+            },
+        );
+    }
+    parity_with(
+        "softmax_rows_ in place",
+        0x608,
+        &[Input::new(8, 65, -4.0, 4.0)],
+        ROW,
+        |t| {
+            let mut y = t[0].clone();
+            y.softmax_rows_(8, 65)?;
+            Ok(y)
+        },
+    );
+    parity_with(
+        "softmax_forward masked",
+        0x610,
+        &[Input::new(7, 9, -5.0, 5.0), Input::new(7, 9, 0.0, 1.0)],
+        ROW,
+        |t| {
+            let mask = t[1].to_dtype(Dtype::F32)?;
+            let mut p = Tensor::default();
+            ops::softmax_forward(&t[0], &mut p, Some(&mask))?;
+            Ok(p)
+        },
+    );
+    parity_with(
+        "softmax_backward",
+        0x611,
+        &[Input::new(5, 40, 0.0, 0.05), Input::new(5, 40, -1.0, 1.0)],
+        ROW,
+        |t| {
+            let mut dl = Tensor::default();
+            ops::softmax_backward(&t[0], &t[1], &mut dl)?;
+            Ok(dl)
+        },
+    );
+}
+
+#[test]
+fn layernorm_and_rms_norm() {
+    let (r, d) = (37, 300);
+    let fwd = [
+        Input::new(r, d, -3.0, 3.0),
+        Input::new(d, 1, 0.5, 1.5),
+        Input::new(d, 1, -0.5, 0.5),
+    ];
+    parity_with(
+        "layernorm_forward_inference_batched",
+        0x620,
+        &fwd,
+        ROW,
+        |t| {
+            let mut y = Tensor::default();
+            ops::layernorm_forward_inference_batched(&t[0], &t[1], &t[2], &mut y, 1e-5)?;
+            Ok(y)
+        },
+    );
+    for (which, seed) in [("y", 0x621), ("xhat", 0x622)] {
+        parity_with(
+            &format!("layernorm_forward_batched_with_caches {which}"),
+            seed,
+            &fwd,
+            ROW,
+            |t| {
+                let (mut y, mut xh, mut m, mut rs) = Default::default();
+                ops::layernorm_forward_batched_with_caches(
+                    &t[0], &t[1], &t[2], &mut y, &mut xh, &mut m, &mut rs, 1e-5,
+                )?;
+                assert_eq!(
+                    (m.dtype(), rs.dtype(), m.shape()),
+                    (Dtype::F32, Dtype::F32, (t[0].rows(), 1))
+                );
+                Ok(if which == "y" { y } else { xh })
+            },
+        );
+    }
+    let bwd = [
+        Input::new(r, d, -3.0, 3.0),
+        Input::new(d, 1, 0.5, 1.5),
+        Input::new(d, 1, -0.5, 0.5),
+        Input::new(r, d, -1.0, 1.0),
+        Input::new(d, 1, -1.0, 1.0),
+        Input::new(d, 1, -1.0, 1.0),
+    ];
+    for (which, seed) in [("dx", 0x623), ("dgamma", 0x624), ("dbeta", 0x625)] {
+        parity_with(
+            &format!("layernorm_backward_batched_with_caches {which}"),
+            seed,
+            &bwd,
+            ROW_SUMS,
+            |t| {
+                let (mut y, mut xh, mut m, mut rs) = Default::default();
+                ops::layernorm_forward_batched_with_caches(
+                    &t[0], &t[1], &t[2], &mut y, &mut xh, &mut m, &mut rs, 1e-5,
+                )?;
+                let (mut dx, mut dg, mut db) = (Tensor::default(), t[4].clone(), t[5].clone());
+                ops::layernorm_backward_batched_with_caches(
+                    &t[3], &xh, &t[1], &rs, &mut dx, &mut dg, &mut db,
+                )?;
+                Ok(match which {
+                    "dx" => dx,
+                    "dgamma" => dg,
+                    _ => db,
+                })
+            },
+        );
+    }
+    parity_with("rms_norm_forward", 0x630, &fwd[..2], ROW, |t| {
+        let mut y = Tensor::default();
+        ops::rms_norm_forward(&t[0], &t[1], 1e-6, &mut y)?;
+        Ok(y)
+    });
+    let rms_bwd = [bwd[0], bwd[1], bwd[3], bwd[4]];
+    for (which, seed) in [("dx", 0x631), ("dgamma", 0x632)] {
+        parity_with(
+            &format!("rms_norm_backward {which}"),
+            seed,
+            &rms_bwd,
+            ROW_SUMS,
+            |t| {
+                let (mut dx, mut dg) = (Tensor::default(), t[3].clone());
+                ops::rms_norm_backward(&t[0], &t[1], &t[2], 1e-6, &mut dx, &mut dg)?;
+                Ok(if which == "dx" { dx } else { dg })
+            },
+        );
+    }
+}
+
+/// Column sums over the rows (parameter gradients) add a long reduction on top.
+fn row_sums_tol(d: Dtype) -> (f32, f32) {
+    match d {
+        Dtype::F32 => (1e-3, 1e-3),
+        Dtype::F16 => (1e-1, 3e-2),
+        _ => (3e-1, 5e-2),
+    }
+}
+
+const ROW_SUMS: Check = Check {
+    dtypes: &[Dtype::F32, Dtype::F16, Dtype::BF16],
+    same_dtype: true,
+    tol: Some(row_sums_tol),
+};
+
+#[test]
+fn single_vector_layernorm_returns_its_statistics() {
+    for dev in std::iter::once(Device::Cpu).chain(gpu_devices()) {
+        let x = Tensor::from_slice_on(dev, &[1.0f32, 2.0, 3.0, 4.0], 2, 2).unwrap();
+        let ones = Tensor::from_slice_on(dev, &[1.0f32; 4], 4, 1).unwrap();
+        let zeros = Tensor::zeros_on(dev, 4, 1, Dtype::F32).unwrap();
+        let (mut y, mut xh) = (Tensor::default(), Tensor::default());
+        let (mean, rstd) = ops::layernorm_forward(&x, &ones, &zeros, &mut y, &mut xh, 0.0).unwrap();
+        assert_eq!(mean, 2.5);
+        assert!((rstd - 1.0 / 1.25f32.sqrt()).abs() < 1e-6, "{dev}: {rstd}");
+        assert_eq!(y.shape(), (2, 2));
+        let (mut dx, mut dg, mut db) = (Tensor::default(), zeros.clone(), zeros.clone());
+        let dy = Tensor::from_slice_on(dev, &[1.0f32; 4], 2, 2).unwrap();
+        ops::layernorm_backward(&dy, &xh, &ones, rstd, &mut dx, &mut dg, &mut db).unwrap();
+        // A constant upstream gradient has no effect through the mean subtraction.
+        assert!(
+            read_f32(&dx).unwrap().iter().all(|v| v.abs() < 1e-5),
+            "{dev}"
+        );
+        assert_eq!(read_f32(&db).unwrap(), vec![1.0; 4]);
+    }
+}
+
+/// The C++ stability test: rows `offset + (j+1) step` far from zero must normalize as the
+/// float64 two-pass reference does, on every device.
+#[test]
+fn layernorm_is_stable_far_from_zero_on_every_device() {
+    let offsets = [0.0f64, 1.0, 100.0, 395.25, 1000.0, 65504.0];
+    let steps = [1.0f64, 0.1, 0.001];
+    let mut data = Vec::new();
+    let mut rows = Vec::new();
+    for &o in &offsets {
+        for &s in &steps {
+            // Skip rows whose step is below 4 ulps of the offset (not representable).
+            let ulp = (o as f32).abs() * f32::EPSILON;
+            if (s as f32) < 4.0 * ulp {
+                continue;
+            }
+            rows.push((o, s));
+            data.extend((0..8).map(|j| (o + (j + 1) as f64 * s) as f32));
+        }
+    }
+    let n = rows.len();
+    for dev in std::iter::once(Device::Cpu).chain(gpu_devices()) {
+        let x = Tensor::from_slice_on(dev, &data, n, 8).unwrap();
+        let g = Tensor::from_slice_on(dev, &[1.0f32; 8], 8, 1).unwrap();
+        let b = Tensor::zeros_on(dev, 8, 1, Dtype::F32).unwrap();
+        let mut y = Tensor::default();
+        ops::layernorm_forward_inference_batched(&x, &g, &b, &mut y, 1e-5).unwrap();
+        let got = y.to_vec::<f32>().unwrap();
+        for (r, &(o, s)) in rows.iter().enumerate() {
+            let row: Vec<f64> = data[r * 8..r * 8 + 8].iter().map(|&v| v as f64).collect();
+            let mean = row.iter().sum::<f64>() / 8.0;
+            let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 8.0;
+            for j in 0..8 {
+                let want = (row[j] - mean) / (var + 1e-5).sqrt();
+                let g = got[r * 8 + j] as f64;
+                assert!(g.is_finite(), "{dev} offset {o} step {s}: not finite");
+                assert!(
+                    (g - want).abs() <= 0.05,
+                    "{dev} offset {o} step {s} j {j}: {g} vs {want}"
+                );
+            }
+        }
+    }
+}
