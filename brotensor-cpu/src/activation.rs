@@ -6,6 +6,8 @@
 
 use rayon::prelude::*;
 
+use crate::elementwise::tanh_fast;
+
 /// sqrt(2/pi), the tanh-GELU's scale.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 /// The tanh-GELU's cubic coefficient.
@@ -78,7 +80,7 @@ pub fn silu_backward(x: f32, dy: f32) -> f32 {
 #[inline]
 pub fn gelu(x: f32) -> f32 {
     let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
-    0.5 * x * (1.0 + u.tanh())
+    0.5 * x * (1.0 + tanh_fast(u))
 }
 
 /// Gradient of [`gelu`].
@@ -90,7 +92,7 @@ pub fn gelu_backward(x: f32, dy: f32) -> f32 {
 #[inline]
 fn gelu_derivative(x: f32) -> f32 {
     let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
-    let t = u.tanh();
+    let t = tanh_fast(u);
     let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
     0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
 }

@@ -11,3 +11,4 @@ pub mod elementwise;
 pub mod linear;
 pub mod norm;
 pub mod reduction;
+pub mod simd;

@@ -3,7 +3,9 @@
 
 use rayon::prelude::*;
 
-use crate::reduction::sum;
+use crate::elementwise::exp_fast;
+use crate::reduction::{sum, sum_map, sum_zip};
+use crate::simd::wide;
 
 /// A masked entry's logit floor (the C++ original starts its running max here).
 const MASKED_MAX: f32 = -1e30;
@@ -19,18 +21,29 @@ pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32])
     y.par_chunks_mut(cols)
         .zip(x.par_chunks(cols))
         .for_each(|(y, x)| {
-            let mut max = MASKED_MAX;
-            for (j, &v) in x.iter().enumerate() {
-                if valid(j) && v > max {
-                    max = v;
+            wide(|| {
+                let max = match mask {
+                    None => x.iter().fold(MASKED_MAX, |m, &v| if v > m { v } else { m }),
+                    Some(_) => (0..cols)
+                        .filter(|&j| valid(j))
+                        .map(|j| x[j])
+                        .fold(MASKED_MAX, f32::max),
+                };
+                match mask {
+                    None => y
+                        .iter_mut()
+                        .zip(x)
+                        .for_each(|(o, &v)| *o = exp_fast(v - max)),
+                    Some(_) => {
+                        for (j, (o, &v)) in y.iter_mut().zip(x).enumerate() {
+                            *o = if valid(j) { exp_fast(v - max) } else { 0.0 };
+                        }
+                    }
                 }
-            }
-            for (j, (o, &v)) in y.iter_mut().zip(x).enumerate() {
-                *o = if valid(j) { (v - max).exp() } else { 0.0 };
-            }
-            let s = sum(y);
-            let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-            y.iter_mut().for_each(|o| *o *= inv);
+                let s = sum(y);
+                let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+                y.iter_mut().for_each(|o| *o *= inv);
+            })
         });
 }
 
@@ -46,7 +59,7 @@ pub fn softmax_rows_backward(p: &[f32], dp: &[f32], cols: usize, dl: &mut [f32])
     dl.par_chunks_mut(cols)
         .zip(p.par_chunks(cols).zip(dp.par_chunks(cols)))
         .for_each(|(dl, (p, dp))| {
-            let s: f32 = p.iter().zip(dp).map(|(a, b)| a * b).sum();
+            let s = sum_zip(p, dp, |a, b| a * b);
             for ((o, &pv), &dv) in dl.iter_mut().zip(p).zip(dp) {
                 *o = pv * (dv - s);
             }
@@ -57,7 +70,7 @@ pub fn softmax_rows_backward(p: &[f32], dp: &[f32], cols: usize, dl: &mut [f32])
 pub fn mean_rstd(row: &[f32], eps: f32) -> (f32, f32) {
     let n = row.len() as f32;
     let mean = sum(row) / n;
-    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let var = sum_map(row, |v| (v - mean) * (v - mean)) / n;
     (mean, 1.0 / (var + eps).sqrt())
 }
 
@@ -83,15 +96,20 @@ pub fn layernorm_rows(
         return;
     }
     let rows = x.len() / cols;
-    let stats: Vec<(f32, f32)> = x.par_chunks(cols).map(|r| mean_rstd(r, eps)).collect();
-    y.par_chunks_mut(cols)
+    // One pass per row while it is in cache: statistics, then the normalized output.
+    let stats: Vec<(f32, f32)> = y
+        .par_chunks_mut(cols)
         .zip(x.par_chunks(cols))
-        .zip(&stats)
-        .for_each(|((y, x), &(m, r))| {
-            for j in 0..cols {
-                y[j] = gamma[j] * ((x[j] - m) * r) + beta[j];
-            }
-        });
+        .map(|(y, x)| {
+            wide(|| {
+                let (m, r) = mean_rstd(x, eps);
+                for j in 0..cols {
+                    y[j] = gamma[j] * ((x[j] - m) * r) + beta[j];
+                }
+                (m, r)
+            })
+        })
+        .collect();
     if let Some(xh) = xhat {
         xh.par_chunks_mut(cols)
             .zip(x.par_chunks(cols))
@@ -168,7 +186,7 @@ pub fn column_accumulate(a: &[f32], b: Option<&[f32]>, scale: Option<&[f32]>, ou
 
 /// `1 / sqrt(mean(x^2) + eps)` of a row.
 pub fn rrms(row: &[f32], eps: f32) -> f32 {
-    let ss: f32 = row.iter().map(|v| v * v).sum();
+    let ss = sum_map(row, |v| v * v);
     1.0 / (ss / row.len() as f32 + eps).sqrt()
 }
 
@@ -181,10 +199,12 @@ pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
     y.par_chunks_mut(cols)
         .zip(x.par_chunks(cols))
         .for_each(|(y, x)| {
-            let r = rrms(x, eps);
-            for j in 0..cols {
-                y[j] = x[j] * gamma[j] * r;
-            }
+            wide(|| {
+                let r = rrms(x, eps);
+                for j in 0..cols {
+                    y[j] = x[j] * gamma[j] * r;
+                }
+            })
         });
 }
 

@@ -5,17 +5,42 @@ use rayon::prelude::*;
 /// Sum of a slice, FP32, in 8 independent lanes (vectorizes; more accurate than one chain).
 #[inline]
 pub fn sum(x: &[f32]) -> f32 {
+    sum_map(x, |v| v)
+}
+
+/// `sum f(x[i])` in 8 independent FP32 lanes, so the loop vectorizes.
+#[inline]
+pub fn sum_map(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let mut lanes = [0.0f32; 8];
     let chunks = x.chunks_exact(8);
     let tail = chunks.remainder();
     for c in chunks {
-        for (l, v) in lanes.iter_mut().zip(c) {
-            *l += v;
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += f(v);
         }
     }
     let mut s = lanes.iter().sum::<f32>();
-    for v in tail {
-        s += v;
+    for &v in tail {
+        s += f(v);
+    }
+    s
+}
+
+/// `sum f(x[i], y[i])` in 8 independent FP32 lanes. Panics if the lengths differ.
+#[inline]
+pub fn sum_zip(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
+    assert_eq!(x.len(), y.len(), "sum_zip: lengths");
+    let mut lanes = [0.0f32; 8];
+    let (cx, cy) = (x.chunks_exact(8), y.chunks_exact(8));
+    let (tx, ty) = (cx.remainder(), cy.remainder());
+    for (a, b) in cx.zip(cy) {
+        for i in 0..8 {
+            lanes[i] += f(a[i], b[i]);
+        }
+    }
+    let mut s = lanes.iter().sum::<f32>();
+    for (&a, &b) in tx.iter().zip(ty) {
+        s += f(a, b);
     }
     s
 }
