@@ -36,6 +36,7 @@ step() {
 step tour "$here/tour"
 step tests "$here/brotensor-tests" --test-threads=4
 step bench "$here/bench_elementwise"
+step bench_dense "$here/bench_dense"
 
 echo
 "$here/ledger.sh" "$BROTENSOR_PARITY_LOG" "$kind" | tee "$logs/ledger-summary.txt"

@@ -5,3 +5,4 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 cargo build --release -p brotensor-benches
 ./target/release/bench_elementwise "$@"
+./target/release/bench_dense
