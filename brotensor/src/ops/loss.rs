@@ -107,3 +107,102 @@ pub fn softmax_backward(probs: &Tensor, dprobs: &Tensor, dlogits: &mut Tensor) -
     }
     be.softmax_backward(probs, dprobs, dlogits, probs.numel())
 }
+
+/// Checks that `pred` and `target` are F32 tensors of one element count (the losses are FP32
+/// by design).
+fn check_pair(op: &'static str, pred: &Tensor, target: &Tensor) -> Result<()> {
+    for (name, t) in [("pred", pred), ("target", target)] {
+        if t.dtype() != Dtype::F32 {
+            return Err(Error::Dtype {
+                op,
+                operand: name,
+                expected: "loss ops are FP32".into(),
+                found: t.dtype(),
+            });
+        }
+    }
+    if pred.numel() != target.numel() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "`pred` has {} elements, `target` {}",
+                pred.numel(),
+                target.numel()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `pred - target` as a tensor shaped like `pred`.
+fn difference(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
+    let mut t = target.try_clone()?;
+    t.reshape(pred.rows(), pred.cols())?;
+    super::sub(pred, &t)
+}
+
+/// `mean((pred - target)^2)` over all elements (0 for none). Reading the result synchronizes.
+pub fn mse_vec_forward(pred: &Tensor, target: &Tensor) -> Result<f32> {
+    let op = "mse_vec_forward";
+    dispatch(op, &[("pred", pred), ("target", target)])?;
+    check_pair(op, pred, target)?;
+    let n = pred.numel();
+    if n == 0 {
+        return Ok(0.0);
+    }
+    let d = difference(pred, target)?;
+    let mut sq = super::mul(&d, &d)?;
+    sq.reshape(1, n)?;
+    let mut total = Tensor::default();
+    super::sum_rows(&sq, &mut total)?;
+    Ok(total.to_vec::<f32>()?[0] / n as f32)
+}
+
+/// `dpred = 2 (pred - target) / n`, overwritten (resized to `pred`).
+pub fn mse_vec_backward(pred: &Tensor, target: &Tensor, dpred: &mut Tensor) -> Result<()> {
+    let op = "mse_vec_backward";
+    dispatch(op, &[("pred", pred), ("target", target), ("dpred", dpred)])?;
+    check_pair(op, pred, target)?;
+    let mut t = target.try_clone()?;
+    t.reshape(pred.rows(), pred.cols())?;
+    super::sub_out(pred, &t, dpred)?;
+    if pred.numel() > 0 {
+        dpred.mul_scalar_(2.0 / pred.numel() as f32)?;
+    }
+    Ok(())
+}
+
+/// `(0.5 d^2, d)` with `d = pred - target`: the scalar loss and its gradient (host values).
+pub fn mse_scalar(pred: f32, target: f32) -> Result<(f32, f32)> {
+    let d = pred - target;
+    Ok((0.5 * d * d, d))
+}
+
+/// Per sample of `pred (B, 1)`: `dpred = d` and `loss = 0.5 d^2`, `d = pred - target`, both
+/// overwritten (`loss` resized to `(B, 1)` F32). No `1/B` scaling.
+pub fn mse_vec_per_sample(
+    pred: &Tensor,
+    target: &Tensor,
+    dpred: &mut Tensor,
+    loss: &mut Tensor,
+) -> Result<()> {
+    let op = "mse_vec_per_sample";
+    dispatch(
+        op,
+        &[
+            ("pred", pred),
+            ("target", target),
+            ("dpred", dpred),
+            ("loss", loss),
+        ],
+    )?;
+    check_pair(op, pred, target)?;
+    let mut t = target.try_clone()?;
+    t.reshape(pred.rows(), pred.cols())?;
+    super::sub_out(pred, &t, dpred)?;
+    super::mul_out(dpred, dpred, loss)?;
+    if loss.numel() > 0 {
+        loss.mul_scalar_(0.5)?;
+    }
+    loss.reshape(pred.numel(), 1)
+}

@@ -315,3 +315,122 @@ pub fn rms_norm_backward(
     }
     be.rms_norm_backward(x, gamma, dy, eps, dx, dgamma)
 }
+
+/// A tensor of `n` copies of `value` on `device` in `dtype`.
+fn constant(device: crate::Device, n: usize, value: f32, dtype: Dtype) -> Result<Tensor> {
+    let mut t = Tensor::empty_on(device, n, 1, dtype)?;
+    super::fill(&mut t, value)?;
+    Ok(t)
+}
+
+/// `x` viewed as `(rows, cols)`: a reshaped copy (shapes are metadata; the copy keeps the
+/// caller's tensor untouched).
+fn regrouped(x: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
+    let mut t = x.try_clone()?;
+    t.reshape(rows, cols)?;
+    Ok(t)
+}
+
+/// PixelNorm per row of `X (N, C)`: `y = x / sqrt(mean(x^2) + eps)`; `Y` is resized. (An
+/// RMSNorm with unit scale.)
+pub fn pixel_norm_forward(x: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
+    let op = "pixel_norm_forward";
+    let be = dispatch(op, &[("x", x), ("y", y)])?;
+    check_float(op, "x", x, be)?;
+    let ones = constant(be.device(), x.cols(), 1.0, x.dtype())?;
+    rms_norm_forward(x, &ones, eps, y)
+}
+
+/// Gradient of [`pixel_norm_forward`] (reads `X`): `dX = r dY - (r^3 s / C) x`,
+/// `s = sum(dY x)`; overwritten.
+pub fn pixel_norm_backward(x: &Tensor, dy: &Tensor, eps: f32, dx: &mut Tensor) -> Result<()> {
+    let op = "pixel_norm_backward";
+    let be = dispatch(op, &[("x", x), ("dy", dy), ("dx", dx)])?;
+    check_float(op, "x", x, be)?;
+    let ones = constant(be.device(), x.cols(), 1.0, x.dtype())?;
+    let mut unused = Tensor::zeros_on(be.device(), x.cols(), 1, x.dtype())?;
+    rms_norm_backward(x, &ones, dy, eps, dx, &mut unused)
+}
+
+fn heads(op: &'static str, x: &Tensor, head_dim: usize, num_heads: usize) -> Result<()> {
+    if head_dim == 0 || num_heads == 0 {
+        return Err(Error::invalid(
+            op,
+            "head_dim and num_heads must be positive",
+        ));
+    }
+    if head_dim.checked_mul(num_heads) != Some(x.cols()) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "X.cols = {} != num_heads * head_dim = {num_heads} * {head_dim}",
+                x.cols()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Per-head L2 normalization of `X (L, H * hd)`: each head slice becomes
+/// `x / sqrt(sum(x^2) + eps)`; `Y` is resized. (An RMSNorm over `(L H, hd)` rows with scale
+/// `1 / sqrt(hd)` and `eps / hd`, which is the same function.)
+pub fn l2_norm_forward(
+    x: &Tensor,
+    head_dim: usize,
+    num_heads: usize,
+    eps: f32,
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "l2_norm_forward";
+    let be = dispatch(op, &[("x", x), ("y", y)])?;
+    check_float(op, "x", x, be)?;
+    heads(op, x, head_dim, num_heads)?;
+    let rows = x.rows() * num_heads;
+    let scale = constant(
+        be.device(),
+        head_dim,
+        1.0 / (head_dim as f32).sqrt(),
+        x.dtype(),
+    )?;
+    rms_norm_forward(
+        &regrouped(x, rows, head_dim)?,
+        &scale,
+        eps / head_dim as f32,
+        y,
+    )?;
+    y.reshape(x.rows(), x.cols())
+}
+
+/// Gradient of [`l2_norm_forward`] (reads `X`): `dX = n (dY - x (x . dY) n^2)`,
+/// `n = 1 / sqrt(sum(x^2) + eps)` per head; overwritten.
+pub fn l2_norm_backward(
+    x: &Tensor,
+    head_dim: usize,
+    num_heads: usize,
+    eps: f32,
+    dy: &Tensor,
+    dx: &mut Tensor,
+) -> Result<()> {
+    let op = "l2_norm_backward";
+    let be = dispatch(op, &[("x", x), ("dy", dy), ("dx", dx)])?;
+    check_float(op, "x", x, be)?;
+    heads(op, x, head_dim, num_heads)?;
+    check_shape(op, "dy", dy, x.shape())?;
+    let rows = x.rows() * num_heads;
+    let scale = constant(
+        be.device(),
+        head_dim,
+        1.0 / (head_dim as f32).sqrt(),
+        x.dtype(),
+    )?;
+    let mut unused = Tensor::zeros_on(be.device(), head_dim, 1, x.dtype())?;
+    rms_norm_backward(
+        &regrouped(x, rows, head_dim)?,
+        &scale,
+        &regrouped(dy, rows, head_dim)?,
+        eps / head_dim as f32,
+        dx,
+        &mut unused,
+    )?;
+    dx.reshape(x.rows(), x.cols())
+}

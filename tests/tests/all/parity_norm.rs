@@ -241,3 +241,80 @@ fn layernorm_is_stable_far_from_zero_on_every_device() {
         }
     }
 }
+
+#[test]
+fn pixel_and_l2_norms() {
+    let x = Input::new(19, 96, -2.0, 2.0);
+    let dy = Input::new(19, 96, -1.0, 1.0);
+    parity_with("pixel_norm_forward", 0x640, &[x], ROW, |t| {
+        let mut y = Tensor::default();
+        ops::pixel_norm_forward(&t[0], 1e-8, &mut y)?;
+        Ok(y)
+    });
+    parity_with("pixel_norm_backward", 0x641, &[x, dy], ROW, |t| {
+        let mut dx = Tensor::default();
+        ops::pixel_norm_backward(&t[0], &t[1], 1e-8, &mut dx)?;
+        Ok(dx)
+    });
+    parity_with("l2_norm_forward", 0x642, &[x], ROW, |t| {
+        let mut y = Tensor::default();
+        ops::l2_norm_forward(&t[0], 32, 3, 1e-6, &mut y)?;
+        assert_eq!(y.shape(), (19, 96));
+        Ok(y)
+    });
+    parity_with("l2_norm_backward", 0x643, &[x, dy], ROW, |t| {
+        let mut dx = Tensor::default();
+        ops::l2_norm_backward(&t[0], 32, 3, 1e-6, &t[1], &mut dx)?;
+        Ok(dx)
+    });
+    let x = Tensor::zeros_on(Device::Cpu, 2, 10, Dtype::F32).unwrap();
+    let e = ops::l2_norm_forward(&x, 4, 3, 1e-6, &mut Tensor::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "brotensor: l2_norm_forward: X.cols = 10 != num_heads * head_dim = 3 * 4"
+    );
+}
+
+#[test]
+fn mse_losses() {
+    let f32_only = Check {
+        dtypes: &[Dtype::F32],
+        same_dtype: true,
+        tol: Some(row_sums_tol),
+    };
+    let pair = [Input::new(50, 20, -2.0, 2.0), Input::new(50, 20, -2.0, 2.0)];
+    parity_with("mse_vec_forward", 0x650, &pair, f32_only, |t| {
+        let v = ops::mse_vec_forward(&t[0], &t[1])?;
+        Tensor::from_slice_on(t[0].device(), &[v], 1, 1)
+    });
+    parity_with("mse_vec_backward", 0x651, &pair, f32_only, |t| {
+        let mut d = Tensor::default();
+        ops::mse_vec_backward(&t[0], &t[1], &mut d)?;
+        Ok(d)
+    });
+    let samples = [Input::new(64, 1, -2.0, 2.0), Input::new(64, 1, -2.0, 2.0)];
+    for (which, seed) in [("dpred", 0x652), ("loss", 0x653)] {
+        parity_with(
+            &format!("mse_vec_per_sample {which}"),
+            seed,
+            &samples,
+            f32_only,
+            |t| {
+                let (mut d, mut l) = (Tensor::default(), Tensor::default());
+                ops::mse_vec_per_sample(&t[0], &t[1], &mut d, &mut l)?;
+                Ok(if which == "dpred" { d } else { l })
+            },
+        );
+    }
+    assert_eq!(ops::mse_scalar(3.0, 1.0).unwrap(), (2.0, 2.0));
+    for d in std::iter::once(Device::Cpu).chain(gpu_devices()) {
+        let p = Tensor::from_slice_on(d, &[1.0f32, 2.0, 3.0, 4.0], 4, 1).unwrap();
+        let t = Tensor::from_slice_on(d, &[1.0f32, 0.0, 3.0, 0.0], 4, 1).unwrap();
+        assert_eq!(ops::mse_vec_forward(&p, &t).unwrap(), 5.0, "{d}");
+        let h = p.to_dtype(Dtype::F16).unwrap();
+        assert!(matches!(
+            ops::mse_vec_forward(&h, &t),
+            Err(brotensor::Error::Dtype { .. })
+        ));
+    }
+}
