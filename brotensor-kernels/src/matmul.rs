@@ -10,6 +10,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use crate::elementwise::{gelu, gelu_exact, sigmoid, silu};
 use crate::launch::{check_len, LaunchError};
 
 const BM: usize = 64;
@@ -40,6 +41,11 @@ pub struct GemmSpec {
     pub batch: usize,
     /// Element strides between consecutive batch entries of `A`, `B`, `C`.
     pub strides: (usize, usize, usize),
+    /// Add `bias[j]` (a vector of `n`) to every row of `C` before the activation.
+    pub bias: bool,
+    /// The activation applied last: 0 none, 1 relu, 2 tanh-GELU, 3 erf-GELU, 4 SiLU,
+    /// 5 quick-GELU (the C++ epilogue codes; any other value is none).
+    pub act: u32,
 }
 
 impl GemmSpec {
@@ -54,8 +60,29 @@ impl GemmSpec {
             accumulate: false,
             batch: 1,
             strides: (m * k, k * n, m * n),
+            bias: false,
+            act: 0,
         }
     }
+}
+
+/// The epilogue activation `act` (comptime) of one value.
+#[cube]
+fn activate(v: f32, #[comptime] act: u32) -> f32 {
+    let x = Vector::<f32, Const<1>>::new(v);
+    let mut out = x;
+    if comptime!(act == 1) {
+        out = select_many(x.greater_than(Vector::new(0.0f32)), x, Vector::new(0.0f32));
+    } else if comptime!(act == 2) {
+        out = gelu::<Const<1>>(x);
+    } else if comptime!(act == 3) {
+        out = gelu_exact::<Const<1>>(x);
+    } else if comptime!(act == 4) {
+        out = silu::<Const<1>>(x);
+    } else if comptime!(act == 5) {
+        out = x * sigmoid::<Const<1>>(Vector::new(1.702f32) * x);
+    }
+    f32::cast_from(out)
 }
 
 #[cube(launch_unchecked)]
@@ -63,6 +90,7 @@ impl GemmSpec {
 fn gemm_kernel<F: Float>(
     a: &Array<F>,
     b: &Array<F>,
+    bias: &Array<F>,
     c: &mut Array<F>,
     m: usize,
     n: usize,
@@ -73,6 +101,8 @@ fn gemm_kernel<F: Float>(
     #[comptime] trans_a: bool,
     #[comptime] trans_b: bool,
     #[comptime] accumulate: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] act: u32,
 ) {
     let z = CUBE_POS_Z as usize;
     let row0 = CUBE_POS_Y as usize * BM;
@@ -175,11 +205,14 @@ fn gemm_kernel<F: Float>(
             let gj = col0 + tx * TN + j;
             if gi < m && gj < n {
                 let at = base_c + gi * n + gj;
+                let mut v = acc[i * TN + j];
                 if comptime!(accumulate) {
-                    c[at] = F::cast_from(f32::cast_from(c[at]) + acc[i * TN + j]);
-                } else {
-                    c[at] = F::cast_from(acc[i * TN + j]);
+                    v += f32::cast_from(c[at]);
                 }
+                if comptime!(has_bias) {
+                    v += f32::cast_from(bias[gj]);
+                }
+                c[at] = F::cast_from(activate(v, act));
             }
         }
     }
@@ -191,6 +224,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     a: &Handle,
     b: &Handle,
+    bias: Option<&Handle>,
     c: &Handle,
     spec: GemmSpec,
 ) -> Result<(), LaunchError> {
@@ -215,6 +249,18 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     check_len("a", a, len_a, bytes)?;
     check_len("b", b, len_b, bytes)?;
     check_len("c", c, len_c, bytes)?;
+    if spec.bias {
+        check_len(
+            "bias",
+            bias.ok_or(LaunchError::BufferTooSmall {
+                arg: "bias",
+                needed: (n * bytes) as u64,
+                available: 0,
+            })?,
+            n,
+            bytes,
+        )?;
+    }
     let (gx, gy) = (n.div_ceil(BN), m.div_ceil(BM));
     let max = client.properties().hardware.max_cube_count;
     if gx > max.0 as usize || gy > max.1 as usize || batch > max.2 as usize {
@@ -232,6 +278,10 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
             CubeDim::new_2d(UNITS as u32, UNITS as u32),
             ArrayArg::from_raw_parts(a.clone(), len_a),
             ArrayArg::from_raw_parts(b.clone(), len_b),
+            ArrayArg::from_raw_parts(
+                bias.filter(|_| spec.bias).unwrap_or(b).clone(),
+                if spec.bias { n } else { 1 },
+            ),
             ArrayArg::from_raw_parts(c.clone(), len_c),
             m,
             n,
@@ -242,6 +292,8 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
             spec.trans_a,
             spec.trans_b,
             spec.accumulate,
+            spec.bias,
+            if spec.act <= 5 { spec.act } else { 0 },
         );
     }
     Ok(())

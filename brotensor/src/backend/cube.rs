@@ -645,36 +645,40 @@ impl<R: Runtime> LinearOps for CubeBackend<R> {
         name: &'static str,
         a: &Tensor,
         b: &Tensor,
+        bias: Option<&Tensor>,
         c: &mut Tensor,
         g: Gemm,
     ) -> Result<()> {
         if self.words(a.dtype()) {
             let (wa, wb) = (self.widened(a)?, self.widened(b)?);
+            let wbias = bias.map(|t| self.widened(t)).transpose()?;
             let mut wc = if g.accumulate {
                 self.widened(c)?
             } else {
                 Tensor::empty_on(self.device, c.rows(), c.cols(), Dtype::F32)?
             };
-            self.gemm(name, &wa, &wb, &mut wc, g)?;
+            self.gemm(name, &wa, &wb, wbias.as_ref(), &mut wc, g)?;
             return self.cast(&wc, c);
         }
-        let (m, k) = if g.trans_a {
-            (a.cols(), a.rows())
-        } else {
-            a.shape()
-        };
-        let n = c.cols();
         let spec = GemmSpec {
+            m: g.m,
+            n: g.n,
+            k: g.k,
             trans_a: g.trans_a,
             trans_b: g.trans_b,
             accumulate: g.accumulate,
-            ..GemmSpec::new(m, n, k)
+            batch: g.batch,
+            strides: g.strides,
+            bias: bias.is_some(),
+            act: g.act,
         };
         let (ah, bh, ch) = (out_handle(a), out_handle(b), out_handle(c));
+        let biash = bias.map(out_handle);
         with_float!(a.dtype(), |F| mm::launch_gemm::<R, F>(
             &self.client,
             &ah,
             &bh,
+            biash.as_ref(),
             &ch,
             spec
         ))

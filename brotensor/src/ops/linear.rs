@@ -12,10 +12,17 @@ use super::{check_float, dispatch, prepare_out};
 use crate::backend::{Backend, Gemm};
 use crate::{Error, Result, Tensor};
 
+/// A plain product; `product` fills in the dimensions from the operands.
 const NN: Gemm = Gemm {
+    m: 0,
+    n: 0,
+    k: 0,
     trans_a: false,
     trans_b: false,
     accumulate: false,
+    batch: 1,
+    strides: (0, 0, 0),
+    act: 0,
 };
 
 fn shape_error(op: &'static str, what: String) -> Error {
@@ -72,11 +79,23 @@ fn product(
     if c.numel() == 0 {
         return Ok(());
     }
-    let k = if g.trans_a { a.rows() } else { a.cols() };
+    let (m, k) = if g.trans_a {
+        (a.cols(), a.rows())
+    } else {
+        a.shape()
+    };
     if k == 0 {
         return if g.accumulate { Ok(()) } else { c.zero() };
     }
-    be.gemm(op, a, b, c, g)
+    let n = c.cols();
+    let g = Gemm {
+        m,
+        n,
+        k,
+        strides: (m * k, k * n, m * n),
+        ..g
+    };
+    be.gemm(op, a, b, None, c, g)
 }
 
 /// `C (M, N) = A (M, K) . B (K, N)`; `C` is resized to `A`'s dtype. `K == 0` gives zeros.
@@ -149,6 +168,7 @@ pub fn matmul_backward(
         trans_a,
         trans_b,
         accumulate: true,
+        ..NN
     };
     product(be, op, dc, b, da, acc(false, true))?;
     product(be, op, a, dc, db, acc(true, false))
@@ -411,4 +431,288 @@ pub fn linear_backward_batched(
     super::sum_cols(dy, &mut col_sums)?;
     col_sums.reshape(out, 1)?;
     super::add_inplace(db, &col_sums)
+}
+
+/// The activation fused after a product (the C++ epilogue codes 0-5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Act {
+    /// No activation (code 0; also what any unknown code means).
+    #[default]
+    None,
+    /// `max(x, 0)` (code 1).
+    Relu,
+    /// tanh-GELU (code 2).
+    Gelu,
+    /// erf-GELU (code 3).
+    GeluExact,
+    /// `x sigmoid(x)` (code 4).
+    Silu,
+    /// `x sigmoid(1.702 x)` (code 5).
+    QuickGelu,
+}
+
+impl Act {
+    /// The C++ epilogue code.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The activation of a C++ epilogue code; unknown codes are [`Act::None`], as there.
+    pub fn from_code(code: u32) -> Act {
+        match code {
+            1 => Act::Relu,
+            2 => Act::Gelu,
+            3 => Act::GeluExact,
+            4 => Act::Silu,
+            5 => Act::QuickGelu,
+            _ => Act::None,
+        }
+    }
+}
+
+/// The shape of a batched `A . B^T` product ([`matmul_abt`]): `batch` products of
+/// `A[z] (m, k)` and `B[z] (n, k)` into `C[z] (m, n)`, entries `stride_*` elements apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbtSpec {
+    /// Independent products.
+    pub batch: usize,
+    /// Rows of `A[z]` and `C[z]`.
+    pub m: usize,
+    /// Rows of `B[z]`, columns of `C[z]`.
+    pub n: usize,
+    /// The shared inner dimension.
+    pub k: usize,
+    /// Elements between consecutive `A[z]`.
+    pub stride_a: usize,
+    /// Elements between consecutive `B[z]`.
+    pub stride_b: usize,
+    /// Elements between consecutive `C[z]`.
+    pub stride_c: usize,
+}
+
+fn check_16bit(
+    op: &'static str,
+    name: &'static str,
+    t: &Tensor,
+    like: Option<&Tensor>,
+) -> Result<()> {
+    let ok = match like {
+        Some(l) => t.dtype() == l.dtype(),
+        None => matches!(t.dtype(), crate::Dtype::F16 | crate::Dtype::BF16),
+    };
+    if !ok {
+        return Err(Error::Dtype {
+            op,
+            operand: name,
+            expected: match like {
+                Some(l) => format!("must match `a` ({})", l.dtype()),
+                None => "must be F16 or BF16".into(),
+            },
+            found: t.dtype(),
+        });
+    }
+    Ok(())
+}
+
+/// Runs a 16-bit product on any device: the CPU reference computes it in F32 on widened
+/// copies and narrows the result into `c` (its allocation is kept).
+fn product_16bit(
+    be: &dyn Backend,
+    op: &'static str,
+    (a, b, bias): (&Tensor, &Tensor, Option<&Tensor>),
+    c: &mut Tensor,
+    g: Gemm,
+) -> Result<()> {
+    if be.supports(a.dtype()) {
+        return be.gemm(op, a, b, bias, c, g);
+    }
+    let f32_of = |t: &Tensor| t.to_dtype(crate::Dtype::F32);
+    let wide_bias = bias.map(f32_of).transpose()?;
+    let mut wide_c = f32_of(c)?;
+    be.gemm(
+        op,
+        &f32_of(a)?,
+        &f32_of(b)?,
+        wide_bias.as_ref(),
+        &mut wide_c,
+        g,
+    )?;
+    super::cast(&wide_c, c, a.dtype())
+}
+
+/// `C[z] = act(A[z] . B[z]^T + bias)` for `z < batch` (C++ `matmul_abt`): F16 or BF16
+/// operands, FP32 accumulation. `C` is not resized: the caller sizes it, and every tensor
+/// must hold the elements its strides reach. `bias` has `n` elements.
+pub fn matmul_abt(
+    a: &Tensor,
+    b: &Tensor,
+    c: &mut Tensor,
+    spec: AbtSpec,
+    bias: Option<&Tensor>,
+    act: Act,
+) -> Result<()> {
+    let op = "matmul_abt";
+    let none = Tensor::default();
+    let be = dispatch(
+        op,
+        &[
+            ("a", a),
+            ("b", b),
+            ("c", c),
+            ("bias", bias.unwrap_or(&none)),
+        ],
+    )?;
+    check_16bit(op, "a", a, None)?;
+    check_16bit(op, "b", b, Some(a))?;
+    check_16bit(op, "c", c, Some(a))?;
+    if let Some(bias) = bias {
+        check_16bit(op, "bias", bias, Some(a))?;
+        if bias.numel() != spec.n {
+            return Err(shape_error(
+                op,
+                format!("`bias` has {} elements, n = {}", bias.numel(), spec.n),
+            ));
+        }
+    }
+    let AbtSpec {
+        batch,
+        m,
+        n,
+        k,
+        stride_a,
+        stride_b,
+        stride_c,
+    } = spec;
+    if batch == 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    let reach = |stride: usize, one: usize| {
+        stride
+            .checked_mul(batch - 1)
+            .and_then(|s| s.checked_add(one))
+            .ok_or_else(|| shape_error(op, "strides overflow".into()))
+    };
+    for (name, t, need) in [
+        ("a", a, reach(stride_a, m * k)?),
+        ("b", b, reach(stride_b, n * k)?),
+        ("c", &*c, reach(stride_c, m * n)?),
+    ] {
+        if t.numel() < need {
+            return Err(shape_error(
+                op,
+                format!(
+                    "`{name}` holds {} elements, the batch reaches {need}",
+                    t.numel()
+                ),
+            ));
+        }
+    }
+    if k == 0 {
+        // No products: C = act(bias) (or act(0)); run with a zero inner dimension is not a
+        // kernel case, so express it as a product with one zero column.
+        let zeros_a = Tensor::zeros_on(be.device(), m, 1, a.dtype())?;
+        let zeros_b = Tensor::zeros_on(be.device(), n, 1, a.dtype())?;
+        let g = Gemm {
+            m,
+            n,
+            k: 1,
+            trans_b: true,
+            batch,
+            strides: (0, 0, stride_c),
+            act: act.code(),
+            ..NN
+        };
+        return product_16bit(be, op, (&zeros_a, &zeros_b, bias), c, g);
+    }
+    let g = Gemm {
+        m,
+        n,
+        k,
+        trans_b: true,
+        batch,
+        strides: (stride_a, stride_b, stride_c),
+        act: act.code(),
+        ..NN
+    };
+    product_16bit(be, op, (a, b, bias), c, g)
+}
+
+/// `Y (B, out) = act(X (B, in) . W^T + bias)` with every operand F16 or BF16 in one dtype
+/// (C++ `linear_forward_batched_fp16` / `_act`); FP32 accumulation; `Y` is resized.
+pub fn linear_forward_batched_fp16_act(
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    x: &Tensor,
+    y: &mut Tensor,
+    act: Act,
+) -> Result<()> {
+    let op = "linear_forward_batched_fp16";
+    let none = Tensor::default();
+    let be = dispatch(
+        op,
+        &[
+            ("w", w),
+            ("bias", bias.unwrap_or(&none)),
+            ("x", x),
+            ("y", y),
+        ],
+    )?;
+    check_16bit(op, "w", w, None)?;
+    check_16bit(op, "x", x, Some(w))?;
+    if let Some(b) = bias {
+        check_16bit(op, "bias", b, Some(w))?;
+        if b.numel() != w.rows() {
+            return Err(shape_error(
+                op,
+                format!(
+                    "`bias` has {} elements, `w` has {} rows",
+                    b.numel(),
+                    w.rows()
+                ),
+            ));
+        }
+    }
+    if x.cols() != w.cols() {
+        return Err(shape_error(
+            op,
+            format!("`x` is {} but `w` is {}", dims(x), dims(w)),
+        ));
+    }
+    let (batch, out, inp) = (x.rows(), w.rows(), w.cols());
+    prepare_out(y, be.device(), (batch, out), x.dtype())?;
+    if y.numel() == 0 {
+        return Ok(());
+    }
+    if inp == 0 {
+        let spec = AbtSpec {
+            batch: 1,
+            m: batch,
+            n: out,
+            k: 0,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
+        };
+        return matmul_abt(x, w, y, spec, bias, act);
+    }
+    let g = Gemm {
+        m: batch,
+        n: out,
+        k: inp,
+        trans_b: true,
+        strides: (0, 0, 0),
+        act: act.code(),
+        ..NN
+    };
+    product_16bit(be, op, (x, w, bias), y, g)
+}
+
+/// [`linear_forward_batched_fp16_act`] without an activation.
+pub fn linear_forward_batched_fp16(
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    x: &Tensor,
+    y: &mut Tensor,
+) -> Result<()> {
+    linear_forward_batched_fp16_act(w, bias, x, y, Act::None)
 }

@@ -194,3 +194,125 @@ fn batched_linear_converts_16_bit_weights() {
         );
     }
 }
+
+/// 16-bit-only ops run the CPU reference on F16 copies of its F32 inputs.
+fn as_16(t: &Tensor) -> brotensor::Result<Tensor> {
+    if t.dtype() == Dtype::F32 {
+        t.to_dtype(Dtype::F16)
+    } else {
+        t.try_clone()
+    }
+}
+
+const HALF: Check = Check {
+    dtypes: &[Dtype::F16, Dtype::BF16],
+    same_dtype: true,
+    tol: Some(dot_tol),
+};
+
+#[test]
+fn matmul_abt_batched_with_bias_and_activation() {
+    use ops::{AbtSpec, Act};
+    let (batch, m, n, k) = (3, 17, 40, 33);
+    let spec = AbtSpec {
+        batch,
+        m,
+        n,
+        k,
+        stride_a: m * k,
+        stride_b: n * k,
+        stride_c: m * n,
+    };
+    let ins = [input(batch * m, k), input(batch * n, k), input(n, 1)];
+    for (i, act) in [
+        Act::None,
+        Act::Relu,
+        Act::Gelu,
+        Act::GeluExact,
+        Act::Silu,
+        Act::QuickGelu,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        parity_with(
+            &format!("matmul_abt {act:?}"),
+            0x560 + i as u64,
+            &ins,
+            HALF,
+            |t| {
+                let (a, b, bias) = (as_16(&t[0])?, as_16(&t[1])?, as_16(&t[2])?);
+                let mut c = Tensor::zeros_on(a.device(), batch * m, n, a.dtype())?;
+                ops::matmul_abt(&a, &b, &mut c, spec, Some(&bias), act)?;
+                Ok(c)
+            },
+        );
+    }
+    // Strided: B shared across the batch (stride 0), no bias.
+    let shared = AbtSpec {
+        stride_b: 0,
+        ..spec
+    };
+    parity_with(
+        "matmul_abt shared B",
+        0x570,
+        &[input(batch * m, k), input(n, k)],
+        HALF,
+        |t| {
+            let (a, b) = (as_16(&t[0])?, as_16(&t[1])?);
+            let mut c = Tensor::zeros_on(a.device(), batch * m, n, a.dtype())?;
+            ops::matmul_abt(&a, &b, &mut c, shared, None, Act::None)?;
+            Ok(c)
+        },
+    );
+    for (i, batch) in [1usize, 3, 33].into_iter().enumerate() {
+        parity_with(
+            &format!("linear_forward_batched_fp16_act B={batch}"),
+            0x580 + i as u64,
+            &[input(48, 70), input(48, 1), input(batch, 70)],
+            HALF,
+            |t| {
+                let (w, b, x) = (as_16(&t[0])?, as_16(&t[1])?, as_16(&t[2])?);
+                let mut y = Tensor::default();
+                ops::linear_forward_batched_fp16_act(&w, Some(&b), &x, &mut y, Act::Silu)?;
+                Ok(y)
+            },
+        );
+    }
+}
+
+#[test]
+fn matmul_abt_checks_dtypes_and_extents() {
+    use ops::{AbtSpec, Act};
+    let a = Tensor::zeros_on(Device::Cpu, 4, 4, Dtype::F32).unwrap();
+    let spec = AbtSpec {
+        batch: 1,
+        m: 4,
+        n: 4,
+        k: 4,
+        stride_a: 16,
+        stride_b: 16,
+        stride_c: 16,
+    };
+    let e = ops::matmul_abt(&a, &a, &mut a.clone(), spec, None, Act::None).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Dtype {
+                op: "matmul_abt",
+                operand: "a",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let h = a.to_dtype(Dtype::F16).unwrap();
+    let big = AbtSpec { batch: 2, ..spec };
+    let e = ops::matmul_abt(&h, &h, &mut h.clone(), big, None, Act::None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "brotensor: matmul_abt: `a` holds 16 elements, the batch reaches 32"
+    );
+    assert_eq!(Act::from_code(4), Act::Silu);
+    assert_eq!(Act::from_code(99), Act::None);
+}
