@@ -9,6 +9,7 @@ pub mod activation;
 pub mod cast;
 pub mod elementwise;
 pub mod linear;
+pub mod loss;
 pub mod norm;
 pub mod reduction;
 pub mod simd;

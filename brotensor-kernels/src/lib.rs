@@ -14,6 +14,7 @@ pub mod bf16_words;
 pub mod elementwise;
 pub mod glu;
 mod launch;
+pub mod loss;
 pub mod matmul;
 pub mod reduce;
 pub mod rows;

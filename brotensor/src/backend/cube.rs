@@ -3,6 +3,7 @@
 use brotensor_kernels::bf16_words as w;
 use brotensor_kernels::elementwise::{self as k, Source};
 use brotensor_kernels::glu as gl;
+use brotensor_kernels::loss::{self as lk, LossBuffers};
 use brotensor_kernels::matmul::{self as mm, GemmSpec};
 use brotensor_kernels::reduce as rd;
 use brotensor_kernels::rows::{self as rw, LayerNormBuffers};
@@ -13,8 +14,8 @@ use half::{bf16, f16};
 
 use super::storage::GpuBuffer;
 use super::{
-    ActivationOps, Backend, Binary, ElementwiseOps, Gemm, Glu, LayerNormCaches, LinearOps,
-    MemoryInfo, NormOps, OnDevice, ReductionOps, Src, Storage, Unary,
+    ActivationOps, Backend, Binary, ElementwiseOps, Gemm, Glu, LayerNormCaches, LinearOps, LossIo,
+    LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, Src, Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -908,5 +909,60 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
             rw::launch_column_accumulate::<R, F>(c, &dyh, Some(&xh), Some(&rh), &dgh, shape)
         })())
         .map_err(|e| self.launch_error("rms_norm_backward", e))
+    }
+}
+
+impl<R: Runtime> LossOps for CubeBackend<R> {
+    fn xent(&self, io: LossIo<'_>, offsets: &[usize]) -> Result<()> {
+        let offs: Vec<u32> = offsets
+            .iter()
+            .map(|&o| {
+                u32::try_from(o)
+                    .map_err(|_| Error::invalid("softmax_xent", "head offset exceeds u32"))
+            })
+            .collect::<Result<_>>()?;
+        let offs = self.upload(bytemuck::cast_slice(&offs))?;
+        let (rows, cols, heads) = (
+            io.logits.rows(),
+            io.logits.cols(),
+            offsets.len().saturating_sub(1),
+        );
+        let hs = [io.logits, io.target].map(out_handle);
+        let mh = io.mask.map(out_handle);
+        let (ph, dh, lh) = (
+            out_handle(io.probs),
+            out_handle(io.dlogits),
+            out_handle(io.loss),
+        );
+        let bufs = LossBuffers {
+            logits: &hs[0],
+            target: &hs[1],
+            mask: mh.as_ref(),
+            probs: &ph,
+            dlogits: &dh,
+            loss: &lh,
+        };
+        lk::launch_xent(&self.client, bufs, gpu(&offs), (rows, cols, heads))
+            .map_err(|e| self.launch_error("softmax_xent", e))
+    }
+
+    fn bce(&self, io: LossIo<'_>, pos_weight: f32) -> Result<()> {
+        let hs = [io.logits, io.target].map(out_handle);
+        let mh = io.mask.map(out_handle);
+        let (ph, dh, lh) = (
+            out_handle(io.probs),
+            out_handle(io.dlogits),
+            out_handle(io.loss),
+        );
+        let bufs = LossBuffers {
+            logits: &hs[0],
+            target: &hs[1],
+            mask: mh.as_ref(),
+            probs: &ph,
+            dlogits: &dh,
+            loss: &lh,
+        };
+        lk::launch_bce(&self.client, bufs, io.logits.shape(), pos_weight)
+            .map_err(|e| self.launch_error("bce_with_logits_fused_batched", e))
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod cube;
 mod elementwise;
 mod host_pool;
 mod linear;
+mod loss;
 mod norm;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod probe;
@@ -22,6 +23,7 @@ pub(crate) mod storage;
 pub(crate) use activation::{ActivationOps, Glu};
 pub(crate) use elementwise::{Binary, ElementwiseOps, Src, Unary};
 pub(crate) use linear::{Gemm, LinearOps};
+pub(crate) use loss::{LossIo, LossOps};
 pub(crate) use norm::{LayerNormCaches, NormOps};
 pub(crate) use reduction::ReductionOps;
 pub(crate) use storage::Storage;
@@ -45,7 +47,15 @@ pub(crate) trait OnDevice {
 
 /// A device's runtime: memory management plus every op category.
 pub(crate) trait Backend:
-    Send + Sync + OnDevice + ElementwiseOps + ActivationOps + ReductionOps + LinearOps + NormOps
+    Send
+    + Sync
+    + OnDevice
+    + ElementwiseOps
+    + ActivationOps
+    + ReductionOps
+    + LinearOps
+    + NormOps
+    + LossOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

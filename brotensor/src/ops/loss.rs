@@ -206,3 +206,239 @@ pub fn mse_vec_per_sample(
     }
     loss.reshape(pred.numel(), 1)
 }
+
+/// Checks F32 loss operands against `logits` and sizes the outputs; returns the backend.
+fn prepare_loss<'a>(
+    op: &'static str,
+    logits: &Tensor,
+    target: &Tensor,
+    mask: Option<&Tensor>,
+    outs: [&mut Tensor; 3],
+    loss_shape: (usize, usize),
+) -> Result<&'a dyn crate::backend::Backend> {
+    let none = Tensor::default();
+    let [probs, dlogits, loss] = outs;
+    let be = dispatch(
+        op,
+        &[
+            ("logits", logits),
+            ("target", target),
+            ("mask", mask.unwrap_or(&none)),
+            ("probs", probs),
+            ("dlogits", dlogits),
+            ("loss", loss),
+        ],
+    )?;
+    for (name, t) in [
+        ("logits", Some(logits)),
+        ("target", Some(target)),
+        ("mask", mask),
+    ] {
+        let Some(t) = t else { continue };
+        if t.dtype() != Dtype::F32 {
+            return Err(Error::Dtype {
+                op,
+                operand: name,
+                expected: "loss ops are FP32".into(),
+                found: t.dtype(),
+            });
+        }
+        if t.numel() != logits.numel() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "`{name}` has {} elements, `logits` {}",
+                    t.numel(),
+                    logits.numel()
+                ),
+            ));
+        }
+    }
+    prepare_out(probs, be.device(), logits.shape(), Dtype::F32)?;
+    prepare_out(dlogits, be.device(), logits.shape(), Dtype::F32)?;
+    prepare_out(loss, be.device(), loss_shape, Dtype::F32)?;
+    Ok(be)
+}
+
+/// `logits` as a 1-row matrix (the flat softmax of the unbatched losses).
+fn flat(t: &Tensor) -> Result<Tensor> {
+    let mut f = t.try_clone()?;
+    f.reshape(1, t.numel())?;
+    Ok(f)
+}
+
+/// Masked softmax cross-entropy over all of `logits` as one vector: `probs` = softmax,
+/// `dlogits = probs - target` (0 where masked), both resized to `logits`; returns
+/// `sum_{valid, t > 0} -t log(max(p, 1e-12))` (a sum, not a mean). Reading it synchronizes.
+pub fn softmax_xent(
+    logits: &Tensor,
+    target: &Tensor,
+    probs: &mut Tensor,
+    dlogits: &mut Tensor,
+    mask: Option<&Tensor>,
+) -> Result<f32> {
+    flat_xent("softmax_xent", logits, target, mask, probs, dlogits)
+}
+
+/// [`softmax_xent`] with the C++ `softmax_xent_fused` argument order.
+pub fn softmax_xent_fused(
+    logits: &Tensor,
+    target: &Tensor,
+    mask: Option<&Tensor>,
+    probs: &mut Tensor,
+    dlogits: &mut Tensor,
+) -> Result<f32> {
+    flat_xent("softmax_xent_fused", logits, target, mask, probs, dlogits)
+}
+
+fn flat_xent(
+    op: &'static str,
+    logits: &Tensor,
+    target: &Tensor,
+    mask: Option<&Tensor>,
+    probs: &mut Tensor,
+    dlogits: &mut Tensor,
+) -> Result<f32> {
+    let mut loss = Tensor::default();
+    let be = prepare_loss(
+        op,
+        logits,
+        target,
+        mask,
+        [probs, dlogits, &mut loss],
+        (1, 1),
+    )?;
+    let n = logits.numel();
+    if n == 0 {
+        return Ok(0.0);
+    }
+    let shape = logits.shape();
+    let (fl, ft) = (flat(logits)?, flat(target)?);
+    let fm = mask.map(flat).transpose()?;
+    probs.reshape(1, n)?;
+    dlogits.reshape(1, n)?;
+    let io = crate::backend::LossIo {
+        logits: &fl,
+        target: &ft,
+        mask: fm.as_ref(),
+        probs,
+        dlogits,
+        loss: &mut loss,
+    };
+    be.xent(io, &[0, n])?;
+    probs.reshape(shape.0, shape.1)?;
+    dlogits.reshape(shape.0, shape.1)?;
+    Ok(loss.to_vec::<f32>()?[0])
+}
+
+/// [`softmax_xent`] on host slices of one length (C++ `softmax_xent_segment`, which always
+/// runs on the CPU).
+pub fn softmax_xent_segment(
+    logits: &[f32],
+    target: &[f32],
+    probs: &mut [f32],
+    dlogits: &mut [f32],
+    mask: Option<&[f32]>,
+) -> Result<f32> {
+    let n = logits.len();
+    if target.len() != n
+        || probs.len() != n
+        || dlogits.len() != n
+        || mask.is_some_and(|m| m.len() != n)
+    {
+        return Err(Error::shape(
+            "softmax_xent_segment",
+            "every slice must have logits' length",
+        ));
+    }
+    Ok(brotensor_cpu::loss::xent_segment(
+        logits, target, mask, probs, dlogits,
+    ))
+}
+
+/// Per row of `logits (B, L)` and per head `[head_offsets[h], head_offsets[h + 1])`: the
+/// masked softmax cross-entropy of that segment; `probs`, `dlogits` resized to `(B, L)`
+/// (columns outside every head are left as they were), `loss_per_sample (B, 1)` = the sum
+/// over heads. `mask` is per element. `head_offsets` must be non-decreasing and end within L.
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_xent_fused_batched(
+    logits: &Tensor,
+    target: &Tensor,
+    mask: Option<&Tensor>,
+    head_offsets: &[usize],
+    probs: &mut Tensor,
+    dlogits: &mut Tensor,
+    loss_per_sample: &mut Tensor,
+) -> Result<()> {
+    let op = "softmax_xent_fused_batched";
+    let (b, l) = logits.shape();
+    let mut per_head = Tensor::default();
+    let heads = head_offsets.len().saturating_sub(1);
+    let be = prepare_loss(
+        op,
+        logits,
+        target,
+        mask,
+        [probs, dlogits, &mut per_head],
+        (b, heads.max(1)),
+    )?;
+    if head_offsets.windows(2).any(|w| w[0] > w[1]) || head_offsets.last().is_some_and(|&e| e > l) {
+        return Err(Error::invalid(
+            op,
+            format!("head offsets {head_offsets:?} must be non-decreasing and end within {l}"),
+        ));
+    }
+    prepare_out(loss_per_sample, be.device(), (b, 1), Dtype::F32)?;
+    if b == 0 || heads == 0 {
+        return loss_per_sample.zero();
+    }
+    let io = crate::backend::LossIo {
+        logits,
+        target,
+        mask,
+        probs,
+        dlogits,
+        loss: &mut per_head,
+    };
+    be.xent(io, head_offsets)?;
+    super::sum_rows(&per_head, loss_per_sample)
+}
+
+/// Binary cross-entropy with logits per row of `(B, L)` with positive weight `pos_weight`:
+/// `probs = sigmoid(z)`, `dlogits = s (w y + 1 - y) - w y`, `loss_per_sample (B, 1)` = the
+/// sum over the row of `w y softplus(-z) + (1 - y) softplus(z)`; masked entries give 0.
+#[allow(clippy::too_many_arguments)]
+pub fn bce_with_logits_fused_batched(
+    logits: &Tensor,
+    target: &Tensor,
+    mask: Option<&Tensor>,
+    pos_weight: f32,
+    probs: &mut Tensor,
+    dlogits: &mut Tensor,
+    loss_per_sample: &mut Tensor,
+) -> Result<()> {
+    let op = "bce_with_logits_fused_batched";
+    let be = prepare_loss(
+        op,
+        logits,
+        target,
+        mask,
+        [probs, dlogits, loss_per_sample],
+        (logits.rows(), 1),
+    )?;
+    if logits.rows() == 0 {
+        return Ok(());
+    }
+    if logits.cols() == 0 {
+        return loss_per_sample.zero();
+    }
+    let io = crate::backend::LossIo {
+        logits,
+        target,
+        mask,
+        probs,
+        dlogits,
+        loss: loss_per_sample,
+    };
+    be.bce(io, pos_weight)
+}

@@ -318,3 +318,109 @@ fn mse_losses() {
         ));
     }
 }
+
+#[test]
+fn fused_cross_entropy_losses() {
+    let f32_only = Check {
+        dtypes: &[Dtype::F32],
+        same_dtype: true,
+        tol: Some(row_sums_tol),
+    };
+    // Targets are probability-like: non-negative, some zero (those add no loss).
+    let ins = [
+        Input::new(6, 50, -4.0, 4.0),
+        Input::new(6, 50, -0.5, 1.0),
+        Input::new(6, 50, 0.0, 1.0),
+    ];
+    let clip = |t: &Tensor| -> brotensor::Result<Tensor> {
+        let mut c = t.clone();
+        ops::clamp(&mut c, 0.0, 1.0)?;
+        Ok(c)
+    };
+    for (which, seed) in [("loss", 0x660), ("probs", 0x661), ("dlogits", 0x662)] {
+        parity_with(
+            &format!("softmax_xent {which}"),
+            seed,
+            &ins,
+            f32_only,
+            |t| {
+                let (mut p, mut d) = (Tensor::default(), Tensor::default());
+                let loss = ops::softmax_xent(&t[0], &clip(&t[1])?, &mut p, &mut d, Some(&t[2]))?;
+                Ok(match which {
+                    "loss" => Tensor::from_slice_on(t[0].device(), &[loss], 1, 1)?,
+                    "probs" => p,
+                    _ => d,
+                })
+            },
+        );
+    }
+    let offsets = [0usize, 10, 10, 35, 50];
+    for (which, seed) in [("loss", 0x663), ("probs", 0x664), ("dlogits", 0x665)] {
+        parity_with(
+            &format!("softmax_xent_fused_batched {which}"),
+            seed,
+            &ins,
+            f32_only,
+            |t| {
+                let (mut p, mut d, mut l) = Default::default();
+                ops::softmax_xent_fused_batched(
+                    &t[0],
+                    &clip(&t[1])?,
+                    Some(&t[2]),
+                    &offsets,
+                    &mut p,
+                    &mut d,
+                    &mut l,
+                )?;
+                Ok(match which {
+                    "loss" => l,
+                    "probs" => p,
+                    _ => d,
+                })
+            },
+        );
+    }
+    for (which, seed) in [("loss", 0x666), ("probs", 0x667), ("dlogits", 0x668)] {
+        parity_with(
+            &format!("bce_with_logits_fused_batched {which}"),
+            seed,
+            &ins,
+            f32_only,
+            |t| {
+                let (mut p, mut d, mut l) = Default::default();
+                ops::bce_with_logits_fused_batched(
+                    &t[0],
+                    &clip(&t[1])?,
+                    Some(&t[2]),
+                    1.5,
+                    &mut p,
+                    &mut d,
+                    &mut l,
+                )?;
+                Ok(match which {
+                    "loss" => l,
+                    "probs" => p,
+                    _ => d,
+                })
+            },
+        );
+    }
+    // The host segment form and the tensor form agree; a fully masked vector costs nothing.
+    let logits = [0.5f32, -1.0, 2.0];
+    let target = [0.0f32, 1.0, 0.0];
+    let (mut p, mut d) = ([0.0f32; 3], [0.0f32; 3]);
+    let host = ops::softmax_xent_segment(&logits, &target, &mut p, &mut d, None).unwrap();
+    for dev in std::iter::once(Device::Cpu).chain(gpu_devices()) {
+        let (lt, tt) = (
+            Tensor::from_slice_on(dev, &logits, 3, 1).unwrap(),
+            Tensor::from_slice_on(dev, &target, 3, 1).unwrap(),
+        );
+        let (mut pp, mut dd) = (Tensor::default(), Tensor::default());
+        let loss = ops::softmax_xent_fused(&lt, &tt, None, &mut pp, &mut dd).unwrap();
+        assert!((loss - host).abs() < 1e-5, "{dev}: {loss} vs {host}");
+        let none = Tensor::zeros_on(dev, 3, 1, Dtype::F32).unwrap();
+        let loss = ops::softmax_xent(&lt, &tt, &mut pp, &mut dd, Some(&none)).unwrap();
+        assert_eq!(loss, 0.0);
+        assert_eq!(pp.to_vec::<f32>().unwrap(), vec![0.0; 3], "{dev}");
+    }
+}

@@ -1,0 +1,259 @@
+//! Fused FP32 losses on the row-reduce skeleton: masked softmax cross-entropy over column
+//! segments, and binary cross-entropy with logits. One cube per (row, segment) or per row.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::launch::{check_len, grid_1d, LaunchError};
+use crate::reduce::{cube_sum, REDUCE_UNITS};
+use crate::rows::cube_max;
+
+#[cube]
+fn is_valid(mask: &Array<f32>, at: usize, #[comptime] masked: bool) -> bool {
+    let mut v = true;
+    if comptime!(masked) {
+        v = mask[at] >= 0.5;
+    }
+    v
+}
+
+/// Cube `row * heads + h` handles row `row`, columns `[offsets[h], offsets[h + 1])`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn xent_kernel(
+    logits: &Array<f32>,
+    target: &Array<f32>,
+    mask: &Array<f32>,
+    offsets: &Array<u32>,
+    probs: &mut Array<f32>,
+    dlogits: &mut Array<f32>,
+    loss: &mut Array<f32>,
+    rows: usize,
+    cols: usize,
+    heads: usize,
+    #[comptime] masked: bool,
+) {
+    let cube = CUBE_POS;
+    if cube < rows * heads {
+        let row = cube / heads;
+        let h = cube % heads;
+        let start = row * cols + offsets[h] as usize;
+        let end = row * cols + offsets[h + 1] as usize;
+        let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let mut m = f32::new(-1e30);
+        let mut i = start + UNIT_POS as usize;
+        loop {
+            if i >= end {
+                break;
+            }
+            if is_valid(mask, i, masked) && logits[i] > m {
+                m = logits[i];
+            }
+            i += REDUCE_UNITS as usize;
+        }
+        let m = cube_max(m, &mut smem);
+        let mut s = f32::new(0.0);
+        i = start + UNIT_POS as usize;
+        loop {
+            if i >= end {
+                break;
+            }
+            if is_valid(mask, i, masked) {
+                s += (logits[i] - m).exp();
+            }
+            i += REDUCE_UNITS as usize;
+        }
+        let s = cube_sum::<f32>(s, &mut smem);
+        let mut inv = f32::new(0.0);
+        if s > 0.0 {
+            inv = 1.0 / s;
+        }
+        let mut part = f32::new(0.0);
+        i = start + UNIT_POS as usize;
+        loop {
+            if i >= end {
+                break;
+            }
+            if is_valid(mask, i, masked) {
+                let p = (logits[i] - m).exp() * inv;
+                let t = target[i];
+                probs[i] = p;
+                dlogits[i] = p - t;
+                if t > 0.0 {
+                    part -= t * f32::max(p, 1e-12).ln();
+                }
+            } else {
+                probs[i] = 0.0;
+                dlogits[i] = 0.0;
+            }
+            i += REDUCE_UNITS as usize;
+        }
+        let total = cube_sum::<f32>(part, &mut smem);
+        if UNIT_POS == 0 {
+            loss[cube] = total;
+        }
+    }
+}
+
+#[cube]
+fn softplus(z: f32) -> f32 {
+    f32::max(z, 0.0) + (-f32::abs(z)).exp().log1p()
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn bce_kernel(
+    logits: &Array<f32>,
+    target: &Array<f32>,
+    mask: &Array<f32>,
+    probs: &mut Array<f32>,
+    dlogits: &mut Array<f32>,
+    loss: &mut Array<f32>,
+    rows: usize,
+    cols: usize,
+    pos_weight: f32,
+    #[comptime] masked: bool,
+) {
+    let row = CUBE_POS;
+    if row < rows {
+        let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let mut part = f32::new(0.0);
+        let mut j = UNIT_POS as usize;
+        loop {
+            if j >= cols {
+                break;
+            }
+            let i = row * cols + j;
+            if is_valid(mask, i, masked) {
+                let z = logits[i];
+                let y = target[i];
+                // The sigmoid without overflow: e^-|z| never exceeds 1.
+                let e = (-f32::abs(z)).exp();
+                let mut s = 1.0 / (1.0 + e);
+                if z < 0.0 {
+                    s = e / (1.0 + e);
+                }
+                probs[i] = s;
+                dlogits[i] = s * (pos_weight * y + 1.0 - y) - pos_weight * y;
+                part += pos_weight * y * softplus(-z) + (1.0 - y) * softplus(z);
+            } else {
+                probs[i] = 0.0;
+                dlogits[i] = 0.0;
+            }
+            j += REDUCE_UNITS as usize;
+        }
+        let total = cube_sum::<f32>(part, &mut smem);
+        if UNIT_POS == 0 {
+            loss[row] = total;
+        }
+    }
+}
+
+/// The buffers of a fused loss over `(rows, cols)` FP32 matrices.
+pub struct LossBuffers<'a> {
+    /// Logits.
+    pub logits: &'a Handle,
+    /// Targets.
+    pub target: &'a Handle,
+    /// Per-element mask (valid when at least 0.5), if any.
+    pub mask: Option<&'a Handle>,
+    /// Probabilities out.
+    pub probs: &'a Handle,
+    /// Logit gradients out.
+    pub dlogits: &'a Handle,
+    /// Loss out: one value per (row, head) for cross-entropy, per row for BCE.
+    pub loss: &'a Handle,
+}
+
+fn check_common(b: &LossBuffers<'_>, elems: usize, losses: usize) -> Result<(), LaunchError> {
+    for (name, h) in [
+        ("logits", b.logits),
+        ("target", b.target),
+        ("probs", b.probs),
+        ("dlogits", b.dlogits),
+    ] {
+        check_len(name, h, elems, 4)?;
+    }
+    if let Some(m) = b.mask {
+        check_len("mask", m, elems, 4)?;
+    }
+    check_len("loss", b.loss, losses, 4)
+}
+
+/// Masked softmax cross-entropy for each row and each head `[offsets[h], offsets[h+1])`
+/// (`offsets`: `heads + 1` u32 values, non-decreasing, at most `cols`; not checked here).
+pub fn launch_xent<R: Runtime>(
+    client: &ComputeClient<R>,
+    bufs: LossBuffers<'_>,
+    offsets: &Handle,
+    (rows, cols, heads): (usize, usize, usize),
+) -> Result<(), LaunchError> {
+    if rows == 0 || heads == 0 {
+        return Ok(());
+    }
+    check_common(&bufs, rows * cols, rows * heads)?;
+    check_len("offsets", offsets, heads + 1, 4)?;
+    let (count, _) = grid_1d(client, rows * heads * REDUCE_UNITS as usize)?;
+    let masked = bufs.mask.is_some();
+    // SAFETY: lengths checked above; indices are `row * cols + j` with `j` inside a head's
+    // range, which the caller keeps within `cols`; the mask is read only when given.
+    unsafe {
+        xent_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            CubeDim::new_1d(REDUCE_UNITS),
+            ArrayArg::from_raw_parts(bufs.logits.clone(), rows * cols),
+            ArrayArg::from_raw_parts(bufs.target.clone(), rows * cols),
+            ArrayArg::from_raw_parts(
+                bufs.mask.unwrap_or(bufs.logits).clone(),
+                if masked { rows * cols } else { 1 },
+            ),
+            ArrayArg::from_raw_parts(offsets.clone(), heads + 1),
+            ArrayArg::from_raw_parts(bufs.probs.clone(), rows * cols),
+            ArrayArg::from_raw_parts(bufs.dlogits.clone(), rows * cols),
+            ArrayArg::from_raw_parts(bufs.loss.clone(), rows * heads),
+            rows,
+            cols,
+            heads,
+            masked,
+        );
+    }
+    Ok(())
+}
+
+/// Binary cross-entropy with logits per row, positive weight `pos_weight`.
+pub fn launch_bce<R: Runtime>(
+    client: &ComputeClient<R>,
+    bufs: LossBuffers<'_>,
+    (rows, cols): (usize, usize),
+    pos_weight: f32,
+) -> Result<(), LaunchError> {
+    if rows == 0 {
+        return Ok(());
+    }
+    check_common(&bufs, rows * cols, rows)?;
+    let (count, _) = grid_1d(client, rows * REDUCE_UNITS as usize)?;
+    let masked = bufs.mask.is_some();
+    // SAFETY: as in `launch_xent`.
+    unsafe {
+        bce_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            CubeDim::new_1d(REDUCE_UNITS),
+            ArrayArg::from_raw_parts(bufs.logits.clone(), rows * cols),
+            ArrayArg::from_raw_parts(bufs.target.clone(), rows * cols),
+            ArrayArg::from_raw_parts(
+                bufs.mask.unwrap_or(bufs.logits).clone(),
+                if masked { rows * cols } else { 1 },
+            ),
+            ArrayArg::from_raw_parts(bufs.probs.clone(), rows * cols),
+            ArrayArg::from_raw_parts(bufs.dlogits.clone(), rows * cols),
+            ArrayArg::from_raw_parts(bufs.loss.clone(), rows),
+            rows,
+            cols,
+            pos_weight,
+            masked,
+        );
+    }
+    Ok(())
+}
