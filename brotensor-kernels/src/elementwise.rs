@@ -262,20 +262,28 @@ fn fill_kernel<E: Numeric, N: Size>(out: &mut Array<Vector<E, N>>, value: f32) {
     }
 }
 
+/// `y[i] (+|*)= v[at]` with `at = (i / inner) % v.len()` (one value per row of `inner`,
+/// cycling through `v`) or `at = i % inner` (one value per column).
 #[cube(launch_unchecked)]
-fn broadcast_add_kernel<F: Float>(
+fn broadcast_kernel<F: Float>(
     y: &mut Array<F>,
     v: &Array<F>,
     inner: usize,
     #[comptime] per_row: bool,
+    #[comptime] multiply: bool,
 ) {
     let i = ABSOLUTE_POS;
     if i < y.len() {
         let mut at = i % inner;
         if comptime!(per_row) {
-            at = i / inner;
+            at = (i / inner) % v.len();
         }
-        y[i] = F::cast_from(f32::cast_from(y[i]) + f32::cast_from(v[at]));
+        let (a, b) = (f32::cast_from(y[i]), f32::cast_from(v[at]));
+        if comptime!(multiply) {
+            y[i] = F::cast_from(a * b);
+        } else {
+            y[i] = F::cast_from(a + b);
+        }
     }
 }
 
@@ -463,34 +471,52 @@ pub fn launch_fill<R: Runtime, E: Numeric + CubeElement>(
     Ok(())
 }
 
-/// `y[i] += v[i % inner]` (a bias per column, `per_row == false`) or `y[i] += v[i / inner]`
-/// (one value per row of `inner` elements, `per_row == true`), over `len` elements of `y`.
-pub fn launch_broadcast_add<R: Runtime, F: Float + CubeElement>(
+/// How [`launch_broadcast`] combines `y` with the broadcast vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Broadcast {
+    /// Elements per row of `y`'s view.
+    pub inner: usize,
+    /// Elements of `v`.
+    pub v_len: usize,
+    /// One value per row, cycling through `v` (`v[(i / inner) % v_len]`); else one value per
+    /// column (`v[i % inner]`, with `v_len >= inner`).
+    pub per_row: bool,
+    /// Multiply instead of add.
+    pub multiply: bool,
+}
+
+/// `y[i] (+|*)= v[...]` over `len` elements of `y`, as `b` says.
+pub fn launch_broadcast<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     y: &Handle,
     v: &Handle,
     len: usize,
-    inner: usize,
-    per_row: bool,
+    b: Broadcast,
 ) -> Result<(), LaunchError> {
-    if len == 0 || inner == 0 {
+    if len == 0 || b.inner == 0 || b.v_len == 0 {
         return Ok(());
     }
     let bytes = core::mem::size_of::<F>();
     check_len("y", y, len, bytes)?;
-    let v_len = if per_row { len.div_ceil(inner) } else { inner };
-    check_len("v", v, v_len, bytes)?;
+    let need = if b.per_row {
+        b.v_len
+    } else {
+        b.v_len.max(b.inner)
+    };
+    check_len("v", v, need, bytes)?;
     let (count, dim) = grid_1d(client, len)?;
-    // SAFETY: y holds `len` and v `v_len` elements (checked); indices stay below both.
+    // SAFETY: y holds `len` and v `need` elements (checked); per-row indices are taken modulo
+    // `v_len` and per-column ones are below `inner <= need`.
     unsafe {
-        broadcast_add_kernel::launch_unchecked::<F, R>(
+        broadcast_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
             ArrayArg::from_raw_parts(y.clone(), len),
-            ArrayArg::from_raw_parts(v.clone(), v_len),
-            inner,
-            per_row,
+            ArrayArg::from_raw_parts(v.clone(), if b.per_row { b.v_len } else { need }),
+            b.inner,
+            b.per_row,
+            b.multiply,
         );
     }
     Ok(())

@@ -10,8 +10,8 @@ use rayon::prelude::*;
 
 use super::storage::HostBuffer;
 use super::{
-    ActivationOps, Backend, Binary, ElementwiseOps, Gemm, Glu, LayerNormCaches, LinearOps, LossIo,
-    LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, Src, Storage, Unary,
+    ActivationOps, Backend, Binary, Broadcast, ElementwiseOps, Gemm, Glu, LayerNormCaches,
+    LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, Src, Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -249,6 +249,36 @@ impl ElementwiseOps for CpuBackend {
         ew::fill(out.host_mut::<f32>(), value);
         Ok(())
     }
+
+    fn broadcast(
+        &self,
+        _name: &'static str,
+        y: &mut Tensor,
+        v: &Tensor,
+        b: Broadcast,
+    ) -> Result<()> {
+        let v = v.host::<f32>();
+        let inner = b.inner.max(1);
+        let combine = |x: &mut f32, w: f32| {
+            if b.multiply {
+                *x *= w
+            } else {
+                *x += w
+            }
+        };
+        y.host_mut::<f32>()
+            .par_chunks_mut(inner)
+            .enumerate()
+            .for_each(|(r, row)| {
+                if b.per_row {
+                    let w = v[r % b.v_len];
+                    row.iter_mut().for_each(|x| combine(x, w));
+                } else {
+                    row.iter_mut().zip(v).for_each(|(x, &w)| combine(x, w));
+                }
+            });
+        Ok(())
+    }
 }
 
 fn cast_error(dtype: Dtype) -> Error {
@@ -282,12 +312,13 @@ impl ActivationOps for CpuBackend {
 
 impl ReductionOps for CpuBackend {
     fn sum_rows(&self, x: &Tensor, y: &mut Tensor) -> Result<()> {
-        red::sum_rows(x.host(), x.cols(), y.host_mut());
+        // The split comes from `y`: callers may sum a reshaped view.
+        red::sum_rows(x.host(), x.numel() / y.numel().max(1), y.host_mut());
         Ok(())
     }
 
     fn sum_cols(&self, x: &Tensor, y: &mut Tensor) -> Result<()> {
-        red::sum_cols(x.host(), x.rows(), y.host_mut());
+        red::sum_cols(x.host(), x.numel() / y.numel().max(1), y.host_mut());
         Ok(())
     }
 
@@ -385,26 +416,6 @@ impl LinearOps for CpuBackend {
             if g.act != 0 {
                 out.iter_mut().for_each(|v| *v = epilogue_act(g.act, *v));
             }
-        }
-        Ok(())
-    }
-
-    fn broadcast_add(
-        &self,
-        _name: &'static str,
-        y: &mut Tensor,
-        v: &Tensor,
-        per_row: bool,
-    ) -> Result<()> {
-        let cols = y.cols();
-        let v = v.host::<f32>();
-        if per_row {
-            y.host_mut::<f32>()
-                .par_chunks_mut(cols.max(1))
-                .zip(v.par_iter())
-                .for_each(|(row, b)| row.iter_mut().for_each(|x| *x += b));
-        } else {
-            lin::add_row_bias(y.host_mut(), v);
         }
         Ok(())
     }

@@ -14,8 +14,8 @@ use half::{bf16, f16};
 
 use super::storage::GpuBuffer;
 use super::{
-    ActivationOps, Backend, Binary, ElementwiseOps, Gemm, Glu, LayerNormCaches, LinearOps, LossIo,
-    LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, Src, Storage, Unary,
+    ActivationOps, Backend, Binary, Broadcast, ElementwiseOps, Gemm, Glu, LayerNormCaches,
+    LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, Src, Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -538,6 +538,31 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
         ))
         .map_err(|e| self.launch_error("fill", e))
     }
+
+    fn broadcast(
+        &self,
+        name: &'static str,
+        y: &mut Tensor,
+        v: &Tensor,
+        b: Broadcast,
+    ) -> Result<()> {
+        if self.words(y.dtype()) {
+            let wv = self.widened(v)?;
+            let mut wy = self.widened(y)?;
+            self.broadcast(name, &mut wy, &wv, b)?;
+            return self.cast(&wy, y);
+        }
+        let (yh, vh) = (out_handle(y), out_handle(v));
+        let len = y.numel();
+        with_float!(y.dtype(), |F| k::launch_broadcast::<R, F>(
+            &self.client,
+            &yh,
+            &vh,
+            len,
+            b
+        ))
+        .map_err(|e| self.launch_error(name, e))
+    }
 }
 
 impl<R: Runtime> ActivationOps for CubeBackend<R> {
@@ -581,12 +606,15 @@ impl<R: Runtime> ReductionOps for CubeBackend<R> {
             return self.via_f32(&[x], y, |w, tmp| self.sum_rows(&w[0], tmp));
         }
         let (xh, yh) = (out_handle(x), out_handle(y));
+        // The split comes from `y`: rows = y's elements (callers may sum a reshaped view).
+        let rows = y.numel();
+        let cols = x.numel() / rows.max(1);
         with_float!(x.dtype(), |F| rd::launch_sum_rows::<R, F>(
             &self.client,
             &xh,
             &yh,
-            x.rows(),
-            x.cols()
+            rows,
+            cols
         ))
         .map_err(|e| self.launch_error("sum_rows", e))
     }
@@ -596,12 +624,14 @@ impl<R: Runtime> ReductionOps for CubeBackend<R> {
             return self.via_f32(&[x], y, |w, tmp| self.sum_cols(&w[0], tmp));
         }
         let (xh, yh) = (out_handle(x), out_handle(y));
+        let cols = y.numel();
+        let rows = x.numel() / cols.max(1);
         with_float!(x.dtype(), |F| rd::launch_sum_cols::<R, F>(
             &self.client,
             &xh,
             &yh,
-            x.rows(),
-            x.cols()
+            rows,
+            cols
         ))
         .map_err(|e| self.launch_error("sum_cols", e))
     }
@@ -682,32 +712,6 @@ impl<R: Runtime> LinearOps for CubeBackend<R> {
             biash.as_ref(),
             &ch,
             spec
-        ))
-        .map_err(|e| self.launch_error(name, e))
-    }
-
-    fn broadcast_add(
-        &self,
-        name: &'static str,
-        y: &mut Tensor,
-        v: &Tensor,
-        per_row: bool,
-    ) -> Result<()> {
-        if self.words(y.dtype()) {
-            let wv = self.widened(v)?;
-            let mut wy = self.widened(y)?;
-            self.broadcast_add(name, &mut wy, &wv, per_row)?;
-            return self.cast(&wy, y);
-        }
-        let (yh, vh) = (out_handle(y), out_handle(v));
-        let (len, inner) = (y.numel(), y.cols());
-        with_float!(y.dtype(), |F| k::launch_broadcast_add::<R, F>(
-            &self.client,
-            &yh,
-            &vh,
-            len,
-            inner,
-            per_row
         ))
         .map_err(|e| self.launch_error(name, e))
     }
@@ -820,10 +824,11 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
             y: &yh,
             caches: ch.as_ref().map(|(a, b, c)| (a, b, c)),
         };
+        let shape = (x.numel() / gamma.numel().max(1), gamma.numel());
         with_float!(x.dtype(), |F| rw::launch_layernorm::<R, F>(
             &self.client,
             bufs,
-            x.shape(),
+            shape,
             eps
         ))
         .map_err(|e| self.launch_error("layernorm", e))
@@ -855,7 +860,7 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
             out_handle(rstd),
         );
         let (dxh, dgh, dbh) = (out_handle(dx), out_handle(dgamma), out_handle(dbeta));
-        let shape = dy.shape();
+        let shape = (dy.numel() / gamma.numel().max(1), gamma.numel());
         let c = &self.client;
         with_float!(dy.dtype(), |F| (|| -> Result<(), LaunchError> {
             rw::launch_layernorm_backward::<R, F>(c, (&hs.0, &hs.1, &hs.2, &hs.3), &dxh, shape)?;

@@ -4,6 +4,8 @@
 //! [`Binary`]); every backend turns an instruction into one instance of its single generic
 //! kernel (CubeCL) or map (CPU). The public ops that use each instruction are listed on it.
 
+pub(crate) use brotensor_kernels::elementwise::Broadcast;
+
 use super::OnDevice;
 use crate::{Error, Result, Tensor};
 
@@ -146,6 +148,18 @@ pub(crate) trait ElementwiseOps: OnDevice {
     fn fill(&self, _out: &mut Tensor, _value: f32) -> Result<()> {
         Err(not_implemented("fill", self))
     }
+
+    /// `y (+|*)= v` broadcast as `b` says (per row cycling through `v`, or per column), over
+    /// all of `y`'s elements; `v` holds `b.v_len` elements of `y`'s dtype.
+    fn broadcast(
+        &self,
+        name: &'static str,
+        _y: &mut Tensor,
+        _v: &Tensor,
+        _b: Broadcast,
+    ) -> Result<()> {
+        Err(not_implemented(name, self))
+    }
 }
 
 fn not_implemented<B: OnDevice + ?Sized>(op: &'static str, backend: &B) -> Error {
@@ -180,8 +194,25 @@ mod tests {
             Bare.binary("add_out", Binary::Add, Src::Out, Src::Out, &mut t, 0.0, 0.0),
             Bare.cast(&x, &mut t),
             Bare.fill(&mut t, 1.0),
+            Bare.broadcast(
+                "add_channel_bias_inplace",
+                &mut t,
+                &x,
+                Broadcast {
+                    inner: 1,
+                    v_len: 1,
+                    per_row: true,
+                    multiply: false,
+                },
+            ),
         ];
-        let ops = ["exp_forward", "add_out", "cast", "fill"];
+        let ops = [
+            "exp_forward",
+            "add_out",
+            "cast",
+            "fill",
+            "add_channel_bias_inplace",
+        ];
         for (e, op) in errors.into_iter().zip(ops) {
             assert_eq!(
                 e.unwrap_err(),

@@ -1,5 +1,5 @@
-//! The linear category: one general matrix product and a broadcast bias add, from which the
-//! public matmul / linear ops (forward and backward) are composed.
+//! The linear category: one general matrix product (batched, transposes, accumulation, a
+//! fused bias and activation), from which the public matmul / linear ops are composed.
 
 use super::OnDevice;
 use crate::{Error, Result, Tensor};
@@ -33,20 +33,6 @@ pub(crate) trait LinearOps: OnDevice {
         _bias: Option<&Tensor>,
         _c: &mut Tensor,
         _g: Gemm,
-    ) -> Result<()> {
-        Err(Error::NotImplemented {
-            op: name,
-            device: self.device(),
-        })
-    }
-
-    /// `y[i] += v[i % cols]` (`per_row == false`: a bias per column) or `y[r, :] += v[r]`.
-    fn broadcast_add(
-        &self,
-        name: &'static str,
-        _y: &mut Tensor,
-        _v: &Tensor,
-        _per_row: bool,
     ) -> Result<()> {
         Err(Error::NotImplemented {
             op: name,

@@ -21,7 +21,7 @@ mod reduction;
 pub(crate) mod storage;
 
 pub(crate) use activation::{ActivationOps, Glu};
-pub(crate) use elementwise::{Binary, ElementwiseOps, Src, Unary};
+pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use loss::{LossIo, LossOps};
 pub(crate) use norm::{LayerNormCaches, NormOps};

@@ -12,7 +12,9 @@ pub(crate) struct LayerNormCaches<'a> {
 }
 
 /// Callers guarantee: operands on this device, one float dtype the device computes in
-/// (statistics tensors F32), shapes consistent, outputs committed and sized.
+/// (statistics tensors F32), shapes consistent, outputs committed and sized. The norms take
+/// the row length from `gamma`'s element count (rows = elements / that), so a caller may
+/// normalize a regrouped view of `x` without copying it.
 pub(crate) trait NormOps: OnDevice {
     /// Softmax over each `cols`-wide row of `x` (or of `out` itself) into `out`; `mask`
     /// (F32, `cols` elements) zeroes entries below 0.5.

@@ -5,7 +5,8 @@ use crate::{Error, Result, Tensor};
 
 /// Reductions over `x (rows, cols)`. Callers guarantee operands on this device, a float `x`
 /// the device computes in (F32 for `top_k_rows`), and outputs committed and sized:
-/// `y (rows, 1)` / `(1, cols)` in `x`'s dtype, `idx (rows, 1)` I32 or F32,
+/// `y (rows, 1)` / `(1, cols)` in `x`'s dtype (the sums take the split from `y`'s element
+/// count, so a caller may sum a reshaped view of `x`), `idx (rows, 1)` I32 or F32,
 /// `vals (rows, k)` F32 with `idx (rows, k)` I32, `counts (rows, 2)` I32.
 pub(crate) trait ReductionOps: OnDevice {
     /// `y[r] = sum_c x[r, c]`.

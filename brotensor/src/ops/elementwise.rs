@@ -334,9 +334,11 @@ pub fn add_channel_bias_inplace(y: &mut Tensor, bias: &Tensor, c: usize, l: usiz
     if cl == 0 {
         return Ok(());
     }
-    let shape = y.shape();
-    y.reshape(c, l)?;
-    let result = be.broadcast_add(op, y, bias, true);
-    y.reshape(shape.0, shape.1)?;
-    result
+    let b = crate::backend::Broadcast {
+        inner: l,
+        v_len: c,
+        per_row: true,
+        multiply: false,
+    };
+    be.broadcast(op, y, bias, b)
 }

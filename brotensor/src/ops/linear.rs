@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use super::{check_float, dispatch, prepare_out};
-use crate::backend::{Backend, Gemm};
+use crate::backend::{Backend, Broadcast, Gemm};
 use crate::{Error, Result, Tensor};
 
 /// A plain product; `product` fills in the dimensions from the operands.
@@ -233,7 +233,17 @@ pub fn linear_forward(w: &Tensor, b: &Tensor, x: &Tensor, y: &mut Tensor) -> Res
     prepare_out(y, be.device(), (w.rows(), 1), w.dtype())?;
     product(be, op, w, &*as_column(x)?, y, NN)?;
     if y.numel() > 0 {
-        be.broadcast_add(op, y, b, true)?;
+        be.broadcast(
+            op,
+            y,
+            b,
+            Broadcast {
+                inner: 1,
+                v_len: b.numel(),
+                per_row: true,
+                multiply: false,
+            },
+        )?;
     }
     Ok(())
 }
@@ -369,7 +379,18 @@ pub fn linear_forward_batched(
         },
     )?;
     if let Some(b) = bias.filter(|_| y.numel() > 0) {
-        be.broadcast_add(op, y, &*in_dtype(b, x.dtype())?, false)?;
+        let b = in_dtype(b, x.dtype())?;
+        be.broadcast(
+            op,
+            y,
+            &b,
+            Broadcast {
+                inner: y.cols(),
+                v_len: b.numel(),
+                per_row: false,
+                multiply: false,
+            },
+        )?;
     }
     Ok(())
 }

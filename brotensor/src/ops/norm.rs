@@ -434,3 +434,475 @@ pub fn l2_norm_backward(
     )?;
     dx.reshape(x.rows(), x.cols())
 }
+
+/// Checks an NCHW tensor `(N, C*H*W)` and returns `(n, c, hw)`.
+fn nchw(
+    op: &'static str,
+    x: &Tensor,
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+) -> Result<(usize, usize, usize)> {
+    let hw = h
+        .checked_mul(w)
+        .ok_or_else(|| Error::shape(op, "H*W overflows"))?;
+    let chw = c
+        .checked_mul(hw)
+        .ok_or_else(|| Error::shape(op, "C*H*W overflows"))?;
+    if x.rows() != n || x.cols() != chw {
+        return Err(Error::shape(
+            op,
+            format!(
+                "X must be shaped (N, C*H*W) = ({n}, {chw}), got {}x{}",
+                x.rows(),
+                x.cols()
+            ),
+        ));
+    }
+    Ok((n, c, hw))
+}
+
+/// `y (+|*)= v[c]` for every element of channel `c` of an `(N, C*HW)` tensor.
+fn per_channel(
+    be: &dyn Backend,
+    op: &'static str,
+    y: &mut Tensor,
+    v: &Tensor,
+    hw: usize,
+    multiply: bool,
+) -> Result<()> {
+    if y.numel() == 0 {
+        return Ok(());
+    }
+    let b = crate::backend::Broadcast {
+        inner: hw,
+        v_len: v.numel(),
+        per_row: true,
+        multiply,
+    };
+    be.broadcast(op, y, v, b)
+}
+
+/// `sum over samples and positions` of each channel of an `(N, C*HW)` tensor, as `(C, 1)`.
+fn channel_sums(
+    be: &dyn Backend,
+    t: &Tensor,
+    (n, c, _hw): (usize, usize, usize),
+) -> Result<Tensor> {
+    let device = be.device();
+    let mut out = Tensor::zeros_on(device, c, 1, t.dtype())?;
+    if t.numel() == 0 || c == 0 {
+        return Ok(out);
+    }
+    let mut per_sample = Tensor::empty_on(device, n, c, t.dtype())?;
+    be.sum_rows(t, &mut per_sample)?;
+    be.sum_cols(&per_sample, &mut out)?;
+    Ok(out)
+}
+
+fn check_channels(
+    op: &'static str,
+    x: &Tensor,
+    c: usize,
+    params: &[(&'static str, &Tensor)],
+) -> Result<()> {
+    check_params(op, x, c, params)
+}
+
+/// GroupNorm of `X (N, C*H*W)` (NCHW samples): each sample's `num_groups` contiguous groups
+/// of `C / num_groups` channels are normalized (two-pass, biased variance), then
+/// `y = xhat gamma[c] + beta[c]`. `Y` is resized.
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm_forward(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    (n, c, h, w): (usize, usize, usize, usize),
+    num_groups: usize,
+    eps: f32,
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "group_norm_forward";
+    let be = dispatch(op, &[("x", x), ("gamma", gamma), ("beta", beta), ("y", y)])?;
+    check_float(op, "x", x, be)?;
+    let (n, c, hw) = nchw(op, x, n, c, h, w)?;
+    if num_groups == 0 || c % num_groups != 0 {
+        return Err(Error::invalid(
+            op,
+            format!("num_groups {num_groups} must divide C = {c}"),
+        ));
+    }
+    check_channels(op, x, c, &[("gamma", gamma), ("beta", beta)])?;
+    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    let m = c / num_groups * hw;
+    let ones = constant(be.device(), m, 1.0, x.dtype())?;
+    let zeros = constant(be.device(), m, 0.0, x.dtype())?;
+    be.layernorm(x, &ones, &zeros, eps, y, None)?;
+    per_channel(be, op, y, gamma, hw, true)?;
+    per_channel(be, op, y, beta, hw, false)?;
+    let _ = n;
+    Ok(())
+}
+
+/// Gradients of [`group_norm_forward`] (statistics recomputed from `X`): `dX` overwritten,
+/// `dGamma[c] += sum dY xhat`, `dBeta[c] += sum dY` over samples and positions (pre-sized,
+/// `C` elements).
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm_backward(
+    x: &Tensor,
+    gamma: &Tensor,
+    dy: &Tensor,
+    (n, c, h, w): (usize, usize, usize, usize),
+    num_groups: usize,
+    eps: f32,
+    dx: &mut Tensor,
+    dgamma: &mut Tensor,
+    dbeta: &mut Tensor,
+) -> Result<()> {
+    let op = "group_norm_backward";
+    let be = dispatch(
+        op,
+        &[
+            ("x", x),
+            ("gamma", gamma),
+            ("dy", dy),
+            ("dx", dx),
+            ("dgamma", dgamma),
+            ("dbeta", dbeta),
+        ],
+    )?;
+    check_float(op, "x", x, be)?;
+    let (n, c, hw) = nchw(op, x, n, c, h, w)?;
+    if num_groups == 0 || c % num_groups != 0 {
+        return Err(Error::invalid(
+            op,
+            format!("num_groups {num_groups} must divide C = {c}"),
+        ));
+    }
+    check_channels(op, x, c, &[("gamma", gamma)])?;
+    check_shape(op, "dy", dy, x.shape())?;
+    check_params(op, x, dy.numel(), &[("dy", dy)])?;
+    check_grad(op, "dgamma", dgamma, x, c)?;
+    check_grad(op, "dbeta", dbeta, x, c)?;
+    prepare_out(dx, be.device(), x.shape(), x.dtype())?;
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    let dev = be.device();
+    let m = c / num_groups * hw;
+    let ones = constant(dev, m, 1.0, x.dtype())?;
+    let zeros = constant(dev, m, 0.0, x.dtype())?;
+    let groups = x.numel() / m;
+    let (mut y, mut xhat) = (
+        Tensor::empty_on(dev, x.rows(), x.cols(), x.dtype())?,
+        Tensor::empty_on(dev, x.rows(), x.cols(), x.dtype())?,
+    );
+    let (mut mean, mut rstd) = (
+        Tensor::empty_on(dev, groups, 1, Dtype::F32)?,
+        Tensor::empty_on(dev, groups, 1, Dtype::F32)?,
+    );
+    let caches = LayerNormCaches {
+        xhat: &mut xhat,
+        mean: &mut mean,
+        rstd: &mut rstd,
+    };
+    be.layernorm(x, &ones, &zeros, eps, &mut y, Some(caches))?;
+    // dxhat = dY gamma[c]; then the LayerNorm input gradient over each group's row.
+    let mut dxh = dy.try_clone()?;
+    per_channel(be, op, &mut dxh, gamma, hw, true)?;
+    let (mut sg, mut sb) = (
+        constant(dev, m, 0.0, x.dtype())?,
+        constant(dev, m, 0.0, x.dtype())?,
+    );
+    be.layernorm_backward(&dxh, &xhat, &ones, &rstd, dx, &mut sg, &mut sb)?;
+    let shape = (n, c, hw);
+    let prod = super::mul(dy, &xhat)?;
+    let dg = channel_sums(be, &prod, shape)?;
+    let db = channel_sums(be, dy, shape)?;
+    accumulate_into(dgamma, &dg)?;
+    accumulate_into(dbeta, &db)
+}
+
+/// `acc += v` for a `(C, 1)` `v` and a caller-shaped `acc` of `C` elements.
+fn accumulate_into(acc: &mut Tensor, v: &Tensor) -> Result<()> {
+    let mut v = v.try_clone()?;
+    v.reshape(acc.rows(), acc.cols())?;
+    super::add_inplace(acc, &v)
+}
+
+/// `(C, 1)` copy of a per-channel parameter stored as `(C, 1)` or `(1, C)`.
+fn column_of(t: &Tensor) -> Result<Tensor> {
+    let mut c = t.try_clone()?;
+    c.reshape(t.numel(), 1)?;
+    Ok(c)
+}
+
+fn check_f32(op: &'static str, tensors: &[(&'static str, &Tensor)]) -> Result<()> {
+    for (name, t) in tensors {
+        if t.dtype() != Dtype::F32 {
+            return Err(Error::Dtype {
+                op,
+                operand: name,
+                expected: "batch norm training is FP32".into(),
+                found: t.dtype(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// BatchNorm training forward over `X (N, C*H*W)`: per-channel mean and biased variance over
+/// the `M = N*H*W` values (two-pass); `y = (x - mean) rstd gamma + beta`; `saved_mean`,
+/// `saved_rstd` resized to `(C, 1)`; the running statistics update in place:
+/// `running = (1 - momentum) running + momentum stat`, with the unbiased variance
+/// (`var * M / (M - 1)`). FP32.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_forward(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    running_mean: &mut Tensor,
+    running_var: &mut Tensor,
+    dims: (usize, usize, usize, usize),
+    eps: f32,
+    momentum: f32,
+    y: &mut Tensor,
+    saved_mean: &mut Tensor,
+    saved_rstd: &mut Tensor,
+) -> Result<()> {
+    let op = "batch_norm_forward";
+    let be = dispatch(
+        op,
+        &[
+            ("x", x),
+            ("gamma", gamma),
+            ("beta", beta),
+            ("running_mean", running_mean),
+            ("running_var", running_var),
+            ("y", y),
+        ],
+    )?;
+    check_f32(
+        op,
+        &[
+            ("x", x),
+            ("gamma", gamma),
+            ("beta", beta),
+            ("running_mean", running_mean),
+            ("running_var", running_var),
+        ],
+    )?;
+    let (n, c, hw) = nchw(op, x, dims.0, dims.1, dims.2, dims.3)?;
+    check_channels(
+        op,
+        x,
+        c,
+        &[
+            ("gamma", gamma),
+            ("beta", beta),
+            ("running_mean", running_mean),
+            ("running_var", running_var),
+        ],
+    )?;
+    prepare_out(y, be.device(), x.shape(), Dtype::F32)?;
+    prepare_out(saved_mean, be.device(), (c, 1), Dtype::F32)?;
+    prepare_out(saved_rstd, be.device(), (c, 1), Dtype::F32)?;
+    let m = n * hw;
+    if m == 0 || c == 0 {
+        return Ok(());
+    }
+    let mean = super::mul_scalar(&channel_sums(be, x, (n, c, hw))?, 1.0 / m as f32)?;
+    let mut centered = x.try_clone()?;
+    per_channel(
+        be,
+        op,
+        &mut centered,
+        &super::mul_scalar(&mean, -1.0)?,
+        hw,
+        false,
+    )?;
+    let var = super::mul_scalar(
+        &channel_sums(be, &super::mul(&centered, &centered)?, (n, c, hw))?,
+        1.0 / m as f32,
+    )?;
+    let rstd = super::rsqrt(&super::add_scalar(&var, eps)?)?;
+    let scale = super::mul(&column_of(gamma)?, &rstd)?;
+    per_channel(be, op, &mut centered, &scale, hw, true)?;
+    per_channel(be, op, &mut centered, beta, hw, false)?;
+    super::cast(&centered, y, Dtype::F32)?;
+    super::cast(&mean, saved_mean, Dtype::F32)?;
+    super::cast(&rstd, saved_rstd, Dtype::F32)?;
+    let unbiased = if m > 1 {
+        super::mul_scalar(&var, m as f32 / (m - 1) as f32)?
+    } else {
+        var
+    };
+    let (rm_shape, rv_shape) = (running_mean.shape(), running_var.shape());
+    running_mean.reshape(c, 1)?;
+    running_var.reshape(c, 1)?;
+    super::axpby_inplace(running_mean, &mean, 1.0 - momentum, momentum)?;
+    super::axpby_inplace(running_var, &unbiased, 1.0 - momentum, momentum)?;
+    running_mean.reshape(rm_shape.0, rm_shape.1)?;
+    running_var.reshape(rv_shape.0, rv_shape.1)
+}
+
+/// BatchNorm inference: `y = x a + b` per channel with `a = gamma / sqrt(running_var + eps)`
+/// and `b = beta - running_mean a`; F32, F16 or BF16 (parameters in `X`'s dtype).
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_inference(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    dims: (usize, usize, usize, usize),
+    eps: f32,
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "batch_norm_inference";
+    let be = dispatch(
+        op,
+        &[
+            ("x", x),
+            ("gamma", gamma),
+            ("beta", beta),
+            ("running_mean", running_mean),
+            ("running_var", running_var),
+            ("y", y),
+        ],
+    )?;
+    check_float(op, "x", x, be)?;
+    let (_, c, hw) = nchw(op, x, dims.0, dims.1, dims.2, dims.3)?;
+    check_channels(
+        op,
+        x,
+        c,
+        &[
+            ("gamma", gamma),
+            ("beta", beta),
+            ("running_mean", running_mean),
+            ("running_var", running_var),
+        ],
+    )?;
+    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    let a = super::mul(
+        &column_of(gamma)?,
+        &super::rsqrt(&super::add_scalar(&column_of(running_var)?, eps)?)?,
+    )?;
+    let b = super::sub(
+        &column_of(beta)?,
+        &super::mul(&column_of(running_mean)?, &a)?,
+    )?;
+    super::cast(x, y, x.dtype())?;
+    per_channel(be, op, y, &a, hw, true)?;
+    per_channel(be, op, y, &b, hw, false)
+}
+
+/// BatchNorm gradients from the saved statistics: `dX = rstd (dY gamma - (gamma sum dY +
+/// xhat gamma sum(dY xhat)) / M)` overwritten; `dGamma += sum dY xhat`, `dBeta += sum dY`
+/// per channel (pre-sized, `C` elements). FP32.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_backward(
+    x: &Tensor,
+    gamma: &Tensor,
+    saved_mean: &Tensor,
+    saved_rstd: &Tensor,
+    dy: &Tensor,
+    dims: (usize, usize, usize, usize),
+    dx: &mut Tensor,
+    dgamma: &mut Tensor,
+    dbeta: &mut Tensor,
+) -> Result<()> {
+    let op = "batch_norm_backward";
+    let be = dispatch(
+        op,
+        &[
+            ("x", x),
+            ("gamma", gamma),
+            ("saved_mean", saved_mean),
+            ("saved_rstd", saved_rstd),
+            ("dy", dy),
+            ("dx", dx),
+        ],
+    )?;
+    check_f32(
+        op,
+        &[
+            ("x", x),
+            ("gamma", gamma),
+            ("saved_mean", saved_mean),
+            ("saved_rstd", saved_rstd),
+            ("dy", dy),
+        ],
+    )?;
+    let (n, c, hw) = nchw(op, x, dims.0, dims.1, dims.2, dims.3)?;
+    check_channels(
+        op,
+        x,
+        c,
+        &[
+            ("gamma", gamma),
+            ("saved_mean", saved_mean),
+            ("saved_rstd", saved_rstd),
+        ],
+    )?;
+    check_shape(op, "dy", dy, x.shape())?;
+    check_grad(op, "dgamma", dgamma, x, c)?;
+    check_grad(op, "dbeta", dbeta, x, c)?;
+    prepare_out(dx, be.device(), x.shape(), Dtype::F32)?;
+    let m = n * hw;
+    if m == 0 || c == 0 {
+        return Ok(());
+    }
+    let rstd = column_of(saved_rstd)?;
+    let mut xhat = x.try_clone()?;
+    per_channel(
+        be,
+        op,
+        &mut xhat,
+        &super::mul_scalar(&column_of(saved_mean)?, -1.0)?,
+        hw,
+        false,
+    )?;
+    per_channel(be, op, &mut xhat, &rstd, hw, true)?;
+    let sum_dy = channel_sums(be, dy, (n, c, hw))?;
+    let sum_dyx = channel_sums(be, &super::mul(dy, &xhat)?, (n, c, hw))?;
+    let k1 = super::mul(&column_of(gamma)?, &rstd)?;
+    let k2 = super::mul_scalar(&super::mul(&k1, &sum_dy)?, -1.0 / m as f32)?;
+    let k3 = super::mul_scalar(&super::mul(&k1, &sum_dyx)?, -1.0 / m as f32)?;
+    super::cast(dy, dx, Dtype::F32)?;
+    per_channel(be, op, dx, &k1, hw, true)?;
+    per_channel(be, op, &mut xhat, &k3, hw, true)?;
+    dx.add_(&xhat)?;
+    per_channel(be, op, dx, &k2, hw, false)?;
+    accumulate_into(dgamma, &sum_dyx)?;
+    accumulate_into(dbeta, &sum_dy)
+}
+
+/// [`layernorm_forward_inference_batched`] under its C++ 16-bit name: `X` must be F16 or BF16.
+pub fn layernorm_forward_inference_batched_fp16(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    y: &mut Tensor,
+    eps: f32,
+) -> Result<()> {
+    let op = "layernorm_forward_inference_batched_fp16";
+    if !matches!(x.dtype(), Dtype::F16 | Dtype::BF16) {
+        return Err(Error::Dtype {
+            op,
+            operand: "x",
+            expected: "must be F16 or BF16".into(),
+            found: x.dtype(),
+        });
+    }
+    let be = dispatch(op, &[("x", x), ("gamma", gamma), ("beta", beta), ("y", y)])?;
+    layernorm_rows(op, be, x, (gamma, beta), eps, y, None)
+}

@@ -424,3 +424,170 @@ fn fused_cross_entropy_losses() {
         assert_eq!(pp.to_vec::<f32>().unwrap(), vec![0.0; 3], "{dev}");
     }
 }
+
+/// Float64 GroupNorm of one `(N, C*HW)` tensor: `(y, xhat)`.
+fn group_norm_f64(
+    x: &[f32],
+    g: &[f32],
+    b: &[f32],
+    (n, c, hw): (usize, usize, usize),
+    groups: usize,
+    eps: f64,
+) -> Vec<f64> {
+    let m = c / groups * hw;
+    let mut y = vec![0.0; x.len()];
+    for s in 0..n * groups {
+        let tile: Vec<f64> = x[s * m..(s + 1) * m].iter().map(|&v| v as f64).collect();
+        let mean = tile.iter().sum::<f64>() / m as f64;
+        let var = tile.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / m as f64;
+        for j in 0..m {
+            let ch = (s % groups) * (c / groups) + j / hw;
+            y[s * m + j] = (tile[j] - mean) / (var + eps).sqrt() * g[ch] as f64 + b[ch] as f64;
+        }
+    }
+    y
+}
+
+#[test]
+fn group_and_batch_norms() {
+    let dims = (3usize, 6usize, 4usize, 5usize);
+    let (n, c, h, w) = dims;
+    let hw = h * w;
+    let x = Input::new(n, c * hw, -2.0, 3.0);
+    let (g, b) = (Input::new(c, 1, 0.5, 1.5), Input::new(c, 1, -0.5, 0.5));
+    let dy = Input::new(n, c * hw, -1.0, 1.0);
+    let pg = Input::new(c, 1, -1.0, 1.0);
+    parity_with("group_norm_forward", 0x670, &[x, g, b], ROW, |t| {
+        let mut y = Tensor::default();
+        ops::group_norm_forward(&t[0], &t[1], &t[2], dims, 3, 1e-5, &mut y)?;
+        Ok(y)
+    });
+    for (which, seed) in [("dx", 0x671), ("dgamma", 0x672), ("dbeta", 0x673)] {
+        parity_with(
+            &format!("group_norm_backward {which}"),
+            seed,
+            &[x, g, dy, pg, pg],
+            ROW_SUMS,
+            |t| {
+                let (mut dx, mut dg, mut db) = (Tensor::default(), t[3].clone(), t[4].clone());
+                ops::group_norm_backward(
+                    &t[0], &t[1], &t[2], dims, 2, 1e-5, &mut dx, &mut dg, &mut db,
+                )?;
+                Ok(match which {
+                    "dx" => dx,
+                    "dgamma" => dg,
+                    _ => db,
+                })
+            },
+        );
+    }
+    let f32_only = Check {
+        dtypes: &[Dtype::F32],
+        same_dtype: true,
+        tol: Some(row_sums_tol),
+    };
+    let stats = [
+        x,
+        g,
+        b,
+        Input::new(c, 1, -0.2, 0.2),
+        Input::new(c, 1, 0.5, 1.5),
+    ];
+    for (which, seed) in [("y", 0x674), ("saved_rstd", 0x675), ("running_var", 0x676)] {
+        parity_with(
+            &format!("batch_norm_forward {which}"),
+            seed,
+            &stats,
+            f32_only,
+            |t| {
+                let (mut rm, mut rv) = (t[3].clone(), t[4].clone());
+                let (mut y, mut sm, mut sr) = Default::default();
+                ops::batch_norm_forward(
+                    &t[0], &t[1], &t[2], &mut rm, &mut rv, dims, 1e-5, 0.1, &mut y, &mut sm,
+                    &mut sr,
+                )?;
+                Ok(match which {
+                    "y" => y,
+                    "saved_rstd" => sr,
+                    _ => rv,
+                })
+            },
+        );
+    }
+    parity_with("batch_norm_inference", 0x677, &stats, ROW, |t| {
+        let mut y = Tensor::default();
+        ops::batch_norm_inference(&t[0], &t[1], &t[2], &t[3], &t[4], dims, 1e-5, &mut y)?;
+        Ok(y)
+    });
+    for (which, seed) in [("dx", 0x678), ("dgamma", 0x679)] {
+        parity_with(
+            &format!("batch_norm_backward {which}"),
+            seed,
+            &[x, g, dy, pg, pg],
+            f32_only,
+            |t| {
+                let (mut rm, mut rv) = (
+                    Tensor::zeros_on(t[0].device(), c, 1, Dtype::F32)?,
+                    Tensor::zeros_on(t[0].device(), c, 1, Dtype::F32)?,
+                );
+                let (mut y, mut sm, mut sr) = Default::default();
+                ops::batch_norm_forward(
+                    &t[0], &t[1], &t[1], &mut rm, &mut rv, dims, 1e-5, 0.1, &mut y, &mut sm,
+                    &mut sr,
+                )?;
+                let (mut dx, mut dg, mut db) = (Tensor::default(), t[3].clone(), t[4].clone());
+                ops::batch_norm_backward(
+                    &t[0], &t[1], &sm, &sr, &t[2], dims, &mut dx, &mut dg, &mut db,
+                )?;
+                Ok(if which == "dx" { dx } else { dg })
+            },
+        );
+    }
+
+    // Against float64 on every device: GroupNorm values, and BatchNorm's running update.
+    let xs: Vec<f32> = (0..n * c * hw)
+        .map(|i| ((i * 37) % 101) as f32 * 0.05 - 2.0)
+        .collect();
+    let gs: Vec<f32> = (0..c).map(|i| 0.5 + i as f32 * 0.1).collect();
+    let bs: Vec<f32> = (0..c).map(|i| i as f32 * 0.05).collect();
+    let want = group_norm_f64(&xs, &gs, &bs, (n, c, hw), 3, 1e-5);
+    for dev in std::iter::once(Device::Cpu).chain(gpu_devices()) {
+        let xt = Tensor::from_slice_on(dev, &xs, n, c * hw).unwrap();
+        let gt = Tensor::from_slice_on(dev, &gs, c, 1).unwrap();
+        let bt = Tensor::from_slice_on(dev, &bs, c, 1).unwrap();
+        let mut y = Tensor::default();
+        ops::group_norm_forward(&xt, &gt, &bt, dims, 3, 1e-5, &mut y).unwrap();
+        for (i, (g, w)) in y.to_vec::<f32>().unwrap().iter().zip(&want).enumerate() {
+            assert!((*g as f64 - w).abs() < 1e-4, "{dev} #{i}: {g} vs {w}");
+        }
+        let e = ops::group_norm_forward(&xt, &gt, &bt, dims, 4, 1e-5, &mut y).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "brotensor: group_norm_forward: num_groups 4 must divide C = 6"
+        );
+        let (mut rm, mut rv) = (
+            Tensor::zeros_on(dev, c, 1, Dtype::F32).unwrap(),
+            Tensor::from_slice_on(dev, &vec![1.0f32; c], c, 1).unwrap(),
+        );
+        let (mut y, mut sm, mut sr) = Default::default();
+        ops::batch_norm_forward(
+            &xt, &gt, &bt, &mut rm, &mut rv, dims, 1e-5, 0.1, &mut y, &mut sm, &mut sr,
+        )
+        .unwrap();
+        let m = n * hw;
+        let ch0: Vec<f64> = (0..n)
+            .flat_map(|s| (0..hw).map(move |p| (s, p)))
+            .map(|(s, p)| xs[s * c * hw + p] as f64)
+            .collect();
+        let mean = ch0.iter().sum::<f64>() / m as f64;
+        let var = ch0.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / m as f64;
+        let rm0 = rm.to_vec::<f32>().unwrap()[0] as f64;
+        let rv0 = rv.to_vec::<f32>().unwrap()[0] as f64;
+        assert!((rm0 - 0.1 * mean).abs() < 1e-5, "{dev}: running mean {rm0}");
+        assert!(
+            (rv0 - (0.9 + 0.1 * var * m as f64 / (m - 1) as f64)).abs() < 1e-4,
+            "{dev}: running var {rv0}"
+        );
+        assert!((sr.to_vec::<f32>().unwrap()[0] as f64 - 1.0 / (var + 1e-5).sqrt()).abs() < 1e-3);
+    }
+}
