@@ -263,18 +263,20 @@ fn fill_kernel<E: Numeric, N: Size>(out: &mut Array<Vector<E, N>>, value: f32) {
 }
 
 /// `y[i] (+|*)= v[at]` with `at = (i / inner) % v.len()` (one value per row of `inner`,
-/// cycling through `v`) or `at = i % inner` (one value per column).
+/// cycling through `v`) or `at = (i / (inner * repeat)) * inner + i % inner` (one row of `v`
+/// per `repeat` rows of `y`: a per-column bias when `repeat` covers every row).
 #[cube(launch_unchecked)]
 fn broadcast_kernel<F: Float>(
     y: &mut Array<F>,
     v: &Array<F>,
     inner: usize,
+    repeat: usize,
     #[comptime] per_row: bool,
     #[comptime] multiply: bool,
 ) {
     let i = ABSOLUTE_POS;
     if i < y.len() {
-        let mut at = i % inner;
+        let mut at = (i / (inner * repeat)) * inner + i % inner;
         if comptime!(per_row) {
             at = (i / inner) % v.len();
         }
@@ -479,8 +481,10 @@ pub struct Broadcast {
     /// Elements of `v`.
     pub v_len: usize,
     /// One value per row, cycling through `v` (`v[(i / inner) % v_len]`); else one value per
-    /// column (`v[i % inner]`, with `v_len >= inner`).
+    /// column, `v` holding one row of `inner` values per `repeat` rows of `y`.
     pub per_row: bool,
+    /// Per-column mode: rows of `y` that share one row of `v` (`usize::MAX`: all of them).
+    pub repeat: usize,
     /// Multiply instead of add.
     pub multiply: bool,
 }
@@ -498,23 +502,25 @@ pub fn launch_broadcast<R: Runtime, F: Float + CubeElement>(
     }
     let bytes = core::mem::size_of::<F>();
     check_len("y", y, len, bytes)?;
+    let repeat = b.repeat.clamp(1, len.div_ceil(b.inner));
     let need = if b.per_row {
         b.v_len
     } else {
-        b.v_len.max(b.inner)
+        len.div_ceil(b.inner).div_ceil(repeat) * b.inner
     };
     check_len("v", v, need, bytes)?;
     let (count, dim) = grid_1d(client, len)?;
     // SAFETY: y holds `len` and v `need` elements (checked); per-row indices are taken modulo
-    // `v_len` and per-column ones are below `inner <= need`.
+    // `v_len`, per-column ones stay below `need` (rows / repeat rows of `inner`).
     unsafe {
         broadcast_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
             ArrayArg::from_raw_parts(y.clone(), len),
-            ArrayArg::from_raw_parts(v.clone(), if b.per_row { b.v_len } else { need }),
+            ArrayArg::from_raw_parts(v.clone(), need),
             b.inner,
+            repeat,
             b.per_row,
             b.multiply,
         );

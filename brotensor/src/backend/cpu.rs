@@ -274,7 +274,10 @@ impl ElementwiseOps for CpuBackend {
                     let w = v[r % b.v_len];
                     row.iter_mut().for_each(|x| combine(x, w));
                 } else {
-                    row.iter_mut().zip(v).for_each(|(x, &w)| combine(x, w));
+                    let at = r / b.repeat.max(1) * inner;
+                    row.iter_mut()
+                        .zip(&v[at..at + inner])
+                        .for_each(|(x, &w)| combine(x, w));
                 }
             });
         Ok(())

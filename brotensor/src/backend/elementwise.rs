@@ -202,6 +202,7 @@ mod tests {
                     inner: 1,
                     v_len: 1,
                     per_row: true,
+                    repeat: usize::MAX,
                     multiply: false,
                 },
             ),

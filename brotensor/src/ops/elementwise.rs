@@ -338,6 +338,7 @@ pub fn add_channel_bias_inplace(y: &mut Tensor, bias: &Tensor, c: usize, l: usiz
         inner: l,
         v_len: c,
         per_row: true,
+        repeat: usize::MAX,
         multiply: false,
     };
     be.broadcast(op, y, bias, b)

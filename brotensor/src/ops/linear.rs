@@ -241,6 +241,7 @@ pub fn linear_forward(w: &Tensor, b: &Tensor, x: &Tensor, y: &mut Tensor) -> Res
                 inner: 1,
                 v_len: b.numel(),
                 per_row: true,
+                repeat: usize::MAX,
                 multiply: false,
             },
         )?;
@@ -388,6 +389,7 @@ pub fn linear_forward_batched(
                 inner: y.cols(),
                 v_len: b.numel(),
                 per_row: false,
+                repeat: usize::MAX,
                 multiply: false,
             },
         )?;

@@ -479,6 +479,7 @@ fn per_channel(
         inner: hw,
         v_len: v.numel(),
         per_row: true,
+        repeat: usize::MAX,
         multiply,
     };
     be.broadcast(op, y, v, b)
@@ -905,4 +906,51 @@ pub fn layernorm_forward_inference_batched_fp16(
     }
     let be = dispatch(op, &[("x", x), ("gamma", gamma), ("beta", beta), ("y", y)])?;
     layernorm_rows(op, be, x, (gamma, beta), eps, y, None)
+}
+
+/// Normalizes each pixel's channel vector of `X (N, C*H*W)` (NCHW): `y = x / max(||x_c||,
+/// eps)` with the norm over the `C` channels at one position (`eps` is a floor on the norm,
+/// not an addend); `Y` is resized.
+pub fn l2_normalize_nchw_forward(
+    x: &Tensor,
+    dims: (usize, usize, usize, usize),
+    eps: f32,
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "l2_normalize_nchw_forward";
+    let be = dispatch(op, &[("x", x), ("y", y)])?;
+    check_float(op, "x", x, be)?;
+    let (n, c, hw) = nchw(op, x, dims.0, dims.1, dims.2, dims.3)?;
+    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    let dev = be.device();
+    // Per sample, the channel sums of squares are ones(1, C) . (x^2)(C, HW): one batched product.
+    let sq = super::mul(x, x)?;
+    let ones = Tensor::from_slice_on(dev, &vec![1.0f32; c], 1, c)?.to_dtype(x.dtype())?;
+    let mut ss = Tensor::empty_on(dev, n, hw, x.dtype())?;
+    let g = crate::backend::Gemm {
+        m: 1,
+        n: hw,
+        k: c,
+        trans_a: false,
+        trans_b: false,
+        accumulate: false,
+        batch: n,
+        strides: (0, c * hw, hw),
+        act: 0,
+    };
+    be.gemm(op, &ones, &sq, None, &mut ss, g)?;
+    let mut inv = super::rsqrt(&ss)?;
+    super::clamp(&mut inv, 0.0, if eps > 0.0 { 1.0 / eps } else { f32::MAX })?;
+    super::cast(x, y, x.dtype())?;
+    let b = crate::backend::Broadcast {
+        inner: hw,
+        v_len: n * hw,
+        per_row: false,
+        repeat: c,
+        multiply: true,
+    };
+    be.broadcast(op, y, &inv, b)
 }

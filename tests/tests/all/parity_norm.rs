@@ -591,3 +591,36 @@ fn group_and_batch_norms() {
         assert!((sr.to_vec::<f32>().unwrap()[0] as f64 - 1.0 / (var + 1e-5).sqrt()).abs() < 1e-3);
     }
 }
+
+#[test]
+fn l2_normalize_nchw() {
+    let dims = (2usize, 5usize, 3usize, 7usize);
+    let (n, c, h, w) = dims;
+    parity_with(
+        "l2_normalize_nchw_forward",
+        0x680,
+        &[Input::new(n, c * h * w, -2.0, 2.0)],
+        ROW,
+        |t| {
+            let mut y = Tensor::default();
+            ops::l2_normalize_nchw_forward(&t[0], dims, 1e-6, &mut y)?;
+            Ok(y)
+        },
+    );
+    for dev in std::iter::once(Device::Cpu).chain(gpu_devices()) {
+        // Sample 0, position 0 holds (3, 4) over two channels; position 1 is all zeros.
+        let x = Tensor::from_slice_on(dev, &[3.0f32, 0.0, 4.0, 0.0], 1, 4).unwrap();
+        let mut y = Tensor::default();
+        ops::l2_normalize_nchw_forward(&x, (1, 2, 1, 2), 1e-3, &mut y).unwrap();
+        let got = y.to_vec::<f32>().unwrap();
+        assert!(
+            (got[0] - 0.6).abs() < 1e-6 && (got[2] - 0.8).abs() < 1e-6,
+            "{dev}: {got:?}"
+        );
+        assert_eq!(
+            (got[1], got[3]),
+            (0.0, 0.0),
+            "{dev}: the eps floor keeps zeros finite"
+        );
+    }
+}
