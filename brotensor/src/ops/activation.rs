@@ -203,3 +203,218 @@ glu_ops! {
     "a * gelu_exact(g)": geglu_exact_forward, geglu_exact_backward => GegluExact;
     "silu(a) * g": swiglu_forward, swiglu_backward => Swiglu;
 }
+
+/// The per-channel snake parameters: `(alpha, 1 / guard(beta or alpha))` as `(C, 1)` F32
+/// tensors on `device`, `guard` flooring the magnitude at 1e-9 with its sign.
+fn snake_params(
+    op: &'static str,
+    device: crate::Device,
+    alpha: &Tensor,
+    beta: Option<&Tensor>,
+    c: usize,
+) -> Result<(Tensor, Tensor)> {
+    for (name, t) in [("alpha", Some(alpha)), ("beta", beta)] {
+        let Some(t) = t else { continue };
+        if t.numel() != c {
+            return Err(Error::shape(
+                op,
+                format!("{name} must have C = {c} elements, has {}", t.numel()),
+            ));
+        }
+        if t.dtype() != crate::Dtype::F32 {
+            return Err(Error::Dtype {
+                op,
+                operand: name,
+                expected: "snake is FP32".into(),
+                found: t.dtype(),
+            });
+        }
+    }
+    // C values: computed on the host (a small read-back) for the sign-preserving floor.
+    let a = alpha.to_vec::<f32>()?;
+    let d = match beta {
+        Some(b) => b.to_vec::<f32>()?,
+        None => a.clone(),
+    };
+    let r: Vec<f32> = d
+        .iter()
+        .map(|&d| 1.0 / if d >= 0.0 { d.max(1e-9) } else { d.min(-1e-9) })
+        .collect();
+    Ok((
+        Tensor::from_slice_on(device, &a, c, 1)?,
+        Tensor::from_slice_on(device, &r, c, 1)?,
+    ))
+}
+
+fn snake_check(op: &'static str, x: &Tensor, (n, c, l): (usize, usize, usize)) -> Result<()> {
+    if x.dtype() != crate::Dtype::F32 {
+        return Err(Error::Dtype {
+            op,
+            operand: "x",
+            expected: "snake is FP32".into(),
+            found: x.dtype(),
+        });
+    }
+    if Some(x.shape()) != c.checked_mul(l).map(|cl| (n, cl)) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "X must be shaped (N, C*L) = ({n}, {c}*{l}), got {}x{}",
+                x.rows(),
+                x.cols()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `v * p[c]` for every element of channel `c` of an `(N, C*L)` tensor, in place.
+fn scale_channels(op: &'static str, t: &mut Tensor, p: &Tensor, l: usize) -> Result<()> {
+    let be = dispatch(op, &[("t", t), ("p", p)])?;
+    if t.numel() == 0 {
+        return Ok(());
+    }
+    let b = crate::backend::Broadcast {
+        inner: l,
+        v_len: p.numel(),
+        per_row: true,
+        repeat: usize::MAX,
+        multiply: true,
+    };
+    be.broadcast(op, t, p, b)
+}
+
+/// Snake over `X (N, C*L)` (NCL): `y = x + sin^2(alpha_c x) / d_c` with `d_c = beta_c` when
+/// `beta` is given (snakebeta) else `alpha_c`, its magnitude floored at 1e-9 with its sign.
+/// `alpha`, `beta` hold `C` elements. FP32; `Y` is resized.
+pub fn snake_forward(
+    x: &Tensor,
+    alpha: &Tensor,
+    beta: Option<&Tensor>,
+    (n, c, l): (usize, usize, usize),
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "snake_forward";
+    let none = Tensor::default();
+    let be = dispatch(
+        op,
+        &[
+            ("x", x),
+            ("alpha", alpha),
+            ("beta", beta.unwrap_or(&none)),
+            ("y", y),
+        ],
+    )?;
+    snake_check(op, x, (n, c, l))?;
+    let (a, r) = snake_params(op, be.device(), alpha, beta, c)?;
+    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    let mut s = x.try_clone()?;
+    scale_channels(op, &mut s, &a, l)?;
+    s.sin_()?;
+    let mut s2 = super::mul(&s, &s)?;
+    scale_channels(op, &mut s2, &r, l)?;
+    super::add_out(x, &s2, y)
+}
+
+/// Gradients of [`snake_forward`]: `dX = dY (1 + 2 a r s c)` overwritten (`s`, `c` = sin, cos
+/// of `a x`, `r = 1/d`); `dAlpha[c] += sum dY 2 r x s c` (plus `sum dY (-r^2 s^2)` without
+/// `beta`) and `dBeta[c] += sum dY (-r^2 s^2)`, over samples and positions. `dAlpha`,
+/// `dBeta` must be pre-sized `(C, 1)` F32, `dBeta` given exactly when `beta` is.
+#[allow(clippy::too_many_arguments)]
+pub fn snake_backward(
+    x: &Tensor,
+    alpha: &Tensor,
+    beta: Option<&Tensor>,
+    dy: &Tensor,
+    (n, c, l): (usize, usize, usize),
+    dx: &mut Tensor,
+    dalpha: &mut Tensor,
+    dbeta: Option<&mut Tensor>,
+) -> Result<()> {
+    let op = "snake_backward";
+    let none = Tensor::default();
+    let be = dispatch(
+        op,
+        &[
+            ("x", x),
+            ("alpha", alpha),
+            ("beta", beta.unwrap_or(&none)),
+            ("dy", dy),
+            ("dx", dx),
+            ("dalpha", dalpha),
+        ],
+    )?;
+    snake_check(op, x, (n, c, l))?;
+    if beta.is_some() != dbeta.is_some() {
+        return Err(Error::invalid(
+            op,
+            "dBeta must be given exactly when beta is",
+        ));
+    }
+    if dy.shape() != x.shape() || dy.dtype() != x.dtype() {
+        return Err(Error::shape(
+            op,
+            "dY must be shaped (N, C*L) like X, in F32",
+        ));
+    }
+    for (name, g) in [("dAlpha", Some(&*dalpha)), ("dBeta", dbeta.as_deref())] {
+        if let Some(g) = g {
+            if !g.is_committed() || g.shape() != (c, 1) || g.dtype() != crate::Dtype::F32 {
+                return Err(Error::shape(
+                    op,
+                    format!("{name} must be (C, 1) = ({c}, 1) F32 (it accumulates)"),
+                ));
+            }
+        }
+    }
+    let (a, r) = snake_params(op, be.device(), alpha, beta, c)?;
+    prepare_out(dx, be.device(), x.shape(), x.dtype())?;
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    let mut ax = x.try_clone()?;
+    scale_channels(op, &mut ax, &a, l)?;
+    let (s, co) = (super::sin(&ax)?, super::cos(&ax)?);
+    let sc = super::mul(&s, &co)?;
+    // dX = dY (1 + 2 a r s c).
+    let mut k = sc.try_clone()?;
+    scale_channels(
+        op,
+        &mut k,
+        &super::mul_scalar(&super::mul(&a, &r)?, 2.0)?,
+        l,
+    )?;
+    k.add_scalar_(1.0)?;
+    super::mul_out(dy, &k, dx)?;
+    // The per-element parameter terms, then their channel sums.
+    let mut ga = super::mul(&super::mul(dy, x)?, &sc)?;
+    scale_channels(op, &mut ga, &super::mul_scalar(&r, 2.0)?, l)?;
+    let mut gb = super::mul(dy, &super::mul(&s, &s)?)?;
+    scale_channels(
+        op,
+        &mut gb,
+        &super::mul_scalar(&super::mul(&r, &r)?, -1.0)?,
+        l,
+    )?;
+    let channel = |t: &Tensor| -> Result<Tensor> {
+        let mut per_sample = Tensor::default();
+        let mut v = t.try_clone()?;
+        v.reshape(n * c, l)?;
+        super::sum_rows(&v, &mut per_sample)?;
+        per_sample.reshape(n, c)?;
+        let mut out = Tensor::default();
+        super::sum_cols(&per_sample, &mut out)?;
+        out.reshape(c, 1)?;
+        Ok(out)
+    };
+    match dbeta {
+        Some(db) => {
+            dalpha.add_(&channel(&ga)?)?;
+            db.add_(&channel(&gb)?)
+        }
+        None => dalpha.add_(&channel(&super::add(&ga, &gb)?)?),
+    }
+}
