@@ -582,3 +582,48 @@ pub fn launch_copy_words<R: Runtime>(
     }
     Ok(())
 }
+
+#[cube(launch_unchecked)]
+fn dequant_i8_rows_kernel(q: &Array<u32>, scales: &Array<f32>, out: &mut Array<f32>, cols: usize) {
+    let i = ABSOLUTE_POS;
+    if i < out.len() {
+        let word = q[i / 4];
+        let byte = (word >> (8 * (i % 4) as u32)) & 0xFF;
+        // Sign-extend the byte.
+        let v = i32::cast_from(byte ^ 0x80) - 128;
+        out[i] = f32::cast_from(v) * scales[i / cols];
+    }
+}
+
+/// `out[r, c] = q[r, c] * scales[r]` for an I8 matrix stored as packed bytes (four to a
+/// 32-bit word; WGSL has no 8-bit type) of `rows x cols`, into F32.
+pub fn launch_dequant_i8_rows<R: Runtime>(
+    client: &ComputeClient<R>,
+    q: &Handle,
+    scales: &Handle,
+    out: &Handle,
+    (rows, cols): (usize, usize),
+) -> Result<(), LaunchError> {
+    let len = rows * cols;
+    if len == 0 {
+        return Ok(());
+    }
+    check_len("q", q, len.div_ceil(4), 4)?;
+    check_len("scales", scales, rows, 4)?;
+    check_len("out", out, len, 4)?;
+    let (count, dim) = grid_1d(client, len)?;
+    // SAFETY: q holds ceil(len/4) words, scales `rows` and out `len` values (checked); unit
+    // `i < len` reads word `i / 4` and scale `i / cols < rows`.
+    unsafe {
+        dequant_i8_rows_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(q.clone(), len.div_ceil(4)),
+            ArrayArg::from_raw_parts(scales.clone(), rows),
+            ArrayArg::from_raw_parts(out.clone(), len),
+            cols,
+        );
+    }
+    Ok(())
+}

@@ -250,6 +250,17 @@ impl ElementwiseOps for CpuBackend {
         Ok(())
     }
 
+    fn dequant_i8_rows(&self, q: &Tensor, scales: &Tensor, out: &mut Tensor) -> Result<()> {
+        let cols = q.cols().max(1);
+        let s = scales.host::<f32>();
+        out.host_mut::<f32>()
+            .par_chunks_mut(cols)
+            .zip(q.host::<i8>().par_chunks(cols))
+            .zip(s.par_iter())
+            .for_each(|((o, q), &sc)| o.iter_mut().zip(q).for_each(|(o, &v)| *o = v as f32 * sc));
+        Ok(())
+    }
+
     fn broadcast(
         &self,
         _name: &'static str,

@@ -539,6 +539,12 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
         .map_err(|e| self.launch_error("fill", e))
     }
 
+    fn dequant_i8_rows(&self, q: &Tensor, scales: &Tensor, out: &mut Tensor) -> Result<()> {
+        let (qh, sh, oh) = (out_handle(q), out_handle(scales), out_handle(out));
+        k::launch_dequant_i8_rows(&self.client, &qh, &sh, &oh, q.shape())
+            .map_err(|e| self.launch_error("linear_forward_batched_int8w_fp16", e))
+    }
+
     fn broadcast(
         &self,
         name: &'static str,

@@ -149,6 +149,11 @@ pub(crate) trait ElementwiseOps: OnDevice {
         Err(not_implemented("fill", self))
     }
 
+    /// `out (F32) = q (I8, rows x cols) * scales[row]` (weight-only INT8 dequantization).
+    fn dequant_i8_rows(&self, _q: &Tensor, _scales: &Tensor, _out: &mut Tensor) -> Result<()> {
+        Err(not_implemented("dequant_i8_rows", self))
+    }
+
     /// `y (+|*)= v` broadcast as `b` says (per row cycling through `v`, or per column), over
     /// all of `y`'s elements; `v` holds `b.v_len` elements of `y`'s dtype.
     fn broadcast(

@@ -739,3 +739,83 @@ pub fn linear_forward_batched_fp16(
 ) -> Result<()> {
     linear_forward_batched_fp16_act(w, bias, x, y, Act::None)
 }
+
+/// Per-row symmetric INT8 quantization on the host (C++ `quantize_int8_per_row_host`):
+/// `scale = max|w| / 127` per row (0 for an all-zero row) and
+/// `q = clamp(round_half_even(w / scale), -127, 127)`. `w` is `rows x cols` row-major.
+pub fn quantize_int8_per_row_host(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+) -> Result<(Vec<i8>, Vec<f32>)> {
+    let op = "quantize_int8_per_row_host";
+    if rows.checked_mul(cols) != Some(w.len()) {
+        return Err(shape_error(
+            op,
+            format!("{} values for {rows} x {cols}", w.len()),
+        ));
+    }
+    let mut q = vec![0i8; w.len()];
+    let mut scales = vec![0.0f32; rows];
+    for r in 0..rows {
+        let row = &w[r * cols..(r + 1) * cols];
+        let max = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = if max > 0.0 { max / 127.0 } else { 0.0 };
+        scales[r] = scale;
+        if scale > 0.0 {
+            for (o, &v) in q[r * cols..(r + 1) * cols].iter_mut().zip(row) {
+                *o = (v / scale).round_ties_even().clamp(-127.0, 127.0) as i8;
+            }
+        }
+    }
+    Ok((q, scales))
+}
+
+/// `Y (B, out) = X (B, in) . (W_i8 * scales)^T + bias` (C++
+/// `linear_forward_batched_int8w_fp16`): `W` is I8 `(out, in)` with F32 per-row `scales`
+/// `(out, 1)`; `X`, `bias` and `Y` are F16 or BF16; FP32 accumulation. The weight is
+/// dequantized on the device, then multiplied.
+pub fn linear_forward_batched_int8w_fp16(
+    w: &Tensor,
+    scales: &Tensor,
+    bias: Option<&Tensor>,
+    x: &Tensor,
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "linear_forward_batched_int8w_fp16";
+    let none = Tensor::default();
+    let be = dispatch(
+        op,
+        &[
+            ("w", w),
+            ("scales", scales),
+            ("bias", bias.unwrap_or(&none)),
+            ("x", x),
+            ("y", y),
+        ],
+    )?;
+    if w.dtype() != crate::Dtype::I8 {
+        return Err(Error::Dtype {
+            op,
+            operand: "w",
+            expected: "must be I8".into(),
+            found: w.dtype(),
+        });
+    }
+    if scales.dtype() != crate::Dtype::F32 || scales.numel() != w.rows() {
+        return Err(shape_error(
+            op,
+            format!(
+                "`scales` must be F32 with one value per row of `w` ({})",
+                w.rows()
+            ),
+        ));
+    }
+    check_16bit(op, "x", x, None)?;
+    let mut wide = Tensor::empty_on(be.device(), w.rows(), w.cols(), crate::Dtype::F32)?;
+    if w.numel() > 0 {
+        be.dequant_i8_rows(w, scales, &mut wide)?;
+    }
+    let w16 = wide.to_dtype(x.dtype())?;
+    linear_forward_batched_fp16(&w16, bias, x, y)
+}

@@ -316,3 +316,52 @@ fn matmul_abt_checks_dtypes_and_extents() {
     assert_eq!(Act::from_code(4), Act::Silu);
     assert_eq!(Act::from_code(99), Act::None);
 }
+
+#[test]
+fn int8_weight_only_linear() {
+    // The host quantizer's contract.
+    let (q, s) = ops::quantize_int8_per_row_host(&[0.5, -1.0, 0.25, 0.0, 0.0, 0.0], 2, 3).unwrap();
+    assert_eq!(s, vec![1.0 / 127.0, 0.0]);
+    assert_eq!(q, vec![64, -127, 32, 0, 0, 0]); // 63.5 rounds half to even: 64
+    let (out, inp) = (24, 37);
+    let wf: Vec<f32> = (0..out * inp)
+        .map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0)
+        .collect();
+    let (q, scales) = ops::quantize_int8_per_row_host(&wf, out, inp).unwrap();
+    parity_with(
+        "linear_forward_batched_int8w_fp16",
+        0x590,
+        &[input(5, inp), input(out, 1)],
+        HALF,
+        |t| {
+            let dev = t[0].device();
+            let w = Tensor::from_slice_on(dev, &q, out, inp)?;
+            let sc = Tensor::from_slice_on(dev, &scales, out, 1)?;
+            let (x, b) = (as_16(&t[0])?, as_16(&t[1])?);
+            let mut y = Tensor::default();
+            ops::linear_forward_batched_int8w_fp16(&w, &sc, Some(&b), &x, &mut y)?;
+            Ok(y)
+        },
+    );
+    // Dequantized weights match the float weights to within half a quantization step.
+    for dev in std::iter::once(Device::Cpu).chain(brotensor_tests::gpu_devices()) {
+        let w = Tensor::from_slice_on(dev, &q, out, inp).unwrap();
+        let sc = Tensor::from_slice_on(dev, &scales, out, 1).unwrap();
+        let eye: Vec<f32> = (0..inp * inp)
+            .map(|i| if i / inp == i % inp { 1.0 } else { 0.0 })
+            .collect();
+        let x = Tensor::from_slice_on(dev, &eye, inp, inp)
+            .unwrap()
+            .to_dtype(Dtype::F16)
+            .unwrap();
+        let mut y = Tensor::default();
+        ops::linear_forward_batched_int8w_fp16(&w, &sc, None, &x, &mut y).unwrap();
+        let got = brotensor_tests::read_f32(&y).unwrap(); // (in, out): row i is column i of W
+        for r in 0..out {
+            for c in 0..inp {
+                let err = (got[c * out + r] - wf[r * inp + c]).abs();
+                assert!(err <= scales[r] * 0.5 + 2e-3, "{dev} w[{r},{c}]");
+            }
+        }
+    }
+}
