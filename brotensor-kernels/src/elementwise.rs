@@ -627,3 +627,52 @@ pub fn launch_dequant_i8_rows<R: Runtime>(
     }
     Ok(())
 }
+
+/// Word `k` of the packed I8 output holds `x[4k..4k+4] > t` (1 or 0) in its bytes.
+#[cube(launch_unchecked)]
+fn threshold_bytes_kernel<F: Float>(x: &Array<F>, out: &mut Array<u32>, len: usize, t: f32) {
+    let k = ABSOLUTE_POS;
+    if k < out.len() {
+        let mut word = u32::new(0);
+        #[unroll]
+        for b in 0..4usize {
+            let i = 4 * k + b;
+            if i < len && f32::cast_from(x[i]) > t {
+                word |= 1u32 << (8 * b as u32);
+            }
+        }
+        out[k] = word;
+    }
+}
+
+/// `out[i] = (x[i] > t) as i8` over `len` elements, the I8 output stored as packed bytes
+/// (one unit per 32-bit word, so no two units write one word).
+pub fn launch_threshold_bytes<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    out: &Handle,
+    len: usize,
+    t: f32,
+) -> Result<(), LaunchError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let words = len.div_ceil(4);
+    check_len("x", x, len, core::mem::size_of::<F>())?;
+    check_len("out", out, words, 4)?;
+    let (count, dim) = grid_1d(client, words)?;
+    // SAFETY: x holds `len` elements and out `words` words (checked); reads are guarded by
+    // `i < len`, writes by `k < words`.
+    unsafe {
+        threshold_bytes_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), len),
+            ArrayArg::from_raw_parts(out.clone(), words),
+            len,
+            t,
+        );
+    }
+    Ok(())
+}

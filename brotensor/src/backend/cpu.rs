@@ -250,6 +250,21 @@ impl ElementwiseOps for CpuBackend {
         Ok(())
     }
 
+    fn threshold_u8(&self, x: &Tensor, t: f32, out: &mut Tensor) -> Result<()> {
+        let o = out.host_mut::<i8>();
+        match x.dtype() {
+            Dtype::F16 => o
+                .iter_mut()
+                .zip(x.host::<f16>())
+                .for_each(|(o, v)| *o = i8::from(v.to_f32() > t)),
+            _ => o
+                .iter_mut()
+                .zip(x.host::<f32>())
+                .for_each(|(o, &v)| *o = i8::from(v > t)),
+        }
+        Ok(())
+    }
+
     fn dequant_i8_rows(&self, q: &Tensor, scales: &Tensor, out: &mut Tensor) -> Result<()> {
         let cols = q.cols().max(1);
         let s = scales.host::<f32>();

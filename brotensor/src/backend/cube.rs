@@ -539,6 +539,19 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
         .map_err(|e| self.launch_error("fill", e))
     }
 
+    fn threshold_u8(&self, x: &Tensor, t: f32, out: &mut Tensor) -> Result<()> {
+        let (xh, oh) = (out_handle(x), out_handle(out));
+        let len = x.numel();
+        with_float!(x.dtype(), |F| k::launch_threshold_bytes::<R, F>(
+            &self.client,
+            &xh,
+            &oh,
+            len,
+            t
+        ))
+        .map_err(|e| self.launch_error("threshold_u8", e))
+    }
+
     fn dequant_i8_rows(&self, q: &Tensor, scales: &Tensor, out: &mut Tensor) -> Result<()> {
         let (qh, sh, oh) = (out_handle(q), out_handle(scales), out_handle(out));
         k::launch_dequant_i8_rows(&self.client, &qh, &sh, &oh, q.shape())

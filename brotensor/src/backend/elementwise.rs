@@ -149,6 +149,11 @@ pub(crate) trait ElementwiseOps: OnDevice {
         Err(not_implemented("fill", self))
     }
 
+    /// `out (I8) = x > t` (1 or 0).
+    fn threshold_u8(&self, _x: &Tensor, _t: f32, _out: &mut Tensor) -> Result<()> {
+        Err(not_implemented("threshold_u8", self))
+    }
+
     /// `out (F32) = q (I8, rows x cols) * scales[row]` (weight-only INT8 dequantization).
     fn dequant_i8_rows(&self, _q: &Tensor, _scales: &Tensor, _out: &mut Tensor) -> Result<()> {
         Err(not_implemented("dequant_i8_rows", self))

@@ -343,3 +343,26 @@ pub fn add_channel_bias_inplace(y: &mut Tensor, bias: &Tensor, c: usize, l: usiz
     };
     be.broadcast(op, y, bias, b)
 }
+
+/// `y = (x > t)` as I8 1 / 0 (C++ `threshold_u8`; NaN gives 0); `x` F32 or F16, `y` resized
+/// to `x`'s shape as I8.
+pub fn threshold_u8(x: &Tensor, t: f32, y: &mut Tensor) -> Result<()> {
+    let op = "threshold_u8";
+    let be = dispatch(op, &[("x", x), ("y", y)])?;
+    if !matches!(x.dtype(), Dtype::F32 | Dtype::F16) {
+        return Err(Error::Dtype {
+            op,
+            operand: "x",
+            expected: "X must be FP32 or FP16".into(),
+            found: x.dtype(),
+        });
+    }
+    if x.dtype() == Dtype::F16 && be.device().is_gpu() {
+        check_float(op, "x", x, be)?;
+    }
+    prepare_out(y, be.device(), x.shape(), Dtype::I8)?;
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    be.threshold_u8(x, t, y)
+}

@@ -262,3 +262,38 @@ fn channel_bias() {
         "brotensor: add_channel_bias_inplace: y size 12 != C*L = 3*5"
     );
 }
+
+#[test]
+fn threshold_to_bytes() {
+    use brotensor_tests::{parity_with, Check};
+    let exact = Check {
+        dtypes: &[Dtype::F32, Dtype::F16],
+        same_dtype: false,
+        tol: Some(|_| (0.0, 0.0)),
+    };
+    parity_with(
+        "threshold_u8",
+        0xF8,
+        &[Input::new(13, 17, -1.0, 1.0)],
+        exact,
+        |t| {
+            let mut y = Tensor::default();
+            ops::threshold_u8(&t[0], 0.25, &mut y)?;
+            assert_eq!(y.dtype(), Dtype::I8);
+            // Read back as F32 through the host for the comparison.
+            let v: Vec<f32> = y.to_vec::<i8>()?.into_iter().map(f32::from).collect();
+            Tensor::from_slice_on(t[0].device(), &v, y.rows(), y.cols())
+        },
+    );
+    for d in std::iter::once(brotensor::Device::Cpu).chain(brotensor_tests::gpu_devices()) {
+        let x = Tensor::from_slice_on(d, &[0.5f32, 0.25, f32::NAN, -1.0, 2.0], 5, 1).unwrap();
+        let mut y = Tensor::default();
+        ops::threshold_u8(&x, 0.25, &mut y).unwrap();
+        assert_eq!(y.to_vec::<i8>().unwrap(), vec![1, 0, 0, 0, 1], "{d}");
+        let b = x.to_dtype(Dtype::BF16).unwrap();
+        assert!(matches!(
+            ops::threshold_u8(&b, 0.0, &mut y),
+            Err(brotensor::Error::Dtype { .. })
+        ));
+    }
+}
