@@ -85,6 +85,159 @@ fn activate(v: f32, #[comptime] act: u32) -> f32 {
     f32::cast_from(out)
 }
 
+/// One `BK`-deep step of the register tile: `acc += sa[:, rows] x sb[:, cols]` for this
+/// unit's `TM x TN` block (`tx`, `ty` its position in the cube).
+#[cube]
+fn tile_fma(
+    sa: &SharedMemory<f32>,
+    sb: &SharedMemory<f32>,
+    acc: &mut Array<f32>,
+    tx: usize,
+    ty: usize,
+) {
+    let mut ra = Array::<f32>::new(TM);
+    let mut rb = Array::<f32>::new(TN);
+    #[unroll]
+    for kk in 0..BK {
+        #[unroll]
+        for i in 0..TM {
+            ra[i] = sa[kk * BM + ty * TM + i];
+        }
+        #[unroll]
+        for j in 0..TN {
+            rb[j] = sb[kk * BN + tx * TN + j];
+        }
+        #[unroll]
+        for i in 0..TM {
+            #[unroll]
+            for j in 0..TN {
+                acc[i * TN + j] += ra[i] * rb[j];
+            }
+        }
+    }
+}
+
+/// Writes this unit's `TM x TN` block at `(gi0, gj0)` of `C`: plus `C` when accumulating,
+/// plus `bias[j]`, then the activation; edges beyond `(m, n)` are skipped.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn store_tile<F: Float>(
+    c: &mut Array<F>,
+    bias: &Array<F>,
+    acc: &Array<f32>,
+    gi0: usize,
+    gj0: usize,
+    m: usize,
+    n: usize,
+    base_c: usize,
+    #[comptime] accumulate: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] act: u32,
+) {
+    #[unroll]
+    for i in 0..TM {
+        let gi = gi0 + i;
+        #[unroll]
+        for j in 0..TN {
+            let gj = gj0 + j;
+            if gi < m && gj < n {
+                let at = base_c + gi * n + gj;
+                let mut v = acc[i * TN + j];
+                if comptime!(accumulate) {
+                    v += f32::cast_from(c[at]);
+                }
+                if comptime!(has_bias) {
+                    v += f32::cast_from(bias[gj]);
+                }
+                c[at] = F::cast_from(activate(v, act));
+            }
+        }
+    }
+}
+
+/// The product for untransposed operands whose rows are whole 4-element vectors (`k` and
+/// `n` multiples of 4, batch strides too): each unit stages one 4-wide vector of `A` and one
+/// of `B` per step instead of four scalars.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn gemm_v4_kernel<F: Float>(
+    a: &Array<Vector<F, Const<4>>>,
+    b: &Array<Vector<F, Const<4>>>,
+    bias: &Array<F>,
+    c: &mut Array<F>,
+    m: usize,
+    n: usize,
+    k: usize,
+    stride_a: usize,
+    stride_b: usize,
+    stride_c: usize,
+    #[comptime] accumulate: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] act: u32,
+) {
+    let z = CUBE_POS_Z as usize;
+    let row0 = CUBE_POS_Y as usize * BM;
+    let col0 = CUBE_POS_X as usize * BN;
+    let tid = UNIT_POS as usize;
+    let tx = tid % UNITS;
+    let ty = tid / UNITS;
+    let mut sa = SharedMemory::<f32>::new(BK * BM);
+    let mut sb = SharedMemory::<f32>::new(BK * BN);
+    let mut acc = Array::<f32>::new(TM * TN);
+    #[unroll]
+    for i in 0..TM * TN {
+        acc[i] = f32::new(0.0);
+    }
+    // A's 64 x 16 slice is 256 vectors along k; B's 16 x 64 slice is 256 vectors along n.
+    let ai = tid / (BK / 4);
+    let aq = (tid % (BK / 4)) * 4;
+    let bk = tid / (BN / 4);
+    let bq = (tid % (BN / 4)) * 4;
+    let mut k0 = usize::new(0);
+    loop {
+        if k0 >= k {
+            break;
+        }
+        let gi = row0 + ai;
+        let gk = k0 + aq;
+        let mut va = Vector::<f32, Const<4>>::new(0.0);
+        if gi < m && gk < k {
+            va = Vector::cast_from(a[(z * stride_a + gi * k + gk) / 4]);
+        }
+        #[unroll]
+        for t in 0..4usize {
+            sa[(aq + t) * BM + ai] = va[t];
+        }
+        let gkb = k0 + bk;
+        let gj = col0 + bq;
+        let mut vb = Vector::<f32, Const<4>>::new(0.0);
+        if gkb < k && gj < n {
+            vb = Vector::cast_from(b[(z * stride_b + gkb * n + gj) / 4]);
+        }
+        #[unroll]
+        for t in 0..4usize {
+            sb[bk * BN + bq + t] = vb[t];
+        }
+        sync_cube();
+        tile_fma(&sa, &sb, &mut acc, tx, ty);
+        sync_cube();
+        k0 += BK;
+    }
+    store_tile::<F>(
+        c,
+        bias,
+        &acc,
+        row0 + ty * TM,
+        col0 + tx * TN,
+        m,
+        n,
+        z * stride_c,
+        accumulate,
+        has_bias,
+        act,
+    );
+}
+
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn gemm_kernel<F: Float>(
@@ -121,8 +274,6 @@ fn gemm_kernel<F: Float>(
     for i in 0..TM * TN {
         acc[i] = f32::new(0.0);
     }
-    let mut ra = Array::<f32>::new(TM);
-    let mut rb = Array::<f32>::new(TN);
 
     let mut k0 = usize::new(0);
     loop {
@@ -175,47 +326,24 @@ fn gemm_kernel<F: Float>(
             sb[kk * BN + j] = v;
         }
         sync_cube();
-        #[unroll]
-        for kk in 0..BK {
-            #[unroll]
-            for i in 0..TM {
-                ra[i] = sa[kk * BM + ty * TM + i];
-            }
-            #[unroll]
-            for j in 0..TN {
-                rb[j] = sb[kk * BN + tx * TN + j];
-            }
-            #[unroll]
-            for i in 0..TM {
-                #[unroll]
-                for j in 0..TN {
-                    acc[i * TN + j] += ra[i] * rb[j];
-                }
-            }
-        }
+        tile_fma(&sa, &sb, &mut acc, tx, ty);
         sync_cube();
         k0 += BK;
     }
 
-    #[unroll]
-    for i in 0..TM {
-        let gi = row0 + ty * TM + i;
-        #[unroll]
-        for j in 0..TN {
-            let gj = col0 + tx * TN + j;
-            if gi < m && gj < n {
-                let at = base_c + gi * n + gj;
-                let mut v = acc[i * TN + j];
-                if comptime!(accumulate) {
-                    v += f32::cast_from(c[at]);
-                }
-                if comptime!(has_bias) {
-                    v += f32::cast_from(bias[gj]);
-                }
-                c[at] = F::cast_from(activate(v, act));
-            }
-        }
-    }
+    store_tile::<F>(
+        c,
+        bias,
+        &acc,
+        row0 + ty * TM,
+        col0 + tx * TN,
+        m,
+        n,
+        base_c,
+        accumulate,
+        has_bias,
+        act,
+    );
 }
 
 /// Runs `C = op(A) . op(B)` (or `+=`) as `spec` says. `a`, `b`, `c` must hold every element
@@ -268,20 +396,52 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
             vectors: m * n * batch,
         });
     }
+    let count = CubeCount::Static(gx as u32, gy as u32, batch as u32);
+    let dim = CubeDim::new_2d(UNITS as u32, UNITS as u32);
+    let bias_arg = bias.filter(|_| spec.bias).unwrap_or(b).clone();
+    let bias_len = if spec.bias { n } else { 1 };
+    let act = if spec.act <= 5 { spec.act } else { 0 };
+    let vectorized = !spec.trans_a
+        && !spec.trans_b
+        && k % 4 == 0
+        && n % 4 == 0
+        && (batch == 1 || (strides.0 % 4 == 0 && strides.1 % 4 == 0));
+    if vectorized {
+        // SAFETY: as below; every vector index `(offset) / 4` addresses an offset that is a
+        // multiple of 4 (k, n and the strides are) inside the checked spans.
+        unsafe {
+            gemm_v4_kernel::launch_unchecked::<F, R>(
+                client,
+                count,
+                dim,
+                ArrayArg::from_raw_parts(a.clone(), len_a),
+                ArrayArg::from_raw_parts(b.clone(), len_b),
+                ArrayArg::from_raw_parts(bias_arg, bias_len),
+                ArrayArg::from_raw_parts(c.clone(), len_c),
+                m,
+                n,
+                k,
+                strides.0,
+                strides.1,
+                strides.2,
+                spec.accumulate,
+                spec.bias,
+                act,
+            );
+        }
+        return Ok(());
+    }
     // SAFETY: each operand holds the elements its batch span reaches (checked above); the
     // kernel reads A and B only at indices inside those spans (guarded by `m`, `n`, `k`)
     // and writes C only inside its span.
     unsafe {
         gemm_kernel::launch_unchecked::<F, R>(
             client,
-            CubeCount::Static(gx as u32, gy as u32, batch as u32),
-            CubeDim::new_2d(UNITS as u32, UNITS as u32),
+            count,
+            dim,
             ArrayArg::from_raw_parts(a.clone(), len_a),
             ArrayArg::from_raw_parts(b.clone(), len_b),
-            ArrayArg::from_raw_parts(
-                bias.filter(|_| spec.bias).unwrap_or(b).clone(),
-                if spec.bias { n } else { 1 },
-            ),
+            ArrayArg::from_raw_parts(bias_arg, bias_len),
             ArrayArg::from_raw_parts(c.clone(), len_c),
             m,
             n,
@@ -293,7 +453,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
             spec.trans_b,
             spec.accumulate,
             spec.bias,
-            if spec.act <= 5 { spec.act } else { 0 },
+            act,
         );
     }
     Ok(())
