@@ -5,24 +5,8 @@
 //! Run: `cargo run --release -p brotensor-benches --bin bench_dense`. Figures are the best of
 //! 5 timed batches; GPU batches end with a sync.
 
-use std::time::Instant;
-
 use brotensor::{ops, Device, Dtype, Tensor};
-
-fn best_secs(device: Device, reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    brotensor::sync(device).expect("sync");
-    (0..5)
-        .map(|_| {
-            let t0 = Instant::now();
-            for _ in 0..reps {
-                f();
-            }
-            brotensor::sync(device).expect("sync");
-            t0.elapsed().as_secs_f64() / reps as f64
-        })
-        .fold(f64::INFINITY, f64::min)
-}
+use brotensor_benches::best_secs;
 
 fn host(n: usize, seed: usize) -> Vec<f32> {
     (0..n)

@@ -5,9 +5,8 @@
 //! Each figure is the best of 5 timed batches; GPU batches end with a sync. Bytes counted
 //! are the bytes each op must read and write once (e.g. add: 2 reads + 1 write).
 
-use std::time::Instant;
-
 use brotensor::{ops, Device, Dtype, Tensor};
+use brotensor_benches::best_secs;
 use rayon::prelude::*;
 
 fn parse_elems() -> usize {
@@ -17,22 +16,6 @@ fn parse_elems() -> usize {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(1 << 26)
-}
-
-/// Best seconds per call of `f` over 5 batches of `reps` calls, with a sync per batch.
-fn best_secs(device: Device, reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    brotensor::sync(device).expect("sync");
-    (0..5)
-        .map(|_| {
-            let t0 = Instant::now();
-            for _ in 0..reps {
-                f();
-            }
-            brotensor::sync(device).expect("sync");
-            t0.elapsed().as_secs_f64() / reps as f64
-        })
-        .fold(f64::INFINITY, f64::min)
 }
 
 /// Host copy bandwidth with rayon on all cores, into a reused buffer (read + write bytes).
