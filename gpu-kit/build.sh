@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a GPU machine without a Rust toolchain needs to check brotensor: the
-# integration-test binary, the tour and the benchmarks (release, stripped), plus the scripts
-# that run them, into gpu-kit/out/ (ignored by git; at most 60 MiB).
+# integration-test binary, the tour and the benchmarks (release, stripped, gzipped), plus the
+# scripts that run them, into gpu-kit/out/ (ignored by git; at most 60 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=gpu-kit/out
@@ -19,6 +19,7 @@ cp target/release/examples/tour "$out/tour"
 cp target/release/bench_elementwise "$out/bench_elementwise"
 cp target/release/bench_dense "$out/bench_dense"
 strip "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise" "$out/bench_dense"
+gzip -9 "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise" "$out/bench_dense"
 cp gpu-kit/run.sh scripts/ledger.sh "$out/"
 
 size=$(du -sm "$out" | cut -f1)

@@ -22,6 +22,13 @@ export BROTENSOR_REQUIRE_GPU="$kind"
 export BROTENSOR_PARITY_LOG="$logs/ledger.tsv"
 rm -f "$BROTENSOR_PARITY_LOG"
 
+# The binaries travel gzipped; unpack them beside a writable copy.
+bin="$(mktemp -d)"
+for f in "$here"/*.gz; do
+  gunzip -c "$f" >"$bin/$(basename "$f" .gz)"
+  chmod +x "$bin/$(basename "$f" .gz)"
+done
+
 declare -a names statuses
 step() {
   local name="$1"; shift
@@ -33,10 +40,10 @@ step() {
   tail -n 25 "$logs/$name.log"
 }
 
-step tour "$here/tour"
-step tests "$here/brotensor-tests" --test-threads=4
-step bench "$here/bench_elementwise"
-step bench_dense "$here/bench_dense"
+step tour "$bin/tour"
+step tests "$bin/brotensor-tests" --test-threads=4
+step bench "$bin/bench_elementwise"
+step bench_dense "$bin/bench_dense"
 
 echo
 "$here/ledger.sh" "$BROTENSOR_PARITY_LOG" "$kind" | tee "$logs/ledger-summary.txt"
