@@ -20,7 +20,7 @@ cp target/release/bench_elementwise "$out/bench_elementwise"
 cp target/release/bench_dense "$out/bench_dense"
 strip "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise" "$out/bench_dense"
 gzip -9 "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise" "$out/bench_dense"
-cp gpu-kit/run.sh scripts/ledger.sh "$out/"
+cp gpu-kit/run.sh gpu-kit/torch_peer.py scripts/ledger.sh "$out/"
 
 size=$(du -sm "$out" | cut -f1)
 ls -la "$out"

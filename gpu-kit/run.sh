@@ -44,6 +44,7 @@ step tour "$bin/tour"
 step tests "$bin/brotensor-tests" --test-threads=4
 step bench "$bin/bench_elementwise"
 step bench_dense "$bin/bench_dense"
+step torch_peer python3 "$here/torch_peer.py"
 
 echo
 "$here/ledger.sh" "$BROTENSOR_PARITY_LOG" "$kind" | tee "$logs/ledger-summary.txt"
