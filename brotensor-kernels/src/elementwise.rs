@@ -77,7 +77,7 @@ pub fn gelu<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
     Vector::new(0.5f32) * x * (Vector::new(1.0f32) + u.tanh())
 }
 
-/// d/dx of [`gelu`].
+/// d/dx of [`gelu()`].
 #[cube]
 pub fn gelu_derivative<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
     let u = Vector::new(0.797_884_6f32) * (x + Vector::new(0.044_715f32) * x * x * x);
@@ -96,7 +96,7 @@ pub fn gelu_exact<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
         * (Vector::new(1.0f32) + (x * Vector::new(core::f32::consts::FRAC_1_SQRT_2)).erf())
 }
 
-/// d/dx of [`gelu_exact`]: `Phi(x) + x phi(x)`.
+/// d/dx of [`gelu_exact()`]: `Phi(x) + x phi(x)`.
 #[cube]
 pub fn gelu_exact_derivative<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
     let cdf = Vector::new(0.5f32)
@@ -110,7 +110,7 @@ pub fn silu<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
     x * sigmoid::<N>(x)
 }
 
-/// d/dx of [`silu`]: `s (1 + x (1 - s))`.
+/// d/dx of [`silu()`]: `s (1 + x (1 - s))`.
 #[cube]
 pub fn silu_derivative<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
     let s = sigmoid::<N>(x);

@@ -1,6 +1,6 @@
 //! Row and column reductions. The skeleton: one cube of [`REDUCE_UNITS`] units per row; each
 //! unit folds a strided slice of the row, then the cube combines the units' partials through
-//! shared memory ([`cube_sum`], [`cube_argmax`]). Row-wise ops (softmax, the norms) reuse the
+//! shared memory ([`cube_sum()`], [`cube_argmax()`]). Row-wise ops (softmax, the norms) reuse the
 //! same helpers. Partial sums are FP32 whatever the storage type.
 
 use cubecl::prelude::*;

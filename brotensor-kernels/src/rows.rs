@@ -1,6 +1,6 @@
 //! Row-wise kernels on the row-reduce skeleton: softmax and the normalizations. One cube per
 //! row; each pass folds the row in strided slices and combines through shared memory
-//! ([`cube_sum`], [`cube_max`]). Statistics are FP32; variance is two-pass.
+//! ([`cube_sum()`], [`cube_max()`]). Statistics are FP32; variance is two-pass.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;

@@ -5,7 +5,7 @@
 //! - The op's device is the device of the first committed operand in signature order
 //!   (outputs included); if none is committed, the first operand's device tag.
 //! - Every other committed operand must be on that device, else
-//!   [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) names the operand.
+//!   `Error::DeviceMismatch` names the operand.
 //! - An uncommitted output is adopted: it is allocated on the op's device.
 //! - Outputs are resized by the op and keep their allocation while the new size fits.
 
