@@ -102,9 +102,10 @@ pub fn is_available(device: Device) -> bool {
 }
 
 /// The device new tensors land on: the innermost [`DeviceScope`] of this thread, else the
-/// process default. Before [`init`] that is the CPU; `init` picks CUDA, then a hardware
-/// wgpu adapter, then the CPU (a software adapter is never the default), unless
-/// [`DEFAULT_DEVICE_ENV`] names another.
+/// process default. Before devices are discovered that is the CPU; discovery ([`init`], or
+/// the first use of a GPU device, which runs it) picks CUDA, then a hardware wgpu adapter,
+/// then the CPU (a software adapter is never the default), unless [`DEFAULT_DEVICE_ENV`]
+/// names another or [`set_default_device`] chose one before.
 pub fn default_device() -> Device {
     if let Some(d) = SCOPES.with(|s| s.borrow().last().copied()) {
         return d;
