@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::elementwise::tanh_fast;
+use crate::elementwise::{exp_fast, tanh_fast};
 
 /// sqrt(2/pi), the tanh-GELU's scale.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -79,8 +79,9 @@ pub fn silu_backward(x: f32, dy: f32) -> f32 {
 /// The tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
 #[inline]
 pub fn gelu(x: f32) -> f32 {
+    // 0.5 (1 + tanh u) = sigmoid(2u): one exp and one division.
     let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
-    0.5 * x * (1.0 + tanh_fast(u))
+    x / (1.0 + exp_fast(-2.0 * u))
 }
 
 /// Gradient of [`gelu`].
