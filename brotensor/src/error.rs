@@ -79,6 +79,24 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// Reading or writing a file failed.
+    #[error("brotensor: {op}: {path}: {reason}")]
+    Io {
+        /// The op.
+        op: &'static str,
+        /// The file.
+        path: String,
+        /// The operating system's message.
+        reason: String,
+    },
+    /// A file's contents break its format.
+    #[error("brotensor: {op}: {reason}")]
+    Format {
+        /// The op.
+        op: &'static str,
+        /// What is wrong, where.
+        reason: String,
+    },
     /// The GPU runtime reported a failure (a launch, a transfer, a device loss).
     #[error("brotensor: {op}: GPU runtime error on {device}: {reason}")]
     Gpu {
@@ -105,6 +123,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     pub(crate) fn shape(op: &'static str, reason: impl Into<String>) -> Self {
         Error::Shape {
+            op,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn format(op: &'static str, reason: impl Into<String>) -> Self {
+        Error::Format {
             op,
             reason: reason.into(),
         }

@@ -20,6 +20,7 @@ mod backend;
 mod device;
 mod dtype;
 mod error;
+pub mod io;
 pub mod ops;
 mod runtime;
 mod tensor;

@@ -9,5 +9,6 @@ mod parity_elementwise;
 mod parity_linear;
 mod parity_norm;
 mod parity_reduction;
+mod safetensors;
 mod tensor_errors;
 mod zero_element;

@@ -1,0 +1,3 @@
+//! Model files: safetensors (mmap reader and writer).
+
+pub mod safetensors;
