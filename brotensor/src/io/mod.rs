@@ -1,3 +1,4 @@
-//! Model files: safetensors (mmap reader and writer).
+//! Model files: safetensors (mmap reader and writer) and GGUF (mmap reader).
 
+pub mod gguf;
 pub mod safetensors;

@@ -4,6 +4,7 @@ mod buffer_stability;
 mod cast_rounding;
 mod default_device;
 mod dispatch;
+mod gguf;
 mod parity_activation;
 mod parity_elementwise;
 mod parity_linear;

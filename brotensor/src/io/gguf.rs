@@ -1,0 +1,514 @@
+//! The GGUF format (versions 2 and 3): a header, typed metadata, tensor infos, then tensor
+//! data aligned to `general.alignment` (32 by default).
+//!
+//! [`GgufFile::open`] maps the file and validates everything it indexes before returning:
+//! magic and version, every metadata value (array and string lengths are checked against the
+//! bytes left, so a hostile length cannot cause a large allocation), the alignment (a power
+//! of two), each tensor's dimensions, type and byte range. Tensor data is borrowed from the
+//! map; [`upload_raw`] copies a tensor's blocks to a device without dequantizing.
+
+use std::path::Path;
+
+use crate::runtime::default_device;
+use crate::{Device, Dtype, Error, Result, Tensor};
+
+const OP: &str = "gguf";
+const MAGIC: u32 = 0x4655_4747; // "GGUF" little-endian
+const DEFAULT_ALIGNMENT: u64 = 32;
+/// Nesting depth accepted for arrays of arrays.
+const MAX_DEPTH: usize = 8;
+
+fn bad(reason: impl Into<String>) -> Error {
+    Error::format(OP, reason)
+}
+
+/// A metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// `u8`.
+    U8(u8),
+    /// `i8`.
+    I8(i8),
+    /// `u16`.
+    U16(u16),
+    /// `i16`.
+    I16(i16),
+    /// `u32`.
+    U32(u32),
+    /// `i32`.
+    I32(i32),
+    /// `f32`.
+    F32(f32),
+    /// A boolean (stored as a byte that must be 0 or 1).
+    Bool(bool),
+    /// A UTF-8 string.
+    String(String),
+    /// An array of values of one type.
+    Array(Vec<Value>),
+    /// `u64`.
+    U64(u64),
+    /// `i64`.
+    I64(i64),
+    /// `f64`.
+    F64(f64),
+}
+
+/// The ggml tensor types: their id, name, block size and block bytes.
+const GGML_TYPES: &[(u32, &str, usize, usize)] = &[
+    (0, "F32", 1, 4),
+    (1, "F16", 1, 2),
+    (2, "Q4_0", 32, 18),
+    (3, "Q4_1", 32, 20),
+    (6, "Q5_0", 32, 22),
+    (7, "Q5_1", 32, 24),
+    (8, "Q8_0", 32, 34),
+    (9, "Q8_1", 32, 36),
+    (10, "Q2_K", 256, 84),
+    (11, "Q3_K", 256, 110),
+    (12, "Q4_K", 256, 144),
+    (13, "Q5_K", 256, 176),
+    (14, "Q6_K", 256, 210),
+    (15, "Q8_K", 256, 292),
+    (16, "IQ2_XXS", 256, 66),
+    (17, "IQ2_XS", 256, 74),
+    (18, "IQ3_XXS", 256, 98),
+    (19, "IQ1_S", 256, 50),
+    (20, "IQ4_NL", 32, 18),
+    (21, "IQ3_S", 256, 110),
+    (22, "IQ2_S", 256, 82),
+    (23, "IQ4_XS", 256, 136),
+    (24, "I8", 1, 1),
+    (25, "I16", 1, 2),
+    (26, "I32", 1, 4),
+    (27, "I64", 1, 8),
+    (28, "F64", 1, 8),
+    (29, "IQ1_M", 256, 56),
+    (30, "BF16", 1, 2),
+    (34, "TQ1_0", 256, 54),
+    (35, "TQ2_0", 256, 66),
+    (39, "MXFP4", 32, 17),
+];
+
+/// The brotensor dtype that carries a ggml type unchanged, where there is one.
+fn ggml_dtype(id: u32) -> Option<Dtype> {
+    Some(match id {
+        0 => Dtype::F32,
+        1 => Dtype::F16,
+        2 => Dtype::Q4_0,
+        3 => Dtype::Q4_1,
+        6 => Dtype::Q5_0,
+        7 => Dtype::Q5_1,
+        8 => Dtype::Q8_0,
+        9 => Dtype::Q8_1,
+        10 => Dtype::Q2_K,
+        11 => Dtype::Q3_K,
+        12 => Dtype::Q4_K,
+        13 => Dtype::Q5_K,
+        14 => Dtype::Q6_K,
+        15 => Dtype::Q8_K,
+        24 => Dtype::I8,
+        26 => Dtype::I32,
+        28 => Dtype::F64,
+        30 => Dtype::BF16,
+        _ => return None,
+    })
+}
+
+/// One tensor's entry.
+#[derive(Debug, Clone)]
+pub struct TensorInfo {
+    /// Its name.
+    pub name: String,
+    /// Its dimensions, innermost (contiguous) first, as GGUF stores them.
+    pub shape: Vec<u64>,
+    /// The ggml type id.
+    pub ggml_type: u32,
+    /// The ggml type's name (`"Q4_K"`, `"IQ2_XS"`, ...; `"unknown(N)"` for an unknown id).
+    pub type_name: String,
+    /// The brotensor dtype that carries it, or `None` when brotensor has none yet.
+    pub dtype: Option<Dtype>,
+    /// Elements.
+    pub numel: u64,
+    /// Offset of its data from the start of the file.
+    pub offset: usize,
+    /// Bytes of data (0 for an unknown type).
+    pub nbytes: usize,
+}
+
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// An opened, validated GGUF file.
+pub struct GgufFile {
+    bytes: Bytes,
+    version: u32,
+    alignment: u64,
+    metadata: Vec<(String, Value)>,
+    tensors: Vec<TensorInfo>,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("alignment", &self.alignment)
+            .field("metadata", &self.metadata.len())
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
+/// A bounds-checked little-endian reader.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8]> {
+        let left = (self.bytes.len() - self.at) as u64;
+        if n > left {
+            return Err(bad(format!(
+                "truncated: {what} needs {n} bytes at offset {}, {left} left",
+                self.at
+            )));
+        }
+        let s = &self.bytes[self.at..self.at + n as usize];
+        self.at += n as usize;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
+        Ok(self.take(N as u64, what)?.try_into().expect("N bytes"))
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    fn string(&mut self, what: &str) -> Result<String> {
+        let n = self.u64(what)?;
+        let raw = self.take(n, what)?;
+        String::from_utf8(raw.to_vec()).map_err(|_| bad(format!("{what} is not UTF-8")))
+    }
+
+    fn value(&mut self, ty: u32, what: &str, depth: usize) -> Result<Value> {
+        Ok(match ty {
+            0 => Value::U8(self.array::<1>(what)?[0]),
+            1 => Value::I8(self.array::<1>(what)?[0] as i8),
+            2 => Value::U16(u16::from_le_bytes(self.array(what)?)),
+            3 => Value::I16(i16::from_le_bytes(self.array(what)?)),
+            4 => Value::U32(self.u32(what)?),
+            5 => Value::I32(i32::from_le_bytes(self.array(what)?)),
+            6 => Value::F32(f32::from_le_bytes(self.array(what)?)),
+            7 => match self.array::<1>(what)?[0] {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                b => return Err(bad(format!("{what}: bool byte {b} is neither 0 nor 1"))),
+            },
+            8 => Value::String(self.string(what)?),
+            9 => {
+                if depth >= MAX_DEPTH {
+                    return Err(bad(format!(
+                        "{what}: arrays nested deeper than {MAX_DEPTH}"
+                    )));
+                }
+                let elem = self.u32(what)?;
+                let n = self.u64(what)?;
+                // Every element takes at least one byte: a count beyond the bytes left is a lie,
+                // refused before anything is allocated.
+                let left = (self.bytes.len() - self.at) as u64;
+                if n > left {
+                    return Err(bad(format!(
+                        "{what}: array of {n} elements but {left} bytes left"
+                    )));
+                }
+                let mut items = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    items.push(self.value(elem, what, depth + 1)?);
+                }
+                Value::Array(items)
+            }
+            10 => Value::U64(self.u64(what)?),
+            11 => Value::I64(i64::from_le_bytes(self.array(what)?)),
+            12 => Value::F64(f64::from_le_bytes(self.array(what)?)),
+            other => return Err(bad(format!("{what}: unknown value type {other}"))),
+        })
+    }
+}
+
+impl GgufFile {
+    /// Maps `path` and validates it. The file must not be modified while it is open.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
+        let path = path.as_ref();
+        let io = |e: std::io::Error| Error::Io {
+            op: OP,
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: a read-only map owned by the returned value, which lends views of it; as for
+        // any mmap reader, the file must not be truncated while open (documented above), and
+        // every offset is validated against the mapped length before use.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        GgufFile::parse(Bytes::Mapped(map))
+    }
+
+    /// Validates a GGUF file held in memory.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile> {
+        GgufFile::parse(Bytes::Owned(bytes))
+    }
+
+    fn parse(bytes: Bytes) -> Result<GgufFile> {
+        let mut c = Cursor {
+            bytes: &bytes,
+            at: 0,
+        };
+        let magic = c.u32("magic")?;
+        if magic != MAGIC {
+            return Err(bad(format!("bad magic {magic:#010x}: not a GGUF file")));
+        }
+        let version = c.u32("version")?;
+        if !(2..=3).contains(&version) {
+            return Err(bad(format!("version {version} is not supported (2 or 3)")));
+        }
+        let n_tensors = c.u64("tensor count")?;
+        let n_kv = c.u64("metadata count")?;
+        let mut metadata = Vec::new();
+        for i in 0..n_kv {
+            let key = c.string(&format!("metadata key #{i}"))?;
+            let ty = c.u32(&format!("type of `{key}`"))?;
+            let value = c.value(ty, &format!("`{key}`"), 0)?;
+            metadata.push((key, value));
+        }
+        let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some((_, Value::U32(a))) if a.is_power_of_two() => u64::from(*a),
+            Some((_, v)) => {
+                return Err(bad(format!(
+                    "general.alignment must be a power-of-two U32, is {v:?}"
+                )))
+            }
+        };
+        // Each tensor info takes at least 8 + 4 + 4 + 8 bytes.
+        let left = (bytes.len() - c.at) as u64;
+        if n_tensors > left / 24 {
+            return Err(bad(format!(
+                "{n_tensors} tensors cannot fit in the {left} bytes left"
+            )));
+        }
+        let mut infos = Vec::with_capacity(n_tensors as usize);
+        for i in 0..n_tensors {
+            let name = c.string(&format!("tensor #{i} name"))?;
+            let n_dims = c.u32(&format!("`{name}` n_dims"))?;
+            if !(1..=8).contains(&n_dims) {
+                return Err(bad(format!("`{name}`: n_dims {n_dims} is not in 1..=8")));
+            }
+            let mut shape = Vec::with_capacity(n_dims as usize);
+            for _ in 0..n_dims {
+                let d = c.u64(&format!("`{name}` dims"))?;
+                if d == 0 || d > i64::MAX as u64 {
+                    return Err(bad(format!("`{name}`: dimension {d} must be positive")));
+                }
+                shape.push(d);
+            }
+            let ggml_type = c.u32(&format!("`{name}` type"))?;
+            let offset = c.u64(&format!("`{name}` offset"))?;
+            infos.push((name, shape, ggml_type, offset));
+        }
+        let data_start = (c.at as u64).div_ceil(alignment) * alignment;
+        if data_start > bytes.len() as u64 {
+            return Err(bad(format!(
+                "data starts at {data_start}, past the end of the file ({} bytes)",
+                bytes.len()
+            )));
+        }
+        let mut tensors = Vec::with_capacity(infos.len());
+        for (name, shape, ggml_type, offset) in infos {
+            tensors.push(tensor_info(
+                name,
+                shape,
+                ggml_type,
+                offset,
+                data_start,
+                bytes.len() as u64,
+            )?);
+        }
+        Ok(GgufFile {
+            bytes,
+            version,
+            alignment,
+            metadata,
+            tensors,
+        })
+    }
+
+    /// The format version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The data alignment in bytes.
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// Every metadata entry, in file order.
+    pub fn metadata(&self) -> &[(String, Value)] {
+        &self.metadata
+    }
+
+    /// The metadata value under `key`, if any.
+    pub fn find_meta(&self, key: &str) -> Option<&Value> {
+        self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// Every tensor, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The tensor called `name`, if any.
+    pub fn find_tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The tensor called `name`, or an error naming it.
+    pub fn get_tensor(&self, name: &str) -> Result<&TensorInfo> {
+        self.find_tensor(name)
+            .ok_or_else(|| Error::invalid("gguf::get_tensor", format!("no tensor named `{name}`")))
+    }
+
+    /// A tensor's bytes, borrowed from the file.
+    pub fn data(&self, info: &TensorInfo) -> &[u8] {
+        &self.bytes[info.offset..info.offset + info.nbytes]
+    }
+}
+
+fn tensor_info(
+    name: String,
+    shape: Vec<u64>,
+    ggml_type: u32,
+    offset: u64,
+    data_start: u64,
+    file_len: u64,
+) -> Result<TensorInfo> {
+    let numel = shape
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| bad(format!("`{name}`: element count of {shape:?} overflows")))?;
+    let known = GGML_TYPES.iter().find(|t| t.0 == ggml_type);
+    let type_name = known.map_or_else(|| format!("unknown({ggml_type})"), |t| t.1.to_string());
+    let nbytes = match known {
+        None => 0,
+        Some(&(_, tname, block, block_bytes)) => {
+            if numel % block as u64 != 0 {
+                return Err(bad(format!(
+                    "`{name}`: {numel} elements is not a whole number of {tname} blocks of {block}"
+                )));
+            }
+            (numel / block as u64)
+                .checked_mul(block_bytes as u64)
+                .ok_or_else(|| bad(format!("`{name}`: byte size overflows")))?
+        }
+    };
+    let begin = data_start
+        .checked_add(offset)
+        .ok_or_else(|| bad(format!("`{name}`: offset {offset} overflows")))?;
+    let end = begin
+        .checked_add(nbytes)
+        .ok_or_else(|| bad(format!("`{name}`: offset {offset} overflows")))?;
+    if end > file_len {
+        return Err(bad(format!(
+            "`{name}`: data [{begin}, {end}) runs past the end of the file ({file_len} bytes)"
+        )));
+    }
+    Ok(TensorInfo {
+        name,
+        shape,
+        ggml_type,
+        type_name,
+        dtype: ggml_dtype(ggml_type),
+        numel,
+        offset: begin as usize,
+        nbytes: nbytes as usize,
+    })
+}
+
+/// `(rows, cols)` of a GGUF shape (innermost first): `cols = shape[0]`, `rows` the product of
+/// the rest (`(n, 1)` for a 1-D shape, as in the C++ original).
+pub fn shape_to_2d(shape: &[u64]) -> Result<(usize, usize)> {
+    let op = "gguf::shape_to_2d";
+    let (&first, rest) = shape
+        .split_first()
+        .ok_or_else(|| Error::invalid(op, "empty shape"))?;
+    if shape.iter().any(|&d| d == 0 || d > i64::MAX as u64) {
+        return Err(Error::invalid(
+            op,
+            format!("shape {shape:?} has a zero or out-of-range dimension"),
+        ));
+    }
+    let to_usize = |v: u64| {
+        usize::try_from(v).map_err(|_| Error::invalid(op, format!("shape {shape:?} is too large")))
+    };
+    if rest.is_empty() {
+        return Ok((to_usize(first)?, 1));
+    }
+    let rows = rest
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| Error::invalid(op, format!("shape {shape:?} overflows")))?;
+    Ok((to_usize(rows)?, to_usize(first)?))
+}
+
+/// A tensor's raw blocks as a `rows x cols` tensor of its dtype on the default device (no
+/// dequantization). Block dtypes need whole blocks per row (`cols % block == 0`).
+pub fn upload_raw(file: &GgufFile, info: &TensorInfo, rows: usize, cols: usize) -> Result<Tensor> {
+    upload_raw_on(default_device(), file, info, rows, cols)
+}
+
+/// [`upload_raw`] onto `device`.
+pub fn upload_raw_on(
+    device: Device,
+    file: &GgufFile,
+    info: &TensorInfo,
+    rows: usize,
+    cols: usize,
+) -> Result<Tensor> {
+    let op = "gguf::upload_raw";
+    let dtype = info.dtype.ok_or_else(|| {
+        Error::invalid(
+            op,
+            format!(
+                "`{}` is {}, which brotensor cannot carry yet",
+                info.name, info.type_name
+            ),
+        )
+    })?;
+    if rows.checked_mul(cols).map(|n| n as u64) != Some(info.numel) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "`{}` has {} elements, not {rows} x {cols}",
+                info.name, info.numel
+            ),
+        ));
+    }
+    Tensor::from_raw_bytes_on(device, file.data(info), rows, cols, dtype)
+}
