@@ -11,5 +11,6 @@ pub mod elementwise;
 pub mod linear;
 pub mod loss;
 pub mod norm;
+pub mod quant;
 pub mod reduction;
 pub mod simd;

@@ -512,3 +512,55 @@ pub fn upload_raw_on(
     }
     Tensor::from_raw_bytes_on(device, file.data(info), rows, cols, dtype)
 }
+
+/// Dequantizes `bytes` of `dtype` to F32 on the host: every GGUF block carrier (Q4_0 ...
+/// Q8_K) with ggml's reference arithmetic, and F16 / BF16 / F32 by conversion. `bytes` must
+/// be a whole number of blocks.
+pub fn dequantize(dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
+    use brotensor_cpu::quant::{self, Block};
+    let op = "gguf::dequantize";
+    let kind = match dtype {
+        Dtype::Q4_0 => Block::Q4_0,
+        Dtype::Q4_1 => Block::Q4_1,
+        Dtype::Q5_0 => Block::Q5_0,
+        Dtype::Q5_1 => Block::Q5_1,
+        Dtype::Q8_0 => Block::Q8_0,
+        Dtype::Q8_1 => Block::Q8_1,
+        Dtype::Q2_K => Block::Q2_K,
+        Dtype::Q3_K => Block::Q3_K,
+        Dtype::Q4_K => Block::Q4_K,
+        Dtype::Q5_K => Block::Q5_K,
+        Dtype::Q6_K => Block::Q6_K,
+        Dtype::Q8_K => Block::Q8_K,
+        Dtype::F32 | Dtype::F16 | Dtype::BF16 => {
+            let size = dtype.block_bytes();
+            if bytes.len() % size != 0 {
+                return Err(Error::invalid(
+                    op,
+                    format!("{} bytes is not a whole number of {dtype}", bytes.len()),
+                ));
+            }
+            let t = Tensor::from_raw_bytes_on(Device::Cpu, bytes, bytes.len() / size, 1, dtype)?;
+            return t.to_dtype(Dtype::F32)?.to_vec::<f32>();
+        }
+        other => {
+            return Err(Error::invalid(
+                op,
+                format!("{other} is not a float or block format"),
+            ))
+        }
+    };
+    let (elems, size) = kind.size();
+    if bytes.len() % size != 0 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "{} bytes is not a whole number of {dtype} blocks of {size}",
+                bytes.len()
+            ),
+        ));
+    }
+    let mut out = vec![0.0f32; bytes.len() / size * elems];
+    quant::dequantize(kind, bytes, &mut out);
+    Ok(out)
+}

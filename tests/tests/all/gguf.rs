@@ -212,3 +212,45 @@ fn malformed_files_are_clean_errors() {
         Err(Error::Io { .. })
     ));
 }
+
+#[test]
+fn dequantization_matches_the_gguf_package_bit_for_bit() {
+    let f = GgufFile::open(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/quants.gguf")).unwrap();
+    let mut checked = 0;
+    for info in f.tensors().iter().filter(|t| !t.name.ends_with(".deq")) {
+        let want_info = f.get_tensor(&format!("{}.deq", info.name)).unwrap();
+        let want: Vec<u32> = f
+            .data(want_info)
+            .chunks(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let got = gguf::dequantize(info.dtype.unwrap(), f.data(info)).unwrap();
+        assert_eq!(got.len(), want.len(), "{}", info.name);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                *w,
+                "{} element {i}: {g} vs {}",
+                info.name,
+                f32::from_bits(*w)
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 10, "every block type in the fixture");
+    // Q8_1 and Q8_K (which the package does not dequantize), from their definitions.
+    let mut q81 = vec![0u8; 36];
+    q81[..2].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+    q81[4] = 0xFE; // -2
+    q81[35] = 7;
+    let y = gguf::dequantize(Dtype::Q8_1, &q81).unwrap();
+    assert_eq!((y[0], y[31], y[1]), (-1.0, 3.5, 0.0));
+    let mut q8k = vec![0u8; 292];
+    q8k[..4].copy_from_slice(&0.25f32.to_le_bytes());
+    q8k[4] = 0x80; // -128
+    q8k[259] = 4;
+    let y = gguf::dequantize(Dtype::Q8_K, &q8k).unwrap();
+    assert_eq!((y[0], y[255], y.len()), (-32.0, 1.0, 256));
+    assert!(gguf::dequantize(Dtype::Q4_K, &[0; 100]).is_err());
+    assert!(gguf::dequantize(Dtype::I32, &[0; 4]).is_err());
+}

@@ -1,0 +1,242 @@
+//! Host dequantization of the GGUF block formats to FP32, parallel over blocks. The float
+//! operations follow ggml's reference order, so results match it (and the Python `gguf`
+//! package) bit for bit.
+
+use half::f16;
+use rayon::prelude::*;
+
+/// A GGUF block format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub enum Block {
+    /// 32 elements: f16 scale, 4-bit quants offset by 8.
+    Q4_0,
+    /// 32 elements: f16 scale and min, 4-bit quants.
+    Q4_1,
+    /// 32 elements: f16 scale, 5-bit quants offset by 16.
+    Q5_0,
+    /// 32 elements: f16 scale and min, 5-bit quants.
+    Q5_1,
+    /// 32 elements: f16 scale, int8 quants.
+    Q8_0,
+    /// 32 elements: f16 scale and sum, int8 quants.
+    Q8_1,
+    /// 256 elements: 2-bit quants, 4-bit scales and mins.
+    Q2_K,
+    /// 256 elements: 3-bit quants, 6-bit scales.
+    Q3_K,
+    /// 256 elements: 4-bit quants, 6-bit scales and mins.
+    Q4_K,
+    /// 256 elements: 5-bit quants, 6-bit scales and mins.
+    Q5_K,
+    /// 256 elements: 6-bit quants, int8 scales.
+    Q6_K,
+    /// 256 elements: f32 scale, int8 quants, block sums.
+    Q8_K,
+}
+
+impl Block {
+    /// `(elements, bytes)` per block.
+    pub fn size(self) -> (usize, usize) {
+        match self {
+            Block::Q4_0 => (32, 18),
+            Block::Q4_1 => (32, 20),
+            Block::Q5_0 => (32, 22),
+            Block::Q5_1 => (32, 24),
+            Block::Q8_0 => (32, 34),
+            Block::Q8_1 => (32, 36),
+            Block::Q2_K => (256, 84),
+            Block::Q3_K => (256, 110),
+            Block::Q4_K => (256, 144),
+            Block::Q5_K => (256, 176),
+            Block::Q6_K => (256, 210),
+            Block::Q8_K => (256, 292),
+        }
+    }
+}
+
+fn h(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// The 6-bit scale and min `j` of a K-quant's 12 packed scale bytes.
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+fn block(kind: Block, b: &[u8], y: &mut [f32]) {
+    match kind {
+        Block::Q4_0 => {
+            let d = h(b, 0);
+            for j in 0..16 {
+                y[j] = ((b[2 + j] & 0xF) as i32 - 8) as f32 * d;
+                y[j + 16] = ((b[2 + j] >> 4) as i32 - 8) as f32 * d;
+            }
+        }
+        Block::Q4_1 => {
+            let (d, m) = (h(b, 0), h(b, 2));
+            for j in 0..16 {
+                y[j] = (b[4 + j] & 0xF) as f32 * d + m;
+                y[j + 16] = (b[4 + j] >> 4) as f32 * d + m;
+            }
+        }
+        Block::Q5_0 | Block::Q5_1 => {
+            let one = kind == Block::Q5_1;
+            let d = h(b, 0);
+            let m = if one { h(b, 2) } else { 0.0 };
+            let at = if one { 4 } else { 2 };
+            let qh = u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+            let qs = &b[at + 4..];
+            for j in 0..16 {
+                let h0 = ((qh >> j) << 4) & 0x10;
+                let h1 = (qh >> (j + 12)) & 0x10;
+                let x0 = ((qs[j] & 0xF) as u32 | h0) as i32;
+                let x1 = ((qs[j] >> 4) as u32 | h1) as i32;
+                if one {
+                    y[j] = x0 as f32 * d + m;
+                    y[j + 16] = x1 as f32 * d + m;
+                } else {
+                    y[j] = (x0 - 16) as f32 * d;
+                    y[j + 16] = (x1 - 16) as f32 * d;
+                }
+            }
+        }
+        Block::Q8_0 | Block::Q8_1 => {
+            let d = h(b, 0);
+            let qs = &b[if kind == Block::Q8_0 { 2 } else { 4 }..];
+            for j in 0..32 {
+                y[j] = qs[j] as i8 as f32 * d;
+            }
+        }
+        Block::Q2_K => {
+            let (d, min) = (h(b, 80), h(b, 82));
+            let (scales, qs) = (&b[0..16], &b[16..80]);
+            let mut is = 0;
+            for n in 0..2 {
+                let q = &qs[32 * n..];
+                for j in 0..4 {
+                    let shift = 2 * j;
+                    for half in 0..2 {
+                        let sc = scales[is];
+                        is += 1;
+                        let (dl, ml) = (d * (sc & 0xF) as f32, min * (sc >> 4) as f32);
+                        for l in 0..16 {
+                            let v = (q[l + 16 * half] >> shift) & 3;
+                            y[128 * n + 32 * j + 16 * half + l] = dl * v as f32 - ml;
+                        }
+                    }
+                }
+            }
+        }
+        Block::Q3_K => {
+            let d_all = h(b, 108);
+            let (hm, qs, packed) = (&b[0..32], &b[32..96], &b[96..108]);
+            let aux = |i: usize| {
+                u32::from_le_bytes(packed[4 * i..4 * i + 4].try_into().expect("4 bytes"))
+            };
+            let (k1, k2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+            let (a0, a1, tmp) = (aux(0), aux(1), aux(2));
+            let words = [
+                (a0 & k2) | ((tmp & k1) << 4),
+                (a1 & k2) | (((tmp >> 2) & k1) << 4),
+                ((a0 >> 4) & k2) | (((tmp >> 4) & k1) << 4),
+                ((a1 >> 4) & k2) | (((tmp >> 6) & k1) << 4),
+            ];
+            let scales: Vec<i8> = words
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .map(|v| v as i8)
+                .collect();
+            let mut is = 0;
+            let mut m = 1u8;
+            for n in 0..2 {
+                let q = &qs[32 * n..];
+                for j in 0..4 {
+                    let shift = 2 * j;
+                    for half in 0..2 {
+                        let dl = d_all * (scales[is] as i32 - 32) as f32;
+                        is += 1;
+                        for l in 0..16 {
+                            let i = l + 16 * half;
+                            let low = ((q[i] >> shift) & 3) as i32;
+                            let v = low - if hm[i] & m != 0 { 0 } else { 4 };
+                            y[128 * n + 32 * j + 16 * half + l] = dl * v as f32;
+                        }
+                    }
+                    m <<= 1;
+                }
+            }
+        }
+        Block::Q4_K | Block::Q5_K => {
+            let (d, min) = (h(b, 0), h(b, 2));
+            let scales = &b[4..16];
+            let five = kind == Block::Q5_K;
+            let (qh, ql) = if five {
+                (&b[16..48], &b[48..176])
+            } else {
+                (&b[0..0], &b[16..144])
+            };
+            for j in 0..4 {
+                let (sc1, m1) = scale_min_k4(2 * j, scales);
+                let (sc2, m2) = scale_min_k4(2 * j + 1, scales);
+                let (d1, mn1) = (d * sc1 as f32, min * m1 as f32);
+                let (d2, mn2) = (d * sc2 as f32, min * m2 as f32);
+                let q = &ql[32 * j..];
+                for l in 0..32 {
+                    let (mut lo, mut hi) = ((q[l] & 0xF) as u32, (q[l] >> 4) as u32);
+                    if five {
+                        lo += if qh[l] & (1 << (2 * j)) != 0 { 16 } else { 0 };
+                        hi += if qh[l] & (2 << (2 * j)) != 0 { 16 } else { 0 };
+                    }
+                    y[64 * j + l] = d1 * lo as f32 - mn1;
+                    y[64 * j + 32 + l] = d2 * hi as f32 - mn2;
+                }
+            }
+        }
+        Block::Q6_K => {
+            let d = h(b, 208);
+            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+            for n in 0..2 {
+                let (ql, qh, sc) = (&ql[64 * n..], &qh[32 * n..], &sc[8 * n..]);
+                for l in 0..32 {
+                    let is = l / 16;
+                    let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
+                    let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+                    let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+                    let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+                    let s = |i: usize| sc[i] as i8 as f32;
+                    y[128 * n + l] = d * s(is) * q1 as f32;
+                    y[128 * n + l + 32] = d * s(is + 2) * q2 as f32;
+                    y[128 * n + l + 64] = d * s(is + 4) * q3 as f32;
+                    y[128 * n + l + 96] = d * s(is + 6) * q4 as f32;
+                }
+            }
+        }
+        Block::Q8_K => {
+            let d = f32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
+            for j in 0..256 {
+                y[j] = d * b[4 + j] as i8 as f32;
+            }
+        }
+    }
+}
+
+/// Dequantizes whole blocks of `kind` from `bytes` into `out`. Panics unless `bytes` is a
+/// whole number of blocks and `out` holds their elements.
+pub fn dequantize(kind: Block, bytes: &[u8], out: &mut [f32]) {
+    let (elems, size) = kind.size();
+    assert!(
+        bytes.len() % size == 0 && out.len() == bytes.len() / size * elems,
+        "dequantize: lengths"
+    );
+    out.par_chunks_mut(elems)
+        .zip(bytes.par_chunks(size))
+        .for_each(|(y, b)| block(kind, b, y));
+}
