@@ -1,5 +1,6 @@
 //! Model-file throughput: opening and indexing a 1 GiB safetensors file (mmap, no copy), in
-//! milliseconds, against reading the same file into memory in the same run.
+//! milliseconds, against reading the same file into memory in the same run; and host
+//! dequantization throughput per GGUF block type (GB/s of F32 output, best of 5).
 //!
 //! Run: `cargo run --release -p brotensor-benches --bin bench_io [-- --dir DIR]` (writes a
 //! 1 GiB file into DIR, default the system temp folder, and removes it).
@@ -7,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use brotensor::io::gguf;
 use brotensor::io::safetensors::{self as st, SafeTensors, StDtype, WriteEntry};
+use brotensor::Dtype;
 
 fn main() -> brotensor::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -68,5 +71,44 @@ fn main() -> brotensor::Result<()> {
         "| std::fs::read (reference) | {:.1} | the whole file into memory, page cache warm |",
         read * 1e3
     );
+
+    // Host dequantization throughput per block type, in GB/s of F32 output.
+    println!();
+    println!("| block type | MiB in | ms | GB/s out |");
+    println!("|---|---:|---:|---:|");
+    let blocks = 1 << 15;
+    for dtype in [
+        Dtype::Q4_0,
+        Dtype::Q4_1,
+        Dtype::Q5_0,
+        Dtype::Q5_1,
+        Dtype::Q8_0,
+        Dtype::Q8_1,
+        Dtype::Q2_K,
+        Dtype::Q3_K,
+        Dtype::Q4_K,
+        Dtype::Q5_K,
+        Dtype::Q6_K,
+        Dtype::Q8_K,
+    ] {
+        // Bytes below 0x40 keep every f16 / f32 scale finite.
+        let bytes: Vec<u8> = (0..blocks * dtype.block_bytes())
+            .map(|i| (i * 131 % 251) as u8 & 0x3F)
+            .collect();
+        let elems = blocks * dtype.block_size();
+        let mut best = f64::INFINITY;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let out = gguf::dequantize(dtype, &bytes)?;
+            std::hint::black_box(out.len());
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "| {dtype} | {:.1} | {:.2} | {:.1} |",
+            bytes.len() as f64 / (1 << 20) as f64,
+            best * 1e3,
+            (elems * 4) as f64 / best / 1e9
+        );
+    }
     Ok(())
 }
