@@ -33,7 +33,20 @@ pub enum Block {
     Q6_K,
     /// 256 elements: f32 scale, int8 quants, block sums.
     Q8_K,
+    /// 32 elements: f16 scale, 4-bit indices into a non-linear codebook.
+    IQ4_NL,
+    /// 256 elements: f16 scale, 6-bit sub-block scales, IQ4_NL codebook indices.
+    IQ4_XS,
+    /// 32 elements: E8M0 shared exponent, 4-bit E2M1 values.
+    MXFP4,
 }
+
+/// The IQ4_NL / IQ4_XS codebook.
+const IQ4_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+/// E2M1 values, doubled (the E8M0 scale is halved to match).
+const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 impl Block {
     /// `(elements, bytes)` per block.
@@ -51,6 +64,9 @@ impl Block {
             Block::Q5_K => (256, 176),
             Block::Q6_K => (256, 210),
             Block::Q8_K => (256, 292),
+            Block::IQ4_NL => (32, 18),
+            Block::IQ4_XS => (256, 136),
+            Block::MXFP4 => (32, 17),
         }
     }
 }
@@ -223,6 +239,41 @@ fn block(kind: Block, b: &[u8], y: &mut [f32]) {
             let d = f32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
             for j in 0..256 {
                 y[j] = d * b[4 + j] as i8 as f32;
+            }
+        }
+        Block::IQ4_NL => {
+            let d = h(b, 0);
+            for j in 0..16 {
+                y[j] = d * IQ4_VALUES[(b[2 + j] & 0xF) as usize] as f32;
+                y[j + 16] = d * IQ4_VALUES[(b[2 + j] >> 4) as usize] as f32;
+            }
+        }
+        Block::IQ4_XS => {
+            let d = h(b, 0);
+            let scales_h = u16::from_le_bytes([b[2], b[3]]);
+            let (scales_l, qs) = (&b[4..8], &b[8..136]);
+            for ib in 0..8 {
+                let low = (scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
+                let high = ((scales_h >> (2 * ib)) & 3) as u8;
+                let dl = d * ((low | (high << 4)) as i32 - 32) as f32;
+                let q = &qs[16 * ib..];
+                for j in 0..16 {
+                    y[32 * ib + j] = dl * IQ4_VALUES[(q[j] & 0xF) as usize] as f32;
+                    y[32 * ib + j + 16] = dl * IQ4_VALUES[(q[j] >> 4) as usize] as f32;
+                }
+            }
+        }
+        Block::MXFP4 => {
+            // 2^(e - 128): half the E8M0 scale, matching the doubled value table.
+            let e = b[0];
+            let d = if e < 2 {
+                f32::from_bits(0x0020_0000 << e)
+            } else {
+                f32::from_bits(((e as u32) - 1) << 23)
+            };
+            for j in 0..16 {
+                y[j] = d * MXFP4_VALUES[(b[1 + j] & 0xF) as usize] as f32;
+                y[j + 16] = d * MXFP4_VALUES[(b[1 + j] >> 4) as usize] as f32;
             }
         }
     }

@@ -47,11 +47,17 @@ pub enum Dtype {
     Q6_K,
     /// GGUF Q8_K: 256 elements in 292 bytes.
     Q8_K,
+    /// GGUF IQ4_NL: 32 elements in 18 bytes (4-bit non-linear codebook).
+    IQ4_NL,
+    /// GGUF IQ4_XS: 256 elements in 136 bytes (IQ4_NL with 6-bit sub-block scales).
+    IQ4_XS,
+    /// GGUF MXFP4: 32 elements in 17 bytes (an E8M0 scale and 4-bit E2M1 values).
+    MXFP4,
 }
 
 impl Dtype {
     /// Every dtype, in declaration order.
-    pub const ALL: [Dtype; 18] = [
+    pub const ALL: [Dtype; 21] = [
         Dtype::F32,
         Dtype::F16,
         Dtype::BF16,
@@ -70,6 +76,9 @@ impl Dtype {
         Dtype::Q5_K,
         Dtype::Q6_K,
         Dtype::Q8_K,
+        Dtype::IQ4_NL,
+        Dtype::IQ4_XS,
+        Dtype::MXFP4,
     ];
 
     /// Bytes per element, or `None` for a block carrier (use [`Dtype::storage_bytes`]).
@@ -86,10 +95,21 @@ impl Dtype {
     /// Elements per block: 32 for the legacy GGUF blocks, 256 for K-quants, 1 otherwise.
     pub const fn block_size(self) -> usize {
         match self {
-            Dtype::Q4_0 | Dtype::Q4_1 | Dtype::Q5_0 | Dtype::Q5_1 | Dtype::Q8_0 | Dtype::Q8_1 => 32,
-            Dtype::Q2_K | Dtype::Q3_K | Dtype::Q4_K | Dtype::Q5_K | Dtype::Q6_K | Dtype::Q8_K => {
-                256
-            }
+            Dtype::Q4_0
+            | Dtype::Q4_1
+            | Dtype::Q5_0
+            | Dtype::Q5_1
+            | Dtype::Q8_0
+            | Dtype::Q8_1
+            | Dtype::IQ4_NL
+            | Dtype::MXFP4 => 32,
+            Dtype::Q2_K
+            | Dtype::Q3_K
+            | Dtype::Q4_K
+            | Dtype::Q5_K
+            | Dtype::Q6_K
+            | Dtype::Q8_K
+            | Dtype::IQ4_XS => 256,
             _ => 1,
         }
     }
@@ -113,6 +133,9 @@ impl Dtype {
             Dtype::Q5_K => 176,
             Dtype::Q6_K => 210,
             Dtype::Q8_K => 292,
+            Dtype::IQ4_NL => 18,
+            Dtype::IQ4_XS => 136,
+            Dtype::MXFP4 => 17,
         }
     }
 

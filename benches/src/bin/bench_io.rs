@@ -90,6 +90,9 @@ fn main() -> brotensor::Result<()> {
         Dtype::Q5_K,
         Dtype::Q6_K,
         Dtype::Q8_K,
+        Dtype::IQ4_NL,
+        Dtype::IQ4_XS,
+        Dtype::MXFP4,
     ] {
         // Bytes below 0x40 keep every f16 / f32 scale finite.
         let bytes: Vec<u8> = (0..blocks * dtype.block_bytes())

@@ -110,6 +110,9 @@ fn ggml_dtype(id: u32) -> Option<Dtype> {
         26 => Dtype::I32,
         28 => Dtype::F64,
         30 => Dtype::BF16,
+        20 => Dtype::IQ4_NL,
+        23 => Dtype::IQ4_XS,
+        39 => Dtype::MXFP4,
         _ => return None,
     })
 }
@@ -514,7 +517,7 @@ pub fn upload_raw_on(
 }
 
 /// Dequantizes `bytes` of `dtype` to F32 on the host: every GGUF block carrier (Q4_0 ...
-/// Q8_K) with ggml's reference arithmetic, and F16 / BF16 / F32 by conversion. `bytes` must
+/// Q8_K, IQ4_NL, IQ4_XS, MXFP4) with ggml's reference arithmetic, and F16 / BF16 / F32 by conversion. `bytes` must
 /// be a whole number of blocks.
 pub fn dequantize(dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
     use brotensor_cpu::quant::{self, Block};
@@ -532,6 +535,9 @@ pub fn dequantize(dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
         Dtype::Q5_K => Block::Q5_K,
         Dtype::Q6_K => Block::Q6_K,
         Dtype::Q8_K => Block::Q8_K,
+        Dtype::IQ4_NL => Block::IQ4_NL,
+        Dtype::IQ4_XS => Block::IQ4_XS,
+        Dtype::MXFP4 => Block::MXFP4,
         Dtype::F32 | Dtype::F16 | Dtype::BF16 => {
             let size = dtype.block_bytes();
             if bytes.len() % size != 0 {

@@ -195,18 +195,18 @@ fn malformed_files_are_clean_errors() {
     let f = GgufFile::from_bytes(build(
         3,
         &[],
-        &[("iq", &[256], 23, 0), ("odd", &[4], 99, 0)],
-        &[0; 136],
+        &[("iq", &[256], 16, 0), ("odd", &[4], 99, 0)],
+        &[0; 66],
     ))
     .unwrap();
     let iq = f.get_tensor("iq").unwrap();
     assert_eq!(
         (iq.type_name.as_str(), iq.dtype, iq.nbytes),
-        ("IQ4_XS", None, 136)
+        ("IQ2_XXS", None, 66)
     );
     assert_eq!(f.get_tensor("odd").unwrap().type_name, "unknown(99)");
     let e = gguf::upload_raw(&f, iq, 1, 256).unwrap_err();
-    assert!(e.to_string().contains("IQ4_XS"), "{e}");
+    assert!(e.to_string().contains("IQ2_XXS"), "{e}");
     assert!(matches!(
         GgufFile::open("/nonexistent.gguf"),
         Err(Error::Io { .. })
@@ -237,7 +237,7 @@ fn dequantization_matches_the_gguf_package_bit_for_bit() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 10, "every block type in the fixture");
+    assert_eq!(checked, 13, "every block type in the fixture");
     // Q8_1 and Q8_K (which the package does not dequantize), from their definitions.
     let mut q81 = vec![0u8; 36];
     q81[..2].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
