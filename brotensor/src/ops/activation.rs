@@ -168,14 +168,7 @@ fn glu_backward(
             ),
         ));
     }
-    if dy.dtype() != x.dtype() {
-        return Err(Error::Dtype {
-            op: name,
-            operand: "dy",
-            expected: format!("must match `x` ({})", x.dtype()),
-            found: dy.dtype(),
-        });
-    }
+    super::check_dtypes_match(name, ("x", x), &[("dy", dy)])?;
     prepare_out(dx, be.device(), x.shape(), x.dtype())?;
     if dx.numel() == 0 {
         return Ok(());

@@ -323,14 +323,7 @@ pub fn add_channel_bias_inplace(y: &mut Tensor, bias: &Tensor, c: usize, l: usiz
             format!("bias has {} elements, C = {c}", bias.numel()),
         ));
     }
-    if bias.dtype() != y.dtype() {
-        return Err(Error::Dtype {
-            op,
-            operand: "bias",
-            expected: format!("must match `y` ({})", y.dtype()),
-            found: bias.dtype(),
-        });
-    }
+    super::check_dtypes_match(op, ("y", y), &[("bias", bias)])?;
     if cl == 0 {
         return Ok(());
     }

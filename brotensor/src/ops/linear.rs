@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use super::{check_float, dispatch, prepare_out};
+use super::{check_dtypes_match, check_float, dispatch, prepare_out};
 use crate::backend::{Backend, Broadcast, Gemm};
 use crate::{Error, Result, Tensor};
 
@@ -103,14 +103,7 @@ pub fn matmul(a: &Tensor, b: &Tensor, c: &mut Tensor) -> Result<()> {
     let op = "matmul";
     let be = dispatch(op, &[("a", a), ("b", b), ("c", c)])?;
     check_float(op, "a", a, be)?;
-    if b.dtype() != a.dtype() {
-        return Err(Error::Dtype {
-            op,
-            operand: "b",
-            expected: format!("must match `a` ({})", a.dtype()),
-            found: b.dtype(),
-        });
-    }
+    check_dtypes_match(op, ("a", a), &[("b", b)])?;
     if a.cols() != b.rows() {
         return Err(shape_error(
             op,
@@ -152,16 +145,7 @@ pub fn matmul_backward(
             ),
         ));
     }
-    for (name, t) in [("b", b), ("dc", dc)] {
-        if t.dtype() != a.dtype() {
-            return Err(Error::Dtype {
-                op,
-                operand: name,
-                expected: format!("must match `a` ({})", a.dtype()),
-                found: t.dtype(),
-            });
-        }
-    }
+    check_dtypes_match(op, ("a", a), &[("b", b), ("dc", dc)])?;
     check_sized(op, "da", da, (m, k), a)?;
     check_sized(op, "db", db, (k, n), a)?;
     let acc = |trans_a, trans_b| Gemm {
@@ -182,24 +166,6 @@ fn as_column(v: &Tensor) -> Result<Cow<'_, Tensor>> {
     let mut c = v.try_clone()?;
     c.reshape(v.numel(), 1)?;
     Ok(Cow::Owned(c))
-}
-
-fn same_dtype(
-    op: &'static str,
-    like: (&'static str, &Tensor),
-    others: &[(&'static str, &Tensor)],
-) -> Result<()> {
-    for (name, t) in others {
-        if t.dtype() != like.1.dtype() {
-            return Err(Error::Dtype {
-                op,
-                operand: name,
-                expected: format!("must match `{}` ({})", like.0, like.1.dtype()),
-                found: t.dtype(),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// `t` in `dtype`: itself, or a converted copy.
@@ -229,7 +195,7 @@ pub fn linear_forward(w: &Tensor, b: &Tensor, x: &Tensor, y: &mut Tensor) -> Res
             ),
         ));
     }
-    same_dtype(op, ("w", w), &[("b", b), ("x", x)])?;
+    check_dtypes_match(op, ("w", w), &[("b", b), ("x", x)])?;
     prepare_out(y, be.device(), (w.rows(), 1), w.dtype())?;
     product(be, op, w, &*as_column(x)?, y, NN)?;
     if y.numel() > 0 {
@@ -283,7 +249,7 @@ pub fn linear_backward(
             ),
         ));
     }
-    same_dtype(op, ("w", w), &[("x", x), ("dy", dy)])?;
+    check_dtypes_match(op, ("w", w), &[("x", x), ("dy", dy)])?;
     check_sized(op, "dw", dw, w.shape(), w)?;
     check_sized(op, "db", db, (w.rows(), 1), w)?;
     let (x, dy) = (as_column(x)?, as_column(dy)?);
@@ -433,7 +399,7 @@ pub fn linear_backward_batched(
             ),
         ));
     }
-    same_dtype(op, ("w", w), &[("x", x), ("dy", dy)])?;
+    check_dtypes_match(op, ("w", w), &[("x", x), ("dy", dy)])?;
     check_sized(op, "dw", dw, (out, inp), w)?;
     check_sized(op, "db", db, (out, 1), w)?;
     prepare_out(dx, be.device(), (batch, inp), w.dtype())?;
@@ -551,6 +517,8 @@ fn product_16bit(
     }
     let f32_of = |t: &Tensor| t.to_dtype(crate::Dtype::F32);
     let wide_bias = bias.map(f32_of).transpose()?;
+    // All of `c` is widened: strided batches may leave parts of it unwritten, and those
+    // must come back unchanged.
     let mut wide_c = f32_of(c)?;
     be.gemm(
         op,

@@ -99,15 +99,24 @@ pub(crate) fn check_same(
             ),
         ));
     }
-    if t.dtype() != like.dtype() {
-        return Err(Error::Dtype {
+    check_dtypes_match(op, (like_name, like), &[(name, t)])
+}
+
+/// Checks that every tensor in `others` has `like`'s dtype, naming the first that does not.
+pub(crate) fn check_dtypes_match(
+    op: &'static str,
+    (like_name, like): (&'static str, &Tensor),
+    others: &[(&'static str, &Tensor)],
+) -> Result<()> {
+    match others.iter().find(|(_, t)| t.dtype() != like.dtype()) {
+        Some((name, t)) => Err(Error::Dtype {
             op,
             operand: name,
             expected: format!("must match `{like_name}` ({})", like.dtype()),
             found: t.dtype(),
-        });
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Adopts and sizes an output to `rows x cols` of `dtype` on `device`.

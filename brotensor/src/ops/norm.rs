@@ -22,14 +22,7 @@ fn check_params(
                 format!("`{name}` has {} elements, rows have {d}", p.numel()),
             ));
         }
-        if p.dtype() != x.dtype() {
-            return Err(Error::Dtype {
-                op,
-                operand: name,
-                expected: format!("must match `x` ({})", x.dtype()),
-                found: p.dtype(),
-            });
-        }
+        super::check_dtypes_match(op, ("x", x), &[(name, p)])?;
     }
     Ok(())
 }
@@ -169,14 +162,7 @@ pub fn layernorm_backward_batched_with_caches(
     let (r, d) = dy.shape();
     check_shape(op, "xhat", xhat, (r, d))?;
     check_params(op, dy, d, &[("gamma", gamma)])?;
-    if xhat.dtype() != dy.dtype() {
-        return Err(Error::Dtype {
-            op,
-            operand: "xhat",
-            expected: format!("must match `dy` ({})", dy.dtype()),
-            found: xhat.dtype(),
-        });
-    }
+    super::check_dtypes_match(op, ("dy", dy), &[("xhat", xhat)])?;
     if rstd.numel() != r || rstd.dtype() != Dtype::F32 {
         return Err(Error::shape(
             op,
@@ -300,14 +286,7 @@ pub fn rms_norm_backward(
     check_float(op, "x", x, be)?;
     check_params(op, x, x.cols(), &[("gamma", gamma)])?;
     check_shape(op, "dy", dy, x.shape())?;
-    if dy.dtype() != x.dtype() {
-        return Err(Error::Dtype {
-            op,
-            operand: "dy",
-            expected: format!("must match `x` ({})", x.dtype()),
-            found: dy.dtype(),
-        });
-    }
+    super::check_dtypes_match(op, ("x", x), &[("dy", dy)])?;
     check_grad(op, "dgamma", dgamma, x, x.cols())?;
     prepare_out(dx, be.device(), x.shape(), x.dtype())?;
     if x.numel() == 0 {
