@@ -40,7 +40,7 @@ fn xent_kernel(
         let start = row * cols + offsets[h] as usize;
         let end = row * cols + offsets[h + 1] as usize;
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut m = f32::new(-1e30);
+        let mut m = f32::new(-1e30f32);
         let mut i = start + UNIT_POS as usize;
         loop {
             if i >= end {
@@ -52,7 +52,7 @@ fn xent_kernel(
             i += REDUCE_UNITS as usize;
         }
         let m = cube_max(m, &mut smem);
-        let mut s = f32::new(0.0);
+        let mut s = f32::new(0.0f32);
         i = start + UNIT_POS as usize;
         loop {
             if i >= end {
@@ -64,11 +64,11 @@ fn xent_kernel(
             i += REDUCE_UNITS as usize;
         }
         let s = cube_sum::<f32>(s, &mut smem);
-        let mut inv = f32::new(0.0);
+        let mut inv = f32::new(0.0f32);
         if s > 0.0 {
             inv = 1.0 / s;
         }
-        let mut part = f32::new(0.0);
+        let mut part = f32::new(0.0f32);
         i = start + UNIT_POS as usize;
         loop {
             if i >= end {
@@ -117,7 +117,7 @@ fn bce_kernel(
     let row = CUBE_POS;
     if row < rows {
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut part = f32::new(0.0);
+        let mut part = f32::new(0.0f32);
         let mut j = UNIT_POS as usize;
         loop {
             if j >= cols {

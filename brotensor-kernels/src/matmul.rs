@@ -186,7 +186,7 @@ fn gemm_v4_kernel<F: Float>(
     let mut acc = Array::<f32>::new(TM * TN);
     #[unroll]
     for i in 0..TM * TN {
-        acc[i] = f32::new(0.0);
+        acc[i] = f32::new(0.0f32);
     }
     // A's 64 x 16 slice is 256 vectors along k; B's 16 x 64 slice is 256 vectors along n.
     let ai = tid / (BK / 4);
@@ -272,7 +272,7 @@ fn gemm_kernel<F: Float>(
     let mut acc = Array::<f32>::new(TM * TN);
     #[unroll]
     for i in 0..TM * TN {
-        acc[i] = f32::new(0.0);
+        acc[i] = f32::new(0.0f32);
     }
 
     let mut k0 = usize::new(0);
@@ -293,7 +293,7 @@ fn gemm_kernel<F: Float>(
             }
             let gi = row0 + i;
             let gk = k0 + kk;
-            let mut v = f32::new(0.0);
+            let mut v = f32::new(0.0f32);
             if gi < m && gk < k {
                 if comptime!(trans_a) {
                     v = f32::cast_from(a[base_a + gk * m + gi]);
@@ -315,7 +315,7 @@ fn gemm_kernel<F: Float>(
             }
             let gk = k0 + kk;
             let gj = col0 + j;
-            let mut v = f32::new(0.0);
+            let mut v = f32::new(0.0f32);
             if gk < k && gj < n {
                 if comptime!(trans_b) {
                     v = f32::cast_from(b[base_b + gj * k + gk]);

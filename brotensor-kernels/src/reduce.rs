@@ -67,7 +67,7 @@ pub fn cube_argmax(v: f32, i: u32, vals: &mut SharedMemory<f32>, idxs: &mut Shar
 fn sum_rows_kernel<F: Float>(x: &Array<F>, y: &mut Array<F>, rows: usize, cols: usize) {
     let row = CUBE_POS;
     if row < rows {
-        let mut acc = f32::new(0.0);
+        let mut acc = f32::new(0.0f32);
         let mut j = UNIT_POS as usize;
         loop {
             if j >= cols {
@@ -88,7 +88,7 @@ fn sum_rows_kernel<F: Float>(x: &Array<F>, y: &mut Array<F>, rows: usize, cols: 
 fn sum_cols_kernel<F: Float>(x: &Array<F>, y: &mut Array<F>, rows: usize, cols: usize) {
     let c = ABSOLUTE_POS;
     if c < cols {
-        let mut acc = f32::new(0.0);
+        let mut acc = f32::new(0.0f32);
         for r in 0..rows {
             acc += f32::cast_from(x[r * cols + c]);
         }
@@ -145,11 +145,11 @@ fn top_k_rows_kernel(
         let mut sv = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
         let mut si = SharedMemory::<u32>::new(REDUCE_UNITS as usize);
         // The previous pick; the next is the best element ranked strictly after it.
-        let mut pv = f32::new(0.0);
+        let mut pv = f32::new(0.0f32);
         let mut pi = u32::new(0);
         let mut first = bool::new(true);
         for out in 0..k {
-            let mut bv = f32::new(0.0);
+            let mut bv = f32::new(0.0f32);
             let mut bi = none;
             let mut j = UNIT_POS as usize;
             loop {

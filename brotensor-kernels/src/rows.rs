@@ -48,7 +48,7 @@ fn softmax_kernel<F: Float>(
     if row < rows {
         let base = row * cols;
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut m = f32::new(-1e30);
+        let mut m = f32::new(-1e30f32);
         let mut j = UNIT_POS as usize;
         loop {
             if j >= cols {
@@ -65,7 +65,7 @@ fn softmax_kernel<F: Float>(
             j += REDUCE_UNITS as usize;
         }
         let m = cube_max(m, &mut smem);
-        let mut s = f32::new(0.0);
+        let mut s = f32::new(0.0f32);
         j = UNIT_POS as usize;
         loop {
             if j >= cols {
@@ -81,7 +81,7 @@ fn softmax_kernel<F: Float>(
             j += REDUCE_UNITS as usize;
         }
         let s = cube_sum::<f32>(s, &mut smem);
-        let mut inv = f32::new(0.0);
+        let mut inv = f32::new(0.0f32);
         if s > 0.0 {
             inv = 1.0 / s;
         }
@@ -90,7 +90,7 @@ fn softmax_kernel<F: Float>(
             if j >= cols {
                 break;
             }
-            let mut p = f32::new(0.0);
+            let mut p = f32::new(0.0f32);
             let mut valid = true;
             if comptime!(masked) {
                 valid = mask[j] >= 0.5;
@@ -117,7 +117,7 @@ fn softmax_backward_kernel<F: Float>(
     if row < rows {
         let base = row * cols;
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut s = f32::new(0.0);
+        let mut s = f32::new(0.0f32);
         let mut j = UNIT_POS as usize;
         loop {
             if j >= cols {
@@ -160,7 +160,7 @@ fn layernorm_kernel<F: Float>(
         let base = row * cols;
         let n = f32::cast_from(cols);
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut s = f32::new(0.0);
+        let mut s = f32::new(0.0f32);
         let mut j = UNIT_POS as usize;
         loop {
             if j >= cols {
@@ -170,7 +170,7 @@ fn layernorm_kernel<F: Float>(
             j += REDUCE_UNITS as usize;
         }
         let mu = cube_sum::<f32>(s, &mut smem) / n;
-        let mut ss = f32::new(0.0);
+        let mut ss = f32::new(0.0f32);
         j = UNIT_POS as usize;
         loop {
             if j >= cols {
@@ -217,8 +217,8 @@ fn layernorm_backward_kernel<F: Float>(
         let base = row * cols;
         let n = f32::cast_from(cols);
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut s1 = f32::new(0.0);
-        let mut s2 = f32::new(0.0);
+        let mut s1 = f32::new(0.0f32);
+        let mut s2 = f32::new(0.0f32);
         let mut j = UNIT_POS as usize;
         loop {
             if j >= cols {
@@ -263,7 +263,7 @@ fn rms_norm_kernel<F: Float>(
     if row < rows {
         let base = row * cols;
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut ss = f32::new(0.0);
+        let mut ss = f32::new(0.0f32);
         let mut j = UNIT_POS as usize;
         loop {
             if j >= cols {
@@ -306,8 +306,8 @@ fn rms_norm_backward_kernel<F: Float>(
         let base = row * cols;
         let d = f32::cast_from(cols);
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut ss = f32::new(0.0);
-        let mut sd = f32::new(0.0);
+        let mut ss = f32::new(0.0f32);
+        let mut sd = f32::new(0.0f32);
         let mut j = UNIT_POS as usize;
         loop {
             if j >= cols {
@@ -353,7 +353,7 @@ fn column_accumulate_kernel<F: Float>(
 ) {
     let c = ABSOLUTE_POS;
     if c < cols {
-        let mut acc = f32::new(0.0);
+        let mut acc = f32::new(0.0f32);
         for r in 0..rows {
             let mut v = f32::cast_from(a[r * cols + c]);
             if comptime!(with_b) {

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Fuzzes each model-file reader for SECONDS (default 600) with cargo fuzz (nightly), seeded
+# with the committed fixtures. Usage: fuzz/run.sh [SECONDS] [TARGET...]
+# Targets: safetensors, gguf, dequantize (all three when none is named). Crashes land in
+# fuzz/artifacts/<target>/; each one becomes a regression test in tests/tests/all/.
+set -euo pipefail
+cd "$(dirname "$0")"
+seconds=${1:-600}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors gguf dequantize)
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+fixtures=../tests/fixtures
+for t in "${targets[@]}"; do
+    mkdir -p "corpus/$t"
+    case $t in
+        safetensors) cp "$fixtures"/*.safetensors "corpus/$t/" ;;
+        gguf) cp "$fixtures"/*.gguf "corpus/$t/" ;;
+        dequantize)
+            # One seed per dtype: the dtype byte, then a few blocks from the quant fixture.
+            for i in $(seq 0 20); do
+                { printf "\\x$(printf %02x "$i")"; head -c 2048 "$fixtures/quants.gguf"; } > "corpus/$t/seed-$i"
+            done ;;
+    esac
+done
+for t in "${targets[@]}"; do
+    echo "== $t: ${seconds}s"
+    cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$seconds" -max_len=65536 \
+        -print_final_stats=1 2>&1 | tee "/tmp/fuzz-$t.log" | grep -E "^(#[0-9]+ +DONE|stat::|==|SUMMARY|Done)" || true
+done
