@@ -6,7 +6,8 @@
 
 use rayon::prelude::*;
 
-use crate::elementwise::{exp_fast, tanh_fast};
+use crate::elementwise::{exp_with, tanh_with};
+use crate::simd::MulAdd;
 
 /// sqrt(2/pi), the tanh-GELU's scale.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -79,21 +80,33 @@ pub fn silu_backward(x: f32, dy: f32) -> f32 {
 /// The tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
 #[inline]
 pub fn gelu(x: f32) -> f32 {
+    gelu_with(MulAdd::Split, x)
+}
+
+/// [`gelu`] with its multiply-adds evaluated as `m` says.
+#[inline(always)]
+pub fn gelu_with(m: MulAdd, x: f32) -> f32 {
     // 0.5 (1 + tanh u) = sigmoid(2u): one exp and one division.
-    let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
-    x / (1.0 + exp_fast(-2.0 * u))
+    let u = SQRT_2_OVER_PI * m.apply(GELU_CUBIC * x * x, x, x);
+    x / (1.0 + exp_with(m, -2.0 * u))
 }
 
 /// Gradient of [`gelu`].
 #[inline]
 pub fn gelu_backward(x: f32, dy: f32) -> f32 {
-    dy * gelu_derivative(x)
+    gelu_backward_with(MulAdd::Split, x, dy)
 }
 
-#[inline]
-fn gelu_derivative(x: f32) -> f32 {
-    let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
-    let t = tanh_fast(u);
+/// [`gelu_backward`] with its multiply-adds evaluated as `m` says.
+#[inline(always)]
+pub fn gelu_backward_with(m: MulAdd, x: f32, dy: f32) -> f32 {
+    dy * gelu_derivative(m, x)
+}
+
+#[inline(always)]
+fn gelu_derivative(m: MulAdd, x: f32) -> f32 {
+    let u = SQRT_2_OVER_PI * m.apply(GELU_CUBIC * x * x, x, x);
+    let t = tanh_with(m, u);
     let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
     0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
 }
@@ -194,7 +207,7 @@ impl Glu {
     #[inline]
     pub fn backward(self, a: f32, g: f32, dy: f32) -> (f32, f32) {
         match self {
-            Glu::Geglu => (dy * gelu(g), dy * a * gelu_derivative(g)),
+            Glu::Geglu => (dy * gelu(g), dy * a * gelu_derivative(MulAdd::Split, g)),
             Glu::GegluExact => (dy * gelu_exact(g), dy * a * gelu_exact_derivative(g)),
             Glu::Swiglu => (silu_backward(a, dy * g), dy * silu(a)),
         }
@@ -305,7 +318,7 @@ mod tests {
         let mut dx = [9.0; 8];
         glu_backward(Glu::Geglu, &x, &[1.0, 1.0, 1.0, 1.0], 2, &mut dx);
         assert_eq!(dx[0], gelu(3.0));
-        assert_eq!(dx[2], gelu_derivative(3.0));
+        assert_eq!(dx[2], gelu_derivative(MulAdd::Split, 3.0));
         assert_eq!(dx[5], gelu(-2.0));
     }
 }

@@ -3,12 +3,23 @@
 
 use rayon::prelude::*;
 
-use crate::elementwise::exp_fast;
-use crate::reduction::{sum, sum_map, sum_zip};
-use crate::simd::wide;
+use crate::elementwise::exp_with;
+use crate::reduction::{max_with_floor, sum, sum_map, sum_zip};
+use crate::simd::{prefetch, wide, MulAdd};
 
 /// A masked entry's logit floor (the C++ original starts its running max here).
 const MASKED_MAX: f32 = -1e30;
+
+/// Floats in a 64-byte cache line: the step at which the row loops prefetch.
+const LINE: usize = 16;
+
+/// Where row `i + 1` of the `cols`-wide rows in `all` starts (past the end for the last
+/// row, which is harmless: only [`prefetch`] reads it). Rayon hands each thread a run of
+/// consecutive rows, so the next row in memory is usually the thread's next, and fetching
+/// its lines during this row's math hides their load.
+fn next_row(all: &[f32], i: usize, cols: usize) -> *const f32 {
+    all.as_ptr().wrapping_add((i + 1) * cols)
+}
 
 /// Softmax of each row of `x` into `y`. With a `mask` (one value per column), entries whose
 /// mask is below 0.5 get probability 0; a fully masked row is all zeros.
@@ -17,34 +28,72 @@ pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32])
     if cols == 0 {
         return;
     }
-    let valid = |j: usize| mask.is_none_or(|m| m[j] >= 0.5);
     y.par_chunks_mut(cols)
         .zip(x.par_chunks(cols))
-        .for_each(|(y, x)| {
-            wide(|| {
-                let max = match mask {
-                    None => x.iter().fold(MASKED_MAX, |m, &v| if v > m { v } else { m }),
-                    Some(_) => (0..cols)
-                        .filter(|&j| valid(j))
-                        .map(|j| x[j])
-                        .fold(MASKED_MAX, f32::max),
-                };
-                match mask {
-                    None => y
-                        .iter_mut()
-                        .zip(x)
-                        .for_each(|(o, &v)| *o = exp_fast(v - max)),
-                    Some(_) => {
-                        for (j, (o, &v)) in y.iter_mut().zip(x).enumerate() {
-                            *o = if valid(j) { exp_fast(v - max) } else { 0.0 };
+        .enumerate()
+        .for_each(|(i, (y, row))| {
+            let next = next_row(x, i, cols);
+            wide(
+                #[inline(always)]
+                |madd| {
+                    let s = match mask {
+                        None => {
+                            let max = max_with_floor(row, MASKED_MAX);
+                            exp_shifted_sum(madd, row, max, y, next)
                         }
+                        Some(m) => {
+                            let max = row.iter().zip(m).fold(MASKED_MAX, |a, (&v, &k)| {
+                                if k >= 0.5 && v > a {
+                                    v
+                                } else {
+                                    a
+                                }
+                            });
+                            for ((o, &v), &k) in y.iter_mut().zip(row).zip(m) {
+                                *o = if k >= 0.5 {
+                                    exp_with(madd, v - max)
+                                } else {
+                                    0.0
+                                };
+                            }
+                            sum(y)
+                        }
+                    };
+                    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+                    for o in y.iter_mut() {
+                        *o *= inv;
                     }
-                }
-                let s = sum(y);
-                let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-                y.iter_mut().for_each(|o| *o *= inv);
-            })
+                },
+            )
         });
+}
+
+/// Independent sums in [`exp_shifted_sum`]; a multiple of the 16 floats in a cache line.
+const EXP_LANES: usize = 32;
+
+/// `y = exp(x - max)`, returning `sum y` in [`EXP_LANES`] FP32 lanes, while prefetching
+/// the row at `next` (of the same length) so that its load overlaps this row's math.
+#[inline(always)]
+fn exp_shifted_sum(m: MulAdd, x: &[f32], max: f32, y: &mut [f32], next: *const f32) -> f32 {
+    let mut lanes = [0.0f32; EXP_LANES];
+    let mut cy = y.chunks_exact_mut(EXP_LANES);
+    let cx = x.chunks_exact(EXP_LANES);
+    let tail = cx.remainder();
+    for (c, (o, v)) in (&mut cy).zip(cx).enumerate() {
+        let ahead = next.wrapping_add(c * EXP_LANES);
+        prefetch(ahead);
+        prefetch(ahead.wrapping_add(LINE));
+        for k in 0..EXP_LANES {
+            o[k] = exp_with(m, v[k] - max);
+            lanes[k] += o[k];
+        }
+    }
+    let mut s = lanes.iter().sum::<f32>();
+    for (o, &v) in cy.into_remainder().iter_mut().zip(tail) {
+        *o = exp_with(m, v - max);
+        s += *o;
+    }
+    s
 }
 
 /// `dl = p * (dp - sum(dp * p))` per row: the softmax gradient from its output `p`.
@@ -67,6 +116,7 @@ pub fn softmax_rows_backward(p: &[f32], dp: &[f32], cols: usize, dl: &mut [f32])
 }
 
 /// Per-row statistics of a layer norm: `(mean, rstd)` with a two-pass biased variance.
+#[inline(always)]
 pub fn mean_rstd(row: &[f32], eps: f32) -> (f32, f32) {
     let n = row.len() as f32;
     let mean = sum(row) / n;
@@ -101,13 +151,16 @@ pub fn layernorm_rows(
         .par_chunks_mut(cols)
         .zip(x.par_chunks(cols))
         .map(|(y, x)| {
-            wide(|| {
-                let (m, r) = mean_rstd(x, eps);
-                for j in 0..cols {
-                    y[j] = gamma[j] * ((x[j] - m) * r) + beta[j];
-                }
-                (m, r)
-            })
+            wide(
+                #[inline(always)]
+                |madd| {
+                    let (m, r) = mean_rstd(x, eps);
+                    for j in 0..cols {
+                        y[j] = madd.apply(gamma[j], (x[j] - m) * r, beta[j]);
+                    }
+                    (m, r)
+                },
+            )
         })
         .collect();
     if let Some(xh) = xhat {
@@ -185,6 +238,7 @@ pub fn column_accumulate(a: &[f32], b: Option<&[f32]>, scale: Option<&[f32]>, ou
 }
 
 /// `1 / sqrt(mean(x^2) + eps)` of a row.
+#[inline(always)]
 pub fn rrms(row: &[f32], eps: f32) -> f32 {
     let ss = sum_map(row, |v| v * v);
     1.0 / (ss / row.len() as f32 + eps).sqrt()
@@ -199,12 +253,15 @@ pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
     y.par_chunks_mut(cols)
         .zip(x.par_chunks(cols))
         .for_each(|(y, x)| {
-            wide(|| {
-                let r = rrms(x, eps);
-                for j in 0..cols {
-                    y[j] = x[j] * gamma[j] * r;
-                }
-            })
+            wide(
+                #[inline(always)]
+                |_| {
+                    let r = rrms(x, eps);
+                    for j in 0..cols {
+                        y[j] = x[j] * gamma[j] * r;
+                    }
+                },
+            )
         });
 }
 
@@ -251,6 +308,30 @@ mod tests {
         assert_eq!(y, [1.0, 0.0, 1.0, 0.0]);
         softmax_rows(&x, 2, Some(&[0.0, 0.4]), &mut y);
         assert_eq!(y, [0.0; 4]);
+    }
+
+    #[test]
+    fn softmax_long_rows_match_f64() {
+        // 3 rows of 100: the 32-lane chunks, their tail and the next-row prefetch all run.
+        let (rows, cols) = (3, 100);
+        let x: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 37) % 101) as f32 * 0.21 - 9.0)
+            .collect();
+        let mut y = vec![0.0; x.len()];
+        softmax_rows(&x, cols, None, &mut y);
+        for r in 0..rows {
+            let row = &x[r * cols..(r + 1) * cols];
+            let m = row.iter().fold(f64::MIN, |a, &v| a.max(v as f64));
+            let z: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
+            for j in 0..cols {
+                let want = (row[j] as f64 - m).exp() / z;
+                let got = y[r * cols + j] as f64;
+                assert!(
+                    (got - want).abs() <= 1e-6 * want.max(1e-3),
+                    "({r}, {j}): {got} vs {want}"
+                );
+            }
+        }
     }
 
     #[test]

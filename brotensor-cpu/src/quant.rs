@@ -5,6 +5,11 @@
 use half::f16;
 use rayon::prelude::*;
 
+use crate::simd::wide;
+
+/// Blocks decoded per parallel task: 8 KiB (legacy) to 64 KiB (K-quant) of output.
+const BLOCKS_PER_TASK: usize = 64;
+
 /// A GGUF block format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
@@ -87,6 +92,7 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+#[inline(always)]
 fn block(kind: Block, b: &[u8], y: &mut [f32]) {
     match kind {
         Block::Q4_0 => {
@@ -287,7 +293,16 @@ pub fn dequantize(kind: Block, bytes: &[u8], out: &mut [f32]) {
         bytes.len() % size == 0 && out.len() == bytes.len() / size * elems,
         "dequantize: lengths"
     );
-    out.par_chunks_mut(elems)
-        .zip(bytes.par_chunks(size))
-        .for_each(|(y, b)| block(kind, b, y));
+    out.par_chunks_mut(elems * BLOCKS_PER_TASK)
+        .zip(bytes.par_chunks(size * BLOCKS_PER_TASK))
+        .for_each(|(y, b)| {
+            wide(
+                #[inline(always)]
+                |_| {
+                    for (y, b) in y.chunks_exact_mut(elems).zip(b.chunks_exact(size)) {
+                        block(kind, b, y);
+                    }
+                },
+            )
+        });
 }

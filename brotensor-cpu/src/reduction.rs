@@ -2,17 +2,22 @@
 
 use rayon::prelude::*;
 
-/// Sum of a slice, FP32, in 8 independent lanes (vectorizes; more accurate than one chain).
-#[inline]
+/// Independent accumulators in the lane-wise reductions: enough that the adds of a
+/// 16-wide (AVX-512) or 8-wide (AVX2) loop do not wait on each other's latency.
+const LANES: usize = 32;
+
+/// Sum of a slice, FP32, in [`LANES`] independent lanes (vectorizes; more accurate than one
+/// chain).
+#[inline(always)]
 pub fn sum(x: &[f32]) -> f32 {
     sum_map(x, |v| v)
 }
 
-/// `sum f(x[i])` in 8 independent FP32 lanes, so the loop vectorizes.
-#[inline]
+/// `sum f(x[i])` in [`LANES`] independent FP32 lanes, so the loop vectorizes.
+#[inline(always)]
 pub fn sum_map(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let chunks = x.chunks_exact(8);
+    let mut lanes = [0.0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
     let tail = chunks.remainder();
     for c in chunks {
         for (l, &v) in lanes.iter_mut().zip(c) {
@@ -26,15 +31,15 @@ pub fn sum_map(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     s
 }
 
-/// `sum f(x[i], y[i])` in 8 independent FP32 lanes. Panics if the lengths differ.
-#[inline]
+/// `sum f(x[i], y[i])` in [`LANES`] independent FP32 lanes. Panics if the lengths differ.
+#[inline(always)]
 pub fn sum_zip(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
     assert_eq!(x.len(), y.len(), "sum_zip: lengths");
-    let mut lanes = [0.0f32; 8];
-    let (cx, cy) = (x.chunks_exact(8), y.chunks_exact(8));
+    let mut lanes = [0.0f32; LANES];
+    let (cx, cy) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
     let (tx, ty) = (cx.remainder(), cy.remainder());
     for (a, b) in cx.zip(cy) {
-        for i in 0..8 {
+        for i in 0..LANES {
             lanes[i] += f(a[i], b[i]);
         }
     }
@@ -43,6 +48,22 @@ pub fn sum_zip(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
         s += f(a, b);
     }
     s
+}
+
+/// The largest of `floor` and the elements of `x`, in [`LANES`] lanes. NaN elements are
+/// skipped (a comparison with NaN is false).
+#[inline(always)]
+pub fn max_with_floor(x: &[f32], floor: f32) -> f32 {
+    let pick = |m: f32, v: f32| if v > m { v } else { m };
+    let mut lanes = [floor; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = pick(*l, v);
+        }
+    }
+    lanes.iter().chain(tail).fold(floor, |m, &v| pick(m, v))
 }
 
 /// `y[r] = sum_c x[r, c]`. Panics unless `x.len() == y.len() * cols`.
@@ -172,5 +193,23 @@ mod tests {
         let mut counts = [0; 4];
         rows_count_above(&[0.5, 1.0, 1.5, 0.0, 2.0, 3.0], 3, 0.5, 1.5, &mut counts);
         assert_eq!(counts, [2, 0, 2, 2]);
+    }
+
+    #[test]
+    fn lane_reductions_cover_every_element_and_the_tail() {
+        // Lengths around the lane count, so both the lane loop and the tail carry values.
+        for n in [0, 1, LANES - 1, LANES, LANES + 1, 3 * LANES + 7] {
+            let x: Vec<f32> = (0..n).map(|i| (i % 13) as f32 - 6.0).collect();
+            let want: f32 = x.iter().sum();
+            assert_eq!(sum(&x), want, "n={n}");
+            assert_eq!(sum_map(&x, |v| 2.0 * v), 2.0 * want, "n={n}");
+            let top = x.iter().copied().fold(-100.0f32, f32::max);
+            assert_eq!(max_with_floor(&x, -100.0), top, "n={n}");
+            assert_eq!(max_with_floor(&x, 50.0), 50.0, "n={n}");
+        }
+        let mut with_nan = vec![1.0f32; 2 * LANES + 3];
+        with_nan[5] = f32::NAN;
+        with_nan[2 * LANES + 1] = 4.0;
+        assert_eq!(max_with_floor(&with_nan, -1e30), 4.0);
     }
 }

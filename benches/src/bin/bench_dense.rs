@@ -1,12 +1,12 @@
 //! Dense-core throughput on every device: matmul in GFLOP/s (on the CPU also against the
 //! `gemm` crate called directly, in the same run) and the row ops at 4096 x 4096 in GB/s
-//! against the device's copy bandwidth measured in the same run.
+//! against a device copy of the same tensor timed in batches alternating with each op.
 //!
 //! Run: `cargo run --release -p brotensor-benches --bin bench_dense`. Figures are the best of
 //! 5 timed batches; GPU batches end with a sync.
 
 use brotensor::{ops, Device, Dtype, Tensor};
-use brotensor_benches::best_secs;
+use brotensor_benches::{best_secs, best_secs_paired};
 
 fn host(n: usize, seed: usize) -> Vec<f32> {
     (0..n)
@@ -14,12 +14,13 @@ fn host(n: usize, seed: usize) -> Vec<f32> {
         .collect()
 }
 
-/// `gemm` called directly on host slices: the CPU reference for the matmul ratio.
-fn gemm_direct_secs(n: usize) -> f64 {
+/// `gemm` called directly on host slices: the CPU reference for the matmul ratio. Returns
+/// a closure that multiplies two fixed `n x n` matrices it owns.
+fn gemm_direct(n: usize) -> impl FnMut() {
     let a = host(n * n, 1);
     let b = host(n * n, 2);
     let mut c = vec![0.0f32; n * n];
-    best_secs(Device::Cpu, if n <= 256 { 50 } else { 3 }, || {
+    move || {
         // SAFETY: a, b, c are n*n row-major matrices with the strides given; c is unique.
         unsafe {
             gemm::gemm(
@@ -44,7 +45,7 @@ fn gemm_direct_secs(n: usize) -> f64 {
                 gemm::Parallelism::Rayon(0),
             );
         }
-    })
+    }
 }
 
 fn main() -> brotensor::Result<()> {
@@ -53,7 +54,7 @@ fn main() -> brotensor::Result<()> {
     println!();
     println!("| device | dtype | op | size | ms | rate | vs reference |");
     println!("|---|---|---|---|---:|---:|---:|");
-    for device in brotensor::available_devices() {
+    for device in brotensor_benches::selected_devices() {
         let name = brotensor::device_name(device)?;
         let software = brotensor::is_software(device)?;
         let sizes: &[usize] = if software {
@@ -76,14 +77,25 @@ fn main() -> brotensor::Result<()> {
                 } else {
                     3
                 };
-                let s = best_secs(device, reps, || ops::matmul(&a, &b, &mut c).unwrap());
-                let gflops = 2.0 * (n * n * n) as f64 / s / 1e9;
-                let vs = if device == Device::Cpu {
-                    let g = 2.0 * (n * n * n) as f64 / gemm_direct_secs(n) / 1e9;
-                    format!("{:.2} (gemm crate {g:.1} GFLOP/s)", gflops / g)
+                let flop = 2.0 * (n * n * n) as f64;
+                let (s, vs) = if device == Device::Cpu {
+                    // Alternating batches with the gemm crate called directly.
+                    let (s, g) = best_secs_paired(
+                        device,
+                        reps * 3,
+                        || ops::matmul(&a, &b, &mut c).unwrap(),
+                        gemm_direct(n),
+                    );
+                    let g = flop / g / 1e9;
+                    (
+                        s,
+                        format!("{:.2} (gemm crate {g:.1} GFLOP/s)", flop / s / 1e9 / g),
+                    )
                 } else {
-                    "-".to_string()
+                    let s = best_secs(device, reps, || ops::matmul(&a, &b, &mut c).unwrap());
+                    (s, "-".to_string())
                 };
+                let gflops = flop / s / 1e9;
                 println!(
                     "| {name} | {dtype} | matmul | {n}^3 | {:.3} | {gflops:.1} GFLOP/s | {vs} |",
                     s * 1e3
@@ -98,39 +110,37 @@ fn main() -> brotensor::Result<()> {
             let bt = Tensor::from_slice_on(device, &host(cols, 5), cols, 1)?.to_dtype(dtype)?;
             let mut y = Tensor::zeros_on(device, r, cols, dtype)?;
             let reps = if software { 2 } else { 10 };
-            let copy = best_secs(device, reps, || ops::cast(&x, &mut y, dtype).unwrap());
-            let copy_gbs = bytes as f64 / copy / 1e9;
-            println!("| {name} | {dtype} | copy (reference) | 4096^2 | {:.3} | {copy_gbs:.1} GB/s | 1.00 |", copy * 1e3);
-            let row = |op: &str, s: f64| {
+            // Each op is timed in batches alternating with a copy of the same tensor (a
+            // same-dtype cast into a second buffer), and compared with that copy.
+            let mut y2 = Tensor::zeros_on(device, r, cols, dtype)?;
+            let mut row = |op: &str, y: &mut Tensor, f: &mut dyn FnMut(&mut Tensor)| {
+                let (s, copy) = best_secs_paired(
+                    device,
+                    reps,
+                    || f(&mut *y),
+                    || ops::cast(&x, &mut y2, dtype).unwrap(),
+                );
                 let gbs = bytes as f64 / s / 1e9;
+                let copy_gbs = bytes as f64 / copy / 1e9;
                 println!(
-                    "| {name} | {dtype} | {op} | 4096^2 | {:.3} | {gbs:.1} GB/s | {:.2} |",
+                    "| {name} | {dtype} | {op} | 4096^2 | {:.3} | {gbs:.1} GB/s | {:.2} (copy {:.3} ms, {copy_gbs:.1} GB/s) |",
                     s * 1e3,
-                    gbs / copy_gbs
+                    gbs / copy_gbs,
+                    copy * 1e3,
                 );
             };
-            row(
-                "softmax_rows_forward",
-                best_secs(device, reps, || {
-                    ops::softmax_rows_forward(&x, &mut y, r, cols).unwrap()
-                }),
-            );
-            row(
-                "layernorm (inference)",
-                best_secs(device, reps, || {
-                    ops::layernorm_forward_inference_batched(&x, &g, &bt, &mut y, 1e-5).unwrap()
-                }),
-            );
-            row(
-                "rms_norm_forward",
-                best_secs(device, reps, || {
-                    ops::rms_norm_forward(&x, &g, 1e-6, &mut y).unwrap()
-                }),
-            );
-            row(
-                "gelu_forward",
-                best_secs(device, reps, || ops::gelu_forward(&x, &mut y).unwrap()),
-            );
+            row("softmax_rows_forward", &mut y, &mut |y| {
+                ops::softmax_rows_forward(&x, y, r, cols).unwrap()
+            });
+            row("layernorm (inference)", &mut y, &mut |y| {
+                ops::layernorm_forward_inference_batched(&x, &g, &bt, y, 1e-5).unwrap()
+            });
+            row("rms_norm_forward", &mut y, &mut |y| {
+                ops::rms_norm_forward(&x, &g, 1e-6, y).unwrap()
+            });
+            row("gelu_forward", &mut y, &mut |y| {
+                ops::gelu_forward(&x, y).unwrap()
+            });
         }
     }
     Ok(())

@@ -45,7 +45,7 @@ fn main() -> brotensor::Result<()> {
     println!("| device | dtype | elements | op | ms | GB/s | vs copy |");
     println!("|---|---|---:|---|---:|---:|---:|");
     let host: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 1e-3).collect();
-    for device in brotensor::available_devices() {
+    for device in brotensor_benches::selected_devices() {
         let name = brotensor::device_name(device)?;
         // Tensors no larger than the device's largest buffer (wgpu adapters bind a limited size).
         let max_rows = (brotensor::max_buffer_bytes(device)? / (4 * cols as u64)) as usize;

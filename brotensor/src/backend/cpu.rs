@@ -1,6 +1,7 @@
 //! The CPU backend: host buffers and the rayon FP32 reference ops of `brotensor-cpu`.
 
 use brotensor_cpu::linear::{self as lin, Mat};
+use brotensor_cpu::simd::MulAdd;
 use brotensor_cpu::{
     activation as act, cast as cpu_cast, elementwise as ew, loss as ls, norm as nm,
     reduction as red,
@@ -110,7 +111,8 @@ fn copy_bytes(dst: &mut [u8], src: &[u8]) {
 }
 
 /// Runs `$go!(f)` with `f` the scalar math of a unary instruction, one monomorphic map per
-/// instruction so the inner loop has no branch on the op.
+/// instruction so the inner loop has no branch on the op; `$go!(fused f)` where `f` also
+/// takes the vector path's [`MulAdd`].
 macro_rules! with_unary_fn {
     ($op:expr, $a:expr, $b:expr, $go:ident) => {{
         let (a, b) = ($a, $b);
@@ -131,7 +133,7 @@ macro_rules! with_unary_fn {
             Unary::Tanh => $go!(act::tanh),
             Unary::Sigmoid => $go!(act::sigmoid),
             Unary::Silu => $go!(act::silu),
-            Unary::Gelu => $go!(act::gelu),
+            Unary::Gelu => $go!(fused act::gelu_with),
             Unary::GeluExact => $go!(act::gelu_exact),
             Unary::QuickGelu => $go!(act::quick_gelu),
             Unary::Elu => $go!(move |x: f32| act::elu(x, a)),
@@ -159,7 +161,7 @@ macro_rules! with_binary_fn {
             Binary::TanhBackward => $go!(act::tanh_backward),
             Binary::SigmoidBackward => $go!(act::sigmoid_backward),
             Binary::SiluBackward => $go!(act::silu_backward),
-            Binary::GeluBackward => $go!(act::gelu_backward),
+            Binary::GeluBackward => $go!(fused act::gelu_backward_with),
             Binary::GeluExactBackward => $go!(act::gelu_exact_backward),
             Binary::QuickGeluBackward => $go!(act::quick_gelu_backward),
             Binary::EluBackward => $go!(move |x: f32, y: f32| act::elu_backward(x, y, a)),
@@ -181,12 +183,16 @@ impl ElementwiseOps for CpuBackend {
         b: f32,
     ) -> Result<()> {
         macro_rules! go {
-            ($f:expr) => {
+            (fused $f:expr) => {
                 match x {
                     Src::Out => ew::map_unary_inplace(out.host_mut::<f32>(), $f),
                     Src::Tensor(x) => ew::map_unary(x.host::<f32>(), out.host_mut::<f32>(), $f),
                 }
             };
+            ($f:expr) => {{
+                let f = $f;
+                go!(fused move |_: MulAdd, v: f32| f(v))
+            }};
         }
         with_unary_fn!(op, a, b, go);
         Ok(())
@@ -203,7 +209,7 @@ impl ElementwiseOps for CpuBackend {
         b: f32,
     ) -> Result<()> {
         macro_rules! go {
-            ($f:expr) => {{
+            (fused $f:expr) => {{
                 let f = $f;
                 match (x, y) {
                     (Src::Tensor(x), Src::Tensor(y)) => {
@@ -212,13 +218,19 @@ impl ElementwiseOps for CpuBackend {
                     (Src::Out, Src::Tensor(y)) => {
                         ew::map_binary_inplace(out.host_mut::<f32>(), y.host(), f)
                     }
-                    (Src::Tensor(x), Src::Out) => {
-                        ew::map_binary_inplace(out.host_mut::<f32>(), x.host(), move |o, x| f(x, o))
-                    }
+                    (Src::Tensor(x), Src::Out) => ew::map_binary_inplace(
+                        out.host_mut::<f32>(),
+                        x.host(),
+                        move |m, o, x| f(m, x, o),
+                    ),
                     (Src::Out, Src::Out) => {
-                        ew::map_unary_inplace(out.host_mut::<f32>(), move |o| f(o, o))
+                        ew::map_unary_inplace(out.host_mut::<f32>(), move |m, o| f(m, o, o))
                     }
                 }
+            }};
+            ($f:expr) => {{
+                let f = $f;
+                go!(fused move |_: MulAdd, x: f32, y: f32| f(x, y))
             }};
         }
         with_binary_fn!(op, a, b, go);
