@@ -217,7 +217,7 @@ impl Glu {
 /// `y (B, D) = glu(x (B, 2D))`. Panics unless `x.len() == 2 * y.len()` and `d` divides `y`.
 pub fn glu_forward(op: Glu, x: &[f32], d: usize, y: &mut [f32]) {
     assert!(
-        x.len() == 2 * y.len() && (d == 0 || y.len() % d == 0),
+        x.len() == 2 * y.len() && (d == 0 || y.len().is_multiple_of(d)),
         "glu_forward: lengths"
     );
     if d == 0 {

@@ -290,7 +290,7 @@ fn block(kind: Block, b: &[u8], y: &mut [f32]) {
 pub fn dequantize(kind: Block, bytes: &[u8], out: &mut [f32]) {
     let (elems, size) = kind.size();
     assert!(
-        bytes.len() % size == 0 && out.len() == bytes.len() / size * elems,
+        bytes.len().is_multiple_of(size) && out.len() == bytes.len() / size * elems,
         "dequantize: lengths"
     );
     out.par_chunks_mut(elems * BLOCKS_PER_TASK)

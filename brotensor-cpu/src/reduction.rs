@@ -151,7 +151,7 @@ pub fn top_k_rows(x: &[f32], cols: usize, k: usize, vals: &mut [f32], idx: &mut 
 /// `counts[r] = (#{x > lo}, #{x > hi})` per row (strict comparisons).
 pub fn rows_count_above(x: &[f32], cols: usize, lo: f32, hi: f32, counts: &mut [i32]) {
     assert!(
-        counts.len() % 2 == 0 && x.len() == counts.len() / 2 * cols,
+        counts.len().is_multiple_of(2) && x.len() == counts.len() / 2 * cols,
         "rows_count_above: lengths"
     );
     if cols == 0 {

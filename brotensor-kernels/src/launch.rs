@@ -71,7 +71,7 @@ pub(crate) fn check_len(
 pub fn vector_size_for(len: usize, max: usize) -> usize {
     [4usize, 2, 1]
         .into_iter()
-        .find(|&v| v <= max && len % v == 0)
+        .find(|&v| v <= max && len.is_multiple_of(v))
         .unwrap_or(1)
 }
 

@@ -153,7 +153,7 @@ impl Dtype {
     /// or the size overflows `usize`.
     pub fn storage_bytes(self, numel: usize) -> Result<usize> {
         let block = self.block_size();
-        if numel % block != 0 {
+        if !numel.is_multiple_of(block) {
             return Err(Error::invalid(
                 "storage_bytes",
                 format!("{numel} elements is not a multiple of the {self:?} block size {block}"),

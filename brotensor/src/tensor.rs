@@ -86,7 +86,7 @@ pub(crate) fn checked_numel(op: &'static str, rows: usize, cols: usize) -> Resul
 
 fn storage_bytes_for(op: &'static str, rows: usize, cols: usize, dtype: Dtype) -> Result<usize> {
     let numel = checked_numel(op, rows, cols)?;
-    if dtype.is_quant() && cols % dtype.block_size() != 0 {
+    if dtype.is_quant() && !cols.is_multiple_of(dtype.block_size()) {
         return Err(Error::shape(
             op,
             format!(

@@ -540,7 +540,7 @@ pub fn dequantize(dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
         Dtype::MXFP4 => Block::MXFP4,
         Dtype::F32 | Dtype::F16 | Dtype::BF16 => {
             let size = dtype.block_bytes();
-            if bytes.len() % size != 0 {
+            if !bytes.len().is_multiple_of(size) {
                 return Err(Error::invalid(
                     op,
                     format!("{} bytes is not a whole number of {dtype}", bytes.len()),
@@ -557,7 +557,7 @@ pub fn dequantize(dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
         }
     };
     let (elems, size) = kind.size();
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return Err(Error::invalid(
             op,
             format!(

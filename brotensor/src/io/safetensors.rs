@@ -574,7 +574,7 @@ pub fn serialize(
     }
     let mut json = serde_json::to_string(&Value::Object(header)).expect("a JSON value serializes");
     // Pad with spaces so the data starts 8-byte aligned.
-    while json.len() % 8 != 0 {
+    while !json.len().is_multiple_of(8) {
         json.push(' ');
     }
     let mut out = Vec::with_capacity(8 + json.len() + offset);

@@ -125,7 +125,7 @@ impl Tensor {
 
 /// `D` for an `x` of `(B, 2D)`, or the C++ error for an odd column count.
 fn glu_half(name: &'static str, x: &Tensor) -> Result<usize> {
-    if x.cols() % 2 != 0 {
+    if !x.cols().is_multiple_of(2) {
         return Err(Error::shape(
             name,
             format!("X.cols must be even (2*D), got {}", x.cols()),
