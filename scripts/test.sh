@@ -12,6 +12,8 @@ trap 'rm -f "$ledger"' EXIT
 export BROTENSOR_PARITY_LOG="$ledger"
 
 cargo fmt --all -- --check
+# The CPU-only build (no GPU runtimes) must keep compiling.
+cargo check -p brotensor --no-default-features
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 

@@ -6,7 +6,13 @@
 //! shared memory (widened to FP32), so every global element is read once per tile. Edges are
 //! zero-filled, so any shape is correct (ragged tiles, `k == 0`, `1 x 1`, skinny decode
 //! shapes). Transposes are comptime index maps, not copies.
+//!
+//! 16-bit operands on a runtime with matrix units (CUDA tensor cores: CubeCL `cmma` with
+//! 16 x 16 x 16 fragments and 32-unit planes) take [`gemm_cmma_kernel`] instead: the same
+//! 64 x 64 tile, staged in shared memory in the storage type, multiplied by four planes of
+//! 2 x 2 fragments accumulating in FP32, then the same epilogue.
 
+use cubecl::features::MmaConfig;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
@@ -346,6 +352,251 @@ fn gemm_kernel<F: Float>(
     );
 }
 
+/// Depth of a tensor-core step: two 16-deep fragments.
+const BKC: usize = 32;
+/// Side of a `cmma` fragment.
+const FRAG: usize = 16;
+/// Units per plane the tensor-core kernel is written for (an NVIDIA warp).
+const PLANE: usize = 32;
+/// Planes per cube in the tensor-core kernel; plane `p` owns the 32 x 32 quarter of the
+/// tile at rows `32 (p / 2)`, columns `32 (p % 2)`.
+const PLANES: usize = 4;
+
+/// `acc += A(rows) . B(cols)` for one fragment pair of one `BKC`-deep step.
+#[cube]
+fn fragment_mma<F: Float>(
+    sa: &SharedMemory<F>,
+    sb: &SharedMemory<F>,
+    acc: &cmma::Matrix<f32>,
+    row: usize,
+    col: usize,
+    kf: usize,
+) {
+    let a_at = row * BKC + kf * FRAG;
+    let b_at = kf * FRAG * BN + col;
+    let fa = cmma::Matrix::<F>::from_slice(
+        cmma::MatrixIdent::A,
+        16usize,
+        16usize,
+        16usize,
+        cmma::MatrixLayout::RowMajor,
+        &sa.slice(a_at, BM * BKC),
+        32,
+    );
+    let fb = cmma::Matrix::<F>::from_slice(
+        cmma::MatrixIdent::B,
+        16usize,
+        16usize,
+        16usize,
+        cmma::MatrixLayout::RowMajor,
+        &sb.slice(b_at, BKC * BN),
+        64,
+    );
+    cmma::execute::<F, F, f32, f32>(&fa, &fb, acc, acc);
+}
+
+/// The product on tensor cores for 16-bit `F`: one cube of [`PLANES`] planes computes a
+/// `64 x 64` tile of `C`; operands are staged (zero-filled at the edges) in shared memory,
+/// each plane multiplies its `2 x 2` fragments, and the FP32 accumulators go through shared
+/// memory to the same epilogue as [`gemm_kernel`].
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn gemm_cmma_kernel<F: Float>(
+    a: &Array<F>,
+    b: &Array<F>,
+    bias: &Array<F>,
+    c: &mut Array<F>,
+    m: usize,
+    n: usize,
+    k: usize,
+    stride_a: usize,
+    stride_b: usize,
+    stride_c: usize,
+    #[comptime] trans_a: bool,
+    #[comptime] trans_b: bool,
+    #[comptime] accumulate: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] act: u32,
+) {
+    let z = CUBE_POS_Z as usize;
+    let row0 = CUBE_POS_Y as usize * BM;
+    let col0 = CUBE_POS_X as usize * BN;
+    let tid = UNIT_POS as usize;
+    let plane = tid / PLANE;
+    let pr = (plane / 2) * (2 * FRAG);
+    let pc = (plane % 2) * (2 * FRAG);
+    let base_a = z * stride_a;
+    let base_b = z * stride_b;
+    let base_c = z * stride_c;
+
+    let mut sa = SharedMemory::<F>::new(BM * BKC);
+    let mut sb = SharedMemory::<F>::new(BKC * BN);
+    let acc00 = cmma::Matrix::<f32>::from_value(
+        cmma::MatrixIdent::Accumulator,
+        16usize,
+        16usize,
+        16usize,
+        cmma::MatrixLayout::Undefined,
+        0.0f32,
+    );
+    let acc01 = cmma::Matrix::<f32>::from_value(
+        cmma::MatrixIdent::Accumulator,
+        16usize,
+        16usize,
+        16usize,
+        cmma::MatrixLayout::Undefined,
+        0.0f32,
+    );
+    let acc10 = cmma::Matrix::<f32>::from_value(
+        cmma::MatrixIdent::Accumulator,
+        16usize,
+        16usize,
+        16usize,
+        cmma::MatrixLayout::Undefined,
+        0.0f32,
+    );
+    let acc11 = cmma::Matrix::<f32>::from_value(
+        cmma::MatrixIdent::Accumulator,
+        16usize,
+        16usize,
+        16usize,
+        cmma::MatrixLayout::Undefined,
+        0.0f32,
+    );
+
+    let mut k0 = usize::new(0);
+    loop {
+        if k0 >= k {
+            break;
+        }
+        // Stage A's 64 x 32 slice (row-major, stride BKC) and B's 32 x 64 slice (row-major,
+        // stride BN); consecutive units walk the stored rows so global reads coalesce.
+        #[unroll]
+        for r in 0..(BM * BKC) / (PLANES * PLANE) {
+            let e = tid + r * PLANES * PLANE;
+            let mut i = e / BKC;
+            let mut kk = e % BKC;
+            if comptime!(trans_a) {
+                i = e % BM;
+                kk = e / BM;
+            }
+            let gi = row0 + i;
+            let gk = k0 + kk;
+            let mut v = f32::new(0.0f32);
+            if gi < m && gk < k {
+                if comptime!(trans_a) {
+                    v = f32::cast_from(a[base_a + gk * m + gi]);
+                } else {
+                    v = f32::cast_from(a[base_a + gi * k + gk]);
+                }
+            }
+            sa[i * BKC + kk] = F::cast_from(v);
+        }
+        #[unroll]
+        for r in 0..(BKC * BN) / (PLANES * PLANE) {
+            let e = tid + r * PLANES * PLANE;
+            let mut kk = e / BN;
+            let mut j = e % BN;
+            if comptime!(trans_b) {
+                kk = e % BKC;
+                j = e / BKC;
+            }
+            let gk = k0 + kk;
+            let gj = col0 + j;
+            let mut v = f32::new(0.0f32);
+            if gk < k && gj < n {
+                if comptime!(trans_b) {
+                    v = f32::cast_from(b[base_b + gj * k + gk]);
+                } else {
+                    v = f32::cast_from(b[base_b + gk * n + gj]);
+                }
+            }
+            sb[kk * BN + j] = F::cast_from(v);
+        }
+        sync_cube();
+        #[unroll]
+        for kf in 0..BKC / FRAG {
+            fragment_mma::<F>(&sa, &sb, &acc00, pr, pc, kf);
+            fragment_mma::<F>(&sa, &sb, &acc01, pr, pc + FRAG, kf);
+            fragment_mma::<F>(&sa, &sb, &acc10, pr + FRAG, pc, kf);
+            fragment_mma::<F>(&sa, &sb, &acc11, pr + FRAG, pc + FRAG, kf);
+        }
+        sync_cube();
+        k0 += BKC;
+    }
+
+    // The accumulators through shared memory (row-major 64 x 64), then the epilogue.
+    let mut sc = SharedMemory::<f32>::new(BM * BN);
+    cmma::store(
+        &mut sc.slice_mut(pr * BN + pc, BM * BN),
+        &acc00,
+        64,
+        cmma::MatrixLayout::RowMajor,
+    );
+    cmma::store(
+        &mut sc.slice_mut(pr * BN + pc + FRAG, BM * BN),
+        &acc01,
+        64,
+        cmma::MatrixLayout::RowMajor,
+    );
+    cmma::store(
+        &mut sc.slice_mut((pr + FRAG) * BN + pc, BM * BN),
+        &acc10,
+        64,
+        cmma::MatrixLayout::RowMajor,
+    );
+    cmma::store(
+        &mut sc.slice_mut((pr + FRAG) * BN + pc + FRAG, BM * BN),
+        &acc11,
+        64,
+        cmma::MatrixLayout::RowMajor,
+    );
+    sync_cube();
+    #[unroll]
+    for r in 0..(BM * BN) / (PLANES * PLANE) {
+        let e = tid + r * PLANES * PLANE;
+        let gi = row0 + e / BN;
+        let gj = col0 + e % BN;
+        if gi < m && gj < n {
+            let at = base_c + gi * n + gj;
+            let mut v = sc[e];
+            if comptime!(accumulate) {
+                v += f32::cast_from(c[at]);
+            }
+            if comptime!(has_bias) {
+                v += f32::cast_from(bias[gj]);
+            }
+            c[at] = F::cast_from(activate(v, act));
+        }
+    }
+}
+
+/// Environment variable that, when set to `1`, keeps 16-bit products off the tensor cores
+/// (for comparing the two kernels, or working around a driver problem).
+pub const NO_CMMA_ENV: &str = "BROTENSOR_NO_CMMA";
+
+/// Whether `launch_gemm` runs `F` on tensor cores on this client: `F` is 16-bit, the
+/// runtime offers 16 x 16 x 16 `cmma` from `F` to FP32, planes are 32 units wide, and
+/// [`NO_CMMA_ENV`] is not `1`.
+pub fn uses_tensor_cores<R: Runtime, F: Float>(client: &ComputeClient<R>) -> bool {
+    if core::mem::size_of::<F>() != 2 || std::env::var(NO_CMMA_ENV).is_ok_and(|v| v == "1") {
+        return false;
+    }
+    let hw = &client.properties().hardware;
+    if hw.plane_size_min != PLANE as u32 || hw.plane_size_max != PLANE as u32 {
+        return false;
+    }
+    let elem = F::as_type_native_unchecked().storage_type();
+    client.features().matmul.cmma.contains(&MmaConfig {
+        a_type: elem,
+        b_type: elem,
+        cd_type: f32::as_type_native_unchecked().storage_type(),
+        m: FRAG as u32,
+        n: FRAG as u32,
+        k: FRAG as u32,
+    })
+}
+
 /// Runs `C = op(A) . op(B)` (or `+=`) as `spec` says. `a`, `b`, `c` must hold every element
 /// the batch strides reach.
 pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
@@ -401,6 +652,33 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     let bias_arg = bias.filter(|_| spec.bias).unwrap_or(b).clone();
     let bias_len = if spec.bias { n } else { 1 };
     let act = if spec.act <= 5 { spec.act } else { 0 };
+    if uses_tensor_cores::<R, F>(client) {
+        // SAFETY: as for `gemm_kernel` below: the same index guards against `m`, `n`, `k`
+        // and the same checked spans; shared-memory indices stay inside their tiles.
+        unsafe {
+            gemm_cmma_kernel::launch_unchecked::<F, R>(
+                client,
+                count,
+                CubeDim::new_1d((PLANES * PLANE) as u32),
+                ArrayArg::from_raw_parts(a.clone(), len_a),
+                ArrayArg::from_raw_parts(b.clone(), len_b),
+                ArrayArg::from_raw_parts(bias_arg, bias_len),
+                ArrayArg::from_raw_parts(c.clone(), len_c),
+                m,
+                n,
+                k,
+                strides.0,
+                strides.1,
+                strides.2,
+                spec.trans_a,
+                spec.trans_b,
+                spec.accumulate,
+                spec.bias,
+                act,
+            );
+        }
+        return Ok(());
+    }
     let vectorized = !spec.trans_a
         && !spec.trans_b
         && k % 4 == 0

@@ -40,11 +40,19 @@ fn main() -> brotensor::Result<()> {
             .filter(|&t| brotensor::supports_dtype(d, t).unwrap_or(false))
             .map(|t| t.to_string())
             .collect();
-        let kind = if brotensor::is_software(d)? {
-            ", software"
+        let mut kind = if brotensor::is_software(d)? {
+            ", software".to_string()
         } else {
-            ""
+            String::new()
         };
+        let cores: Vec<String> = [Dtype::F16, Dtype::BF16]
+            .into_iter()
+            .filter(|&t| brotensor::matmul_uses_matrix_units(d, t).unwrap_or(false))
+            .map(|t| t.to_string())
+            .collect();
+        if !cores.is_empty() {
+            kind += &format!(", tensor-core matmul in {}", cores.join("/"));
+        }
         println!(
             "  {:<60} computes {}{kind}",
             brotensor::device_name(d)?,

@@ -30,8 +30,9 @@ pub use dtype::Dtype;
 pub use error::{Error, Result};
 pub use runtime::{
     available_devices, compute_dtype, compute_dtype_on, default_device, device_name, init,
-    is_available, is_software, max_buffer_bytes, memory_info, memory_trim, set_default_device,
-    supports_dtype, sync, sync_all, DeviceScope, MemoryInfo, DEFAULT_DEVICE_ENV,
+    is_available, is_software, matmul_uses_matrix_units, max_buffer_bytes, memory_info,
+    memory_trim, set_default_device, supports_dtype, sync, sync_all, DeviceScope, MemoryInfo,
+    DEFAULT_DEVICE_ENV,
 };
 pub use tensor::{Element, Tensor};
 

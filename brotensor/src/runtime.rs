@@ -40,6 +40,7 @@ pub fn init() -> Result<()> {
 
 fn registry() -> &'static Registry {
     REGISTRY.get_or_init(|| {
+        #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(unused_mut))]
         let mut gpus: Vec<Box<dyn Backend>> = Vec::new();
         #[cfg(feature = "cuda")]
         gpus.extend(crate::backend::probe::cuda_backends());
@@ -177,6 +178,13 @@ pub fn supports_dtype(device: Device, dtype: Dtype) -> Result<bool> {
 /// A name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe ...)`.
 pub fn device_name(device: Device) -> Result<String> {
     Ok(backend("device_name", device)?.describe())
+}
+
+/// Whether matmuls in `dtype` run on matrix units (CUDA tensor cores through CubeCL `cmma`)
+/// on `device`. False on the CPU, for F32, and where the runtime offers no 16 x 16 x 16
+/// fragments for `dtype`; `BROTENSOR_NO_CMMA=1` turns them off.
+pub fn matmul_uses_matrix_units(device: Device, dtype: Dtype) -> Result<bool> {
+    Ok(backend("matmul_uses_matrix_units", device)?.matmul_on_matrix_units(dtype))
 }
 
 /// Whether `device` is a software rasterizer (usable, but never the default).

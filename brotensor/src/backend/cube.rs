@@ -129,6 +129,17 @@ impl<R: Runtime> Backend for CubeBackend<R> {
         self.software
     }
 
+    fn matmul_on_matrix_units(&self, dtype: Dtype) -> bool {
+        // BF16 stored as packed words multiplies through FP32 copies, never on matrix units.
+        self.supports(dtype)
+            && !self.words(dtype)
+            && match dtype {
+                Dtype::F16 => mm::uses_tensor_cores::<R, f16>(&self.client),
+                Dtype::BF16 => mm::uses_tensor_cores::<R, bf16>(&self.client),
+                _ => false,
+            }
+    }
+
     fn supports(&self, dtype: Dtype) -> bool {
         match dtype {
             Dtype::F32 => true,

@@ -65,6 +65,10 @@ pub(crate) trait Backend:
     }
     /// Whether ops compute in `dtype` on this device.
     fn supports(&self, dtype: Dtype) -> bool;
+    /// Whether matmuls in `dtype` run on matrix units (tensor cores) on this device.
+    fn matmul_on_matrix_units(&self, _dtype: Dtype) -> bool {
+        false
+    }
     /// Whether `cast` converts to and from `dtype` on this device.
     fn converts(&self, dtype: Dtype) -> bool {
         self.supports(dtype)

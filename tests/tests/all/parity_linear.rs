@@ -50,6 +50,31 @@ fn matmul_any_shape() {
 }
 
 #[test]
+fn matrix_units_only_for_16_bit_gpu_matmuls() {
+    // The parity cases above run through whichever kernel this reports, so on a GPU with
+    // tensor cores they test the `cmma` kernel; the log says which one ran where.
+    for d in brotensor::available_devices() {
+        for t in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+            let on = brotensor::matmul_uses_matrix_units(d, t).unwrap();
+            assert!(
+                !on || (d != Device::Cpu && t != Dtype::F32),
+                "{t} matmul on {d} cannot use matrix units"
+            );
+            let kernel = if on {
+                "tensor cores (cmma)"
+            } else {
+                "tiled kernel"
+            };
+            eprintln!("matmul {t} on {d}: {kernel}");
+        }
+    }
+    assert!(matches!(
+        brotensor::matmul_uses_matrix_units(Device::Cuda(77), Dtype::F16),
+        Err(Error::DeviceUnavailable { .. })
+    ));
+}
+
+#[test]
 fn matmul_backward_accumulates() {
     let (m, k, n) = (33, 70, 21);
     let ins = [
