@@ -42,12 +42,13 @@ step() {
 
 step tour "$bin/tour"
 step tests "$bin/brotensor-tests" --test-threads=4
-# The linear parity cases again with tensor cores off, so both 16-bit matmul kernels are
-# checked on a GPU that has them (the first run used them where `tour` says so).
-step tests_no_cmma env BROTENSOR_NO_CMMA=1 "$bin/brotensor-tests" --test-threads=4 parity_linear
+# The tensor-core matmul is opt-in until it has passed here: the tour, the linear parity
+# cases and the dense benchmark again with it on (`tour` says where it is used).
+step tour_cmma env BROTENSOR_CMMA=1 "$bin/tour"
+step tests_cmma env BROTENSOR_CMMA=1 "$bin/brotensor-tests" --test-threads=4 parity_linear
 step bench "$bin/bench_elementwise"
 step bench_dense "$bin/bench_dense"
-step bench_dense_no_cmma env BROTENSOR_NO_CMMA=1 BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_dense"
+step bench_dense_cmma env BROTENSOR_CMMA=1 BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_dense"
 step torch_peer python3 "$here/torch_peer.py"
 
 echo

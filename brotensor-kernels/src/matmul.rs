@@ -10,7 +10,8 @@
 //! 16-bit operands on a runtime with matrix units (CUDA tensor cores: CubeCL `cmma` with
 //! 16 x 16 x 16 fragments and 32-unit planes) take [`gemm_cmma_kernel`] instead: the same
 //! 64 x 64 tile, staged in shared memory in the storage type, multiplied by four planes of
-//! 2 x 2 fragments accumulating in FP32, then the same epilogue.
+//! 2 x 2 fragments accumulating in FP32, then the same epilogue. It is opt-in
+//! ([`CMMA_ENV`]) until it has run on such hardware.
 
 use cubecl::features::MmaConfig;
 use cubecl::prelude::*;
@@ -358,6 +359,8 @@ const BKC: usize = 32;
 const FRAG: usize = 16;
 /// Units per plane the tensor-core kernel is written for (an NVIDIA warp).
 const PLANE: usize = 32;
+/// Byte alignment of the tensor-core kernel's shared arrays.
+const SMEM_ALIGN: usize = 128;
 /// Planes per cube in the tensor-core kernel; plane `p` owns the 32 x 32 quarter of the
 /// tile at rows `32 (p / 2)`, columns `32 (p % 2)`.
 const PLANES: usize = 4;
@@ -429,8 +432,10 @@ fn gemm_cmma_kernel<F: Float>(
     let base_b = z * stride_b;
     let base_c = z * stride_c;
 
-    let mut sa = SharedMemory::<F>::new(BM * BKC);
-    let mut sb = SharedMemory::<F>::new(BKC * BN);
+    // `cmma` loads and stores need 32-byte aligned fragment addresses: every fragment
+    // offset below is a multiple of 16 elements, and the arrays start 128-byte aligned.
+    let mut sa = SharedMemory::<F>::new_aligned(BM * BKC, SMEM_ALIGN);
+    let mut sb = SharedMemory::<F>::new_aligned(BKC * BN, SMEM_ALIGN);
     let acc00 = cmma::Matrix::<f32>::from_value(
         cmma::MatrixIdent::Accumulator,
         16usize,
@@ -526,7 +531,7 @@ fn gemm_cmma_kernel<F: Float>(
     }
 
     // The accumulators through shared memory (row-major 64 x 64), then the epilogue.
-    let mut sc = SharedMemory::<f32>::new(BM * BN);
+    let mut sc = SharedMemory::<f32>::new_aligned(BM * BN, SMEM_ALIGN);
     cmma::store(
         &mut sc.slice_mut(pr * BN + pc, BM * BN),
         &acc00,
@@ -571,15 +576,16 @@ fn gemm_cmma_kernel<F: Float>(
     }
 }
 
-/// Environment variable that, when set to `1`, keeps 16-bit products off the tensor cores
-/// (for comparing the two kernels, or working around a driver problem).
-pub const NO_CMMA_ENV: &str = "BROTENSOR_NO_CMMA";
+/// Environment variable that, set to `1`, lets 16-bit products run on tensor cores. Opt-in
+/// until the kernel has passed the parity suite on real hardware (no GPU with matrix units
+/// has run it yet); `gpu-kit/run.sh` runs the suite and the benchmark with it set.
+pub const CMMA_ENV: &str = "BROTENSOR_CMMA";
 
 /// Whether `launch_gemm` runs `F` on tensor cores on this client: `F` is 16-bit, the
 /// runtime offers 16 x 16 x 16 `cmma` from `F` to FP32, planes are 32 units wide, and
-/// [`NO_CMMA_ENV`] is not `1`.
+/// [`CMMA_ENV`] is `1`.
 pub fn uses_tensor_cores<R: Runtime, F: Float>(client: &ComputeClient<R>) -> bool {
-    if core::mem::size_of::<F>() != 2 || std::env::var(NO_CMMA_ENV).is_ok_and(|v| v == "1") {
+    if core::mem::size_of::<F>() != 2 || std::env::var(CMMA_ENV).map_or(true, |v| v != "1") {
         return false;
     }
     let hw = &client.properties().hardware;

@@ -182,7 +182,8 @@ pub fn device_name(device: Device) -> Result<String> {
 
 /// Whether matmuls in `dtype` run on matrix units (CUDA tensor cores through CubeCL `cmma`)
 /// on `device`. False on the CPU, for F32, and where the runtime offers no 16 x 16 x 16
-/// fragments for `dtype`; `BROTENSOR_NO_CMMA=1` turns them off.
+/// fragments for `dtype`. Opt-in for now: `BROTENSOR_CMMA=1` turns them on (the kernel has
+/// not yet run on hardware that has them).
 pub fn matmul_uses_matrix_units(device: Device, dtype: Dtype) -> Result<bool> {
     Ok(backend("matmul_uses_matrix_units", device)?.matmul_on_matrix_units(dtype))
 }

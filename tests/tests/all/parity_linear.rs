@@ -52,7 +52,8 @@ fn matmul_any_shape() {
 #[test]
 fn matrix_units_only_for_16_bit_gpu_matmuls() {
     // The parity cases above run through whichever kernel this reports, so on a GPU with
-    // tensor cores they test the `cmma` kernel; the log says which one ran where.
+    // tensor cores and `BROTENSOR_CMMA=1` they test the `cmma` kernel; the log says which
+    // one ran where.
     for d in brotensor::available_devices() {
         for t in [Dtype::F32, Dtype::F16, Dtype::BF16] {
             let on = brotensor::matmul_uses_matrix_units(d, t).unwrap();
