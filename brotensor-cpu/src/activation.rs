@@ -274,6 +274,9 @@ mod tests {
                 * (1.0
                     + ((2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd.powi(3))).tanh());
             assert!((gelu(x) as f64 - g).abs() < 1e-6, "{x}");
+            // The vector path's form (fused multiply-adds where the CPU has FMA) too.
+            let fused = crate::simd::wide(|m| gelu_with(m, x));
+            assert!((fused as f64 - g).abs() < 1e-6, "{x}");
             let ge = 0.5 * xd * (1.0 + libm::erf(xd / 2f64.sqrt()));
             assert!((gelu_exact(x) as f64 - ge).abs() < 1e-6, "{x}");
         }
