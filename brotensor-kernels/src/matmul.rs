@@ -742,3 +742,80 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cubecl::cuda::CudaCompiler;
+    use cubecl::prelude::{ArrayCompilationArg, CubeKernel, ExecutionMode};
+    use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
+    use cubecl::Compiler;
+
+    /// The tensor-core kernel for `F`, lowered to CUDA C++ on the host. The kernel's IR is
+    /// built with a software Vulkan client (the struct wants one); no GPU is involved.
+    fn cuda_source<F: Float>(client: &ComputeClient<WgpuRuntime>) -> String {
+        let array = || ArrayCompilationArg { inplace: None };
+        let kernel = gemm_cmma_kernel::GemmCmmaKernel::<F, WgpuRuntime>::new(
+            KernelSettings::default().cube_dim(CubeDim::new_1d((PLANES * PLANE) as u32)),
+            client.clone(),
+            array(),
+            array(),
+            array(),
+            array(),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            true,
+            false,
+            true,
+            true,
+            2,
+        );
+        let mut compiler = CudaCompiler::default();
+        compiler
+            .compile(
+                kernel.define(),
+                &Default::default(),
+                ExecutionMode::Checked,
+                u32::as_type_native_unchecked().storage_type(),
+            )
+            .expect("the tensor-core kernel lowers to CUDA C++")
+            .to_string()
+    }
+
+    #[test]
+    fn tensor_core_kernel_lowers_to_wmma_for_f16_and_bf16() {
+        let Ok(client) = std::panic::catch_unwind(|| WgpuRuntime::client(&WgpuDevice::Cpu)) else {
+            let required = std::env::var("BROTENSOR_REQUIRE_GPU").unwrap_or_default();
+            assert!(
+                !matches!(required.as_str(), "wgpu" | "any"),
+                "no software wgpu adapter"
+            );
+            eprintln!("tensor-core lowering: SKIPPED (no software wgpu adapter)");
+            return;
+        };
+        for (name, src) in [
+            ("f16", cuda_source::<half::f16>(&client)),
+            ("bf16", cuda_source::<half::bf16>(&client)),
+        ] {
+            // Per plane per step: 2 x 2 fragments x 2 depths of mma, 2 A and 2 B loads per
+            // depth, and 4 accumulator stores at the end.
+            assert!(src.contains("mma_sync"), "{name}: no mma in\n{src}");
+            assert!(
+                src.contains("load_matrix_sync"),
+                "{name}: no fragment loads"
+            );
+            assert!(
+                src.contains("store_matrix_sync"),
+                "{name}: no accumulator stores"
+            );
+            assert!(src.contains("__syncthreads"), "{name}: no barrier");
+            if std::env::var("BROTENSOR_DUMP_CUDA").is_ok() {
+                println!("{src}");
+            }
+        }
+    }
+}
