@@ -16,6 +16,8 @@ cargo fmt --all -- --check
 cargo check -p brotensor --no-default-features
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# Every public item's docs build, with no broken links.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 echo
 scripts/ledger.sh "$ledger" "$BROTENSOR_REQUIRE_GPU"

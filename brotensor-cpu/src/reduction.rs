@@ -6,14 +6,14 @@ use rayon::prelude::*;
 /// 16-wide (AVX-512) or 8-wide (AVX2) loop do not wait on each other's latency.
 const LANES: usize = 32;
 
-/// Sum of a slice, FP32, in [`LANES`] independent lanes (vectorizes; more accurate than one
+/// Sum of a slice, FP32, in 32 independent lanes (vectorizes; more accurate than one
 /// chain).
 #[inline(always)]
 pub fn sum(x: &[f32]) -> f32 {
     sum_map(x, |v| v)
 }
 
-/// `sum f(x[i])` in [`LANES`] independent FP32 lanes, so the loop vectorizes.
+/// `sum f(x[i])` in 32 independent FP32 lanes, so the loop vectorizes.
 #[inline(always)]
 pub fn sum_map(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let mut lanes = [0.0f32; LANES];
@@ -31,7 +31,7 @@ pub fn sum_map(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     s
 }
 
-/// `sum f(x[i], y[i])` in [`LANES`] independent FP32 lanes. Panics if the lengths differ.
+/// `sum f(x[i], y[i])` in 32 independent FP32 lanes. Panics if the lengths differ.
 #[inline(always)]
 pub fn sum_zip(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
     assert_eq!(x.len(), y.len(), "sum_zip: lengths");
@@ -50,7 +50,7 @@ pub fn sum_zip(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
     s
 }
 
-/// The largest of `floor` and the elements of `x`, in [`LANES`] lanes. NaN elements are
+/// The largest of `floor` and the elements of `x`, in 32 lanes. NaN elements are
 /// skipped (a comparison with NaN is false).
 #[inline(always)]
 pub fn max_with_floor(x: &[f32], floor: f32) -> f32 {

@@ -8,7 +8,7 @@
 //! shapes). Transposes are comptime index maps, not copies.
 //!
 //! 16-bit operands on a runtime with matrix units (CUDA tensor cores: CubeCL `cmma` with
-//! 16 x 16 x 16 fragments and 32-unit planes) take [`gemm_cmma_kernel`] instead: the same
+//! 16 x 16 x 16 fragments and 32-unit planes) take a tensor-core kernel instead: the same
 //! 64 x 64 tile, staged in shared memory in the storage type, multiplied by four planes of
 //! 2 x 2 fragments accumulating in FP32, then the same epilogue. It is opt-in
 //! ([`CMMA_ENV`]) until it has run on such hardware.

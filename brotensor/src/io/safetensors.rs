@@ -5,7 +5,7 @@
 //! [`SafeTensors::open`] maps the file and validates the whole header before returning:
 //! sizes, JSON, dtype names, shapes (no overflow), offsets inside the data, no overlaps, and a
 //! byte count equal to `shape x dtype size` for every tensor. Views borrow the mapped bytes;
-//! nothing is copied until a tensor is uploaded. [`write`] produces files the Python
+//! nothing is copied until a tensor is uploaded. [`write()`] produces files the Python
 //! `safetensors` package reads back.
 
 use std::collections::{BTreeMap, HashMap};
