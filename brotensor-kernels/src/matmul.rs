@@ -92,6 +92,76 @@ fn activate(v: f32, #[comptime] act: u32) -> f32 {
     f32::cast_from(out)
 }
 
+/// `op(A)[gi, gk]` widened to FP32, or 0 outside `m x k` (the zero fill of ragged tiles).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn read_a<F: Float>(
+    a: &Array<F>,
+    base_a: usize,
+    gi: usize,
+    gk: usize,
+    m: usize,
+    k: usize,
+    #[comptime] trans_a: bool,
+) -> f32 {
+    let mut v = f32::new(0.0f32);
+    if gi < m && gk < k {
+        if comptime!(trans_a) {
+            v = f32::cast_from(a[base_a + gk * m + gi]);
+        } else {
+            v = f32::cast_from(a[base_a + gi * k + gk]);
+        }
+    }
+    v
+}
+
+/// `op(B)[gk, gj]` widened to FP32, or 0 outside `k x n`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn read_b<F: Float>(
+    b: &Array<F>,
+    base_b: usize,
+    gk: usize,
+    gj: usize,
+    k: usize,
+    n: usize,
+    #[comptime] trans_b: bool,
+) -> f32 {
+    let mut v = f32::new(0.0f32);
+    if gk < k && gj < n {
+        if comptime!(trans_b) {
+            v = f32::cast_from(b[base_b + gj * k + gk]);
+        } else {
+            v = f32::cast_from(b[base_b + gk * n + gj]);
+        }
+    }
+    v
+}
+
+/// The epilogue of one element of `C` at `at` (column `gj`): the product `v`, plus `C` when
+/// accumulating, plus `bias[gj]`, then the activation, stored in `F`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn write_c<F: Float>(
+    c: &mut Array<F>,
+    bias: &Array<F>,
+    v: f32,
+    at: usize,
+    gj: usize,
+    #[comptime] accumulate: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] act: u32,
+) {
+    let mut v = v;
+    if comptime!(accumulate) {
+        v += f32::cast_from(c[at]);
+    }
+    if comptime!(has_bias) {
+        v += f32::cast_from(bias[gj]);
+    }
+    c[at] = F::cast_from(activate(v, act));
+}
+
 /// One `BK`-deep step of the register tile: `acc += sa[:, rows] x sb[:, cols]` for this
 /// unit's `TM x TN` block (`tx`, `ty` its position in the cube).
 #[cube]
@@ -148,15 +218,16 @@ fn store_tile<F: Float>(
         for j in 0..TN {
             let gj = gj0 + j;
             if gi < m && gj < n {
-                let at = base_c + gi * n + gj;
-                let mut v = acc[i * TN + j];
-                if comptime!(accumulate) {
-                    v += f32::cast_from(c[at]);
-                }
-                if comptime!(has_bias) {
-                    v += f32::cast_from(bias[gj]);
-                }
-                c[at] = F::cast_from(activate(v, act));
+                write_c::<F>(
+                    c,
+                    bias,
+                    acc[i * TN + j],
+                    base_c + gi * n + gj,
+                    gj,
+                    accumulate,
+                    has_bias,
+                    act,
+                );
             }
         }
     }
@@ -298,16 +369,7 @@ fn gemm_kernel<F: Float>(
                 i = e % BM;
                 kk = e / BM;
             }
-            let gi = row0 + i;
-            let gk = k0 + kk;
-            let mut v = f32::new(0.0f32);
-            if gi < m && gk < k {
-                if comptime!(trans_a) {
-                    v = f32::cast_from(a[base_a + gk * m + gi]);
-                } else {
-                    v = f32::cast_from(a[base_a + gi * k + gk]);
-                }
-            }
+            let v = read_a::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
             sa[kk * BM + i] = v;
         }
         // Stage B's 16 x 64 slice likewise.
@@ -320,16 +382,7 @@ fn gemm_kernel<F: Float>(
                 kk = e % BK;
                 j = e / BK;
             }
-            let gk = k0 + kk;
-            let gj = col0 + j;
-            let mut v = f32::new(0.0f32);
-            if gk < k && gj < n {
-                if comptime!(trans_b) {
-                    v = f32::cast_from(b[base_b + gj * k + gk]);
-                } else {
-                    v = f32::cast_from(b[base_b + gk * n + gj]);
-                }
-            }
+            let v = read_b::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
             sb[kk * BN + j] = v;
         }
         sync_cube();
@@ -485,16 +538,7 @@ fn gemm_cmma_kernel<F: Float>(
                 i = e % BM;
                 kk = e / BM;
             }
-            let gi = row0 + i;
-            let gk = k0 + kk;
-            let mut v = f32::new(0.0f32);
-            if gi < m && gk < k {
-                if comptime!(trans_a) {
-                    v = f32::cast_from(a[base_a + gk * m + gi]);
-                } else {
-                    v = f32::cast_from(a[base_a + gi * k + gk]);
-                }
-            }
+            let v = read_a::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
             sa[i * BKC + kk] = F::cast_from(v);
         }
         #[unroll]
@@ -506,16 +550,7 @@ fn gemm_cmma_kernel<F: Float>(
                 kk = e % BKC;
                 j = e / BKC;
             }
-            let gk = k0 + kk;
-            let gj = col0 + j;
-            let mut v = f32::new(0.0f32);
-            if gk < k && gj < n {
-                if comptime!(trans_b) {
-                    v = f32::cast_from(b[base_b + gj * k + gk]);
-                } else {
-                    v = f32::cast_from(b[base_b + gk * n + gj]);
-                }
-            }
+            let v = read_b::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
             sb[kk * BN + j] = F::cast_from(v);
         }
         sync_cube();
@@ -563,15 +598,16 @@ fn gemm_cmma_kernel<F: Float>(
         let gi = row0 + e / BN;
         let gj = col0 + e % BN;
         if gi < m && gj < n {
-            let at = base_c + gi * n + gj;
-            let mut v = sc[e];
-            if comptime!(accumulate) {
-                v += f32::cast_from(c[at]);
-            }
-            if comptime!(has_bias) {
-                v += f32::cast_from(bias[gj]);
-            }
-            c[at] = F::cast_from(activate(v, act));
+            write_c::<F>(
+                c,
+                bias,
+                sc[e],
+                base_c + gi * n + gj,
+                gj,
+                accumulate,
+                has_bias,
+                act,
+            );
         }
     }
 }
@@ -583,9 +619,12 @@ pub const CMMA_ENV: &str = "BROTENSOR_CMMA";
 
 /// Whether `launch_gemm` runs `F` on tensor cores on this client: `F` is 16-bit, the
 /// runtime offers 16 x 16 x 16 `cmma` from `F` to FP32, planes are 32 units wide, and
-/// [`CMMA_ENV`] is `1`.
+/// [`CMMA_ENV`] was `1` when first consulted.
 pub fn uses_tensor_cores<R: Runtime, F: Float>(client: &ComputeClient<R>) -> bool {
-    if core::mem::size_of::<F>() != 2 || std::env::var(CMMA_ENV).map_or(true, |v| v != "1") {
+    // Read once: this runs on every 16-bit launch.
+    static OPTED_IN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let opted_in = *OPTED_IN.get_or_init(|| std::env::var(CMMA_ENV).is_ok_and(|v| v == "1"));
+    if core::mem::size_of::<F>() != 2 || !opted_in {
         return false;
     }
     let hw = &client.properties().hardware;
