@@ -5,11 +5,13 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use crate::stream::{copy_bytes, should_stream};
+
 const CHUNK: usize = 1 << 15;
 
 /// A float storage element the CPU converts to and from `f32` a slice at a time (the 16-bit
 /// types use `half`'s slice conversions, which use the F16C instructions where present).
-pub trait FloatElem: Copy + Default + Send + Sync + 'static {
+pub trait FloatElem: bytemuck::Pod + Default + Send + Sync + 'static {
     /// Widens `src` into `dst` (exact). Equal lengths.
     fn widen(src: &[Self], dst: &mut [f32]);
     /// Narrows `src` into `dst`, rounding to nearest even. Equal lengths.
@@ -44,9 +46,13 @@ impl FloatElem for bf16 {
 }
 
 /// `out[i] = O::from(x[i])` through `f32` (exact for every pair but the narrowing step, which
-/// rounds once). Panics if the lengths differ.
+/// rounds once); between equal types, a [`copy`]. Panics if the lengths differ.
 pub fn convert<I: FloatElem, O: FloatElem>(x: &[I], out: &mut [O]) {
     assert_eq!(x.len(), out.len(), "convert: length mismatch");
+    if std::any::TypeId::of::<I>() == std::any::TypeId::of::<O>() {
+        copy(bytemuck::cast_slice_mut(out), bytemuck::cast_slice(x));
+        return;
+    }
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
         .for_each_init(
@@ -57,6 +63,19 @@ pub fn convert<I: FloatElem, O: FloatElem>(x: &[I], out: &mut [O]) {
                 O::narrow(wide, o);
             },
         );
+}
+
+/// Bytes per parallel task of [`copy`].
+const COPY_CHUNK: usize = 1 << 18;
+
+/// `dst.copy_from_slice(src)` on all cores, with streaming stores when `dst` is large
+/// ([`crate::stream`]). Panics if the lengths differ.
+pub fn copy(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy: length mismatch");
+    let stream = should_stream(dst.len(), 1);
+    dst.par_chunks_mut(COPY_CHUNK)
+        .zip(src.par_chunks(COPY_CHUNK))
+        .for_each(|(d, s)| copy_bytes(stream, d, s));
 }
 
 #[cfg(test)]

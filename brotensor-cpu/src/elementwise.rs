@@ -4,24 +4,34 @@
 use rayon::prelude::*;
 
 use crate::simd::{wide, MulAdd};
+use crate::stream::{should_stream, write_blocks};
 
 /// Elements per parallel task: large enough that scheduling is noise, small enough that
 /// every core gets work on a few-MiB tensor.
 const CHUNK: usize = 1 << 15;
 
-/// `out[i] = f(m, x[i])`, `m` the [`MulAdd`] of the vector path. Panics if the lengths
-/// differ.
+/// `out[i] = f(m, x[i])`, `m` the [`MulAdd`] of the vector path; a large `out` is written
+/// with streaming stores ([`crate::stream`]). Panics if the lengths differ.
 pub fn map_unary(x: &[f32], out: &mut [f32], f: impl Fn(MulAdd, f32) -> f32 + Sync) {
     assert_eq!(x.len(), out.len(), "map_unary: length mismatch");
+    let stream = should_stream(out.len(), 4);
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
         .for_each(|(o, x)| {
             wide(
                 #[inline(always)]
                 |m| {
-                    for (o, &x) in o.iter_mut().zip(x) {
-                        *o = f(m, x);
-                    }
+                    write_blocks(
+                        stream,
+                        o,
+                        #[inline(always)]
+                        |at, out| {
+                            let end = at + out.len();
+                            for (o, &x) in out.iter_mut().zip(&x[at..end]) {
+                                *o = f(m, x);
+                            }
+                        },
+                    )
                 },
             )
         });
@@ -41,7 +51,8 @@ pub fn map_unary_inplace(y: &mut [f32], f: impl Fn(MulAdd, f32) -> f32 + Sync) {
     });
 }
 
-/// `out[i] = f(m, x[i], y[i])`. Panics if the lengths differ.
+/// `out[i] = f(m, x[i], y[i])`, streaming a large `out` like [`map_unary`]. Panics if the
+/// lengths differ.
 pub fn map_binary(
     x: &[f32],
     y: &[f32],
@@ -52,15 +63,26 @@ pub fn map_binary(
         x.len() == out.len() && y.len() == out.len(),
         "map_binary: length mismatch"
     );
+    let stream = should_stream(out.len(), 4);
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK).zip(y.par_chunks(CHUNK)))
         .for_each(|(o, (x, y))| {
             wide(
                 #[inline(always)]
                 |m| {
-                    for (o, (&x, &y)) in o.iter_mut().zip(x.iter().zip(y)) {
-                        *o = f(m, x, y);
-                    }
+                    write_blocks(
+                        stream,
+                        o,
+                        #[inline(always)]
+                        |at, out| {
+                            let end = at + out.len();
+                            for (o, (&x, &y)) in
+                                out.iter_mut().zip(x[at..end].iter().zip(&y[at..end]))
+                            {
+                                *o = f(m, x, y);
+                            }
+                        },
+                    )
                 },
             )
         });

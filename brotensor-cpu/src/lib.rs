@@ -14,3 +14,4 @@ pub mod norm;
 pub mod quant;
 pub mod reduction;
 pub mod simd;
+pub mod stream;

@@ -6,6 +6,7 @@ use rayon::prelude::*;
 use crate::elementwise::exp_with;
 use crate::reduction::{max_with_floor, sum, sum_map, sum_zip};
 use crate::simd::{prefetch, wide, MulAdd};
+use crate::stream::{should_stream, write_blocks};
 
 /// A masked entry's logit floor (the C++ original starts its running max here).
 const MASKED_MAX: f32 = -1e30;
@@ -22,50 +23,63 @@ fn next_row(all: &[f32], i: usize, cols: usize) -> *const f32 {
 }
 
 /// Softmax of each row of `x` into `y`. With a `mask` (one value per column), entries whose
-/// mask is below 0.5 get probability 0; a fully masked row is all zeros.
+/// mask is below 0.5 get probability 0; a fully masked row is all zeros. The exponentials
+/// go to a per-task row of scratch, so `y` is written once (by streaming stores when large).
 pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32]) {
     assert_eq!(x.len(), y.len(), "softmax_rows: lengths");
     if cols == 0 {
         return;
     }
+    let stream = should_stream(y.len(), 4);
     y.par_chunks_mut(cols)
         .zip(x.par_chunks(cols))
         .enumerate()
-        .for_each(|(i, (y, row))| {
-            let next = next_row(x, i, cols);
-            wide(
-                #[inline(always)]
-                |madd| {
-                    let s = match mask {
-                        None => {
-                            let max = max_with_floor(row, MASKED_MAX);
-                            exp_shifted_sum(madd, row, max, y, next)
-                        }
-                        Some(m) => {
-                            let max = row.iter().zip(m).fold(MASKED_MAX, |a, (&v, &k)| {
-                                if k >= 0.5 && v > a {
-                                    v
-                                } else {
-                                    a
-                                }
-                            });
-                            for ((o, &v), &k) in y.iter_mut().zip(row).zip(m) {
-                                *o = if k >= 0.5 {
-                                    exp_with(madd, v - max)
-                                } else {
-                                    0.0
-                                };
+        .for_each_init(
+            || vec![0.0f32; cols],
+            |e, (i, (y, row))| {
+                let next = next_row(x, i, cols);
+                wide(
+                    #[inline(always)]
+                    |madd| {
+                        let s = match mask {
+                            None => {
+                                let max = max_with_floor(row, MASKED_MAX);
+                                exp_shifted_sum(madd, row, max, e, next)
                             }
-                            sum(y)
-                        }
-                    };
-                    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-                    for o in y.iter_mut() {
-                        *o *= inv;
-                    }
-                },
-            )
-        });
+                            Some(m) => {
+                                let max = row.iter().zip(m).fold(MASKED_MAX, |a, (&v, &k)| {
+                                    if k >= 0.5 && v > a {
+                                        v
+                                    } else {
+                                        a
+                                    }
+                                });
+                                for ((o, &v), &k) in e.iter_mut().zip(row).zip(m) {
+                                    *o = if k >= 0.5 {
+                                        exp_with(madd, v - max)
+                                    } else {
+                                        0.0
+                                    };
+                                }
+                                sum(e)
+                            }
+                        };
+                        let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+                        write_blocks(
+                            stream,
+                            y,
+                            #[inline(always)]
+                            |at, out| {
+                                let end = at + out.len();
+                                for (o, &v) in out.iter_mut().zip(&e[at..end]) {
+                                    *o = v * inv;
+                                }
+                            },
+                        );
+                    },
+                )
+            },
+        );
 }
 
 /// Independent sums in [`exp_shifted_sum`]; a multiple of the 16 floats in a cache line.
@@ -146,6 +160,7 @@ pub fn layernorm_rows(
         return;
     }
     let rows = x.len() / cols;
+    let stream = should_stream(y.len(), 4);
     // One pass per row while it is in cache: statistics, then the normalized output.
     let stats: Vec<(f32, f32)> = y
         .par_chunks_mut(cols)
@@ -155,9 +170,18 @@ pub fn layernorm_rows(
                 #[inline(always)]
                 |madd| {
                     let (m, r) = mean_rstd(x, eps);
-                    for j in 0..cols {
-                        y[j] = madd.apply(gamma[j], (x[j] - m) * r, beta[j]);
-                    }
+                    write_blocks(
+                        stream,
+                        y,
+                        #[inline(always)]
+                        |at, out| {
+                            let end = at + out.len();
+                            let (x, g, b) = (&x[at..end], &gamma[at..end], &beta[at..end]);
+                            for (j, o) in out.iter_mut().enumerate() {
+                                *o = madd.apply(g[j], (x[j] - m) * r, b[j]);
+                            }
+                        },
+                    );
                     (m, r)
                 },
             )
@@ -167,7 +191,24 @@ pub fn layernorm_rows(
         xh.par_chunks_mut(cols)
             .zip(x.par_chunks(cols))
             .zip(&stats)
-            .for_each(|((o, x), &(m, r))| o.iter_mut().zip(x).for_each(|(o, v)| *o = (v - m) * r));
+            .for_each(|((o, x), &(m, r))| {
+                wide(
+                    #[inline(always)]
+                    |_| {
+                        write_blocks(
+                            stream,
+                            o,
+                            #[inline(always)]
+                            |at, out| {
+                                let end = at + out.len();
+                                for (o, &v) in out.iter_mut().zip(&x[at..end]) {
+                                    *o = (v - m) * r;
+                                }
+                            },
+                        )
+                    },
+                )
+            });
     }
     for i in 0..rows {
         if let Some(m) = mean.as_deref_mut() {
@@ -250,6 +291,7 @@ pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
     if cols == 0 {
         return;
     }
+    let stream = should_stream(y.len(), 4);
     y.par_chunks_mut(cols)
         .zip(x.par_chunks(cols))
         .for_each(|(y, x)| {
@@ -257,9 +299,19 @@ pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
                 #[inline(always)]
                 |_| {
                     let r = rrms(x, eps);
-                    for j in 0..cols {
-                        y[j] = x[j] * gamma[j] * r;
-                    }
+                    write_blocks(
+                        stream,
+                        y,
+                        #[inline(always)]
+                        |at, out| {
+                            let end = at + out.len();
+                            for (o, (&v, &g)) in
+                                out.iter_mut().zip(x[at..end].iter().zip(&gamma[at..end]))
+                            {
+                                *o = v * g * r;
+                            }
+                        },
+                    );
                 },
             )
         });

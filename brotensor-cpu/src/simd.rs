@@ -89,7 +89,7 @@ pub fn prefetch(p: *const f32) {
 /// The vector tiers [`wide`] picks from.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Level {
+pub(crate) enum Level {
     Baseline,
     Avx2,
     Avx512,
@@ -98,7 +98,7 @@ enum Level {
 /// The widest tier this CPU runs (detected once; `is_x86_feature_detected` caches).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn level() -> Level {
+pub(crate) fn level() -> Level {
     use std::arch::is_x86_feature_detected as has;
     if has!("avx2") && has!("fma") {
         if has!("avx512f") && has!("avx512vl") && has!("avx512bw") && has!("avx512dq") {

@@ -63,7 +63,7 @@ impl Backend for CpuBackend {
 
     fn upload(&self, bytes: &[u8]) -> Result<Storage> {
         let mut buf = HostBuffer::new(bytes.len());
-        copy_bytes(&mut buf.bytes_mut()[..bytes.len()], bytes);
+        cpu_cast::copy(&mut buf.bytes_mut()[..bytes.len()], bytes);
         Ok(Storage::Host(buf))
     }
 
@@ -72,7 +72,7 @@ impl Backend for CpuBackend {
     }
 
     fn copy(&self, src: &Storage, dst: &mut Storage, bytes: usize) -> Result<()> {
-        copy_bytes(
+        cpu_cast::copy(
             &mut host_mut(dst).bytes_mut()[..bytes],
             &host(src).bytes()[..bytes],
         );
@@ -81,7 +81,7 @@ impl Backend for CpuBackend {
 
     fn zero(&self, dst: &mut Storage, bytes: usize) -> Result<()> {
         host_mut(dst).bytes_mut()[..bytes]
-            .par_chunks_mut(COPY_CHUNK)
+            .par_chunks_mut(FILL_CHUNK)
             .for_each(|c| c.fill(0));
         Ok(())
     }
@@ -100,15 +100,8 @@ impl Backend for CpuBackend {
     }
 }
 
-/// Bytes per parallel task of host copies and fills.
-const COPY_CHUNK: usize = 1 << 18;
-
-/// `dst.copy_from_slice(src)` on all cores.
-fn copy_bytes(dst: &mut [u8], src: &[u8]) {
-    dst.par_chunks_mut(COPY_CHUNK)
-        .zip(src.par_chunks(COPY_CHUNK))
-        .for_each(|(d, s)| d.copy_from_slice(s));
-}
+/// Bytes per parallel task of host fills.
+const FILL_CHUNK: usize = 1 << 18;
 
 /// Runs `$go!(f)` with `f` the scalar math of a unary instruction, one monomorphic map per
 /// instruction so the inner loop has no branch on the op; `$go!(fused f)` where `f` also

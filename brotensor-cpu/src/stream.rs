@@ -1,0 +1,182 @@
+//! Streaming (non-temporal) stores for outputs larger than the caches.
+//!
+//! A plain store to a line that is not cached first reads that line from memory (a read for
+//! ownership), so an op writing a large output moves three bytes for every two it needs,
+//! where a copy (`rep movsb`, or streaming stores) moves two. Ops whose whole output is at
+//! least [`STREAM_MIN_BYTES`] therefore write it with streaming stores, which skip that read
+//! and bypass the caches; smaller outputs, which the next op will likely read from cache,
+//! keep plain stores. Streaming stores are x86-64 only; elsewhere every store is plain.
+
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{level, Level};
+
+/// Output size in bytes from which ops write with streaming stores: half the 32 MiB
+/// last-level cache of a typical server CPU, so an output this large would mostly be
+/// evicted before the next op reads it anyway.
+pub const STREAM_MIN_BYTES: usize = 16 << 20;
+
+/// Whether an op writing `len` elements of `elem_bytes` bytes each should stream them.
+pub fn should_stream(len: usize, elem_bytes: usize) -> bool {
+    len.saturating_mul(elem_bytes) >= STREAM_MIN_BYTES
+}
+
+/// Bytes in a cache line, the unit a streaming store should write whole.
+const LINE_BYTES: usize = 64;
+
+/// Floats in a cache line.
+const LINE_FLOATS: usize = LINE_BYTES / 4;
+
+/// Fills `dst` through `fill(at, out)`, which must write the values of
+/// `dst[at..at + out.len()]` into `out`. Without `stream`, `fill(0, dst)` writes `dst`
+/// directly. With `stream`, the partial lines at either end are filled in place and each
+/// whole 64-byte line of `dst` is filled into a 16-float local and written by one
+/// streaming store (AVX-512; two or four narrower ones on the other tiers), then a store
+/// fence.
+///
+/// Inline into a [`wide`](crate::simd::wide) body, with an `#[inline(always)]` `fill` that
+/// loops with `for` over slices cut to `out.len()` (so a line's loop has a constant trip
+/// count and compiles to straight vector code).
+#[inline(always)]
+pub fn write_blocks(stream: bool, dst: &mut [f32], mut fill: impl FnMut(usize, &mut [f32])) {
+    #[cfg(target_arch = "x86_64")]
+    if stream {
+        let n = dst.len();
+        let head = dst.as_ptr().align_offset(LINE_BYTES).min(n);
+        let lines = (n - head) / LINE_FLOATS;
+        let tail = head + lines * LINE_FLOATS;
+        fill(0, &mut dst[..head]);
+        let level = level();
+        for l in 0..lines {
+            let at = head + l * LINE_FLOATS;
+            let mut line = [0.0f32; LINE_FLOATS];
+            fill(at, &mut line);
+            let out = &mut dst[at..at + LINE_FLOATS];
+            // SAFETY: `out` is one line (16 floats) starting on a 64-byte boundary (`head`
+            // is `dst`'s offset to the first one and `at` steps by whole lines), so the
+            // streaming stores are in bounds and aligned, as MOVNTPS requires; `level` is
+            // the tier detected on this CPU.
+            unsafe { stream_line(level, out.as_mut_ptr(), line.as_ptr()) };
+        }
+        fill(tail, &mut dst[tail..]);
+        // SAFETY: SFENCE has no operands and is x86-64 baseline.
+        unsafe { std::arch::x86_64::_mm_sfence() };
+        return;
+    }
+    let _ = stream;
+    fill(0, dst);
+}
+
+/// Copies 16 floats from `s` to `d` by streaming stores of the widest kind `level` allows.
+///
+/// # Safety
+/// `d` must be 64-byte aligned and valid for 16 floats, `s` readable for 16 floats, and
+/// the CPU must have the features of `level`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn stream_line(level: Level, d: *mut f32, s: *const f32) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract, per branch.
+    unsafe {
+        match level {
+            Level::Avx512 => _mm512_stream_ps(d, _mm512_loadu_ps(s)),
+            Level::Avx2 => {
+                _mm256_stream_ps(d, _mm256_loadu_ps(s));
+                _mm256_stream_ps(d.add(8), _mm256_loadu_ps(s.add(8)));
+            }
+            Level::Baseline => {
+                for q in 0..4 {
+                    _mm_stream_ps(d.add(4 * q), _mm_loadu_ps(s.add(4 * q)));
+                }
+            }
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)`, with streaming stores for every whole 64-byte line of `dst`
+/// when `stream` (x86-64), then a store fence. Panics if the lengths differ.
+pub fn copy_bytes(stream: bool, dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy_bytes: length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if stream {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let n = dst.len();
+        let head = dst.as_ptr().align_offset(LINE_BYTES).min(n);
+        let body = (n - head) / LINE_BYTES * LINE_BYTES;
+        dst[..head].copy_from_slice(&src[..head]);
+        let (d, s) = (&mut dst[head..head + body], &src[head..head + body]);
+        for (d, s) in d.chunks_exact_mut(16).zip(s.chunks_exact(16)) {
+            // SAFETY: `d` and `s` are 16 bytes each (chunks_exact); `d` starts at a multiple
+            // of 16 past a 64-byte boundary, so it is 16-byte aligned as MOVNTDQ requires;
+            // the load is unaligned. SSE2 is x86-64 baseline.
+            unsafe {
+                _mm_stream_si128(
+                    d.as_mut_ptr().cast::<__m128i>(),
+                    _mm_loadu_si128(s.as_ptr().cast::<__m128i>()),
+                )
+            };
+        }
+        dst[head + body..].copy_from_slice(&src[head + body..]);
+        // SAFETY: SFENCE has no operands and is x86-64 baseline.
+        unsafe { _mm_sfence() };
+        return;
+    }
+    let _ = stream;
+    dst.copy_from_slice(src);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streamed_writes_equal_plain_ones_at_every_alignment_and_length() {
+        // Sub-slices starting at every float offset within a line, with lengths around the
+        // line size, exercise the head, the aligned body and the tail (and their absence).
+        let backing_len = 600;
+        for start in 0..17 {
+            for len in [0, 1, 3, 15, 16, 17, 31, 32, 33, 100, 257, backing_len - 20] {
+                let mut a = vec![-1.0f32; backing_len];
+                let mut b = a.clone();
+                let fill = |at: usize, block: &mut [f32]| {
+                    for (k, v) in block.iter_mut().enumerate() {
+                        *v = (at + k) as f32 * 0.5 + start as f32;
+                    }
+                };
+                write_blocks(true, &mut a[start..start + len], fill);
+                write_blocks(false, &mut b[start..start + len], fill);
+                assert_eq!(a, b, "start {start} len {len}");
+                assert!(a[..start].iter().all(|&v| v == -1.0));
+                assert!(a[start + len..].iter().all(|&v| v == -1.0));
+            }
+        }
+    }
+
+    #[test]
+    fn streamed_copies_equal_plain_ones_at_every_alignment_and_length() {
+        let src: Vec<u8> = (0..700u32).map(|i| (i * 31 % 251) as u8).collect();
+        for d0 in 0..65 {
+            for s0 in [0, 1, 7, 16] {
+                for len in [0, 1, 15, 16, 63, 64, 65, 129, 600] {
+                    let mut a = vec![0xAAu8; 700];
+                    let mut b = a.clone();
+                    copy_bytes(true, &mut a[d0..d0 + len], &src[s0..s0 + len]);
+                    copy_bytes(false, &mut b[d0..d0 + len], &src[s0..s0 + len]);
+                    assert_eq!(a, b, "dst {d0} src {s0} len {len}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "length mismatch")]
+    fn copies_of_unequal_lengths_panic_before_any_store() {
+        copy_bytes(true, &mut [0u8; 64], &[0u8; 63]);
+    }
+
+    #[test]
+    fn the_threshold_is_in_bytes_and_saturates() {
+        assert!(!should_stream(STREAM_MIN_BYTES / 4 - 1, 4));
+        assert!(should_stream(STREAM_MIN_BYTES / 4, 4));
+        assert!(should_stream(usize::MAX, 2));
+    }
+}
