@@ -174,6 +174,63 @@ mod tests {
     }
 
     #[test]
+    fn ops_write_the_same_bits_streamed_as_plain() {
+        // A matrix just over the threshold is written by streaming stores; the same rows
+        // in small batches are written plainly. The row math is the same, so the bits are.
+        let cols = 1000; // rows of 4000 bytes: lines straddle rows, unaligned heads and tails
+        let rows = STREAM_MIN_BYTES / (4 * cols) + 3;
+        let x: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919) % 2003) as f32 * 0.01 - 10.0)
+            .collect();
+        let gamma: Vec<f32> = (0..cols).map(|j| 0.5 + j as f32 * 1e-3).collect();
+        let beta: Vec<f32> = (0..cols).map(|j| j as f32 * -1e-3).collect();
+        type RowOp<'a> = Box<dyn Fn(&[f32], &mut [f32]) + 'a>;
+        let ops: Vec<(&str, RowOp)> = vec![
+            (
+                "softmax",
+                Box::new(|x, y| crate::norm::softmax_rows(x, cols, None, y)),
+            ),
+            (
+                "layernorm",
+                Box::new(|x, y| {
+                    crate::norm::layernorm_rows(x, &gamma, &beta, 1e-5, y, None, None, None)
+                }),
+            ),
+            (
+                "rms_norm",
+                Box::new(|x, y| crate::norm::rms_norm_rows(x, &gamma, 1e-6, y)),
+            ),
+            (
+                "gelu",
+                Box::new(|x, y| crate::elementwise::map_unary(x, y, crate::activation::gelu_with)),
+            ),
+            (
+                "axpby",
+                Box::new(|x, y| {
+                    crate::elementwise::map_binary(x, x, y, |_, a, b| {
+                        crate::elementwise::axpby(a, b, 2.0, -0.5)
+                    })
+                }),
+            ),
+        ];
+        assert!(should_stream(x.len(), 4));
+        for (name, op) in &ops {
+            let mut whole = vec![f32::NAN; x.len()];
+            op(&x, &mut whole);
+            let mut batched = vec![f32::NAN; x.len()];
+            for (xb, yb) in x.chunks(64 * cols).zip(batched.chunks_mut(64 * cols)) {
+                assert!(!should_stream(yb.len(), 4));
+                op(xb, yb);
+            }
+            let same = whole
+                .iter()
+                .zip(&batched)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{name}: streamed output differs from the plain one");
+        }
+    }
+
+    #[test]
     fn the_threshold_is_in_bytes_and_saturates() {
         assert!(!should_stream(STREAM_MIN_BYTES / 4 - 1, 4));
         assert!(should_stream(STREAM_MIN_BYTES / 4, 4));
