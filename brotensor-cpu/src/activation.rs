@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::elementwise::{exp_with, tanh_with};
+use crate::elementwise::{exp_fast, exp_with, tanh_with};
 use crate::simd::MulAdd;
 
 /// sqrt(2/pi), the tanh-GELU's scale.
@@ -20,10 +20,11 @@ const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 /// quick_gelu's sigmoid scale.
 const QUICK_GELU_SCALE: f32 = 1.702;
 
-/// `1 / (1 + e^-x)`.
+/// `1 / (1 + e^-x)`, by [`exp_fast`] so that loops over it (and over silu, quick_gelu and
+/// swiglu, which call it) vectorize.
 #[inline]
 pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + exp_fast(-x))
 }
 
 /// `x` for `x > 0`, else 0 (NaN gives 0, as the comparison fails).
@@ -147,7 +148,7 @@ pub fn elu(x: f32, alpha: f32) -> f32 {
     if x > 0.0 {
         x
     } else {
-        alpha * (x.exp() - 1.0)
+        alpha * (exp_fast(x) - 1.0)
     }
 }
 
@@ -157,7 +158,7 @@ pub fn elu_backward(x: f32, dy: f32, alpha: f32) -> f32 {
     if x > 0.0 {
         dy
     } else {
-        dy * alpha * x.exp()
+        dy * alpha * exp_fast(x)
     }
 }
 
@@ -282,8 +283,30 @@ mod tests {
         }
         assert_eq!(relu(-1.0), 0.0);
         assert_eq!(relu(f32::NAN), 0.0);
-        assert_eq!(elu(-1.0, 2.0), 2.0 * ((-1.0f32).exp() - 1.0));
+        assert!((elu(-1.0, 2.0) - 2.0 * ((-1.0f32).exp() - 1.0)).abs() < 1e-6);
         assert_eq!(leaky_relu(-2.0, 0.1), -0.2);
+    }
+
+    #[test]
+    fn exp_based_activations_saturate_and_keep_nan() {
+        // Far outside exp's range the fast exponential clamps: no NaN from inf/inf, and the
+        // limits come out exactly.
+        for (x, s) in [
+            (-200.0f32, 0.0f32),
+            (-100.0, 0.0),
+            (100.0, 1.0),
+            (200.0, 1.0),
+        ] {
+            assert_eq!(sigmoid(x), s, "sigmoid({x})");
+            assert_eq!(silu(x), x * s, "silu({x})");
+            assert_eq!(quick_gelu(x), x * s, "quick_gelu({x})");
+        }
+        assert_eq!(elu(-200.0, 0.5), -0.5);
+        assert_eq!(elu_backward(-200.0, 1.0, 0.5), 0.0);
+        assert_eq!(silu_backward(-200.0, 1.0), 0.0);
+        assert_eq!(silu_backward(200.0, 1.0), 1.0);
+        assert!(sigmoid(f32::NAN).is_nan() && silu(f32::NAN).is_nan());
+        assert!(elu(f32::NAN, 1.0).is_nan());
     }
 
     #[test]

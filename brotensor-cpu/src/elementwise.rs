@@ -128,10 +128,11 @@ pub fn axpby(x: f32, y: f32, a: f32, b: f32) -> f32 {
     a * x + b * y
 }
 
-/// `e^x`.
+/// `e^x` by [`exp_fast`] (vectorizes; relative error below 4e-7; results below
+/// `f32::MIN_POSITIVE` flush to zero).
 #[inline]
 pub fn exp(x: f32) -> f32 {
-    x.exp()
+    exp_fast(x)
 }
 
 /// `e^x` without branches or calls, so loops over it vectorize: the argument is split as
@@ -209,10 +210,10 @@ pub fn round(x: f32) -> f32 {
     x.round_ties_even()
 }
 
-/// Gradient of `exp` at the forward input `x`: `dy * e^x`.
+/// Gradient of `exp` at the forward input `x`: `dy * e^x` (by [`exp_fast`]).
 #[inline]
 pub fn exp_backward(x: f32, dy: f32) -> f32 {
-    dy * x.exp()
+    dy * exp_fast(x)
 }
 
 /// Gradient of `log` at the forward input `x`: `dy / x`.

@@ -80,6 +80,8 @@ fn main() -> brotensor::Result<()> {
             row("axpby_inplace", 3 * n * es, s);
             let s = best_secs(device, reps, || ops::exp_forward(&x, &mut out).unwrap());
             row("exp_forward", 2 * n * es, s);
+            let s = best_secs(device, reps, || ops::silu_forward(&x, &mut out).unwrap());
+            row("silu_forward", 2 * n * es, s);
             if dtype == Dtype::F32 {
                 let mut half = Tensor::default();
                 let s = best_secs(device, reps, || {

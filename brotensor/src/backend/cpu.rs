@@ -116,7 +116,7 @@ macro_rules! with_unary_fn {
             Unary::MulScalar => $go!(move |x: f32| x * a),
             Unary::DivScalar => $go!(move |x: f32| x / a),
             Unary::Clamp => $go!(move |x: f32| ew::clamp(x, a, b)),
-            Unary::Exp => $go!(ew::exp),
+            Unary::Exp => $go!(fused ew::exp_with),
             Unary::Log => $go!(ew::log),
             Unary::Sin => $go!(ew::sin),
             Unary::Cos => $go!(ew::cos),
