@@ -92,47 +92,26 @@ fn activate(v: f32, #[comptime] act: u32) -> f32 {
     f32::cast_from(out)
 }
 
-/// `op(A)[gi, gk]` widened to FP32, or 0 outside `m x k` (the zero fill of ragged tiles).
+/// `op(X)[row, col]` of a `rows x cols` operand stored at `base` (row-major, or transposed
+/// when `trans`), widened to FP32; 0 outside the operand (the zero fill of ragged tiles).
+/// Reads `A` as `(m, k)` and `B` as `(k, n)`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn read_a<F: Float>(
-    a: &Array<F>,
-    base_a: usize,
-    gi: usize,
-    gk: usize,
-    m: usize,
-    k: usize,
-    #[comptime] trans_a: bool,
+fn read_operand<F: Float>(
+    x: &Array<F>,
+    base: usize,
+    row: usize,
+    col: usize,
+    rows: usize,
+    cols: usize,
+    #[comptime] trans: bool,
 ) -> f32 {
     let mut v = f32::new(0.0f32);
-    if gi < m && gk < k {
-        if comptime!(trans_a) {
-            v = f32::cast_from(a[base_a + gk * m + gi]);
+    if row < rows && col < cols {
+        if comptime!(trans) {
+            v = f32::cast_from(x[base + col * rows + row]);
         } else {
-            v = f32::cast_from(a[base_a + gi * k + gk]);
-        }
-    }
-    v
-}
-
-/// `op(B)[gk, gj]` widened to FP32, or 0 outside `k x n`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn read_b<F: Float>(
-    b: &Array<F>,
-    base_b: usize,
-    gk: usize,
-    gj: usize,
-    k: usize,
-    n: usize,
-    #[comptime] trans_b: bool,
-) -> f32 {
-    let mut v = f32::new(0.0f32);
-    if gk < k && gj < n {
-        if comptime!(trans_b) {
-            v = f32::cast_from(b[base_b + gj * k + gk]);
-        } else {
-            v = f32::cast_from(b[base_b + gk * n + gj]);
+            v = f32::cast_from(x[base + row * cols + col]);
         }
     }
     v
@@ -369,7 +348,7 @@ fn gemm_kernel<F: Float>(
                 i = e % BM;
                 kk = e / BM;
             }
-            let v = read_a::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
+            let v = read_operand::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
             sa[kk * BM + i] = v;
         }
         // Stage B's 16 x 64 slice likewise.
@@ -382,7 +361,7 @@ fn gemm_kernel<F: Float>(
                 kk = e % BK;
                 j = e / BK;
             }
-            let v = read_b::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
+            let v = read_operand::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
             sb[kk * BN + j] = v;
         }
         sync_cube();
@@ -538,7 +517,7 @@ fn gemm_cmma_kernel<F: Float>(
                 i = e % BM;
                 kk = e / BM;
             }
-            let v = read_a::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
+            let v = read_operand::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
             sa[i * BKC + kk] = F::cast_from(v);
         }
         #[unroll]
@@ -550,7 +529,7 @@ fn gemm_cmma_kernel<F: Float>(
                 kk = e % BKC;
                 j = e / BKC;
             }
-            let v = read_b::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
+            let v = read_operand::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
             sb[kk * BN + j] = F::cast_from(v);
         }
         sync_cube();
