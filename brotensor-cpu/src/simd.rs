@@ -71,16 +71,17 @@ impl MulAdd {
     }
 }
 
-/// Asks the CPU to start loading the cache line that holds `p` into L1, so a later read
-/// does not wait for memory (x86-64; nothing elsewhere). Any address is allowed: a prefetch
-/// never faults and changes no value.
+/// Asks the CPU to start loading the cache line that holds `p` into L2 (not L1, which the
+/// row being worked on and its scratch already fill), so a later read does not wait for
+/// memory (x86-64; nothing elsewhere). Any address is allowed: a prefetch never faults and
+/// changes no value.
 #[inline(always)]
 pub fn prefetch(p: *const f32) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: SSE is part of the x86-64 baseline, and PREFETCHT0 neither faults nor writes,
     // whatever address it is given.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.cast())
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
