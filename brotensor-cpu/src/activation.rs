@@ -182,6 +182,75 @@ pub fn leaky_relu_backward(x: f32, dy: f32, slope: f32) -> f32 {
     }
 }
 
+/// Snake's divisor: `d` with its magnitude floored at 1e-9 and its sign kept (0 counts as
+/// positive).
+#[inline]
+pub fn snake_guard(d: f32) -> f32 {
+    if d >= 0.0 {
+        d.max(1e-9)
+    } else {
+        d.min(-1e-9)
+    }
+}
+
+/// Snake over `x (N, C*L)` in NCL order (element `i` is in channel `(i / L) % C`):
+/// `y = x + sin^2(alpha_c x) / snake_guard(d_c)`; `alpha` and `d` hold `C` values (`d` is
+/// `beta` for snakebeta, else `alpha`). Panics unless the lengths agree.
+pub fn snake_forward(x: &[f32], alpha: &[f32], d: &[f32], l: usize, y: &mut [f32]) {
+    let c = alpha.len();
+    assert!(
+        d.len() == c && x.len() == y.len() && l > 0 && c > 0,
+        "snake_forward: lengths"
+    );
+    y.par_chunks_mut(l)
+        .zip(x.par_chunks(l))
+        .enumerate()
+        .for_each(|(row, (y, x))| {
+            let (a, r) = (alpha[row % c], 1.0 / snake_guard(d[row % c]));
+            for (y, &v) in y.iter_mut().zip(x) {
+                let s = (a * v).sin();
+                *y = v + s * s * r;
+            }
+        });
+}
+
+/// The per-element part of [`snake_forward`]'s gradient: `dx = dy (1 + 2 a r s c)`
+/// (overwritten), `ga = dy 2 r x s c` and `gb = -dy r^2 s^2`, the terms of `alpha`'s and
+/// `d`'s gradients that the caller sums per channel (`s`, `c` = sin, cos of `a x`,
+/// `r = 1 / snake_guard(d)`). Panics unless the lengths agree.
+#[allow(clippy::too_many_arguments)]
+pub fn snake_backward(
+    x: &[f32],
+    alpha: &[f32],
+    d: &[f32],
+    dy: &[f32],
+    l: usize,
+    dx: &mut [f32],
+    ga: &mut [f32],
+    gb: &mut [f32],
+) {
+    let c = alpha.len();
+    let n = x.len();
+    assert!(
+        d.len() == c && [dy.len(), dx.len(), ga.len(), gb.len()] == [n; 4] && l > 0 && c > 0,
+        "snake_backward: lengths"
+    );
+    dx.par_chunks_mut(l)
+        .zip(ga.par_chunks_mut(l).zip(gb.par_chunks_mut(l)))
+        .zip(x.par_chunks(l).zip(dy.par_chunks(l)))
+        .enumerate()
+        .for_each(|(row, ((dx, (ga, gb)), (x, dy)))| {
+            let (a, r) = (alpha[row % c], 1.0 / snake_guard(d[row % c]));
+            for j in 0..x.len() {
+                let (v, g) = (x[j], dy[j]);
+                let (s, co) = (a * v).sin_cos();
+                dx[j] = g * (1.0 + 2.0 * a * r * s * co);
+                ga[j] = g * 2.0 * r * v * s * co;
+                gb[j] = -g * r * r * s * s;
+            }
+        });
+}
+
 /// A gated linear unit: per row of `(B, 2D)`, `a` = columns `[0, D)`, `g` = `[D, 2D)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Glu {

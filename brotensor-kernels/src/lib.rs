@@ -18,5 +18,6 @@ pub mod loss;
 pub mod matmul;
 pub mod reduce;
 pub mod rows;
+pub mod snake;
 
 pub use launch::{LaunchError, MAX_VECTOR_SIZE};

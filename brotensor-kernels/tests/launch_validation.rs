@@ -65,6 +65,26 @@ fn short_buffers_are_refused_before_launch() {
         bf16_words::launch_words_to_float::<_, f32>(&c, &x, &out, 17),
         Err(LaunchError::BufferTooSmall { .. })
     ));
+    // Snake's per-channel parameters must hold C values, its tensors `len`.
+    let two = c.create_from_slice(f32::as_bytes(&[0.5f32; 2]));
+    assert!(matches!(
+        brotensor_kernels::snake::launch_snake_forward(&c, &x, &x, &two, &out, 8, 4, 2),
+        Err(LaunchError::BufferTooSmall { arg: "d", .. })
+    ));
+    assert!(matches!(
+        brotensor_kernels::snake::launch_snake_backward(
+            &c,
+            &x,
+            &x,
+            &x,
+            &x,
+            &out,
+            &out,
+            &two,
+            (8, 2, 4)
+        ),
+        Err(LaunchError::BufferTooSmall { arg: "gb", .. })
+    ));
     // A valid launch on the same buffers still works and writes exactly its elements.
     k::launch_unary::<_, f32, k::AddScalar>(&c, Source::Buffer(&x), &out, 8, 2.0, 0.0).unwrap();
     assert_eq!(read(&c, out, 8), vec![3.0; 8]);

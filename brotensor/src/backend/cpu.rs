@@ -12,7 +12,8 @@ use rayon::prelude::*;
 use super::storage::HostBuffer;
 use super::{
     ActivationOps, Backend, Binary, Broadcast, ElementwiseOps, Gemm, Glu, LayerNormCaches,
-    LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, Src, Storage, Unary,
+    LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, SnakeGrads, Src,
+    Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -340,6 +341,42 @@ impl ActivationOps for CpuBackend {
     ) -> Result<()> {
         let d = dy.cols();
         act::glu_backward(op, x.host(), dy.host(), d, dx.host_mut());
+        Ok(())
+    }
+
+    fn snake_forward(
+        &self,
+        _name: &'static str,
+        x: &Tensor,
+        alpha: &Tensor,
+        d: &Tensor,
+        l: usize,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        act::snake_forward(x.host(), alpha.host(), d.host(), l, y.host_mut());
+        Ok(())
+    }
+
+    fn snake_backward(
+        &self,
+        _name: &'static str,
+        x: &Tensor,
+        alpha: &Tensor,
+        d: &Tensor,
+        dy: &Tensor,
+        l: usize,
+        g: SnakeGrads<'_>,
+    ) -> Result<()> {
+        act::snake_backward(
+            x.host(),
+            alpha.host(),
+            d.host(),
+            dy.host(),
+            l,
+            g.dx.host_mut(),
+            g.ga.host_mut(),
+            g.gb.host_mut(),
+        );
         Ok(())
     }
 }

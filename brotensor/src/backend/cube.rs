@@ -15,7 +15,8 @@ use half::{bf16, f16};
 use super::storage::GpuBuffer;
 use super::{
     ActivationOps, Backend, Binary, Broadcast, ElementwiseOps, Gemm, Glu, LayerNormCaches,
-    LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, Src, Storage, Unary,
+    LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, SnakeGrads, Src,
+    Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -626,6 +627,54 @@ impl<R: Runtime> ActivationOps for CubeBackend<R> {
         with_glu!(op, |O| with_float!(x.dtype(), |F| {
             gl::launch_glu_backward::<R, F, O>(&self.client, &xh, &dyh, &dxh, rows, d)
         }))
+        .map_err(|e| self.launch_error(name, e))
+    }
+
+    fn snake_forward(
+        &self,
+        name: &'static str,
+        x: &Tensor,
+        alpha: &Tensor,
+        d: &Tensor,
+        l: usize,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let h = [x, alpha, d, y].map(out_handle);
+        brotensor_kernels::snake::launch_snake_forward::<R>(
+            &self.client,
+            &h[0],
+            &h[1],
+            &h[2],
+            &h[3],
+            x.numel(),
+            alpha.numel(),
+            l,
+        )
+        .map_err(|e| self.launch_error(name, e))
+    }
+
+    fn snake_backward(
+        &self,
+        name: &'static str,
+        x: &Tensor,
+        alpha: &Tensor,
+        d: &Tensor,
+        dy: &Tensor,
+        l: usize,
+        g: SnakeGrads<'_>,
+    ) -> Result<()> {
+        let h = [x, alpha, d, dy, &*g.dx, &*g.ga, &*g.gb].map(out_handle);
+        brotensor_kernels::snake::launch_snake_backward::<R>(
+            &self.client,
+            &h[0],
+            &h[1],
+            &h[2],
+            &h[3],
+            &h[4],
+            &h[5],
+            &h[6],
+            (x.numel(), alpha.numel(), l),
+        )
         .map_err(|e| self.launch_error(name, e))
     }
 }

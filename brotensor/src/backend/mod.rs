@@ -20,7 +20,7 @@ pub(crate) mod probe;
 mod reduction;
 pub(crate) mod storage;
 
-pub(crate) use activation::{ActivationOps, Glu};
+pub(crate) use activation::{ActivationOps, Glu, SnakeGrads};
 pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use loss::{LossIo, LossOps};

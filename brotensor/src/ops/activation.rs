@@ -197,15 +197,14 @@ glu_ops! {
     "silu(a) * g": swiglu_forward, swiglu_backward => Swiglu;
 }
 
-/// The per-channel snake parameters: `(alpha, 1 / guard(beta or alpha))` as `(C, 1)` F32
-/// tensors on `device`, `guard` flooring the magnitude at 1e-9 with its sign.
-fn snake_params(
+/// Checks snake's per-channel parameters (`C` F32 values each) and returns `d`: `beta` when
+/// given (snakebeta), else `alpha`. The kernels apply the sign-keeping floor of `d`.
+fn snake_params<'a>(
     op: &'static str,
-    device: crate::Device,
-    alpha: &Tensor,
-    beta: Option<&Tensor>,
+    alpha: &'a Tensor,
+    beta: Option<&'a Tensor>,
     c: usize,
-) -> Result<(Tensor, Tensor)> {
+) -> Result<&'a Tensor> {
     for (name, t) in [("alpha", Some(alpha)), ("beta", beta)] {
         let Some(t) = t else { continue };
         if t.numel() != c {
@@ -223,20 +222,7 @@ fn snake_params(
             });
         }
     }
-    // C values: computed on the host (a small read-back) for the sign-preserving floor.
-    let a = alpha.to_vec::<f32>()?;
-    let d = match beta {
-        Some(b) => b.to_vec::<f32>()?,
-        None => a.clone(),
-    };
-    let r: Vec<f32> = d
-        .iter()
-        .map(|&d| 1.0 / if d >= 0.0 { d.max(1e-9) } else { d.min(-1e-9) })
-        .collect();
-    Ok((
-        Tensor::from_slice_on(device, &a, c, 1)?,
-        Tensor::from_slice_on(device, &r, c, 1)?,
-    ))
+    Ok(beta.unwrap_or(alpha))
 }
 
 fn snake_check(op: &'static str, x: &Tensor, (n, c, l): (usize, usize, usize)) -> Result<()> {
@@ -261,22 +247,6 @@ fn snake_check(op: &'static str, x: &Tensor, (n, c, l): (usize, usize, usize)) -
     Ok(())
 }
 
-/// `v * p[c]` for every element of channel `c` of an `(N, C*L)` tensor, in place.
-fn scale_channels(op: &'static str, t: &mut Tensor, p: &Tensor, l: usize) -> Result<()> {
-    let be = dispatch(op, &[("t", t), ("p", p)])?;
-    if t.numel() == 0 {
-        return Ok(());
-    }
-    let b = crate::backend::Broadcast {
-        inner: l,
-        v_len: p.numel(),
-        per_row: true,
-        repeat: usize::MAX,
-        multiply: true,
-    };
-    be.broadcast(op, t, p, b)
-}
-
 /// Snake over `X (N, C*L)` (NCL): `y = x + sin^2(alpha_c x) / d_c` with `d_c = beta_c` when
 /// `beta` is given (snakebeta) else `alpha_c`, its magnitude floored at 1e-9 with its sign.
 /// `alpha`, `beta` hold `C` elements. FP32; `Y` is resized.
@@ -299,17 +269,12 @@ pub fn snake_forward(
         ],
     )?;
     snake_check(op, x, (n, c, l))?;
-    let (a, r) = snake_params(op, be.device(), alpha, beta, c)?;
+    let d = snake_params(op, alpha, beta, c)?;
     prepare_out(y, be.device(), x.shape(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
-    let mut s = x.try_clone()?;
-    scale_channels(op, &mut s, &a, l)?;
-    s.sin_()?;
-    let mut s2 = super::mul(&s, &s)?;
-    scale_channels(op, &mut s2, &r, l)?;
-    super::add_out(x, &s2, y)
+    be.snake_forward(op, x, alpha, d, l, y)
 }
 
 /// Gradients of [`snake_forward`]: `dX = dY (1 + 2 a r s c)` overwritten (`s`, `c` = sin, cos
@@ -363,40 +328,25 @@ pub fn snake_backward(
             }
         }
     }
-    let (a, r) = snake_params(op, be.device(), alpha, beta, c)?;
+    let d = snake_params(op, alpha, beta, c)?;
     prepare_out(dx, be.device(), x.shape(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
-    let mut ax = x.try_clone()?;
-    scale_channels(op, &mut ax, &a, l)?;
-    let (s, co) = (super::sin(&ax)?, super::cos(&ax)?);
-    let sc = super::mul(&s, &co)?;
-    // dX = dY (1 + 2 a r s c).
-    let mut k = sc.try_clone()?;
-    scale_channels(
-        op,
-        &mut k,
-        &super::mul_scalar(&super::mul(&a, &r)?, 2.0)?,
-        l,
-    )?;
-    k.add_scalar_(1.0)?;
-    super::mul_out(dy, &k, dx)?;
-    // The per-element parameter terms, then their channel sums.
-    let mut ga = super::mul(&super::mul(dy, x)?, &sc)?;
-    scale_channels(op, &mut ga, &super::mul_scalar(&r, 2.0)?, l)?;
-    let mut gb = super::mul(dy, &super::mul(&s, &s)?)?;
-    scale_channels(
-        op,
-        &mut gb,
-        &super::mul_scalar(&super::mul(&r, &r)?, -1.0)?,
-        l,
-    )?;
-    let channel = |t: &Tensor| -> Result<Tensor> {
+    // Per element: dX and the two parameter terms; then their sums per channel.
+    let dev = be.device();
+    let mut ga = Tensor::empty_on(dev, x.rows(), x.cols(), crate::Dtype::F32)?;
+    let mut gb = Tensor::empty_on(dev, x.rows(), x.cols(), crate::Dtype::F32)?;
+    let grads = crate::backend::SnakeGrads {
+        dx,
+        ga: &mut ga,
+        gb: &mut gb,
+    };
+    be.snake_backward(op, x, alpha, d, dy, l, grads)?;
+    let channel = |t: &mut Tensor| -> Result<Tensor> {
+        t.reshape(n * c, l)?;
         let mut per_sample = Tensor::default();
-        let mut v = t.try_clone()?;
-        v.reshape(n * c, l)?;
-        super::sum_rows(&v, &mut per_sample)?;
+        super::sum_rows(t, &mut per_sample)?;
         per_sample.reshape(n, c)?;
         let mut out = Tensor::default();
         super::sum_cols(&per_sample, &mut out)?;
@@ -405,9 +355,13 @@ pub fn snake_backward(
     };
     match dbeta {
         Some(db) => {
-            dalpha.add_(&channel(&ga)?)?;
-            db.add_(&channel(&gb)?)
+            dalpha.add_(&channel(&mut ga)?)?;
+            db.add_(&channel(&mut gb)?)
         }
-        None => dalpha.add_(&channel(&super::add(&ga, &gb)?)?),
+        // Plain snake: `d` is `alpha`, so both terms are `alpha`'s.
+        None => {
+            ga.add_(&gb)?;
+            dalpha.add_(&channel(&mut ga)?)
+        }
     }
 }
