@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use crate::simd::{wide, MulAdd};
-use crate::stream::{should_stream, write_blocks};
+use crate::stream::{should_stream, write_blocks, write_map};
 
 /// Elements per parallel task: large enough that scheduling is noise, small enough that
 /// every core gets work on a few-MiB tensor.
@@ -21,16 +21,12 @@ pub fn map_unary(x: &[f32], out: &mut [f32], f: impl Fn(MulAdd, f32) -> f32 + Sy
             wide(
                 #[inline(always)]
                 |m| {
-                    write_blocks(
+                    write_map(
                         stream,
                         o,
+                        x,
                         #[inline(always)]
-                        |at, out| {
-                            let end = at + out.len();
-                            for (o, &x) in out.iter_mut().zip(&x[at..end]) {
-                                *o = f(m, x);
-                            }
-                        },
+                        |v| f(m, v),
                     )
                 },
             )

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use crate::elementwise::exp_with;
 use crate::reduction::{max_with_floor, sum, sum_map, sum_zip};
 use crate::simd::{prefetch, wide, MulAdd};
-use crate::stream::{should_stream, write_blocks};
+use crate::stream::{should_stream, write_blocks, write_map};
 
 /// A masked entry's logit floor (the C++ original starts its running max here).
 const MASKED_MAX: f32 = -1e30;
@@ -65,16 +65,12 @@ pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32])
                             }
                         };
                         let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-                        write_blocks(
+                        write_map(
                             stream,
                             y,
+                            e,
                             #[inline(always)]
-                            |at, out| {
-                                let end = at + out.len();
-                                for (o, &v) in out.iter_mut().zip(&e[at..end]) {
-                                    *o = v * inv;
-                                }
-                            },
+                            |v| v * inv,
                         );
                     },
                 )
@@ -282,16 +278,12 @@ pub fn layernorm_rows(
                 wide(
                     #[inline(always)]
                     |_| {
-                        write_blocks(
+                        write_map(
                             stream,
                             o,
+                            x,
                             #[inline(always)]
-                            |at, out| {
-                                let end = at + out.len();
-                                for (o, &v) in out.iter_mut().zip(&x[at..end]) {
-                                    *o = (v - m) * r;
-                                }
-                            },
+                            |v| (v - m) * r,
                         )
                     },
                 )

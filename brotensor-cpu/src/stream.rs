@@ -92,6 +92,25 @@ unsafe fn stream_line(level: Level, d: *mut f32, s: *const f32) {
     }
 }
 
+/// `dst[j] = f(src[j])` for every `j`, through [`write_blocks`] (streamed when `stream`).
+/// Inline into a [`wide`](crate::simd::wide) body with an `#[inline(always)]` `f`. Panics if
+/// the lengths differ.
+#[inline(always)]
+pub fn write_map(stream: bool, dst: &mut [f32], src: &[f32], f: impl Fn(f32) -> f32) {
+    assert_eq!(dst.len(), src.len(), "write_map: length mismatch");
+    write_blocks(
+        stream,
+        dst,
+        #[inline(always)]
+        |at, out| {
+            let end = at + out.len();
+            for (o, &v) in out.iter_mut().zip(&src[at..end]) {
+                *o = f(v);
+            }
+        },
+    );
+}
+
 /// `dst.copy_from_slice(src)`, with streaming stores for every whole 64-byte line of `dst`
 /// when `stream` (x86-64), then a store fence. Panics if the lengths differ.
 pub fn copy_bytes(stream: bool, dst: &mut [u8], src: &[u8]) {
