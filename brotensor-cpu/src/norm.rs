@@ -299,6 +299,88 @@ pub fn layernorm_rows(
     }
 }
 
+/// GroupNorm of `x (N, C*HW)` (NCHW samples): each sample holds `groups` contiguous groups of
+/// `C / groups` channels (`m = C / groups * HW` elements each), normalized with a two-pass
+/// biased variance, then `y = xhat gamma[c] + beta[c]`. `gamma`, `beta` hold `C` values.
+/// Panics unless the lengths agree.
+pub fn group_norm_rows(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    (groups, hw): (usize, usize),
+    eps: f32,
+    y: &mut [f32],
+) {
+    let cpg = gamma.len() / groups.max(1);
+    let m = cpg * hw;
+    assert!(
+        m > 0 && beta.len() == gamma.len() && cpg * groups == gamma.len() && x.len() == y.len(),
+        "group_norm_rows: lengths"
+    );
+    y.par_chunks_mut(m)
+        .zip(x.par_chunks(m))
+        .enumerate()
+        .for_each(|(row, (y, x))| {
+            let c0 = (row % groups) * cpg;
+            wide(
+                #[inline(always)]
+                |madd| {
+                    let (mean, r) = mean_rstd(x, eps);
+                    for (ch, (y, x)) in y.chunks_mut(hw).zip(x.chunks(hw)).enumerate() {
+                        let (g, b) = (gamma[c0 + ch] * r, beta[c0 + ch]);
+                        for (y, &v) in y.iter_mut().zip(x) {
+                            *y = madd.apply(v - mean, g, b);
+                        }
+                    }
+                },
+            )
+        });
+}
+
+/// The per-element part of [`group_norm_rows`]'s gradient, statistics recomputed from `x`:
+/// per group, `dx = rstd/m (m d - sum d - xhat sum(d xhat))` with `d = dy gamma[c]`
+/// (overwritten), and `dyxh = dy xhat`, whose channel sums are `gamma`'s gradient (`dy`'s
+/// are `beta`'s). Panics unless the lengths agree.
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm_rows_backward(
+    x: &[f32],
+    gamma: &[f32],
+    dy: &[f32],
+    (groups, hw): (usize, usize),
+    eps: f32,
+    dx: &mut [f32],
+    dyxh: &mut [f32],
+) {
+    let cpg = gamma.len() / groups.max(1);
+    let m = cpg * hw;
+    let n = x.len();
+    assert!(
+        m > 0 && cpg * groups == gamma.len() && [dy.len(), dx.len(), dyxh.len()] == [n; 3],
+        "group_norm_rows_backward: lengths"
+    );
+    let mf = m as f32;
+    dx.par_chunks_mut(m)
+        .zip(dyxh.par_chunks_mut(m))
+        .zip(x.par_chunks(m).zip(dy.par_chunks(m)))
+        .enumerate()
+        .for_each(|(row, ((dx, dyxh), (x, dy)))| {
+            let c0 = (row % groups) * cpg;
+            let (mean, r) = mean_rstd(x, eps);
+            let (mut s1, mut s2) = (0.0f32, 0.0f32);
+            for (j, (&v, &g)) in x.iter().zip(dy).enumerate() {
+                let d = g * gamma[c0 + j / hw];
+                s1 += d;
+                s2 += d * (v - mean) * r;
+            }
+            for j in 0..m {
+                let xh = (x[j] - mean) * r;
+                let d = dy[j] * gamma[c0 + j / hw];
+                dx[j] = r / mf * (mf * d - s1 - xh * s2);
+                dyxh[j] = dy[j] * xh;
+            }
+        });
+}
+
 /// LayerNorm backward per row from the caches: `dx = rstd/n (n dxh - sum dxh - xhat sum(dxh
 /// xhat))` with `dxh = dy * gamma` (overwritten); `dgamma += sum_r dy xhat`,
 /// `dbeta += sum_r dy`.

@@ -139,6 +139,46 @@ fn softmax_backward_kernel<F: Float>(
     }
 }
 
+/// The mean of `x[base..base + cols]`, folded over the cube (every unit must call it).
+#[cube]
+fn row_mean<F: Float>(x: &Array<F>, base: usize, cols: usize, smem: &mut SharedMemory<f32>) -> f32 {
+    let mut s = f32::new(0.0f32);
+    let mut j = UNIT_POS as usize;
+    loop {
+        if j >= cols {
+            break;
+        }
+        s += f32::cast_from(x[base + j]);
+        j += REDUCE_UNITS as usize;
+    }
+    cube_sum::<f32>(s, smem) / f32::cast_from(cols)
+}
+
+/// `1 / sqrt(var + eps)` of `x[base..base + cols]`, the biased variance taken about `mu` in a
+/// second pass (every unit must call it).
+#[cube]
+fn row_rstd<F: Float>(
+    x: &Array<F>,
+    base: usize,
+    cols: usize,
+    mu: f32,
+    eps: f32,
+    smem: &mut SharedMemory<f32>,
+) -> f32 {
+    let mut ss = f32::new(0.0f32);
+    let mut j = UNIT_POS as usize;
+    loop {
+        if j >= cols {
+            break;
+        }
+        let d = f32::cast_from(x[base + j]) - mu;
+        ss += d * d;
+        j += REDUCE_UNITS as usize;
+    }
+    let var = cube_sum::<f32>(ss, smem) / f32::cast_from(cols);
+    1.0 / (var + eps).sqrt()
+}
+
 /// LayerNorm per row (two-pass variance); writes `xhat`, `mean`, `rstd` when `caches`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
@@ -158,31 +198,10 @@ fn layernorm_kernel<F: Float>(
     let row = CUBE_POS;
     if row < rows {
         let base = row * cols;
-        let n = f32::cast_from(cols);
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut s = f32::new(0.0f32);
+        let mu = row_mean::<F>(x, base, cols, &mut smem);
+        let r = row_rstd::<F>(x, base, cols, mu, eps, &mut smem);
         let mut j = UNIT_POS as usize;
-        loop {
-            if j >= cols {
-                break;
-            }
-            s += f32::cast_from(x[base + j]);
-            j += REDUCE_UNITS as usize;
-        }
-        let mu = cube_sum::<f32>(s, &mut smem) / n;
-        let mut ss = f32::new(0.0f32);
-        j = UNIT_POS as usize;
-        loop {
-            if j >= cols {
-                break;
-            }
-            let d = f32::cast_from(x[base + j]) - mu;
-            ss += d * d;
-            j += REDUCE_UNITS as usize;
-        }
-        let var = cube_sum::<f32>(ss, &mut smem) / n;
-        let r = 1.0 / (var + eps).sqrt();
-        j = UNIT_POS as usize;
         loop {
             if j >= cols {
                 break;
@@ -240,6 +259,98 @@ fn layernorm_backward_kernel<F: Float>(
             let d = f32::cast_from(dy[base + j]) * f32::cast_from(gamma[j]);
             let xh = f32::cast_from(xhat[base + j]);
             dx[base + j] = F::cast_from(r / n * (n * d - s1 - xh * s2));
+            j += REDUCE_UNITS as usize;
+        }
+    }
+}
+
+/// GroupNorm per group row of `m = cpg * hw` elements (row `r` is group `r % groups` of its
+/// sample): two-pass statistics, then `y = (x - mean) rstd gamma[c] + beta[c]` with channel
+/// `c = (r % groups) cpg + j / hw`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn group_norm_kernel<F: Float>(
+    x: &Array<F>,
+    gamma: &Array<F>,
+    beta: &Array<F>,
+    y: &mut Array<F>,
+    rows: usize,
+    groups: usize,
+    cpg: usize,
+    hw: usize,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    if row < rows {
+        let m = cpg * hw;
+        let base = row * m;
+        let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let mu = row_mean::<F>(x, base, m, &mut smem);
+        let r = row_rstd::<F>(x, base, m, mu, eps, &mut smem);
+        let c0 = (row % groups) * cpg;
+        let mut j = UNIT_POS as usize;
+        loop {
+            if j >= m {
+                break;
+            }
+            let ch = c0 + j / hw;
+            let xh = (f32::cast_from(x[base + j]) - mu) * r;
+            y[base + j] = F::cast_from(xh * f32::cast_from(gamma[ch]) + f32::cast_from(beta[ch]));
+            j += REDUCE_UNITS as usize;
+        }
+    }
+}
+
+/// GroupNorm's per-element gradient per group row, statistics recomputed from `x`:
+/// `dx = rstd/m (m d - sum d - xhat sum(d xhat))` with `d = dy gamma[c]` (overwritten), and
+/// `dyxh = dy xhat` (summed per channel by the caller for `gamma`'s gradient).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn group_norm_backward_kernel<F: Float>(
+    x: &Array<F>,
+    gamma: &Array<F>,
+    dy: &Array<F>,
+    dx: &mut Array<F>,
+    dyxh: &mut Array<F>,
+    rows: usize,
+    groups: usize,
+    cpg: usize,
+    hw: usize,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    if row < rows {
+        let m = cpg * hw;
+        let base = row * m;
+        let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let mu = row_mean::<F>(x, base, m, &mut smem);
+        let r = row_rstd::<F>(x, base, m, mu, eps, &mut smem);
+        let c0 = (row % groups) * cpg;
+        let mut s1 = f32::new(0.0f32);
+        let mut s2 = f32::new(0.0f32);
+        let mut j = UNIT_POS as usize;
+        loop {
+            if j >= m {
+                break;
+            }
+            let d = f32::cast_from(dy[base + j]) * f32::cast_from(gamma[c0 + j / hw]);
+            s1 += d;
+            s2 += d * (f32::cast_from(x[base + j]) - mu) * r;
+            j += REDUCE_UNITS as usize;
+        }
+        let s1 = cube_sum::<f32>(s1, &mut smem);
+        let s2 = cube_sum::<f32>(s2, &mut smem);
+        let n = f32::cast_from(m);
+        j = UNIT_POS as usize;
+        loop {
+            if j >= m {
+                break;
+            }
+            let g = f32::cast_from(dy[base + j]);
+            let d = g * f32::cast_from(gamma[c0 + j / hw]);
+            let xh = (f32::cast_from(x[base + j]) - mu) * r;
+            dx[base + j] = F::cast_from(r / n * (n * d - s1 - xh * s2));
+            dyxh[base + j] = F::cast_from(g * xh);
             j += REDUCE_UNITS as usize;
         }
     }
@@ -664,6 +775,86 @@ pub fn launch_column_accumulate<R: Runtime, F: Float + CubeElement>(
             cols,
             b.is_some(),
             scale.is_some(),
+        );
+    }
+    Ok(())
+}
+
+/// GroupNorm of `rows = N * groups` group rows of `cpg * hw` elements; `gamma`, `beta` hold
+/// `groups * cpg` values.
+pub fn launch_group_norm<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    (x, gamma, beta, y): (&Handle, &Handle, &Handle, &Handle),
+    rows: usize,
+    (groups, cpg, hw): (usize, usize, usize),
+    eps: f32,
+) -> Result<(), LaunchError> {
+    let len = rows * cpg * hw;
+    if len == 0 || groups == 0 {
+        return Ok(());
+    }
+    let b = core::mem::size_of::<F>();
+    check_len("x", x, len, b)?;
+    check_len("y", y, len, b)?;
+    check_len("gamma", gamma, groups * cpg, b)?;
+    check_len("beta", beta, groups * cpg, b)?;
+    let (count, dim) = row_grid(client, rows)?;
+    // SAFETY: lengths checked above; every channel index is below `groups * cpg`.
+    unsafe {
+        group_norm_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            arg(x, len),
+            arg(gamma, groups * cpg),
+            arg(beta, groups * cpg),
+            arg(y, len),
+            rows,
+            groups,
+            cpg,
+            hw,
+            eps,
+        );
+    }
+    Ok(())
+}
+
+/// GroupNorm's per-element gradient: `dx` and `dyxh` from `x`, `gamma` and `dy` (shapes as
+/// in [`launch_group_norm`]).
+pub fn launch_group_norm_backward<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    (x, gamma, dy): (&Handle, &Handle, &Handle),
+    (dx, dyxh): (&Handle, &Handle),
+    rows: usize,
+    (groups, cpg, hw): (usize, usize, usize),
+    eps: f32,
+) -> Result<(), LaunchError> {
+    let len = rows * cpg * hw;
+    if len == 0 || groups == 0 {
+        return Ok(());
+    }
+    let b = core::mem::size_of::<F>();
+    for (name, h) in [("x", x), ("dy", dy), ("dx", dx), ("dyxh", dyxh)] {
+        check_len(name, h, len, b)?;
+    }
+    check_len("gamma", gamma, groups * cpg, b)?;
+    let (count, dim) = row_grid(client, rows)?;
+    // SAFETY: lengths checked above; every channel index is below `groups * cpg`.
+    unsafe {
+        group_norm_backward_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            arg(x, len),
+            arg(gamma, groups * cpg),
+            arg(dy, len),
+            arg(dx, len),
+            arg(dyxh, len),
+            rows,
+            groups,
+            cpg,
+            hw,
+            eps,
         );
     }
     Ok(())

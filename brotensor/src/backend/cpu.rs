@@ -522,6 +522,35 @@ impl NormOps for CpuBackend {
         Ok(())
     }
 
+    fn group_norm(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        groups_hw: (usize, usize),
+        eps: f32,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let (x, g, b) = (x.host(), gamma.host(), beta.host());
+        nm::group_norm_rows(x, g, b, groups_hw, eps, y.host_mut());
+        Ok(())
+    }
+
+    fn group_norm_backward(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        dy: &Tensor,
+        groups_hw: (usize, usize),
+        eps: f32,
+        dx: &mut Tensor,
+        dyxh: &mut Tensor,
+    ) -> Result<()> {
+        let (x, g, dy) = (x.host(), gamma.host(), dy.host());
+        nm::group_norm_rows_backward(x, g, dy, groups_hw, eps, dx.host_mut(), dyxh.host_mut());
+        Ok(())
+    }
+
     fn layernorm(
         &self,
         x: &Tensor,

@@ -949,6 +949,65 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         .map_err(|e| self.launch_error("layernorm_backward", e))
     }
 
+    fn group_norm(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        (groups, hw): (usize, usize),
+        eps: f32,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        if self.words(x.dtype()) {
+            return self.via_f32(&[x, gamma, beta], y, |w, tmp| {
+                self.group_norm(&w[0], &w[1], &w[2], (groups, hw), eps, tmp)
+            });
+        }
+        let h = [x, gamma, beta, y].map(out_handle);
+        let cpg = gamma.numel() / groups.max(1);
+        let rows = x.numel() / (cpg * hw).max(1);
+        with_float!(x.dtype(), |F| rw::launch_group_norm::<R, F>(
+            &self.client,
+            (&h[0], &h[1], &h[2], &h[3]),
+            rows,
+            (groups, cpg, hw),
+            eps
+        ))
+        .map_err(|e| self.launch_error("group_norm_forward", e))
+    }
+
+    fn group_norm_backward(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        dy: &Tensor,
+        (groups, hw): (usize, usize),
+        eps: f32,
+        dx: &mut Tensor,
+        dyxh: &mut Tensor,
+    ) -> Result<()> {
+        if self.words(x.dtype()) {
+            let (wx, wg, wdy) = (self.widened(x)?, self.widened(gamma)?, self.widened(dy)?);
+            let mut wdx = Tensor::empty_on(self.device, dx.rows(), dx.cols(), Dtype::F32)?;
+            let mut wp = Tensor::empty_on(self.device, dx.rows(), dx.cols(), Dtype::F32)?;
+            self.group_norm_backward(&wx, &wg, &wdy, (groups, hw), eps, &mut wdx, &mut wp)?;
+            self.cast(&wdx, dx)?;
+            return self.cast(&wp, dyxh);
+        }
+        let h = [x, gamma, dy, dx, dyxh].map(out_handle);
+        let cpg = gamma.numel() / groups.max(1);
+        let rows = x.numel() / (cpg * hw).max(1);
+        with_float!(x.dtype(), |F| rw::launch_group_norm_backward::<R, F>(
+            &self.client,
+            (&h[0], &h[1], &h[2]),
+            (&h[3], &h[4]),
+            rows,
+            (groups, cpg, hw),
+            eps
+        ))
+        .map_err(|e| self.launch_error("group_norm_backward", e))
+    }
+
     fn rms_norm(&self, x: &Tensor, gamma: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
         if self.words(x.dtype()) {
             return self.via_f32(&[x, gamma], y, |w, tmp| {

@@ -63,6 +63,34 @@ pub(crate) trait NormOps: OnDevice {
     ) -> Result<()> {
         Err(missing("layernorm_backward", self))
     }
+    /// GroupNorm of `x (N, C*HW)` in `groups` groups per sample (`gamma`, `beta`: `C`
+    /// elements, `C = groups * cpg`); `y` sized like `x`.
+    fn group_norm(
+        &self,
+        _x: &Tensor,
+        _gamma: &Tensor,
+        _beta: &Tensor,
+        _groups_hw: (usize, usize),
+        _eps: f32,
+        _y: &mut Tensor,
+    ) -> Result<()> {
+        Err(missing("group_norm_forward", self))
+    }
+    /// GroupNorm's per-element gradient (statistics recomputed from `x`): `dx` overwritten
+    /// and `dyxh = dy xhat`, both sized like `x`.
+    #[allow(clippy::too_many_arguments)]
+    fn group_norm_backward(
+        &self,
+        _x: &Tensor,
+        _gamma: &Tensor,
+        _dy: &Tensor,
+        _groups_hw: (usize, usize),
+        _eps: f32,
+        _dx: &mut Tensor,
+        _dyxh: &mut Tensor,
+    ) -> Result<()> {
+        Err(missing("group_norm_backward", self))
+    }
     /// RMSNorm per row.
     fn rms_norm(&self, _x: &Tensor, _gamma: &Tensor, _eps: f32, _y: &mut Tensor) -> Result<()> {
         Err(missing("rms_norm_forward", self))

@@ -518,14 +518,8 @@ pub fn group_norm_forward(
     if x.numel() == 0 {
         return Ok(());
     }
-    let m = c / num_groups * hw;
-    let ones = constant(be.device(), m, 1.0, x.dtype())?;
-    let zeros = constant(be.device(), m, 0.0, x.dtype())?;
-    be.layernorm(x, &ones, &zeros, eps, y, None)?;
-    per_channel(be, op, y, gamma, hw, true)?;
-    per_channel(be, op, y, beta, hw, false)?;
     let _ = n;
-    Ok(())
+    be.group_norm(x, gamma, beta, (num_groups, hw), eps, y)
 }
 
 /// Gradients of [`group_norm_forward`] (statistics recomputed from `X`): `dX` overwritten,
@@ -572,36 +566,12 @@ pub fn group_norm_backward(
     if x.numel() == 0 {
         return Ok(());
     }
+    // dX and dY xhat per element in one kernel; then the two channel sums.
     let dev = be.device();
-    let m = c / num_groups * hw;
-    let ones = constant(dev, m, 1.0, x.dtype())?;
-    let zeros = constant(dev, m, 0.0, x.dtype())?;
-    let groups = x.numel() / m;
-    let (mut y, mut xhat) = (
-        Tensor::empty_on(dev, x.rows(), x.cols(), x.dtype())?,
-        Tensor::empty_on(dev, x.rows(), x.cols(), x.dtype())?,
-    );
-    let (mut mean, mut rstd) = (
-        Tensor::empty_on(dev, groups, 1, Dtype::F32)?,
-        Tensor::empty_on(dev, groups, 1, Dtype::F32)?,
-    );
-    let caches = LayerNormCaches {
-        xhat: &mut xhat,
-        mean: &mut mean,
-        rstd: &mut rstd,
-    };
-    be.layernorm(x, &ones, &zeros, eps, &mut y, Some(caches))?;
-    // dxhat = dY gamma[c]; then the LayerNorm input gradient over each group's row.
-    let mut dxh = dy.try_clone()?;
-    per_channel(be, op, &mut dxh, gamma, hw, true)?;
-    let (mut sg, mut sb) = (
-        constant(dev, m, 0.0, x.dtype())?,
-        constant(dev, m, 0.0, x.dtype())?,
-    );
-    be.layernorm_backward(&dxh, &xhat, &ones, &rstd, dx, &mut sg, &mut sb)?;
+    let mut dyxh = Tensor::empty_on(dev, x.rows(), x.cols(), x.dtype())?;
+    be.group_norm_backward(x, gamma, dy, (num_groups, hw), eps, dx, &mut dyxh)?;
     let shape = (n, c, hw);
-    let prod = super::mul(dy, &xhat)?;
-    let dg = channel_sums(be, &prod, shape)?;
+    let dg = channel_sums(be, &dyxh, shape)?;
     let db = channel_sums(be, dy, shape)?;
     accumulate_into(dgamma, &dg)?;
     accumulate_into(dbeta, &db)

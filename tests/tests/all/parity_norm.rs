@@ -448,6 +448,40 @@ fn group_norm_f64(
     y
 }
 
+/// Float64 GroupNorm gradients: `(dx, dgamma, dbeta)` from the definition, per group:
+/// `dx = rstd/m (m d - sum d - xhat sum(d xhat))`, `d = dy gamma[c]`.
+fn group_norm_backward_f64(
+    x: &[f32],
+    g: &[f32],
+    dy: &[f32],
+    (n, c, hw): (usize, usize, usize),
+    groups: usize,
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let m = c / groups * hw;
+    let (mut dx, mut dg, mut db) = (vec![0.0; x.len()], vec![0.0; c], vec![0.0; c]);
+    for s in 0..n * groups {
+        let at = s * m;
+        let mean = (0..m).map(|j| x[at + j] as f64).sum::<f64>() / m as f64;
+        let var = (0..m)
+            .map(|j| (x[at + j] as f64 - mean).powi(2))
+            .sum::<f64>()
+            / m as f64;
+        let r = 1.0 / (var + eps).sqrt();
+        let ch = |j: usize| (s % groups) * (c / groups) + j / hw;
+        let xh = |j: usize| (x[at + j] as f64 - mean) * r;
+        let d = |j: usize| dy[at + j] as f64 * g[ch(j)] as f64;
+        let s1: f64 = (0..m).map(d).sum();
+        let s2: f64 = (0..m).map(|j| d(j) * xh(j)).sum();
+        for j in 0..m {
+            dx[at + j] = r / m as f64 * (m as f64 * d(j) - s1 - xh(j) * s2);
+            dg[ch(j)] += dy[at + j] as f64 * xh(j);
+            db[ch(j)] += dy[at + j] as f64;
+        }
+    }
+    (dx, dg, db)
+}
+
 #[test]
 fn group_and_batch_norms() {
     let dims = (3usize, 6usize, 4usize, 5usize);
@@ -559,6 +593,27 @@ fn group_and_batch_norms() {
         ops::group_norm_forward(&xt, &gt, &bt, dims, 3, 1e-5, &mut y).unwrap();
         for (i, (g, w)) in y.to_vec::<f32>().unwrap().iter().zip(&want).enumerate() {
             assert!((*g as f64 - w).abs() < 1e-4, "{dev} #{i}: {g} vs {w}");
+        }
+        // The gradients against float64; dgamma and dbeta start at 1 (they accumulate).
+        let dys: Vec<f32> = (0..xs.len())
+            .map(|i| ((i * 11) % 17) as f32 * 0.1 - 0.8)
+            .collect();
+        let (wdx, wdg, wdb) = group_norm_backward_f64(&xs, &gs, &dys, (n, c, hw), 3, 1e-5);
+        let dyt = Tensor::from_slice_on(dev, &dys, n, c * hw).unwrap();
+        let (mut dx, mut dg, mut db) = (
+            Tensor::default(),
+            Tensor::from_slice_on(dev, &vec![1.0f32; c], c, 1).unwrap(),
+            Tensor::from_slice_on(dev, &vec![1.0f32; c], c, 1).unwrap(),
+        );
+        ops::group_norm_backward(&xt, &gt, &dyt, dims, 3, 1e-5, &mut dx, &mut dg, &mut db).unwrap();
+        let close = |got: f32, want: f64| (got as f64 - want).abs() <= 1e-4 * (1.0 + want.abs());
+        for (i, (g, w)) in dx.to_vec::<f32>().unwrap().iter().zip(&wdx).enumerate() {
+            assert!(close(*g, *w), "{dev} dx #{i}: {g} vs {w}");
+        }
+        for (name, t, want) in [("dgamma", &dg, &wdg), ("dbeta", &db, &wdb)] {
+            for (i, (g, w)) in t.to_vec::<f32>().unwrap().iter().zip(want).enumerate() {
+                assert!(close(*g, 1.0 + w), "{dev} {name} #{i}: {g} vs 1 + {w}");
+            }
         }
         let e = ops::group_norm_forward(&xt, &gt, &bt, dims, 4, 1e-5, &mut y).unwrap_err();
         assert_eq!(
