@@ -365,19 +365,37 @@ pub fn group_norm_rows_backward(
         .enumerate()
         .for_each(|(row, ((dx, dyxh), (x, dy)))| {
             let c0 = (row % groups) * cpg;
-            let (mean, r) = mean_rstd(x, eps);
-            let (mut s1, mut s2) = (0.0f32, 0.0f32);
-            for (j, (&v, &g)) in x.iter().zip(dy).enumerate() {
-                let d = g * gamma[c0 + j / hw];
-                s1 += d;
-                s2 += d * (v - mean) * r;
-            }
-            for j in 0..m {
-                let xh = (x[j] - mean) * r;
-                let d = dy[j] * gamma[c0 + j / hw];
-                dx[j] = r / mf * (mf * d - s1 - xh * s2);
-                dyxh[j] = dy[j] * xh;
-            }
+            let gammas = &gamma[c0..c0 + cpg];
+            wide(
+                #[inline(always)]
+                |_| {
+                    let (mean, r) = mean_rstd(x, eps);
+                    let (mut s1, mut s2) = (0.0f32, 0.0f32);
+                    for (&gc, (x, dy)) in gammas.iter().zip(x.chunks(hw).zip(dy.chunks(hw))) {
+                        // Per channel: sum dy and sum dy (x - mean), scaled once.
+                        let (mut a, mut b) = (0.0f32, 0.0f32);
+                        for (&v, &g) in x.iter().zip(dy) {
+                            a += g;
+                            b += g * (v - mean);
+                        }
+                        s1 += gc * a;
+                        s2 += gc * b * r;
+                    }
+                    let k = r / mf;
+                    let chunks = dx.chunks_mut(hw).zip(dyxh.chunks_mut(hw));
+                    for ((&gc, (dx, dyxh)), (x, dy)) in gammas
+                        .iter()
+                        .zip(chunks)
+                        .zip(x.chunks(hw).zip(dy.chunks(hw)))
+                    {
+                        for j in 0..x.len() {
+                            let xh = (x[j] - mean) * r;
+                            dx[j] = k * (mf * dy[j] * gc - s1 - xh * s2);
+                            dyxh[j] = dy[j] * xh;
+                        }
+                    }
+                },
+            )
         });
 }
 

@@ -141,6 +141,43 @@ fn main() -> brotensor::Result<()> {
             row("gelu_forward", &mut y, &mut |y| {
                 ops::gelu_forward(&x, y).unwrap()
             });
+            // GroupNorm at a diffusion U-Net shape: (N, C, H, W) = (2, 320, 64, 64), 32
+            // groups; forward moves x and y, backward x, dy and dx (the channel sums are
+            // small). Against the copy of a same-sized tensor, timed alternately.
+            let dims = (2usize, 320usize, 64usize, 64usize);
+            let (gn, gc) = (dims.0, dims.1 * dims.2 * dims.3);
+            let gx = Tensor::from_slice_on(device, &host(gn * gc, 6), gn, gc)?.to_dtype(dtype)?;
+            let gg = Tensor::from_slice_on(device, &host(dims.1, 7), dims.1, 1)?.to_dtype(dtype)?;
+            let gb = Tensor::zeros_on(device, dims.1, 1, dtype)?;
+            let (mut gy, mut gcopy) = (Tensor::default(), Tensor::zeros_on(device, gn, gc, dtype)?);
+            let (mut gdx, mut gdg, mut gdb) = (
+                Tensor::default(),
+                Tensor::zeros_on(device, dims.1, 1, dtype)?,
+                Tensor::zeros_on(device, dims.1, 1, dtype)?,
+            );
+            let gbytes = gn * gc * es;
+            let mut gn_row = |op: &str, moved: usize, f: &mut dyn FnMut()| {
+                let (s, copy) = best_secs_paired(device, reps, &mut *f, || {
+                    ops::cast(&gx, &mut gcopy, dtype).unwrap()
+                });
+                let gbs = (moved * gbytes) as f64 / s / 1e9;
+                let copy_gbs = (2 * gbytes) as f64 / copy / 1e9;
+                println!(
+                    "| {name} | {dtype} | {op} | 2x320x64x64 | {:.3} | {gbs:.1} GB/s | {:.2} (copy {:.3} ms, {copy_gbs:.1} GB/s) |",
+                    s * 1e3,
+                    gbs / copy_gbs,
+                    copy * 1e3,
+                );
+            };
+            gn_row("group_norm_forward", 2, &mut || {
+                ops::group_norm_forward(&gx, &gg, &gb, dims, 32, 1e-5, &mut gy).unwrap()
+            });
+            gn_row("group_norm_backward", 3, &mut || {
+                ops::group_norm_backward(
+                    &gx, &gg, &gx, dims, 32, 1e-5, &mut gdx, &mut gdg, &mut gdb,
+                )
+                .unwrap()
+            });
         }
     }
     Ok(())
