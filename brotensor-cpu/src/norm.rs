@@ -399,6 +399,140 @@ pub fn group_norm_rows_backward(
         });
 }
 
+/// The per-channel statistics of a BatchNorm training step, `C` values each.
+pub struct BatchNormStats<'a> {
+    /// Running mean, blended with the batch mean (`(1 - momentum) old + momentum new`).
+    pub running_mean: &'a mut [f32],
+    /// Running variance, blended with the unbiased batch variance.
+    pub running_var: &'a mut [f32],
+    /// The batch mean (written).
+    pub saved_mean: &'a mut [f32],
+    /// `1 / sqrt(var + eps)` of the batch (written).
+    pub saved_rstd: &'a mut [f32],
+}
+
+/// Sums `f(value, dy value)` over channel `ch`'s `N*HW` values of two `(N, C*HW)` tensors.
+fn channel_sum(
+    x: &[f32],
+    dy: &[f32],
+    (c, hw): (usize, usize),
+    ch: usize,
+    f: impl Fn(f32, f32) -> f32,
+) -> f32 {
+    x.chunks(c * hw)
+        .zip(dy.chunks(c * hw))
+        .map(|(xs, ds)| {
+            let (xs, ds) = (&xs[ch * hw..(ch + 1) * hw], &ds[ch * hw..(ch + 1) * hw]);
+            xs.iter().zip(ds).map(|(&v, &d)| f(v, d)).sum::<f32>()
+        })
+        .sum()
+}
+
+/// BatchNorm training forward over `x (N, C*HW)`: per channel, the mean and biased variance
+/// of its `M = N*HW` values (two-pass), `y = (x - mean) rstd gamma + beta`, and `stats`
+/// (the running variance takes the unbiased `var M / (M - 1)` when `M > 1`). `gamma`,
+/// `beta` hold `C` values. Panics unless the lengths agree.
+pub fn batch_norm_train(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    (n, hw): (usize, usize),
+    (eps, momentum): (f32, f32),
+    stats: BatchNormStats<'_>,
+    y: &mut [f32],
+) {
+    let c = gamma.len();
+    let m = n * hw;
+    assert!(
+        m > 0 && c > 0 && x.len() == n * c * hw && y.len() == x.len() && beta.len() == c,
+        "batch_norm_train: lengths"
+    );
+    let mf = m as f32;
+    let moments: Vec<(f32, f32)> = (0..c)
+        .into_par_iter()
+        .map(|ch| {
+            let mean = channel_sum(x, x, (c, hw), ch, |v, _| v) / mf;
+            let var = channel_sum(x, x, (c, hw), ch, |v, _| (v - mean) * (v - mean)) / mf;
+            (mean, var)
+        })
+        .collect();
+    for (ch, &(mean, var)) in moments.iter().enumerate() {
+        let unbiased = if m > 1 { var * mf / (mf - 1.0) } else { var };
+        let blend = |old: f32, new: f32| (1.0 - momentum) * old + momentum * new;
+        stats.running_mean[ch] = blend(stats.running_mean[ch], mean);
+        stats.running_var[ch] = blend(stats.running_var[ch], unbiased);
+        stats.saved_mean[ch] = mean;
+        stats.saved_rstd[ch] = 1.0 / (var + eps).sqrt();
+    }
+    let rstd = &*stats.saved_rstd;
+    y.par_chunks_mut(hw)
+        .zip(x.par_chunks(hw))
+        .enumerate()
+        .for_each(|(i, (y, x))| {
+            let ch = i % c;
+            let (mean, g, b) = (moments[ch].0, gamma[ch] * rstd[ch], beta[ch]);
+            for (y, &v) in y.iter_mut().zip(x) {
+                *y = (v - mean) * g + b;
+            }
+        });
+}
+
+/// BatchNorm backward over `x (N, C*HW)` from the saved statistics: `dx = rstd gamma (dy -
+/// (sum dy + xhat sum(dy xhat)) / M)` (overwritten); `dgamma += sum dy xhat`,
+/// `dbeta += sum dy` per channel. Panics unless the lengths agree.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_backward(
+    x: &[f32],
+    gamma: &[f32],
+    (saved_mean, saved_rstd): (&[f32], &[f32]),
+    dy: &[f32],
+    (n, hw): (usize, usize),
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+) {
+    let c = gamma.len();
+    let m = n * hw;
+    assert!(
+        m > 0
+            && x.len() == n * c * hw
+            && [dy.len(), dx.len()] == [x.len(); 2]
+            && [
+                saved_mean.len(),
+                saved_rstd.len(),
+                dgamma.len(),
+                dbeta.len()
+            ] == [c; 4],
+        "batch_norm_backward: lengths"
+    );
+    let sums: Vec<(f32, f32)> = (0..c)
+        .into_par_iter()
+        .map(|ch| {
+            let (mean, r) = (saved_mean[ch], saved_rstd[ch]);
+            let s_dy = channel_sum(x, dy, (c, hw), ch, |_, d| d);
+            let s_dyx = channel_sum(x, dy, (c, hw), ch, |v, d| d * (v - mean) * r);
+            (s_dy, s_dyx)
+        })
+        .collect();
+    let inv_m = 1.0 / m as f32;
+    dx.par_chunks_mut(hw)
+        .zip(x.par_chunks(hw).zip(dy.par_chunks(hw)))
+        .enumerate()
+        .for_each(|(i, (dx, (x, dy)))| {
+            let ch = i % c;
+            let (mean, r, (s_dy, s_dyx)) = (saved_mean[ch], saved_rstd[ch], sums[ch]);
+            let k = r * gamma[ch];
+            for ((o, &v), &d) in dx.iter_mut().zip(x).zip(dy) {
+                let xh = (v - mean) * r;
+                *o = k * (d - (s_dy + xh * s_dyx) * inv_m);
+            }
+        });
+    for (ch, &(s_dy, s_dyx)) in sums.iter().enumerate() {
+        dgamma[ch] += s_dyx;
+        dbeta[ch] += s_dy;
+    }
+}
+
 /// LayerNorm backward per row from the caches: `dx = rstd/n (n dxh - sum dxh - xhat sum(dxh
 /// xhat))` with `dxh = dy * gamma` (overwritten); `dgamma += sum_r dy xhat`,
 /// `dbeta += sum_r dy`.

@@ -10,6 +10,7 @@
 //! the math supplied as a small instruction type ([`elementwise::UnaryOp`],
 //! [`elementwise::BinaryOp`]).
 
+pub mod batch_norm;
 pub mod bf16_words;
 pub mod elementwise;
 pub mod glu;

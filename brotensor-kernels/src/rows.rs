@@ -479,7 +479,7 @@ fn column_accumulate_kernel<F: Float>(
     }
 }
 
-fn row_grid<R: Runtime>(
+pub(crate) fn row_grid<R: Runtime>(
     client: &ComputeClient<R>,
     rows: usize,
 ) -> Result<(CubeCount, CubeDim), LaunchError> {
@@ -489,7 +489,7 @@ fn row_grid<R: Runtime>(
 
 /// # Safety
 /// The caller checked that `h` holds `len` elements.
-unsafe fn arg<R: Runtime>(h: &Handle, len: usize) -> ArrayArg<R> {
+pub(crate) unsafe fn arg<R: Runtime>(h: &Handle, len: usize) -> ArrayArg<R> {
     // SAFETY: forwarded.
     unsafe { ArrayArg::from_raw_parts(h.clone(), len) }
 }

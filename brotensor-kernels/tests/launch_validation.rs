@@ -85,6 +85,27 @@ fn short_buffers_are_refused_before_launch() {
         ),
         Err(LaunchError::BufferTooSmall { arg: "gb", .. })
     ));
+    // BatchNorm's per-channel arrays must hold C values.
+    let stats = brotensor_kernels::batch_norm::BatchNormStats {
+        running_mean: &x,
+        running_var: &x,
+        saved_mean: &x,
+        saved_rstd: &two,
+    };
+    assert!(matches!(
+        brotensor_kernels::batch_norm::launch_batch_norm(
+            &c,
+            (&x, &x, &x, &out),
+            stats,
+            (2, 4, 1),
+            1e-5,
+            0.1
+        ),
+        Err(LaunchError::BufferTooSmall {
+            arg: "saved_rstd",
+            ..
+        })
+    ));
     // A valid launch on the same buffers still works and writes exactly its elements.
     k::launch_unary::<_, f32, k::AddScalar>(&c, Source::Buffer(&x), &out, 8, 2.0, 0.0).unwrap();
     assert_eq!(read(&c, out, 8), vec![3.0; 8]);

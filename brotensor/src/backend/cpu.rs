@@ -11,9 +11,9 @@ use rayon::prelude::*;
 
 use super::storage::HostBuffer;
 use super::{
-    ActivationOps, Backend, Binary, Broadcast, ElementwiseOps, Gemm, Glu, LayerNormCaches,
-    LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, SnakeGrads, Src,
-    Storage, Unary,
+    ActivationOps, Backend, BatchNormStats, Binary, Broadcast, ElementwiseOps, Gemm, Glu,
+    LayerNormCaches, LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps,
+    SnakeGrads, Src, Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -519,6 +519,51 @@ impl NormOps for CpuBackend {
         cols: usize,
     ) -> Result<()> {
         nm::softmax_rows_backward(p.host(), dp.host(), cols, dl.host_mut());
+        Ok(())
+    }
+
+    fn batch_norm_train(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        n_hw: (usize, usize),
+        eps_momentum: (f32, f32),
+        stats: BatchNormStats<'_>,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let s = nm::BatchNormStats {
+            running_mean: stats.running_mean.host_mut(),
+            running_var: stats.running_var.host_mut(),
+            saved_mean: stats.saved_mean.host_mut(),
+            saved_rstd: stats.saved_rstd.host_mut(),
+        };
+        let (x, g, b) = (x.host(), gamma.host(), beta.host());
+        nm::batch_norm_train(x, g, b, n_hw, eps_momentum, s, y.host_mut());
+        Ok(())
+    }
+
+    fn batch_norm_backward(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        (mean, rstd): (&Tensor, &Tensor),
+        dy: &Tensor,
+        n_hw: (usize, usize),
+        dx: &mut Tensor,
+        dgamma: &mut Tensor,
+        dbeta: &mut Tensor,
+    ) -> Result<()> {
+        nm::batch_norm_backward(
+            x.host(),
+            gamma.host(),
+            (mean.host(), rstd.host()),
+            dy.host(),
+            n_hw,
+            dx.host_mut(),
+            dgamma.host_mut(),
+            dbeta.host_mut(),
+        );
         Ok(())
     }
 

@@ -14,9 +14,9 @@ use half::{bf16, f16};
 
 use super::storage::GpuBuffer;
 use super::{
-    ActivationOps, Backend, Binary, Broadcast, ElementwiseOps, Gemm, Glu, LayerNormCaches,
-    LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps, SnakeGrads, Src,
-    Storage, Unary,
+    ActivationOps, Backend, BatchNormStats, Binary, Broadcast, ElementwiseOps, Gemm, Glu,
+    LayerNormCaches, LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps,
+    SnakeGrads, Src, Storage, Unary,
 };
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -947,6 +947,62 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
             rw::launch_column_accumulate::<R, F>(c, &hs.0, None, None, &dbh, shape)
         })())
         .map_err(|e| self.launch_error("layernorm_backward", e))
+    }
+
+    fn batch_norm_train(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        (n, hw): (usize, usize),
+        (eps, momentum): (f32, f32),
+        stats: BatchNormStats<'_>,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let h = [x, gamma, beta, y].map(out_handle);
+        let s = [
+            &*stats.running_mean,
+            &*stats.running_var,
+            &*stats.saved_mean,
+            &*stats.saved_rstd,
+        ]
+        .map(out_handle);
+        let ks = brotensor_kernels::batch_norm::BatchNormStats {
+            running_mean: &s[0],
+            running_var: &s[1],
+            saved_mean: &s[2],
+            saved_rstd: &s[3],
+        };
+        brotensor_kernels::batch_norm::launch_batch_norm::<R>(
+            &self.client,
+            (&h[0], &h[1], &h[2], &h[3]),
+            ks,
+            (n, gamma.numel(), hw),
+            eps,
+            momentum,
+        )
+        .map_err(|e| self.launch_error("batch_norm_forward", e))
+    }
+
+    fn batch_norm_backward(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        (mean, rstd): (&Tensor, &Tensor),
+        dy: &Tensor,
+        (n, hw): (usize, usize),
+        dx: &mut Tensor,
+        dgamma: &mut Tensor,
+        dbeta: &mut Tensor,
+    ) -> Result<()> {
+        let h = [x, gamma, mean, rstd, dy, dx, dgamma, dbeta].map(out_handle);
+        brotensor_kernels::batch_norm::launch_batch_norm_backward::<R>(
+            &self.client,
+            (&h[0], &h[1], &h[2], &h[3], &h[4]),
+            (&h[5], &h[6], &h[7]),
+            (n, gamma.numel(), hw),
+        )
+        .map_err(|e| self.launch_error("batch_norm_backward", e))
     }
 
     fn group_norm(

@@ -24,7 +24,7 @@ pub(crate) use activation::{ActivationOps, Glu, SnakeGrads};
 pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use loss::{LossIo, LossOps};
-pub(crate) use norm::{LayerNormCaches, NormOps};
+pub(crate) use norm::{BatchNormStats, LayerNormCaches, NormOps};
 pub(crate) use reduction::ReductionOps;
 pub(crate) use storage::Storage;
 

@@ -11,6 +11,14 @@ pub(crate) struct LayerNormCaches<'a> {
     pub(crate) rstd: &'a mut Tensor,
 }
 
+/// The per-channel statistics of a BatchNorm training step: `(C, 1)`-sized F32 tensors.
+pub(crate) struct BatchNormStats<'a> {
+    pub(crate) running_mean: &'a mut Tensor,
+    pub(crate) running_var: &'a mut Tensor,
+    pub(crate) saved_mean: &'a mut Tensor,
+    pub(crate) saved_rstd: &'a mut Tensor,
+}
+
 /// Callers guarantee: operands on this device, one float dtype the device computes in
 /// (statistics tensors F32), shapes consistent, outputs committed and sized. The norms take
 /// the row length from `gamma`'s element count (rows = elements / that), so a caller may
@@ -90,6 +98,37 @@ pub(crate) trait NormOps: OnDevice {
         _dyxh: &mut Tensor,
     ) -> Result<()> {
         Err(missing("group_norm_backward", self))
+    }
+    /// BatchNorm training forward over F32 `x (N, C*HW)` (`gamma`, `beta`: `C` elements):
+    /// `y` and `stats` (running statistics blended with `momentum`, saved mean and rstd).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_train(
+        &self,
+        _x: &Tensor,
+        _gamma: &Tensor,
+        _beta: &Tensor,
+        _n_hw: (usize, usize),
+        _eps_momentum: (f32, f32),
+        _stats: BatchNormStats<'_>,
+        _y: &mut Tensor,
+    ) -> Result<()> {
+        Err(missing("batch_norm_forward", self))
+    }
+    /// BatchNorm gradients from the saved statistics (all F32): `dx` overwritten, `dgamma`
+    /// and `dbeta` (`C` elements) accumulated.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_backward(
+        &self,
+        _x: &Tensor,
+        _gamma: &Tensor,
+        _saved: (&Tensor, &Tensor),
+        _dy: &Tensor,
+        _n_hw: (usize, usize),
+        _dx: &mut Tensor,
+        _dgamma: &mut Tensor,
+        _dbeta: &mut Tensor,
+    ) -> Result<()> {
+        Err(missing("batch_norm_backward", self))
     }
     /// RMSNorm per row.
     fn rms_norm(&self, _x: &Tensor, _gamma: &Tensor, _eps: f32, _y: &mut Tensor) -> Result<()> {

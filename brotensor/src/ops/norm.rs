@@ -665,39 +665,13 @@ pub fn batch_norm_forward(
     if m == 0 || c == 0 {
         return Ok(());
     }
-    let mean = super::mul_scalar(&channel_sums(be, x, (n, c, hw))?, 1.0 / m as f32)?;
-    let mut centered = x.try_clone()?;
-    per_channel(
-        be,
-        op,
-        &mut centered,
-        &super::mul_scalar(&mean, -1.0)?,
-        hw,
-        false,
-    )?;
-    let var = super::mul_scalar(
-        &channel_sums(be, &super::mul(&centered, &centered)?, (n, c, hw))?,
-        1.0 / m as f32,
-    )?;
-    let rstd = super::rsqrt(&super::add_scalar(&var, eps)?)?;
-    let scale = super::mul(&column_of(gamma)?, &rstd)?;
-    per_channel(be, op, &mut centered, &scale, hw, true)?;
-    per_channel(be, op, &mut centered, beta, hw, false)?;
-    super::cast(&centered, y, Dtype::F32)?;
-    super::cast(&mean, saved_mean, Dtype::F32)?;
-    super::cast(&rstd, saved_rstd, Dtype::F32)?;
-    let unbiased = if m > 1 {
-        super::mul_scalar(&var, m as f32 / (m - 1) as f32)?
-    } else {
-        var
+    let stats = crate::backend::BatchNormStats {
+        running_mean,
+        running_var,
+        saved_mean,
+        saved_rstd,
     };
-    let (rm_shape, rv_shape) = (running_mean.shape(), running_var.shape());
-    running_mean.reshape(c, 1)?;
-    running_var.reshape(c, 1)?;
-    super::axpby_inplace(running_mean, &mean, 1.0 - momentum, momentum)?;
-    super::axpby_inplace(running_var, &unbiased, 1.0 - momentum, momentum)?;
-    running_mean.reshape(rm_shape.0, rm_shape.1)?;
-    running_var.reshape(rv_shape.0, rv_shape.1)
+    be.batch_norm_train(x, gamma, beta, (n, hw), (eps, momentum), stats, y)
 }
 
 /// BatchNorm inference: `y = x a + b` per channel with `a = gamma / sqrt(running_var + eps)`
@@ -811,29 +785,16 @@ pub fn batch_norm_backward(
     if m == 0 || c == 0 {
         return Ok(());
     }
-    let rstd = column_of(saved_rstd)?;
-    let mut xhat = x.try_clone()?;
-    per_channel(
-        be,
-        op,
-        &mut xhat,
-        &super::mul_scalar(&column_of(saved_mean)?, -1.0)?,
-        hw,
-        false,
-    )?;
-    per_channel(be, op, &mut xhat, &rstd, hw, true)?;
-    let sum_dy = channel_sums(be, dy, (n, c, hw))?;
-    let sum_dyx = channel_sums(be, &super::mul(dy, &xhat)?, (n, c, hw))?;
-    let k1 = super::mul(&column_of(gamma)?, &rstd)?;
-    let k2 = super::mul_scalar(&super::mul(&k1, &sum_dy)?, -1.0 / m as f32)?;
-    let k3 = super::mul_scalar(&super::mul(&k1, &sum_dyx)?, -1.0 / m as f32)?;
-    super::cast(dy, dx, Dtype::F32)?;
-    per_channel(be, op, dx, &k1, hw, true)?;
-    per_channel(be, op, &mut xhat, &k3, hw, true)?;
-    dx.add_(&xhat)?;
-    per_channel(be, op, dx, &k2, hw, false)?;
-    accumulate_into(dgamma, &sum_dyx)?;
-    accumulate_into(dbeta, &sum_dy)
+    be.batch_norm_backward(
+        x,
+        gamma,
+        (saved_mean, saved_rstd),
+        dy,
+        (n, hw),
+        dx,
+        dgamma,
+        dbeta,
+    )
 }
 
 /// [`layernorm_forward_inference_batched`] under its C++ 16-bit name: `X` must be F16 or BF16.

@@ -482,6 +482,47 @@ fn group_norm_backward_f64(
     (dx, dg, db)
 }
 
+/// Float64 BatchNorm training step and gradients from the definition: `(y, dx, dgamma,
+/// dbeta)` with per-channel statistics over the `N*HW` values.
+fn batch_norm_f64(
+    x: &[f32],
+    g: &[f32],
+    b: &[f32],
+    dy: &[f32],
+    (n, c, hw): (usize, usize, usize),
+    eps: f64,
+) -> [Vec<f64>; 4] {
+    let m = (n * hw) as f64;
+    let (mut y, mut dx, mut dg, mut db) = (
+        vec![0.0; x.len()],
+        vec![0.0; x.len()],
+        vec![0.0; c],
+        vec![0.0; c],
+    );
+    for ch in 0..c {
+        let idx: Vec<usize> = (0..n)
+            .flat_map(|s| (0..hw).map(move |p| s * c * hw + ch * hw + p))
+            .collect();
+        let mean = idx.iter().map(|&i| x[i] as f64).sum::<f64>() / m;
+        let var = idx
+            .iter()
+            .map(|&i| (x[i] as f64 - mean).powi(2))
+            .sum::<f64>()
+            / m;
+        let r = 1.0 / (var + eps).sqrt();
+        let xh = |i: usize| (x[i] as f64 - mean) * r;
+        let s_dy: f64 = idx.iter().map(|&i| dy[i] as f64).sum();
+        let s_dyx: f64 = idx.iter().map(|&i| dy[i] as f64 * xh(i)).sum();
+        for &i in &idx {
+            y[i] = xh(i) * g[ch] as f64 + b[ch] as f64;
+            dx[i] = r * g[ch] as f64 * (dy[i] as f64 - (s_dy + xh(i) * s_dyx) / m);
+        }
+        dg[ch] = s_dyx;
+        db[ch] = s_dy;
+    }
+    [y, dx, dg, db]
+}
+
 #[test]
 fn group_and_batch_norms() {
     let dims = (3usize, 6usize, 4usize, 5usize);
@@ -629,6 +670,27 @@ fn group_and_batch_norms() {
             &xt, &gt, &bt, &mut rm, &mut rv, dims, 1e-5, 0.1, &mut y, &mut sm, &mut sr,
         )
         .unwrap();
+        // Every channel's output and gradients against float64 (dgamma, dbeta start at 1).
+        let [wy, wdx, wdg, wdb] = batch_norm_f64(&xs, &gs, &bs, &dys, (n, c, hw), 1e-5);
+        let (mut bdx, mut bdg, mut bdb) = (
+            Tensor::default(),
+            Tensor::from_slice_on(dev, &vec![1.0f32; c], c, 1).unwrap(),
+            Tensor::from_slice_on(dev, &vec![1.0f32; c], c, 1).unwrap(),
+        );
+        ops::batch_norm_backward(&xt, &gt, &sm, &sr, &dyt, dims, &mut bdx, &mut bdg, &mut bdb)
+            .unwrap();
+        let got = [&y, &bdx, &bdg, &bdb].map(|t| t.to_vec::<f32>().unwrap());
+        let wants = [
+            ("y", wy),
+            ("dx", wdx),
+            ("dgamma", wdg.iter().map(|v| v + 1.0).collect()),
+            ("dbeta", wdb.iter().map(|v| v + 1.0).collect()),
+        ];
+        for ((name, want), got) in wants.iter().zip(&got) {
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(close(*g, *w), "{dev} batch norm {name} #{i}: {g} vs {w}");
+            }
+        }
         let m = n * hw;
         let ch0: Vec<f64> = (0..n)
             .flat_map(|s| (0..hw).map(move |p| (s, p)))

@@ -1,0 +1,257 @@
+//! BatchNorm training forward and backward over `x (N, C*HW)` FP32 tensors (NCHW samples):
+//! one cube per channel reduces its `M = N*HW` values (two-pass statistics), then writes its
+//! elements; unit 0 writes the channel's statistics. Channel `c`'s `t`-th value (`t < M`)
+//! sits at `(t / HW) C HW + c HW + t % HW`.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::launch::{check_len, LaunchError};
+use crate::reduce::{cube_sum, REDUCE_UNITS};
+use crate::rows::{arg, row_grid};
+
+/// The index of channel `ch`'s `t`-th value.
+#[cube]
+fn at(t: usize, ch: usize, c: usize, hw: usize) -> usize {
+    (t / hw) * c * hw + ch * hw + t % hw
+}
+
+/// Per channel: mean and biased variance (two-pass), `y = (x - mean) rstd gamma + beta`,
+/// `saved_mean`, `saved_rstd`, and the running statistics blended with `momentum` (the
+/// variance unbiased by `M / (M - 1)` when `M > 1`).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn batch_norm_kernel(
+    x: &Array<f32>,
+    gamma: &Array<f32>,
+    beta: &Array<f32>,
+    y: &mut Array<f32>,
+    running_mean: &mut Array<f32>,
+    running_var: &mut Array<f32>,
+    saved_mean: &mut Array<f32>,
+    saved_rstd: &mut Array<f32>,
+    c: usize,
+    n: usize,
+    hw: usize,
+    eps: f32,
+    momentum: f32,
+) {
+    let ch = CUBE_POS;
+    if ch < c {
+        let m = n * hw;
+        let mf = f32::cast_from(m);
+        let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let mut s = f32::new(0.0f32);
+        let mut t = UNIT_POS as usize;
+        loop {
+            if t >= m {
+                break;
+            }
+            s += x[at(t, ch, c, hw)];
+            t += REDUCE_UNITS as usize;
+        }
+        let mean = cube_sum::<f32>(s, &mut smem) / mf;
+        let mut ss = f32::new(0.0f32);
+        t = UNIT_POS as usize;
+        loop {
+            if t >= m {
+                break;
+            }
+            let d = x[at(t, ch, c, hw)] - mean;
+            ss += d * d;
+            t += REDUCE_UNITS as usize;
+        }
+        let var = cube_sum::<f32>(ss, &mut smem) / mf;
+        let rstd = 1.0f32 / (var + eps).sqrt();
+        let (g, b) = (gamma[ch] * rstd, beta[ch]);
+        t = UNIT_POS as usize;
+        loop {
+            if t >= m {
+                break;
+            }
+            let i = at(t, ch, c, hw);
+            y[i] = (x[i] - mean) * g + b;
+            t += REDUCE_UNITS as usize;
+        }
+        if UNIT_POS == 0 {
+            let mut unbiased = var;
+            if m > 1 {
+                unbiased = var * mf / (mf - 1.0f32);
+            }
+            running_mean[ch] = (1.0f32 - momentum) * running_mean[ch] + momentum * mean;
+            running_var[ch] = (1.0f32 - momentum) * running_var[ch] + momentum * unbiased;
+            saved_mean[ch] = mean;
+            saved_rstd[ch] = rstd;
+        }
+    }
+}
+
+/// Per channel, from the saved statistics: `dx = rstd gamma (dy - (sum dy + xhat sum(dy
+/// xhat)) / M)` (overwritten); `dgamma += sum dy xhat`, `dbeta += sum dy`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn batch_norm_backward_kernel(
+    x: &Array<f32>,
+    gamma: &Array<f32>,
+    saved_mean: &Array<f32>,
+    saved_rstd: &Array<f32>,
+    dy: &Array<f32>,
+    dx: &mut Array<f32>,
+    dgamma: &mut Array<f32>,
+    dbeta: &mut Array<f32>,
+    c: usize,
+    n: usize,
+    hw: usize,
+) {
+    let ch = CUBE_POS;
+    if ch < c {
+        let m = n * hw;
+        let (mean, rstd) = (saved_mean[ch], saved_rstd[ch]);
+        let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let mut s_dy = f32::new(0.0f32);
+        let mut s_dyx = f32::new(0.0f32);
+        let mut t = UNIT_POS as usize;
+        loop {
+            if t >= m {
+                break;
+            }
+            let i = at(t, ch, c, hw);
+            s_dy += dy[i];
+            s_dyx += dy[i] * (x[i] - mean) * rstd;
+            t += REDUCE_UNITS as usize;
+        }
+        let s_dy = cube_sum::<f32>(s_dy, &mut smem);
+        let s_dyx = cube_sum::<f32>(s_dyx, &mut smem);
+        let k = rstd * gamma[ch];
+        let inv_m = 1.0f32 / f32::cast_from(m);
+        t = UNIT_POS as usize;
+        loop {
+            if t >= m {
+                break;
+            }
+            let i = at(t, ch, c, hw);
+            let xh = (x[i] - mean) * rstd;
+            dx[i] = k * (dy[i] - (s_dy + xh * s_dyx) * inv_m);
+            t += REDUCE_UNITS as usize;
+        }
+        if UNIT_POS == 0 {
+            dgamma[ch] += s_dyx;
+            dbeta[ch] += s_dy;
+        }
+    }
+}
+
+/// The per-channel statistics of a BatchNorm training step, `C` floats each: the running
+/// mean and variance (read and updated), the saved mean and `rstd` (written).
+pub struct BatchNormStats<'a> {
+    /// Running mean, blended with the batch mean.
+    pub running_mean: &'a Handle,
+    /// Running variance, blended with the unbiased batch variance.
+    pub running_var: &'a Handle,
+    /// The batch mean.
+    pub saved_mean: &'a Handle,
+    /// `1 / sqrt(var + eps)` of the batch.
+    pub saved_rstd: &'a Handle,
+}
+
+/// BatchNorm training forward over `x (n, c*hw)`.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_batch_norm<R: Runtime>(
+    client: &ComputeClient<R>,
+    (x, gamma, beta, y): (&Handle, &Handle, &Handle, &Handle),
+    stats: BatchNormStats<'_>,
+    (n, c, hw): (usize, usize, usize),
+    eps: f32,
+    momentum: f32,
+) -> Result<(), LaunchError> {
+    let len = n * c * hw;
+    if len == 0 {
+        return Ok(());
+    }
+    check_len("x", x, len, 4)?;
+    check_len("y", y, len, 4)?;
+    let per_channel = [
+        ("gamma", gamma),
+        ("beta", beta),
+        ("running_mean", stats.running_mean),
+        ("running_var", stats.running_var),
+        ("saved_mean", stats.saved_mean),
+        ("saved_rstd", stats.saved_rstd),
+    ];
+    for (name, h) in per_channel {
+        check_len(name, h, c, 4)?;
+    }
+    let (count, dim) = row_grid(client, c)?;
+    // SAFETY: lengths checked above; every index formed by `at` is below `n c hw`, and the
+    // per-channel arrays are indexed by the cube's channel, below `c`; cubes past `c` return.
+    unsafe {
+        batch_norm_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            dim,
+            arg(x, len),
+            arg(gamma, c),
+            arg(beta, c),
+            arg(y, len),
+            arg(stats.running_mean, c),
+            arg(stats.running_var, c),
+            arg(stats.saved_mean, c),
+            arg(stats.saved_rstd, c),
+            c,
+            n,
+            hw,
+            eps,
+            momentum,
+        );
+    }
+    Ok(())
+}
+
+/// BatchNorm backward over `x (n, c*hw)` from the saved mean and `rstd`; `dgamma`, `dbeta`
+/// (`c` floats each) accumulate.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_batch_norm_backward<R: Runtime>(
+    client: &ComputeClient<R>,
+    (x, gamma, saved_mean, saved_rstd, dy): (&Handle, &Handle, &Handle, &Handle, &Handle),
+    (dx, dgamma, dbeta): (&Handle, &Handle, &Handle),
+    (n, c, hw): (usize, usize, usize),
+) -> Result<(), LaunchError> {
+    let len = n * c * hw;
+    if len == 0 {
+        return Ok(());
+    }
+    for (name, h) in [("x", x), ("dy", dy), ("dx", dx)] {
+        check_len(name, h, len, 4)?;
+    }
+    let per_channel = [
+        ("gamma", gamma),
+        ("saved_mean", saved_mean),
+        ("saved_rstd", saved_rstd),
+        ("dgamma", dgamma),
+        ("dbeta", dbeta),
+    ];
+    for (name, h) in per_channel {
+        check_len(name, h, c, 4)?;
+    }
+    let (count, dim) = row_grid(client, c)?;
+    // SAFETY: as in `launch_batch_norm`.
+    unsafe {
+        batch_norm_backward_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            dim,
+            arg(x, len),
+            arg(gamma, c),
+            arg(saved_mean, c),
+            arg(saved_rstd, c),
+            arg(dy, len),
+            arg(dx, len),
+            arg(dgamma, c),
+            arg(dbeta, c),
+            c,
+            n,
+            hw,
+        );
+    }
+    Ok(())
+}
