@@ -373,13 +373,15 @@ pub fn group_norm_rows_backward(
                     let (mut s1, mut s2) = (0.0f32, 0.0f32);
                     for (&gc, (x, dy)) in gammas.iter().zip(x.chunks(hw).zip(dy.chunks(hw))) {
                         // Per channel: sum dy and sum dy (x - mean), scaled once.
-                        let (mut a, mut b) = (0.0f32, 0.0f32);
-                        for (&v, &g) in x.iter().zip(dy) {
-                            a += g;
-                            b += g * (v - mean);
-                        }
-                        s1 += gc * a;
-                        s2 += gc * b * r;
+                        s1 += gc * sum(dy);
+                        s2 += gc
+                            * r
+                            * sum_zip(
+                                x,
+                                dy,
+                                #[inline(always)]
+                                |v, g| g * (v - mean),
+                            );
                     }
                     let k = r / mf;
                     let chunks = dx.chunks_mut(hw).zip(dyxh.chunks_mut(hw));
@@ -388,10 +390,11 @@ pub fn group_norm_rows_backward(
                         .zip(chunks)
                         .zip(x.chunks(hw).zip(dy.chunks(hw)))
                     {
-                        for j in 0..x.len() {
-                            let xh = (x[j] - mean) * r;
-                            dx[j] = k * (mf * dy[j] * gc - s1 - xh * s2);
-                            dyxh[j] = dy[j] * xh;
+                        let outs = dx.iter_mut().zip(dyxh.iter_mut());
+                        for ((dx, dyxh), (&v, &g)) in outs.zip(x.iter().zip(dy)) {
+                            let xh = (v - mean) * r;
+                            *dx = k * (mf * g * gc - s1 - xh * s2);
+                            *dyxh = g * xh;
                         }
                     }
                 },
@@ -411,7 +414,8 @@ pub struct BatchNormStats<'a> {
     pub saved_rstd: &'a mut [f32],
 }
 
-/// Sums `f(value, dy value)` over channel `ch`'s `N*HW` values of two `(N, C*HW)` tensors.
+/// Sums `f(value, dy value)` over channel `ch`'s `N*HW` values of two `(N, C*HW)` tensors,
+/// each sample's run in 32 vector lanes.
 fn channel_sum(
     x: &[f32],
     dy: &[f32],
@@ -419,13 +423,17 @@ fn channel_sum(
     ch: usize,
     f: impl Fn(f32, f32) -> f32,
 ) -> f32 {
-    x.chunks(c * hw)
-        .zip(dy.chunks(c * hw))
-        .map(|(xs, ds)| {
-            let (xs, ds) = (&xs[ch * hw..(ch + 1) * hw], &ds[ch * hw..(ch + 1) * hw]);
-            xs.iter().zip(ds).map(|(&v, &d)| f(v, d)).sum::<f32>()
-        })
-        .sum()
+    wide(
+        #[inline(always)]
+        |_| {
+            let mut total = 0.0f32;
+            for (xs, ds) in x.chunks(c * hw).zip(dy.chunks(c * hw)) {
+                let run = ch * hw..(ch + 1) * hw;
+                total += sum_zip(&xs[run.clone()], &ds[run], &f);
+            }
+            total
+        },
+    )
 }
 
 /// BatchNorm training forward over `x (N, C*HW)`: per channel, the mean and biased variance
@@ -451,8 +459,22 @@ pub fn batch_norm_train(
     let moments: Vec<(f32, f32)> = (0..c)
         .into_par_iter()
         .map(|ch| {
-            let mean = channel_sum(x, x, (c, hw), ch, |v, _| v) / mf;
-            let var = channel_sum(x, x, (c, hw), ch, |v, _| (v - mean) * (v - mean)) / mf;
+            let mean = channel_sum(
+                x,
+                x,
+                (c, hw),
+                ch,
+                #[inline(always)]
+                |v, _| v,
+            ) / mf;
+            let var = channel_sum(
+                x,
+                x,
+                (c, hw),
+                ch,
+                #[inline(always)]
+                |v, _| (v - mean) * (v - mean),
+            ) / mf;
             (mean, var)
         })
         .collect();
@@ -471,9 +493,14 @@ pub fn batch_norm_train(
         .for_each(|(i, (y, x))| {
             let ch = i % c;
             let (mean, g, b) = (moments[ch].0, gamma[ch] * rstd[ch], beta[ch]);
-            for (y, &v) in y.iter_mut().zip(x) {
-                *y = (v - mean) * g + b;
-            }
+            wide(
+                #[inline(always)]
+                |_| {
+                    for (y, &v) in y.iter_mut().zip(x) {
+                        *y = (v - mean) * g + b;
+                    }
+                },
+            )
         });
 }
 
@@ -509,8 +536,22 @@ pub fn batch_norm_backward(
         .into_par_iter()
         .map(|ch| {
             let (mean, r) = (saved_mean[ch], saved_rstd[ch]);
-            let s_dy = channel_sum(x, dy, (c, hw), ch, |_, d| d);
-            let s_dyx = channel_sum(x, dy, (c, hw), ch, |v, d| d * (v - mean) * r);
+            let s_dy = channel_sum(
+                x,
+                dy,
+                (c, hw),
+                ch,
+                #[inline(always)]
+                |_, d| d,
+            );
+            let s_dyx = channel_sum(
+                x,
+                dy,
+                (c, hw),
+                ch,
+                #[inline(always)]
+                |v, d| d * (v - mean) * r,
+            );
             (s_dy, s_dyx)
         })
         .collect();
@@ -522,10 +563,15 @@ pub fn batch_norm_backward(
             let ch = i % c;
             let (mean, r, (s_dy, s_dyx)) = (saved_mean[ch], saved_rstd[ch], sums[ch]);
             let k = r * gamma[ch];
-            for ((o, &v), &d) in dx.iter_mut().zip(x).zip(dy) {
-                let xh = (v - mean) * r;
-                *o = k * (d - (s_dy + xh * s_dyx) * inv_m);
-            }
+            wide(
+                #[inline(always)]
+                |_| {
+                    for ((o, &v), &d) in dx.iter_mut().zip(x).zip(dy) {
+                        let xh = (v - mean) * r;
+                        *o = k * (d - (s_dy + xh * s_dyx) * inv_m);
+                    }
+                },
+            )
         });
     for (ch, &(s_dy, s_dyx)) in sums.iter().enumerate() {
         dgamma[ch] += s_dyx;

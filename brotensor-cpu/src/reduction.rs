@@ -2,6 +2,8 @@
 
 use rayon::prelude::*;
 
+use crate::simd::wide;
+
 /// Independent accumulators in the lane-wise reductions: enough that the adds of a
 /// 16-wide (AVX-512) or 8-wide (AVX2) loop do not wait on each other's latency.
 const LANES: usize = 32;
@@ -75,7 +77,12 @@ pub fn sum_rows(x: &[f32], cols: usize, y: &mut [f32]) {
     }
     y.par_iter_mut()
         .zip(x.par_chunks(cols))
-        .for_each(|(y, row)| *y = sum(row));
+        .for_each(|(y, row)| {
+            *y = wide(
+                #[inline(always)]
+                |_| sum(row),
+            )
+        });
 }
 
 /// `y[c] = sum_r x[r, c]`. Panics unless `x.len() == rows * y.len()`.
@@ -86,10 +93,17 @@ pub fn sum_cols(x: &[f32], rows: usize, y: &mut [f32]) {
     y.par_chunks_mut(BLOCK).enumerate().for_each(|(b, out)| {
         out.fill(0.0);
         let c0 = b * BLOCK;
-        for r in 0..rows {
-            let row = &x[r * cols + c0..r * cols + c0 + out.len()];
-            out.iter_mut().zip(row).for_each(|(o, v)| *o += v);
-        }
+        wide(
+            #[inline(always)]
+            |_| {
+                for r in 0..rows {
+                    let row = &x[r * cols + c0..r * cols + c0 + out.len()];
+                    for (o, v) in out.iter_mut().zip(row) {
+                        *o += v;
+                    }
+                }
+            },
+        )
     });
 }
 

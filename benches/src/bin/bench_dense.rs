@@ -178,6 +178,26 @@ fn main() -> brotensor::Result<()> {
                 )
                 .unwrap()
             });
+            // BatchNorm (FP32 only) on the same tensor: 320 channels of N*H*W = 8192 values.
+            if dtype == Dtype::F32 {
+                let (mut rm, mut rv) = (
+                    Tensor::zeros_on(device, dims.1, 1, dtype)?,
+                    Tensor::zeros_on(device, dims.1, 1, dtype)?,
+                );
+                let (mut sm, mut sr) = (Tensor::default(), Tensor::default());
+                gn_row("batch_norm_forward", 2, &mut || {
+                    ops::batch_norm_forward(
+                        &gx, &gg, &gb, &mut rm, &mut rv, dims, 1e-5, 0.1, &mut gy, &mut sm, &mut sr,
+                    )
+                    .unwrap()
+                });
+                gn_row("batch_norm_backward", 3, &mut || {
+                    ops::batch_norm_backward(
+                        &gx, &gg, &sm, &sr, &gx, dims, &mut gdx, &mut gdg, &mut gdb,
+                    )
+                    .unwrap()
+                });
+            }
         }
     }
     Ok(())
