@@ -337,10 +337,11 @@ pub fn group_norm_rows(
         });
 }
 
-/// The per-element part of [`group_norm_rows`]'s gradient, statistics recomputed from `x`:
-/// per group, `dx = rstd/m (m d - sum d - xhat sum(d xhat))` with `d = dy gamma[c]`
-/// (overwritten), and `dyxh = dy xhat`, whose channel sums are `gamma`'s gradient (`dy`'s
-/// are `beta`'s). Panics unless the lengths agree.
+/// [`group_norm_rows`]'s gradient, statistics recomputed from `x`: per group,
+/// `dx = rstd/m (m d - sum d - xhat sum(d xhat))` with `d = dy gamma[c]` (overwritten), and
+/// per (sample, channel) `part_g = sum dy xhat` and `part_b = sum dy` (`N * C` values each),
+/// whose sums over samples are `gamma`'s and `beta`'s gradients. Panics unless the lengths
+/// agree.
 #[allow(clippy::too_many_arguments)]
 pub fn group_norm_rows_backward(
     x: &[f32],
@@ -349,21 +350,24 @@ pub fn group_norm_rows_backward(
     (groups, hw): (usize, usize),
     eps: f32,
     dx: &mut [f32],
-    dyxh: &mut [f32],
+    (part_g, part_b): (&mut [f32], &mut [f32]),
 ) {
     let cpg = gamma.len() / groups.max(1);
     let m = cpg * hw;
     let n = x.len();
     assert!(
-        m > 0 && cpg * groups == gamma.len() && [dy.len(), dx.len(), dyxh.len()] == [n; 3],
+        m > 0
+            && cpg * groups == gamma.len()
+            && [dy.len(), dx.len()] == [n; 2]
+            && [part_g.len(), part_b.len()] == [n / hw; 2],
         "group_norm_rows_backward: lengths"
     );
     let mf = m as f32;
     dx.par_chunks_mut(m)
-        .zip(dyxh.par_chunks_mut(m))
+        .zip(part_g.par_chunks_mut(cpg).zip(part_b.par_chunks_mut(cpg)))
         .zip(x.par_chunks(m).zip(dy.par_chunks(m)))
         .enumerate()
-        .for_each(|(row, ((dx, dyxh), (x, dy)))| {
+        .for_each(|(row, ((dx, (pg, pb)), (x, dy)))| {
             let c0 = (row % groups) * cpg;
             let gammas = &gamma[c0..c0 + cpg];
             wide(
@@ -371,30 +375,30 @@ pub fn group_norm_rows_backward(
                 |_| {
                     let (mean, r) = mean_rstd(x, eps);
                     let (mut s1, mut s2) = (0.0f32, 0.0f32);
-                    for (&gc, (x, dy)) in gammas.iter().zip(x.chunks(hw).zip(dy.chunks(hw))) {
-                        // Per channel: sum dy and sum dy (x - mean), scaled once.
-                        s1 += gc * sum(dy);
-                        s2 += gc
-                            * r
-                            * sum_zip(
-                                x,
-                                dy,
-                                #[inline(always)]
-                                |v, g| g * (v - mean),
-                            );
+                    let sums = pg.iter_mut().zip(pb.iter_mut());
+                    for ((&gc, (pg, pb)), (x, dy)) in
+                        gammas.iter().zip(sums).zip(x.chunks(hw).zip(dy.chunks(hw)))
+                    {
+                        // Per channel: sum dy and sum dy xhat; the group's sums from them.
+                        *pb = sum(dy);
+                        *pg = r * sum_zip(
+                            x,
+                            dy,
+                            #[inline(always)]
+                            |v, g| g * (v - mean),
+                        );
+                        s1 += gc * *pb;
+                        s2 += gc * *pg;
                     }
                     let k = r / mf;
-                    let chunks = dx.chunks_mut(hw).zip(dyxh.chunks_mut(hw));
-                    for ((&gc, (dx, dyxh)), (x, dy)) in gammas
+                    for ((&gc, dx), (x, dy)) in gammas
                         .iter()
-                        .zip(chunks)
+                        .zip(dx.chunks_mut(hw))
                         .zip(x.chunks(hw).zip(dy.chunks(hw)))
                     {
-                        let outs = dx.iter_mut().zip(dyxh.iter_mut());
-                        for ((dx, dyxh), (&v, &g)) in outs.zip(x.iter().zip(dy)) {
+                        for (dx, (&v, &g)) in dx.iter_mut().zip(x.iter().zip(dy)) {
                             let xh = (v - mean) * r;
                             *dx = k * (mf * g * gc - s1 - xh * s2);
-                            *dyxh = g * xh;
                         }
                     }
                 },

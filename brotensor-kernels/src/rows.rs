@@ -301,9 +301,11 @@ fn group_norm_kernel<F: Float>(
     }
 }
 
-/// GroupNorm's per-element gradient per group row, statistics recomputed from `x`:
-/// `dx = rstd/m (m d - sum d - xhat sum(d xhat))` with `d = dy gamma[c]` (overwritten), and
-/// `dyxh = dy xhat` (summed per channel by the caller for `gamma`'s gradient).
+/// GroupNorm's gradient per group row, statistics recomputed from `x`: per channel `k` of
+/// the group, `sum dy` and `sum dy xhat` (written to `part_b`, `part_g` at `row * cpg + k`,
+/// i.e. `(sample, channel)`, for the caller to sum over samples); from them `sum d` and
+/// `sum d xhat` with `d = dy gamma[c]`; then `dx = rstd/m (m d - sum d - xhat sum(d xhat))`
+/// (overwritten).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn group_norm_backward_kernel<F: Float>(
@@ -311,7 +313,8 @@ fn group_norm_backward_kernel<F: Float>(
     gamma: &Array<F>,
     dy: &Array<F>,
     dx: &mut Array<F>,
-    dyxh: &mut Array<F>,
+    part_g: &mut Array<F>,
+    part_b: &mut Array<F>,
     rows: usize,
     groups: usize,
     cpg: usize,
@@ -328,29 +331,39 @@ fn group_norm_backward_kernel<F: Float>(
         let c0 = (row % groups) * cpg;
         let mut s1 = f32::new(0.0f32);
         let mut s2 = f32::new(0.0f32);
+        for k in 0..cpg {
+            let at = base + k * hw;
+            let mut a = f32::new(0.0f32);
+            let mut b = f32::new(0.0f32);
+            let mut j = UNIT_POS as usize;
+            loop {
+                if j >= hw {
+                    break;
+                }
+                let g = f32::cast_from(dy[at + j]);
+                a += g;
+                b += g * (f32::cast_from(x[at + j]) - mu) * r;
+                j += REDUCE_UNITS as usize;
+            }
+            let a = cube_sum::<f32>(a, &mut smem);
+            let b = cube_sum::<f32>(b, &mut smem);
+            let gk = f32::cast_from(gamma[c0 + k]);
+            s1 += gk * a;
+            s2 += gk * b;
+            if UNIT_POS == 0 {
+                part_b[row * cpg + k] = F::cast_from(a);
+                part_g[row * cpg + k] = F::cast_from(b);
+            }
+        }
+        let n = f32::cast_from(m);
         let mut j = UNIT_POS as usize;
         loop {
             if j >= m {
                 break;
             }
             let d = f32::cast_from(dy[base + j]) * f32::cast_from(gamma[c0 + j / hw]);
-            s1 += d;
-            s2 += d * (f32::cast_from(x[base + j]) - mu) * r;
-            j += REDUCE_UNITS as usize;
-        }
-        let s1 = cube_sum::<f32>(s1, &mut smem);
-        let s2 = cube_sum::<f32>(s2, &mut smem);
-        let n = f32::cast_from(m);
-        j = UNIT_POS as usize;
-        loop {
-            if j >= m {
-                break;
-            }
-            let g = f32::cast_from(dy[base + j]);
-            let d = g * f32::cast_from(gamma[c0 + j / hw]);
             let xh = (f32::cast_from(x[base + j]) - mu) * r;
             dx[base + j] = F::cast_from(r / n * (n * d - s1 - xh * s2));
-            dyxh[base + j] = F::cast_from(g * xh);
             j += REDUCE_UNITS as usize;
         }
     }
@@ -819,12 +832,13 @@ pub fn launch_group_norm<R: Runtime, F: Float + CubeElement>(
     Ok(())
 }
 
-/// GroupNorm's per-element gradient: `dx` and `dyxh` from `x`, `gamma` and `dy` (shapes as
-/// in [`launch_group_norm`]).
+/// GroupNorm's gradient: `dx` from `x`, `gamma` and `dy` (shapes as in
+/// [`launch_group_norm`]), and the per-(sample, channel) sums `part_g` (of `dy xhat`) and
+/// `part_b` (of `dy`), `rows * cpg` values each.
 pub fn launch_group_norm_backward<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     (x, gamma, dy): (&Handle, &Handle, &Handle),
-    (dx, dyxh): (&Handle, &Handle),
+    (dx, part_g, part_b): (&Handle, &Handle, &Handle),
     rows: usize,
     (groups, cpg, hw): (usize, usize, usize),
     eps: f32,
@@ -834,12 +848,15 @@ pub fn launch_group_norm_backward<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let b = core::mem::size_of::<F>();
-    for (name, h) in [("x", x), ("dy", dy), ("dx", dx), ("dyxh", dyxh)] {
+    for (name, h) in [("x", x), ("dy", dy), ("dx", dx)] {
         check_len(name, h, len, b)?;
     }
+    check_len("part_g", part_g, rows * cpg, b)?;
+    check_len("part_b", part_b, rows * cpg, b)?;
     check_len("gamma", gamma, groups * cpg, b)?;
     let (count, dim) = row_grid(client, rows)?;
-    // SAFETY: lengths checked above; every channel index is below `groups * cpg`.
+    // SAFETY: lengths checked above; every channel index is below `groups * cpg` and every
+    // partial-sum index below `rows * cpg`.
     unsafe {
         group_norm_backward_kernel::launch_unchecked::<F, R>(
             client,
@@ -849,7 +866,8 @@ pub fn launch_group_norm_backward<R: Runtime, F: Float + CubeElement>(
             arg(gamma, groups * cpg),
             arg(dy, len),
             arg(dx, len),
-            arg(dyxh, len),
+            arg(part_g, rows * cpg),
+            arg(part_b, rows * cpg),
             rows,
             groups,
             cpg,

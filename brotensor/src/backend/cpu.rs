@@ -589,10 +589,11 @@ impl NormOps for CpuBackend {
         groups_hw: (usize, usize),
         eps: f32,
         dx: &mut Tensor,
-        dyxh: &mut Tensor,
+        (part_g, part_b): (&mut Tensor, &mut Tensor),
     ) -> Result<()> {
         let (x, g, dy) = (x.host(), gamma.host(), dy.host());
-        nm::group_norm_rows_backward(x, g, dy, groups_hw, eps, dx.host_mut(), dyxh.host_mut());
+        let parts = (part_g.host_mut(), part_b.host_mut());
+        nm::group_norm_rows_backward(x, g, dy, groups_hw, eps, dx.host_mut(), parts);
         Ok(())
     }
 

@@ -1040,23 +1040,25 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         (groups, hw): (usize, usize),
         eps: f32,
         dx: &mut Tensor,
-        dyxh: &mut Tensor,
+        (part_g, part_b): (&mut Tensor, &mut Tensor),
     ) -> Result<()> {
         if self.words(x.dtype()) {
             let (wx, wg, wdy) = (self.widened(x)?, self.widened(gamma)?, self.widened(dy)?);
-            let mut wdx = Tensor::empty_on(self.device, dx.rows(), dx.cols(), Dtype::F32)?;
-            let mut wp = Tensor::empty_on(self.device, dx.rows(), dx.cols(), Dtype::F32)?;
-            self.group_norm_backward(&wx, &wg, &wdy, (groups, hw), eps, &mut wdx, &mut wp)?;
+            let wide = |t: &Tensor| Tensor::empty_on(self.device, t.rows(), t.cols(), Dtype::F32);
+            let (mut wdx, mut wpg, mut wpb) = (wide(dx)?, wide(part_g)?, wide(part_b)?);
+            let wparts = (&mut wpg, &mut wpb);
+            self.group_norm_backward(&wx, &wg, &wdy, (groups, hw), eps, &mut wdx, wparts)?;
             self.cast(&wdx, dx)?;
-            return self.cast(&wp, dyxh);
+            self.cast(&wpg, part_g)?;
+            return self.cast(&wpb, part_b);
         }
-        let h = [x, gamma, dy, dx, dyxh].map(out_handle);
+        let h = [x, gamma, dy, dx, part_g, part_b].map(out_handle);
         let cpg = gamma.numel() / groups.max(1);
         let rows = x.numel() / (cpg * hw).max(1);
         with_float!(x.dtype(), |F| rw::launch_group_norm_backward::<R, F>(
             &self.client,
             (&h[0], &h[1], &h[2]),
-            (&h[3], &h[4]),
+            (&h[3], &h[4], &h[5]),
             rows,
             (groups, cpg, hw),
             eps

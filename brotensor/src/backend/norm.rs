@@ -84,8 +84,8 @@ pub(crate) trait NormOps: OnDevice {
     ) -> Result<()> {
         Err(missing("group_norm_forward", self))
     }
-    /// GroupNorm's per-element gradient (statistics recomputed from `x`): `dx` overwritten
-    /// and `dyxh = dy xhat`, both sized like `x`.
+    /// GroupNorm's gradient (statistics recomputed from `x`): `dx` overwritten, and per
+    /// (sample, channel) the sums of `dy xhat` and of `dy`, `(N, C)` in `x`'s dtype.
     #[allow(clippy::too_many_arguments)]
     fn group_norm_backward(
         &self,
@@ -95,7 +95,7 @@ pub(crate) trait NormOps: OnDevice {
         _groups_hw: (usize, usize),
         _eps: f32,
         _dx: &mut Tensor,
-        _dyxh: &mut Tensor,
+        _parts: (&mut Tensor, &mut Tensor),
     ) -> Result<()> {
         Err(missing("group_norm_backward", self))
     }

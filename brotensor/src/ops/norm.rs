@@ -464,23 +464,6 @@ fn per_channel(
     be.broadcast(op, y, v, b)
 }
 
-/// `sum over samples and positions` of each channel of an `(N, C*HW)` tensor, as `(C, 1)`.
-fn channel_sums(
-    be: &dyn Backend,
-    t: &Tensor,
-    (n, c, _hw): (usize, usize, usize),
-) -> Result<Tensor> {
-    let device = be.device();
-    let mut out = Tensor::zeros_on(device, c, 1, t.dtype())?;
-    if t.numel() == 0 || c == 0 {
-        return Ok(out);
-    }
-    let mut per_sample = Tensor::empty_on(device, n, c, t.dtype())?;
-    be.sum_rows(t, &mut per_sample)?;
-    be.sum_cols(&per_sample, &mut out)?;
-    Ok(out)
-}
-
 fn check_channels(
     op: &'static str,
     x: &Tensor,
@@ -566,13 +549,18 @@ pub fn group_norm_backward(
     if x.numel() == 0 {
         return Ok(());
     }
-    // dX and dY xhat per element in one kernel; then the two channel sums.
+    // dX and the per-(sample, channel) sums in one kernel; then the sums over samples.
     let dev = be.device();
-    let mut dyxh = Tensor::empty_on(dev, x.rows(), x.cols(), x.dtype())?;
-    be.group_norm_backward(x, gamma, dy, (num_groups, hw), eps, dx, &mut dyxh)?;
-    let shape = (n, c, hw);
-    let dg = channel_sums(be, &dyxh, shape)?;
-    let db = channel_sums(be, dy, shape)?;
+    let mut part_g = Tensor::empty_on(dev, n, c, x.dtype())?;
+    let mut part_b = Tensor::empty_on(dev, n, c, x.dtype())?;
+    let parts = (&mut part_g, &mut part_b);
+    be.group_norm_backward(x, gamma, dy, (num_groups, hw), eps, dx, parts)?;
+    let over_samples = |p: &Tensor| -> Result<Tensor> {
+        let mut out = Tensor::empty_on(dev, c, 1, x.dtype())?;
+        be.sum_cols(p, &mut out)?;
+        Ok(out)
+    };
+    let (dg, db) = (over_samples(&part_g)?, over_samples(&part_b)?);
     accumulate_into(dgamma, &dg)?;
     accumulate_into(dbeta, &db)
 }
