@@ -406,6 +406,49 @@ pub fn group_norm_rows_backward(
         });
 }
 
+/// BatchNorm inference over `x (N, C*HW)`: `y = x a + b` per channel with
+/// `a = gamma / sqrt(running_var + eps)` and `b = beta - running_mean a`; the per-channel
+/// slices hold `C` values. A large `y` is streamed. Panics unless the lengths agree.
+pub fn batch_norm_inference(
+    x: &[f32],
+    (gamma, beta): (&[f32], &[f32]),
+    (running_mean, running_var): (&[f32], &[f32]),
+    hw: usize,
+    eps: f32,
+    y: &mut [f32],
+) {
+    let c = gamma.len();
+    assert!(
+        c > 0
+            && hw > 0
+            && [beta.len(), running_mean.len(), running_var.len()] == [c; 3]
+            && x.len() == y.len()
+            && x.len().is_multiple_of(c * hw),
+        "batch_norm_inference: lengths"
+    );
+    let stream = should_stream(y.len(), 4);
+    y.par_chunks_mut(hw)
+        .zip(x.par_chunks(hw))
+        .enumerate()
+        .for_each(|(i, (y, x))| {
+            let ch = i % c;
+            let a = gamma[ch] / (running_var[ch] + eps).sqrt();
+            let b = beta[ch] - running_mean[ch] * a;
+            wide(
+                #[inline(always)]
+                |madd| {
+                    write_map(
+                        stream,
+                        y,
+                        x,
+                        #[inline(always)]
+                        |v| madd.apply(v, a, b),
+                    )
+                },
+            )
+        });
+}
+
 /// The per-channel statistics of a BatchNorm training step, `C` values each.
 pub struct BatchNormStats<'a> {
     /// Running mean, blended with the batch mean (`(1 - momentum) old + momentum new`).

@@ -1,12 +1,13 @@
-//! BatchNorm training forward and backward over `x (N, C*HW)` FP32 tensors (NCHW samples):
+//! BatchNorm over `x (N, C*HW)` tensors (NCHW samples). Training forward and backward (FP32):
 //! one cube per channel reduces its `M = N*HW` values (two-pass statistics), then writes its
-//! elements; unit 0 writes the channel's statistics. Channel `c`'s `t`-th value (`t < M`)
+//! elements; unit 0 writes the channel's statistics. Inference (any float dtype): one unit
+//! per element. Channel `c`'s `t`-th value (`t < M`)
 //! sits at `(t / HW) C HW + c HW + t % HW`.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, LaunchError};
+use crate::launch::{check_len, grid_1d, LaunchError};
 use crate::reduce::{cube_sum, REDUCE_UNITS};
 use crate::rows::{arg, row_grid};
 
@@ -14,6 +15,30 @@ use crate::rows::{arg, row_grid};
 #[cube]
 fn at(t: usize, ch: usize, c: usize, hw: usize) -> usize {
     (t / hw) * c * hw + ch * hw + t % hw
+}
+
+/// `y = x a + b` with `a = gamma / sqrt(running_var + eps)`, `b = beta - running_mean a` of
+/// the element's channel `(i / hw) % c`, computed in FP32.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn batch_norm_inference_kernel<F: Float>(
+    x: &Array<F>,
+    gamma: &Array<F>,
+    beta: &Array<F>,
+    running_mean: &Array<F>,
+    running_var: &Array<F>,
+    y: &mut Array<F>,
+    c: usize,
+    hw: usize,
+    eps: f32,
+) {
+    let i = ABSOLUTE_POS;
+    if i < y.len() {
+        let ch = (i / hw) % c;
+        let a = f32::cast_from(gamma[ch]) / (f32::cast_from(running_var[ch]) + eps).sqrt();
+        let b = f32::cast_from(beta[ch]) - f32::cast_from(running_mean[ch]) * a;
+        y[i] = F::cast_from(f32::cast_from(x[i]) * a + b);
+    }
 }
 
 /// Per channel: mean and biased variance (two-pass), `y = (x - mean) rstd gamma + beta`,
@@ -251,6 +276,54 @@ pub fn launch_batch_norm_backward<R: Runtime>(
             c,
             n,
             hw,
+        );
+    }
+    Ok(())
+}
+
+/// BatchNorm inference over `x (len / (c hw), c*hw)` with per-channel `params = (gamma,
+/// beta, running_mean, running_var)`, `c` values each, in `x`'s dtype.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_batch_norm_inference<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    (x, y): (&Handle, &Handle),
+    params: (&Handle, &Handle, &Handle, &Handle),
+    (len, c, hw): (usize, usize, usize),
+    eps: f32,
+) -> Result<(), LaunchError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let b = core::mem::size_of::<F>();
+    check_len("x", x, len, b)?;
+    check_len("y", y, len, b)?;
+    let (gamma, beta, mean, var) = params;
+    let per_channel = [
+        ("gamma", gamma),
+        ("beta", beta),
+        ("running_mean", mean),
+        ("running_var", var),
+    ];
+    for (name, h) in per_channel {
+        check_len(name, h, c, b)?;
+    }
+    let (count, dim) = grid_1d(client, len)?;
+    // SAFETY: lengths checked above; units past `len` return and channel indices are `% c`
+    // (`c` and `hw` are nonzero whenever `len` is).
+    unsafe {
+        batch_norm_inference_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            arg(x, len),
+            arg(gamma, c),
+            arg(beta, c),
+            arg(mean, c),
+            arg(var, c),
+            arg(y, len),
+            c,
+            hw,
+            eps,
         );
     }
     Ok(())

@@ -178,7 +178,13 @@ fn main() -> brotensor::Result<()> {
                 )
                 .unwrap()
             });
-            // BatchNorm (FP32 only) on the same tensor: 320 channels of N*H*W = 8192 values.
+            let ones =
+                Tensor::from_slice_on(device, &vec![1.0f32; dims.1], dims.1, 1)?.to_dtype(dtype)?;
+            gn_row("batch_norm_inference", 2, &mut || {
+                ops::batch_norm_inference(&gx, &gg, &gb, &gb, &ones, dims, 1e-5, &mut gy).unwrap()
+            });
+            // BatchNorm training (FP32 only) on the same tensor: 320 channels of N*H*W = 8192
+            // values.
             if dtype == Dtype::F32 {
                 let (mut rm, mut rv) = (
                     Tensor::zeros_on(device, dims.1, 1, dtype)?,

@@ -543,6 +543,20 @@ impl NormOps for CpuBackend {
         Ok(())
     }
 
+    fn batch_norm_inference(
+        &self,
+        x: &Tensor,
+        (gamma, beta, mean, var): (&Tensor, &Tensor, &Tensor, &Tensor),
+        hw: usize,
+        eps: f32,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let affine = (gamma.host(), beta.host());
+        let running = (mean.host(), var.host());
+        nm::batch_norm_inference(x.host(), affine, running, hw, eps, y.host_mut());
+        Ok(())
+    }
+
     fn batch_norm_backward(
         &self,
         x: &Tensor,

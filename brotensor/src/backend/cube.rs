@@ -984,6 +984,34 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         .map_err(|e| self.launch_error("batch_norm_forward", e))
     }
 
+    fn batch_norm_inference(
+        &self,
+        x: &Tensor,
+        params: (&Tensor, &Tensor, &Tensor, &Tensor),
+        hw: usize,
+        eps: f32,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let (gamma, beta, mean, var) = params;
+        if self.words(x.dtype()) {
+            return self.via_f32(&[x, gamma, beta, mean, var], y, |w, tmp| {
+                self.batch_norm_inference(&w[0], (&w[1], &w[2], &w[3], &w[4]), hw, eps, tmp)
+            });
+        }
+        let h = [x, y, gamma, beta, mean, var].map(out_handle);
+        let shape = (x.numel(), gamma.numel(), hw);
+        with_float!(x.dtype(), |F| {
+            brotensor_kernels::batch_norm::launch_batch_norm_inference::<R, F>(
+                &self.client,
+                (&h[0], &h[1]),
+                (&h[2], &h[3], &h[4], &h[5]),
+                shape,
+                eps,
+            )
+        })
+        .map_err(|e| self.launch_error("batch_norm_inference", e))
+    }
+
     fn batch_norm_backward(
         &self,
         x: &Tensor,

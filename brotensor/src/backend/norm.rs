@@ -114,6 +114,18 @@ pub(crate) trait NormOps: OnDevice {
     ) -> Result<()> {
         Err(missing("batch_norm_forward", self))
     }
+    /// BatchNorm inference over `x (N, C*HW)`: `y = x a + b` per channel from `params =
+    /// (gamma, beta, running_mean, running_var)` (`C` elements each, `x`'s dtype).
+    fn batch_norm_inference(
+        &self,
+        _x: &Tensor,
+        _params: (&Tensor, &Tensor, &Tensor, &Tensor),
+        _hw: usize,
+        _eps: f32,
+        _y: &mut Tensor,
+    ) -> Result<()> {
+        Err(missing("batch_norm_inference", self))
+    }
     /// BatchNorm gradients from the saved statistics (all F32): `dx` overwritten, `dgamma`
     /// and `dbeta` (`C` elements) accumulated.
     #[allow(clippy::too_many_arguments)]

@@ -442,28 +442,6 @@ fn nchw(
     Ok((n, c, hw))
 }
 
-/// `y (+|*)= v[c]` for every element of channel `c` of an `(N, C*HW)` tensor.
-fn per_channel(
-    be: &dyn Backend,
-    op: &'static str,
-    y: &mut Tensor,
-    v: &Tensor,
-    hw: usize,
-    multiply: bool,
-) -> Result<()> {
-    if y.numel() == 0 {
-        return Ok(());
-    }
-    let b = crate::backend::Broadcast {
-        inner: hw,
-        v_len: v.numel(),
-        per_row: true,
-        repeat: usize::MAX,
-        multiply,
-    };
-    be.broadcast(op, y, v, b)
-}
-
 fn check_channels(
     op: &'static str,
     x: &Tensor,
@@ -570,13 +548,6 @@ fn accumulate_into(acc: &mut Tensor, v: &Tensor) -> Result<()> {
     let mut v = v.try_clone()?;
     v.reshape(acc.rows(), acc.cols())?;
     super::add_inplace(acc, &v)
-}
-
-/// `(C, 1)` copy of a per-channel parameter stored as `(C, 1)` or `(1, C)`.
-fn column_of(t: &Tensor) -> Result<Tensor> {
-    let mut c = t.try_clone()?;
-    c.reshape(t.numel(), 1)?;
-    Ok(c)
 }
 
 fn check_f32(op: &'static str, tensors: &[(&'static str, &Tensor)]) -> Result<()> {
@@ -704,17 +675,8 @@ pub fn batch_norm_inference(
     if x.numel() == 0 {
         return Ok(());
     }
-    let a = super::mul(
-        &column_of(gamma)?,
-        &super::rsqrt(&super::add_scalar(&column_of(running_var)?, eps)?)?,
-    )?;
-    let b = super::sub(
-        &column_of(beta)?,
-        &super::mul(&column_of(running_mean)?, &a)?,
-    )?;
-    super::cast(x, y, x.dtype())?;
-    per_channel(be, op, y, &a, hw, true)?;
-    per_channel(be, op, y, &b, hw, false)
+    let params = (gamma, beta, running_mean, running_var);
+    be.batch_norm_inference(x, params, hw, eps, y)
 }
 
 /// BatchNorm gradients from the saved statistics: `dX = rstd (dY gamma - (gamma sum dY +

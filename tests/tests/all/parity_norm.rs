@@ -691,6 +691,16 @@ fn group_and_batch_norms() {
                 assert!(close(*g, *w), "{dev} batch norm {name} #{i}: {g} vs {w}");
             }
         }
+        // Inference with the updated running statistics, against float64.
+        let (rms, rvs) = (rm.to_vec::<f32>().unwrap(), rv.to_vec::<f32>().unwrap());
+        let mut yi = Tensor::default();
+        ops::batch_norm_inference(&xt, &gt, &bt, &rm, &rv, dims, 1e-5, &mut yi).unwrap();
+        for (i, g) in yi.to_vec::<f32>().unwrap().iter().enumerate() {
+            let ch = (i / hw) % c;
+            let a = gs[ch] as f64 / (rvs[ch] as f64 + 1e-5).sqrt();
+            let w = (xs[i] as f64 - rms[ch] as f64) * a + bs[ch] as f64;
+            assert!(close(*g, w), "{dev} batch norm inference #{i}: {g} vs {w}");
+        }
         let m = n * hw;
         let ch0: Vec<f64> = (0..n)
             .flat_map(|s| (0..hw).map(move |p| (s, p)))
