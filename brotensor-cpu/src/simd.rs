@@ -89,7 +89,7 @@ pub fn prefetch(p: *const f32) {
 
 /// The vector tiers [`wide`] picks from.
 #[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Level {
     Baseline,
     Avx2,

@@ -40,55 +40,72 @@ const LINE_FLOATS: usize = LINE_BYTES / 4;
 pub fn write_blocks(stream: bool, dst: &mut [f32], mut fill: impl FnMut(usize, &mut [f32])) {
     #[cfg(target_arch = "x86_64")]
     if stream {
-        let n = dst.len();
-        let head = dst.as_ptr().align_offset(LINE_BYTES).min(n);
-        let lines = (n - head) / LINE_FLOATS;
-        let tail = head + lines * LINE_FLOATS;
-        fill(0, &mut dst[..head]);
-        let level = level();
-        for l in 0..lines {
-            let at = head + l * LINE_FLOATS;
-            let mut line = [0.0f32; LINE_FLOATS];
-            fill(at, &mut line);
-            let out = &mut dst[at..at + LINE_FLOATS];
-            // SAFETY: `out` is one line (16 floats) starting on a 64-byte boundary (`head`
-            // is `dst`'s offset to the first one and `at` steps by whole lines), so the
-            // streaming stores are in bounds and aligned, as MOVNTPS requires; `level` is
-            // the tier detected on this CPU.
-            unsafe { stream_line(level, out.as_mut_ptr(), line.as_ptr()) };
-        }
-        fill(tail, &mut dst[tail..]);
-        // SAFETY: SFENCE has no operands and is x86-64 baseline.
-        unsafe { std::arch::x86_64::_mm_sfence() };
+        // SAFETY: `level` is the widest tier this CPU runs.
+        unsafe { write_lines_streamed(level(), dst, fill) };
         return;
     }
     let _ = stream;
     fill(0, dst);
 }
 
-/// Copies 16 floats from `s` to `d` by streaming stores of the widest kind `level` allows.
+/// [`write_blocks`] with the streaming stores of `tier`.
 ///
 /// # Safety
-/// `d` must be 64-byte aligned and valid for 16 floats, `s` readable for 16 floats, and
-/// the CPU must have the features of `level`.
+/// The CPU must run `tier`'s instructions (`tier <= level()`).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn stream_line(level: Level, d: *mut f32, s: *const f32) {
+unsafe fn write_lines_streamed(
+    tier: Level,
+    dst: &mut [f32],
+    mut fill: impl FnMut(usize, &mut [f32]),
+) {
     use std::arch::x86_64::*;
-    // SAFETY: the caller's contract, per branch.
-    unsafe {
-        match level {
-            Level::Avx512 => _mm512_stream_ps(d, _mm512_loadu_ps(s)),
-            Level::Avx2 => {
-                _mm256_stream_ps(d, _mm256_loadu_ps(s));
-                _mm256_stream_ps(d.add(8), _mm256_loadu_ps(s.add(8)));
+    let n = dst.len();
+    let head = dst.as_ptr().align_offset(LINE_BYTES).min(n);
+    let tail = head + (n - head) / LINE_FLOATS * LINE_FLOATS;
+    fill(0, &mut dst[..head]);
+    let body = &mut dst[head..tail];
+    // One loop per tier, so that a line is computed in that tier's registers. With the
+    // tier tested inside the loop, LLVM computed every line in the 128-bit pieces the
+    // baseline store takes and reassembled them for the wider stores: four times the
+    // arithmetic of one 512-bit line, plus the shuffles.
+    //
+    // SAFETY (each store): `stream_lines` passes the start of one whole 16-float line
+    // of `dst`, on a 64-byte boundary (`head` is `dst`'s offset to the first one), and
+    // a 16-float local; the caller guarantees the CPU runs `tier`'s instructions.
+    match tier {
+        Level::Avx512 => stream_lines(body, head, &mut fill, |d, s| unsafe {
+            _mm512_stream_ps(d, _mm512_loadu_ps(s))
+        }),
+        Level::Avx2 => stream_lines(body, head, &mut fill, |d, s| unsafe {
+            _mm256_stream_ps(d, _mm256_loadu_ps(s));
+            _mm256_stream_ps(d.add(8), _mm256_loadu_ps(s.add(8)));
+        }),
+        Level::Baseline => stream_lines(body, head, &mut fill, |d, s| unsafe {
+            for q in 0..4 {
+                _mm_stream_ps(d.add(4 * q), _mm_loadu_ps(s.add(4 * q)));
             }
-            Level::Baseline => {
-                for q in 0..4 {
-                    _mm_stream_ps(d.add(4 * q), _mm_loadu_ps(s.add(4 * q)));
-                }
-            }
-        }
+        }),
+    }
+    fill(tail, &mut dst[tail..]);
+    // SAFETY: SFENCE has no operands and is x86-64 baseline.
+    unsafe { _mm_sfence() };
+}
+
+/// Fills each 16-float line of `body` (whole lines, starting `offset` floats into the
+/// output `fill` describes) into a local and writes it with `store(line, local)`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn stream_lines(
+    body: &mut [f32],
+    offset: usize,
+    fill: &mut impl FnMut(usize, &mut [f32]),
+    store: impl Fn(*mut f32, *const f32),
+) {
+    for (l, out) in body.chunks_exact_mut(LINE_FLOATS).enumerate() {
+        let mut line = [0.0f32; LINE_FLOATS];
+        fill(offset + l * LINE_FLOATS, &mut line);
+        store(out.as_mut_ptr(), line.as_ptr());
     }
 }
 
@@ -161,11 +178,21 @@ mod tests {
                         *v = (at + k) as f32 * 0.5 + start as f32;
                     }
                 };
-                write_blocks(true, &mut a[start..start + len], fill);
                 write_blocks(false, &mut b[start..start + len], fill);
+                write_blocks(true, &mut a[start..start + len], fill);
                 assert_eq!(a, b, "start {start} len {len}");
                 assert!(a[..start].iter().all(|&v| v == -1.0));
                 assert!(a[start + len..].iter().all(|&v| v == -1.0));
+                // Every narrower tier's stores too (the CPU runs them all).
+                #[cfg(target_arch = "x86_64")]
+                for tier in [Level::Baseline, Level::Avx2, Level::Avx512] {
+                    if tier <= level() {
+                        let mut t = vec![-1.0f32; backing_len];
+                        // SAFETY: `tier` is at most the tier this CPU runs.
+                        unsafe { write_lines_streamed(tier, &mut t[start..start + len], fill) };
+                        assert_eq!(t, b, "{tier:?} start {start} len {len}");
+                    }
+                }
             }
         }
     }

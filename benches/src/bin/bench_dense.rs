@@ -14,6 +14,54 @@ fn host(n: usize, seed: usize) -> Vec<f32> {
         .collect()
 }
 
+/// `y = 1.01 x` in one streamed pass: what an element-wise op with a single multiply reaches
+/// against the copy.
+fn floor_one_pass(x: &[f32], y: &mut [f32]) {
+    use rayon::prelude::*;
+    let stream = brotensor_cpu::stream::should_stream(y.len(), 4);
+    y.par_chunks_mut(1 << 16)
+        .zip(x.par_chunks(1 << 16))
+        .for_each(|(y, x)| {
+            brotensor_cpu::simd::wide(
+                #[inline(always)]
+                |_| {
+                    brotensor_cpu::stream::write_map(
+                        stream,
+                        y,
+                        x,
+                        #[inline(always)]
+                        |v| v * 1.01,
+                    )
+                },
+            )
+        });
+}
+
+/// Each `cols`-wide row summed, then written scaled by its sum (streamed): the two passes
+/// over a row (statistics, then output) that every normalization needs at least, with
+/// almost no arithmetic.
+fn floor_two_pass(x: &[f32], cols: usize, y: &mut [f32]) {
+    use rayon::prelude::*;
+    let stream = brotensor_cpu::stream::should_stream(y.len(), 4);
+    y.par_chunks_mut(cols)
+        .zip(x.par_chunks(cols))
+        .for_each(|(y, x)| {
+            brotensor_cpu::simd::wide(
+                #[inline(always)]
+                |_| {
+                    let s = brotensor_cpu::reduction::sum(x);
+                    brotensor_cpu::stream::write_map(
+                        stream,
+                        y,
+                        x,
+                        #[inline(always)]
+                        |v| v * s,
+                    )
+                },
+            )
+        });
+}
+
 /// `gemm` called directly on host slices: the CPU reference for the matmul ratio. Returns
 /// a closure that multiplies two fixed `n x n` matrices it owns.
 fn gemm_direct(n: usize) -> impl FnMut() {
@@ -141,6 +189,19 @@ fn main() -> brotensor::Result<()> {
             row("gelu_forward", &mut y, &mut |y| {
                 ops::gelu_forward(&x, y).unwrap()
             });
+            if device == Device::Cpu && dtype == Dtype::F32 {
+                // The access patterns' own limits on this machine, from the CPU crate's
+                // streaming and vector primitives with next to no arithmetic.
+                let (hx, mut hy) = (host(r * cols, 3), vec![0.0f32; r * cols]);
+                row("floor: one streamed pass y = 1.01x", &mut y, &mut |_| {
+                    floor_one_pass(&hx, &mut hy)
+                });
+                row(
+                    "floor: two passes per row (sum, then scale)",
+                    &mut y,
+                    &mut |_| floor_two_pass(&hx, cols, &mut hy),
+                );
+            }
             // GroupNorm at a diffusion U-Net shape: (N, C, H, W) = (2, 320, 64, 64), 32
             // groups; forward moves x and y, backward x, dy and dx (the channel sums are
             // small). Against the copy of a same-sized tensor, timed alternately.
