@@ -5,7 +5,7 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::stream::{copy_bytes, should_stream};
+use crate::stream::{copy_bytes, streaming};
 
 const CHUNK: usize = 1 << 15;
 
@@ -72,10 +72,11 @@ const COPY_CHUNK: usize = 1 << 18;
 /// ([`crate::stream`]). Panics if the lengths differ.
 pub fn copy(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy: length mismatch");
-    let stream = should_stream(dst.len(), 1);
-    dst.par_chunks_mut(COPY_CHUNK)
-        .zip(src.par_chunks(COPY_CHUNK))
-        .for_each(|(d, s)| copy_bytes(stream, d, s));
+    streaming(dst.len(), 1, |stream| {
+        dst.par_chunks_mut(COPY_CHUNK)
+            .zip(src.par_chunks(COPY_CHUNK))
+            .for_each(|(d, s)| copy_bytes(stream, d, s))
+    });
 }
 
 #[cfg(test)]

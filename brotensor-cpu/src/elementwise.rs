@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use crate::simd::{wide, MulAdd};
-use crate::stream::{should_stream, write_blocks, write_map};
+use crate::stream::{streaming, write_blocks, write_map};
 
 /// Elements per parallel task: large enough that scheduling is noise, small enough that
 /// every core gets work on a few-MiB tensor.
@@ -14,23 +14,24 @@ const CHUNK: usize = 1 << 15;
 /// with streaming stores ([`crate::stream`]). Panics if the lengths differ.
 pub fn map_unary(x: &[f32], out: &mut [f32], f: impl Fn(MulAdd, f32) -> f32 + Sync) {
     assert_eq!(x.len(), out.len(), "map_unary: length mismatch");
-    let stream = should_stream(out.len(), 4);
-    out.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(o, x)| {
-            wide(
-                #[inline(always)]
-                |m| {
-                    write_map(
-                        stream,
-                        o,
-                        x,
-                        #[inline(always)]
-                        |v| f(m, v),
-                    )
-                },
-            )
-        });
+    streaming(out.len(), 4, |stream| {
+        out.par_chunks_mut(CHUNK)
+            .zip(x.par_chunks(CHUNK))
+            .for_each(|(o, x)| {
+                wide(
+                    #[inline(always)]
+                    |m| {
+                        write_map(
+                            stream,
+                            o,
+                            x,
+                            #[inline(always)]
+                            |v| f(m, v),
+                        )
+                    },
+                )
+            });
+    });
 }
 
 /// `y[i] = f(m, y[i])`, in place.
@@ -59,29 +60,30 @@ pub fn map_binary(
         x.len() == out.len() && y.len() == out.len(),
         "map_binary: length mismatch"
     );
-    let stream = should_stream(out.len(), 4);
-    out.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK).zip(y.par_chunks(CHUNK)))
-        .for_each(|(o, (x, y))| {
-            wide(
-                #[inline(always)]
-                |m| {
-                    write_blocks(
-                        stream,
-                        o,
-                        #[inline(always)]
-                        |at, out| {
-                            let end = at + out.len();
-                            for (o, (&x, &y)) in
-                                out.iter_mut().zip(x[at..end].iter().zip(&y[at..end]))
-                            {
-                                *o = f(m, x, y);
-                            }
-                        },
-                    )
-                },
-            )
-        });
+    streaming(out.len(), 4, |stream| {
+        out.par_chunks_mut(CHUNK)
+            .zip(x.par_chunks(CHUNK).zip(y.par_chunks(CHUNK)))
+            .for_each(|(o, (x, y))| {
+                wide(
+                    #[inline(always)]
+                    |m| {
+                        write_blocks(
+                            stream,
+                            o,
+                            #[inline(always)]
+                            |at, out| {
+                                let end = at + out.len();
+                                for (o, (&x, &y)) in
+                                    out.iter_mut().zip(x[at..end].iter().zip(&y[at..end]))
+                                {
+                                    *o = f(m, x, y);
+                                }
+                            },
+                        )
+                    },
+                )
+            });
+    });
 }
 
 /// `x[i] = f(m, x[i], y[i])`, in place on the first operand. Panics if the lengths differ.

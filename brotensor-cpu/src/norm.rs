@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use crate::elementwise::exp_with;
 use crate::reduction::{max_with_floor, sum, sum_map, sum_zip};
 use crate::simd::{prefetch, wide, MulAdd};
-use crate::stream::{should_stream, write_blocks, write_map};
+use crate::stream::{streaming, write_blocks, write_map};
 
 /// A masked entry's logit floor (the C++ original starts its running max here).
 const MASKED_MAX: f32 = -1e30;
@@ -30,52 +30,53 @@ pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32])
     if cols == 0 {
         return;
     }
-    let stream = should_stream(y.len(), 4);
-    y.par_chunks_mut(cols)
-        .zip(x.par_chunks(cols))
-        .enumerate()
-        .for_each_init(
-            || vec![0.0f32; cols],
-            |e, (i, (y, row))| {
-                let next = next_row(x, i, cols);
-                wide(
-                    #[inline(always)]
-                    |madd| {
-                        let s = match mask {
-                            None => {
-                                let max = max_with_floor(row, MASKED_MAX);
-                                exp_shifted_sum(madd, row, max, e, next)
-                            }
-                            Some(m) => {
-                                let max = row.iter().zip(m).fold(MASKED_MAX, |a, (&v, &k)| {
-                                    if k >= 0.5 && v > a {
-                                        v
-                                    } else {
-                                        a
-                                    }
-                                });
-                                for ((o, &v), &k) in e.iter_mut().zip(row).zip(m) {
-                                    *o = if k >= 0.5 {
-                                        exp_with(madd, v - max)
-                                    } else {
-                                        0.0
-                                    };
+    streaming(y.len(), 4, |stream| {
+        y.par_chunks_mut(cols)
+            .zip(x.par_chunks(cols))
+            .enumerate()
+            .for_each_init(
+                || vec![0.0f32; cols],
+                |e, (i, (y, row))| {
+                    let next = next_row(x, i, cols);
+                    wide(
+                        #[inline(always)]
+                        |madd| {
+                            let s = match mask {
+                                None => {
+                                    let max = max_with_floor(row, MASKED_MAX);
+                                    exp_shifted_sum(madd, row, max, e, next)
                                 }
-                                sum(e)
-                            }
-                        };
-                        let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-                        write_map(
-                            stream,
-                            y,
-                            e,
-                            #[inline(always)]
-                            |v| v * inv,
-                        );
-                    },
-                )
-            },
-        );
+                                Some(m) => {
+                                    let max = row.iter().zip(m).fold(MASKED_MAX, |a, (&v, &k)| {
+                                        if k >= 0.5 && v > a {
+                                            v
+                                        } else {
+                                            a
+                                        }
+                                    });
+                                    for ((o, &v), &k) in e.iter_mut().zip(row).zip(m) {
+                                        *o = if k >= 0.5 {
+                                            exp_with(madd, v - max)
+                                        } else {
+                                            0.0
+                                        };
+                                    }
+                                    sum(e)
+                                }
+                            };
+                            let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+                            write_map(
+                                stream,
+                                y,
+                                e,
+                                #[inline(always)]
+                                |v| v * inv,
+                            );
+                        },
+                    )
+                },
+            );
+    });
 }
 
 /// Independent sums in [`exp_shifted_sum`]; a multiple of the 16 floats in a cache line.
@@ -243,51 +244,53 @@ pub fn layernorm_rows(
         return;
     }
     let rows = x.len() / cols;
-    let stream = should_stream(y.len(), 4);
     // One pass per row while it is in cache: statistics, then the normalized output.
-    let stats: Vec<(f32, f32)> = y
-        .par_chunks_mut(cols)
-        .zip(x.par_chunks(cols))
-        .map(|(y, x)| {
-            wide(
-                #[inline(always)]
-                |madd| {
-                    let (m, r) = mean_rstd(x, eps);
-                    write_blocks(
-                        stream,
-                        y,
-                        #[inline(always)]
-                        |at, out| {
-                            let end = at + out.len();
-                            let (x, g, b) = (&x[at..end], &gamma[at..end], &beta[at..end]);
-                            for (j, o) in out.iter_mut().enumerate() {
-                                *o = madd.apply(g[j], (x[j] - m) * r, b[j]);
-                            }
-                        },
-                    );
-                    (m, r)
-                },
-            )
-        })
-        .collect();
-    if let Some(xh) = xhat {
-        xh.par_chunks_mut(cols)
+    let stats: Vec<(f32, f32)> = streaming(y.len(), 4, |stream| {
+        y.par_chunks_mut(cols)
             .zip(x.par_chunks(cols))
-            .zip(&stats)
-            .for_each(|((o, x), &(m, r))| {
+            .map(|(y, x)| {
                 wide(
                     #[inline(always)]
-                    |_| {
-                        write_map(
+                    |madd| {
+                        let (m, r) = mean_rstd(x, eps);
+                        write_blocks(
                             stream,
-                            o,
-                            x,
+                            y,
                             #[inline(always)]
-                            |v| (v - m) * r,
-                        )
+                            |at, out| {
+                                let end = at + out.len();
+                                let (x, g, b) = (&x[at..end], &gamma[at..end], &beta[at..end]);
+                                for (j, o) in out.iter_mut().enumerate() {
+                                    *o = madd.apply(g[j], (x[j] - m) * r, b[j]);
+                                }
+                            },
+                        );
+                        (m, r)
                     },
                 )
-            });
+            })
+            .collect()
+    });
+    if let Some(xh) = xhat {
+        streaming(xh.len(), 4, |stream| {
+            xh.par_chunks_mut(cols)
+                .zip(x.par_chunks(cols))
+                .zip(&stats)
+                .for_each(|((o, x), &(m, r))| {
+                    wide(
+                        #[inline(always)]
+                        |_| {
+                            write_map(
+                                stream,
+                                o,
+                                x,
+                                #[inline(always)]
+                                |v| (v - m) * r,
+                            )
+                        },
+                    )
+                });
+        });
     }
     for i in 0..rows {
         if let Some(m) = mean.as_deref_mut() {
@@ -426,27 +429,28 @@ pub fn batch_norm_inference(
             && x.len().is_multiple_of(c * hw),
         "batch_norm_inference: lengths"
     );
-    let stream = should_stream(y.len(), 4);
-    y.par_chunks_mut(hw)
-        .zip(x.par_chunks(hw))
-        .enumerate()
-        .for_each(|(i, (y, x))| {
-            let ch = i % c;
-            let a = gamma[ch] / (running_var[ch] + eps).sqrt();
-            let b = beta[ch] - running_mean[ch] * a;
-            wide(
-                #[inline(always)]
-                |madd| {
-                    write_map(
-                        stream,
-                        y,
-                        x,
-                        #[inline(always)]
-                        |v| madd.apply(v, a, b),
-                    )
-                },
-            )
-        });
+    streaming(y.len(), 4, |stream| {
+        y.par_chunks_mut(hw)
+            .zip(x.par_chunks(hw))
+            .enumerate()
+            .for_each(|(i, (y, x))| {
+                let ch = i % c;
+                let a = gamma[ch] / (running_var[ch] + eps).sqrt();
+                let b = beta[ch] - running_mean[ch] * a;
+                wide(
+                    #[inline(always)]
+                    |madd| {
+                        write_map(
+                            stream,
+                            y,
+                            x,
+                            #[inline(always)]
+                            |v| madd.apply(v, a, b),
+                        )
+                    },
+                )
+            });
+    });
 }
 
 /// The per-channel statistics of a BatchNorm training step, `C` values each.
@@ -697,30 +701,31 @@ pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
     if cols == 0 {
         return;
     }
-    let stream = should_stream(y.len(), 4);
-    y.par_chunks_mut(cols)
-        .zip(x.par_chunks(cols))
-        .for_each(|(y, x)| {
-            wide(
-                #[inline(always)]
-                |_| {
-                    let r = rrms(x, eps);
-                    write_blocks(
-                        stream,
-                        y,
-                        #[inline(always)]
-                        |at, out| {
-                            let end = at + out.len();
-                            for (o, (&v, &g)) in
-                                out.iter_mut().zip(x[at..end].iter().zip(&gamma[at..end]))
-                            {
-                                *o = v * g * r;
-                            }
-                        },
-                    );
-                },
-            )
-        });
+    streaming(y.len(), 4, |stream| {
+        y.par_chunks_mut(cols)
+            .zip(x.par_chunks(cols))
+            .for_each(|(y, x)| {
+                wide(
+                    #[inline(always)]
+                    |_| {
+                        let r = rrms(x, eps);
+                        write_blocks(
+                            stream,
+                            y,
+                            #[inline(always)]
+                            |at, out| {
+                                let end = at + out.len();
+                                for (o, (&v, &g)) in
+                                    out.iter_mut().zip(x[at..end].iter().zip(&gamma[at..end]))
+                                {
+                                    *o = v * g * r;
+                                }
+                            },
+                        );
+                    },
+                )
+            });
+    });
 }
 
 /// RMSNorm backward (statistics recomputed from `x`): `dx = r (gamma dy - x c)`,

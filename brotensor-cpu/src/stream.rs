@@ -6,6 +6,12 @@
 //! least [`STREAM_MIN_BYTES`] therefore write it with streaming stores, which skip that read
 //! and bypass the caches; smaller outputs, which the next op will likely read from cache,
 //! keep plain stores. Streaming stores are x86-64 only; elsewhere every store is plain.
+//!
+//! Streaming stores are weakly ordered: the thread that made them must run a store fence
+//! before anyone reads the data. An op gets its permission to stream, a [`Stream`], only
+//! from [`streaming`], which fences every pool thread once the op's parallel work is done.
+//! Fencing per written row instead stalled each row's end until its stores reached memory,
+//! which cost row ops a third of their time.
 
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{level, Level};
@@ -20,6 +26,55 @@ pub fn should_stream(len: usize, elem_bytes: usize) -> bool {
     len.saturating_mul(elem_bytes) >= STREAM_MIN_BYTES
 }
 
+/// Whether the writers it is handed to may use streaming stores. A `Stream` that is on
+/// exists only inside [`streaming`] (its lifetime cannot leave that call), which fences
+/// afterwards; [`Stream::PLAIN`] allows plain stores only.
+#[derive(Clone, Copy, Debug)]
+pub struct Stream<'scope> {
+    on: bool,
+    _scope: std::marker::PhantomData<fn(&'scope ()) -> &'scope ()>,
+}
+
+impl Stream<'static> {
+    /// Plain stores only.
+    pub const PLAIN: Self = Stream {
+        on: false,
+        _scope: std::marker::PhantomData,
+    };
+}
+
+impl Stream<'_> {
+    /// Whether streaming stores are allowed.
+    pub fn is_on(self) -> bool {
+        self.on
+    }
+}
+
+/// Runs `f`, an op writing `len` elements of `elem_bytes` bytes, with a [`Stream`] that is
+/// on when [`should_stream`] says so. After a streamed `f` every thread of the current rayon
+/// pool, and the calling one, runs a store fence, so the output is complete and ordered
+/// before `streaming` returns. `f` must do its streaming on those threads (its rayon
+/// iterators do).
+pub fn streaming<R>(len: usize, elem_bytes: usize, f: impl for<'s> FnOnce(Stream<'s>) -> R) -> R {
+    streaming_if(should_stream(len, elem_bytes), f)
+}
+
+/// [`streaming`] with the decision made by the caller.
+fn streaming_if<R>(on: bool, f: impl for<'s> FnOnce(Stream<'s>) -> R) -> R {
+    let out = f(Stream {
+        on,
+        _scope: std::marker::PhantomData,
+    });
+    #[cfg(target_arch = "x86_64")]
+    if on {
+        // SAFETY: SFENCE has no operands and is x86-64 baseline.
+        rayon::broadcast(|_| unsafe { std::arch::x86_64::_mm_sfence() });
+        // SAFETY: as above.
+        unsafe { std::arch::x86_64::_mm_sfence() };
+    }
+    out
+}
+
 /// Bytes in a cache line, the unit a streaming store should write whole.
 const LINE_BYTES: usize = 64;
 
@@ -28,18 +83,18 @@ const LINE_FLOATS: usize = LINE_BYTES / 4;
 
 /// Fills `dst` through `fill(at, out)`, which must write the values of
 /// `dst[at..at + out.len()]` into `out`. Without `stream`, `fill(0, dst)` writes `dst`
-/// directly. With `stream`, the partial lines at either end are filled in place and each
+/// directly. With `stream` on, the partial lines at either end are filled in place and each
 /// whole 64-byte line of `dst` is filled into a 16-float local and written by one
-/// streaming store (AVX-512; two or four narrower ones on the other tiers), then a store
-/// fence.
+/// streaming store (AVX-512; two or four narrower ones on the other tiers); [`streaming`]
+/// fences them.
 ///
 /// Inline into a [`wide`](crate::simd::wide) body, with an `#[inline(always)]` `fill` that
 /// loops with `for` over slices cut to `out.len()` (so a line's loop has a constant trip
 /// count and compiles to straight vector code).
 #[inline(always)]
-pub fn write_blocks(stream: bool, dst: &mut [f32], mut fill: impl FnMut(usize, &mut [f32])) {
+pub fn write_blocks(stream: Stream, dst: &mut [f32], mut fill: impl FnMut(usize, &mut [f32])) {
     #[cfg(target_arch = "x86_64")]
-    if stream {
+    if stream.on {
         // SAFETY: `level` is the widest tier this CPU runs.
         unsafe { write_lines_streamed(level(), dst, fill) };
         return;
@@ -88,8 +143,6 @@ unsafe fn write_lines_streamed(
         }),
     }
     fill(tail, &mut dst[tail..]);
-    // SAFETY: SFENCE has no operands and is x86-64 baseline.
-    unsafe { _mm_sfence() };
 }
 
 /// Fills each 16-float line of `body` (whole lines, starting `offset` floats into the
@@ -109,11 +162,11 @@ fn stream_lines(
     }
 }
 
-/// `dst[j] = f(src[j])` for every `j`, through [`write_blocks`] (streamed when `stream`).
+/// `dst[j] = f(src[j])` for every `j`, through [`write_blocks`] (streamed when `stream` is on).
 /// Inline into a [`wide`](crate::simd::wide) body with an `#[inline(always)]` `f`. Panics if
 /// the lengths differ.
 #[inline(always)]
-pub fn write_map(stream: bool, dst: &mut [f32], src: &[f32], f: impl Fn(f32) -> f32) {
+pub fn write_map(stream: Stream, dst: &mut [f32], src: &[f32], f: impl Fn(f32) -> f32) {
     assert_eq!(dst.len(), src.len(), "write_map: length mismatch");
     write_blocks(
         stream,
@@ -129,12 +182,12 @@ pub fn write_map(stream: bool, dst: &mut [f32], src: &[f32], f: impl Fn(f32) -> 
 }
 
 /// `dst.copy_from_slice(src)`, with streaming stores for every whole 64-byte line of `dst`
-/// when `stream` (x86-64), then a store fence. Panics if the lengths differ.
-pub fn copy_bytes(stream: bool, dst: &mut [u8], src: &[u8]) {
+/// when `stream` is on (x86-64). Panics if the lengths differ.
+pub fn copy_bytes(stream: Stream, dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_bytes: length mismatch");
     #[cfg(target_arch = "x86_64")]
-    if stream {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+    if stream.on {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
         let n = dst.len();
         let head = dst.as_ptr().align_offset(LINE_BYTES).min(n);
         let body = (n - head) / LINE_BYTES * LINE_BYTES;
@@ -152,8 +205,6 @@ pub fn copy_bytes(stream: bool, dst: &mut [u8], src: &[u8]) {
             };
         }
         dst[head + body..].copy_from_slice(&src[head + body..]);
-        // SAFETY: SFENCE has no operands and is x86-64 baseline.
-        unsafe { _mm_sfence() };
         return;
     }
     let _ = stream;
@@ -178,8 +229,10 @@ mod tests {
                         *v = (at + k) as f32 * 0.5 + start as f32;
                     }
                 };
-                write_blocks(false, &mut b[start..start + len], fill);
-                write_blocks(true, &mut a[start..start + len], fill);
+                write_blocks(Stream::PLAIN, &mut b[start..start + len], fill);
+                streaming_if(true, |on| {
+                    write_blocks(on, &mut a[start..start + len], fill)
+                });
                 assert_eq!(a, b, "start {start} len {len}");
                 assert!(a[..start].iter().all(|&v| v == -1.0));
                 assert!(a[start + len..].iter().all(|&v| v == -1.0));
@@ -188,8 +241,11 @@ mod tests {
                 for tier in [Level::Baseline, Level::Avx2, Level::Avx512] {
                     if tier <= level() {
                         let mut t = vec![-1.0f32; backing_len];
+                        let t_part = &mut t[start..start + len];
                         // SAFETY: `tier` is at most the tier this CPU runs.
-                        unsafe { write_lines_streamed(tier, &mut t[start..start + len], fill) };
+                        streaming_if(true, |_| unsafe {
+                            write_lines_streamed(tier, t_part, fill)
+                        });
                         assert_eq!(t, b, "{tier:?} start {start} len {len}");
                     }
                 }
@@ -205,8 +261,9 @@ mod tests {
                 for len in [0, 1, 15, 16, 63, 64, 65, 129, 600] {
                     let mut a = vec![0xAAu8; 700];
                     let mut b = a.clone();
-                    copy_bytes(true, &mut a[d0..d0 + len], &src[s0..s0 + len]);
-                    copy_bytes(false, &mut b[d0..d0 + len], &src[s0..s0 + len]);
+                    let (a_part, from) = (&mut a[d0..d0 + len], &src[s0..s0 + len]);
+                    streaming_if(true, |on| copy_bytes(on, a_part, from));
+                    copy_bytes(Stream::PLAIN, &mut b[d0..d0 + len], &src[s0..s0 + len]);
                     assert_eq!(a, b, "dst {d0} src {s0} len {len}");
                 }
             }
@@ -216,7 +273,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "length mismatch")]
     fn copies_of_unequal_lengths_panic_before_any_store() {
-        copy_bytes(true, &mut [0u8; 64], &[0u8; 63]);
+        streaming_if(true, |on| copy_bytes(on, &mut [0u8; 64], &[0u8; 63]));
     }
 
     #[test]

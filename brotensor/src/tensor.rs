@@ -274,10 +274,48 @@ impl Tensor {
     /// `rows * cols` equals the element count (and, for block dtypes, `cols` holds whole
     /// blocks).
     pub fn reshape(&mut self, rows: usize, cols: usize) -> Result<()> {
-        let numel = checked_numel("reshape", rows, cols)?;
+        self.check_reshape("reshape", rows, cols)?;
+        self.rows = rows;
+        self.cols = cols;
+        Ok(())
+    }
+
+    /// The same elements seen as `rows x cols`, borrowed without a copy: the view reads this
+    /// tensor's buffer and derefs to `&Tensor`, so it can be any op's input while `self`
+    /// stays untouched. Errors as [`Tensor::reshape`] does.
+    ///
+    /// ```
+    /// use brotensor::{ops, Device, Tensor};
+    /// let x = Tensor::from_slice_on(Device::Cpu, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], 2, 3)?;
+    /// let pairs = x.reshaped(3, 2)?; // three rows of two
+    /// let mut sums = Tensor::default();
+    /// ops::sum_rows(&pairs, &mut sums)?;
+    /// assert_eq!(sums.to_vec::<f32>()?, [3.0, 7.0, 11.0]);
+    /// assert_eq!(x.shape(), (2, 3));
+    /// # Ok::<(), brotensor::Error>(())
+    /// ```
+    pub fn reshaped(&self, rows: usize, cols: usize) -> Result<Reshaped<'_>> {
+        self.check_reshape("reshaped", rows, cols)?;
+        // SAFETY: the alias is a bitwise copy of `self` that is never dropped (ManuallyDrop),
+        // so its buffer is released once, by `self`. It is reachable only as `&Tensor`
+        // (`Reshaped` has `Deref` and no `DerefMut`), and the `'_` borrow keeps `self`
+        // shared and alive while it exists, so the buffer is neither written nor freed
+        // under it. A tensor has no interior mutability, so the two cannot drift apart.
+        let mut alias = std::mem::ManuallyDrop::new(unsafe { std::ptr::read(self) });
+        alias.rows = rows;
+        alias.cols = cols;
+        Ok(Reshaped {
+            alias,
+            _source: std::marker::PhantomData,
+        })
+    }
+
+    /// Errors unless `rows x cols` holds exactly this tensor's elements in its dtype.
+    fn check_reshape(&self, op: &'static str, rows: usize, cols: usize) -> Result<()> {
+        let numel = checked_numel(op, rows, cols)?;
         if numel != self.numel() {
             return Err(Error::shape(
-                "reshape",
+                op,
                 format!(
                     "{}x{} has {} elements, not {rows}x{cols}",
                     self.rows,
@@ -286,9 +324,7 @@ impl Tensor {
                 ),
             ));
         }
-        storage_bytes_for("reshape", rows, cols, self.dtype)?;
-        self.rows = rows;
-        self.cols = cols;
+        storage_bytes_for(op, rows, cols, self.dtype)?;
         Ok(())
     }
 
@@ -413,6 +449,26 @@ impl Tensor {
             Some(Storage::Host(h)) => &mut bytemuck::cast_slice_mut(h.bytes_mut())[..n],
             _ => panic!("host_mut(): not a committed CPU tensor"),
         }
+    }
+}
+
+/// A tensor borrowed under another shape, from [`Tensor::reshaped`]; derefs to `&Tensor`.
+pub struct Reshaped<'a> {
+    alias: std::mem::ManuallyDrop<Tensor>,
+    _source: std::marker::PhantomData<&'a Tensor>,
+}
+
+impl std::ops::Deref for Reshaped<'_> {
+    type Target = Tensor;
+
+    fn deref(&self) -> &Tensor {
+        &self.alias
+    }
+}
+
+impl std::fmt::Debug for Reshaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Reshaped").field(&*self.alias).finish()
     }
 }
 

@@ -18,23 +18,24 @@ fn host(n: usize, seed: usize) -> Vec<f32> {
 /// against the copy.
 fn floor_one_pass(x: &[f32], y: &mut [f32]) {
     use rayon::prelude::*;
-    let stream = brotensor_cpu::stream::should_stream(y.len(), 4);
-    y.par_chunks_mut(1 << 16)
-        .zip(x.par_chunks(1 << 16))
-        .for_each(|(y, x)| {
-            brotensor_cpu::simd::wide(
-                #[inline(always)]
-                |_| {
-                    brotensor_cpu::stream::write_map(
-                        stream,
-                        y,
-                        x,
-                        #[inline(always)]
-                        |v| v * 1.01,
-                    )
-                },
-            )
-        });
+    brotensor_cpu::stream::streaming(y.len(), 4, |stream| {
+        y.par_chunks_mut(1 << 16)
+            .zip(x.par_chunks(1 << 16))
+            .for_each(|(y, x)| {
+                brotensor_cpu::simd::wide(
+                    #[inline(always)]
+                    |_| {
+                        brotensor_cpu::stream::write_map(
+                            stream,
+                            y,
+                            x,
+                            #[inline(always)]
+                            |v| v * 1.01,
+                        )
+                    },
+                )
+            });
+    });
 }
 
 /// Each `cols`-wide row summed, then written scaled by its sum (streamed): the two passes
@@ -42,24 +43,25 @@ fn floor_one_pass(x: &[f32], y: &mut [f32]) {
 /// almost no arithmetic.
 fn floor_two_pass(x: &[f32], cols: usize, y: &mut [f32]) {
     use rayon::prelude::*;
-    let stream = brotensor_cpu::stream::should_stream(y.len(), 4);
-    y.par_chunks_mut(cols)
-        .zip(x.par_chunks(cols))
-        .for_each(|(y, x)| {
-            brotensor_cpu::simd::wide(
-                #[inline(always)]
-                |_| {
-                    let s = brotensor_cpu::reduction::sum(x);
-                    brotensor_cpu::stream::write_map(
-                        stream,
-                        y,
-                        x,
-                        #[inline(always)]
-                        |v| v * s,
-                    )
-                },
-            )
-        });
+    brotensor_cpu::stream::streaming(y.len(), 4, |stream| {
+        y.par_chunks_mut(cols)
+            .zip(x.par_chunks(cols))
+            .for_each(|(y, x)| {
+                brotensor_cpu::simd::wide(
+                    #[inline(always)]
+                    |_| {
+                        let s = brotensor_cpu::reduction::sum(x);
+                        brotensor_cpu::stream::write_map(
+                            stream,
+                            y,
+                            x,
+                            #[inline(always)]
+                            |v| v * s,
+                        )
+                    },
+                )
+            });
+    });
 }
 
 /// `gemm` called directly on host slices: the CPU reference for the matmul ratio. Returns

@@ -158,14 +158,9 @@ pub fn matmul_backward(
     product(be, op, a, dc, db, acc(true, false))
 }
 
-/// `v` as an `(n, 1)` column: itself when it already is one, else a reshaped copy.
-fn as_column(v: &Tensor) -> Result<Cow<'_, Tensor>> {
-    if v.cols() == 1 {
-        return Ok(Cow::Borrowed(v));
-    }
-    let mut c = v.try_clone()?;
-    c.reshape(v.numel(), 1)?;
-    Ok(Cow::Owned(c))
+/// `v` as an `(n, 1)` column, borrowed.
+fn as_column(v: &Tensor) -> Result<crate::Reshaped<'_>> {
+    v.reshaped(v.numel(), 1)
 }
 
 /// `t` in `dtype`: itself, or a converted copy.

@@ -136,9 +136,7 @@ fn check_pair(op: &'static str, pred: &Tensor, target: &Tensor) -> Result<()> {
 
 /// `pred - target` as a tensor shaped like `pred`.
 fn difference(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
-    let mut t = target.try_clone()?;
-    t.reshape(pred.rows(), pred.cols())?;
-    super::sub(pred, &t)
+    super::sub(pred, &*target.reshaped(pred.rows(), pred.cols())?)
 }
 
 /// `mean((pred - target)^2)` over all elements (0 for none). Reading the result synchronizes.
@@ -163,9 +161,7 @@ pub fn mse_vec_backward(pred: &Tensor, target: &Tensor, dpred: &mut Tensor) -> R
     let op = "mse_vec_backward";
     dispatch(op, &[("pred", pred), ("target", target), ("dpred", dpred)])?;
     check_pair(op, pred, target)?;
-    let mut t = target.try_clone()?;
-    t.reshape(pred.rows(), pred.cols())?;
-    super::sub_out(pred, &t, dpred)?;
+    super::sub_out(pred, &*target.reshaped(pred.rows(), pred.cols())?, dpred)?;
     if pred.numel() > 0 {
         dpred.mul_scalar_(2.0 / pred.numel() as f32)?;
     }
@@ -197,9 +193,7 @@ pub fn mse_vec_per_sample(
         ],
     )?;
     check_pair(op, pred, target)?;
-    let mut t = target.try_clone()?;
-    t.reshape(pred.rows(), pred.cols())?;
-    super::sub_out(pred, &t, dpred)?;
+    super::sub_out(pred, &*target.reshaped(pred.rows(), pred.cols())?, dpred)?;
     super::mul_out(dpred, dpred, loss)?;
     if loss.numel() > 0 {
         loss.mul_scalar_(0.5)?;
@@ -261,10 +255,8 @@ fn prepare_loss<'a>(
 }
 
 /// `logits` as a 1-row matrix (the flat softmax of the unbatched losses).
-fn flat(t: &Tensor) -> Result<Tensor> {
-    let mut f = t.try_clone()?;
-    f.reshape(1, t.numel())?;
-    Ok(f)
+fn flat(t: &Tensor) -> Result<crate::Reshaped<'_>> {
+    t.reshaped(1, t.numel())
 }
 
 /// Masked softmax cross-entropy over all of `logits` as one vector: `probs` = softmax,
@@ -320,7 +312,7 @@ fn flat_xent(
     let io = crate::backend::LossIo {
         logits: &fl,
         target: &ft,
-        mask: fm.as_ref(),
+        mask: fm.as_deref(),
         probs,
         dlogits,
         loss: &mut loss,

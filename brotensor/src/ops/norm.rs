@@ -201,8 +201,7 @@ pub fn layernorm_forward(
         ],
     )?;
     let shape = x.shape();
-    let mut row = x.try_clone()?;
-    row.reshape(1, x.numel())?;
+    let row = x.reshaped(1, x.numel())?;
     let (mut mean, mut rstd) = (Tensor::default(), Tensor::default());
     layernorm_rows(
         op,
@@ -238,14 +237,18 @@ pub fn layernorm_backward(
         &[("dy", dy), ("xhat", xhat), ("gamma", gamma)],
     )?
     .device();
-    let flat = |t: &Tensor| -> Result<Tensor> {
-        let mut f = t.try_clone()?;
-        f.reshape(1, t.numel())?;
-        Ok(f)
-    };
+    let flat = |t| Tensor::reshaped(t, 1, t.numel());
     let r = Tensor::from_slice_on(device, &[rstd], 1, 1)?;
     let shape = dy.shape();
-    layernorm_backward_batched_with_caches(&flat(dy)?, &flat(xhat)?, gamma, &r, dx, dgamma, dbeta)?;
+    layernorm_backward_batched_with_caches(
+        &*flat(dy)?,
+        &*flat(xhat)?,
+        gamma,
+        &r,
+        dx,
+        dgamma,
+        dbeta,
+    )?;
     dx.reshape(shape.0, shape.1)
 }
 
@@ -299,14 +302,6 @@ pub fn rms_norm_backward(
 fn constant(device: crate::Device, n: usize, value: f32, dtype: Dtype) -> Result<Tensor> {
     let mut t = Tensor::empty_on(device, n, 1, dtype)?;
     super::fill(&mut t, value)?;
-    Ok(t)
-}
-
-/// `x` viewed as `(rows, cols)`: a reshaped copy (shapes are metadata; the copy keeps the
-/// caller's tensor untouched).
-fn regrouped(x: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
-    let mut t = x.try_clone()?;
-    t.reshape(rows, cols)?;
     Ok(t)
 }
 
@@ -372,7 +367,7 @@ pub fn l2_norm_forward(
         x.dtype(),
     )?;
     rms_norm_forward(
-        &regrouped(x, rows, head_dim)?,
+        &*x.reshaped(rows, head_dim)?,
         &scale,
         eps / head_dim as f32,
         y,
@@ -404,9 +399,9 @@ pub fn l2_norm_backward(
     )?;
     let mut unused = Tensor::zeros_on(be.device(), head_dim, 1, x.dtype())?;
     rms_norm_backward(
-        &regrouped(x, rows, head_dim)?,
+        &*x.reshaped(rows, head_dim)?,
         &scale,
-        &regrouped(dy, rows, head_dim)?,
+        &*dy.reshaped(rows, head_dim)?,
         eps / head_dim as f32,
         dx,
         &mut unused,
@@ -545,9 +540,8 @@ pub fn group_norm_backward(
 
 /// `acc += v` for a `(C, 1)` `v` and a caller-shaped `acc` of `C` elements.
 fn accumulate_into(acc: &mut Tensor, v: &Tensor) -> Result<()> {
-    let mut v = v.try_clone()?;
-    v.reshape(acc.rows(), acc.cols())?;
-    super::add_inplace(acc, &v)
+    let (rows, cols) = acc.shape();
+    super::add_inplace(acc, &*v.reshaped(rows, cols)?)
 }
 
 fn check_f32(op: &'static str, tensors: &[(&'static str, &Tensor)]) -> Result<()> {

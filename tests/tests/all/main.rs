@@ -10,6 +10,7 @@ mod parity_elementwise;
 mod parity_linear;
 mod parity_norm;
 mod parity_reduction;
+mod reshaped_views;
 mod safetensors;
 mod tensor_errors;
 mod zero_element;
