@@ -29,6 +29,11 @@ pub fn should_stream(len: usize, elem_bytes: usize) -> bool {
 /// Whether the writers it is handed to may use streaming stores. A `Stream` that is on
 /// exists only inside [`streaming`] (its lifetime cannot leave that call), which fences
 /// afterwards; [`Stream::PLAIN`] allows plain stores only.
+///
+/// ```compile_fail
+/// // A token cannot outlive the call that fences after it.
+/// let leaked = brotensor_cpu::stream::streaming(1 << 30, 4, |on| on);
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Stream<'scope> {
     on: bool,
