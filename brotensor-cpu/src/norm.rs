@@ -248,7 +248,10 @@ pub fn layernorm_rows(
     let stats: Vec<(f32, f32)> = streaming(y.len(), 4, |stream| {
         y.par_chunks_mut(cols)
             .zip(x.par_chunks(cols))
-            .map(|(y, x)| {
+            .enumerate()
+            .map(|(i, (y, row))| {
+                let next = next_row(x, i, cols);
+                let x = row;
                 wide(
                     #[inline(always)]
                     |madd| {
@@ -258,6 +261,7 @@ pub fn layernorm_rows(
                             y,
                             #[inline(always)]
                             |at, out| {
+                                prefetch(next.wrapping_add(at));
                                 let end = at + out.len();
                                 let (x, g, b) = (&x[at..end], &gamma[at..end], &beta[at..end]);
                                 for (j, o) in out.iter_mut().enumerate() {
@@ -704,7 +708,10 @@ pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
     streaming(y.len(), 4, |stream| {
         y.par_chunks_mut(cols)
             .zip(x.par_chunks(cols))
-            .for_each(|(y, x)| {
+            .enumerate()
+            .for_each(|(i, (y, row))| {
+                let next = next_row(x, i, cols);
+                let x = row;
                 wide(
                     #[inline(always)]
                     |_| {
@@ -714,6 +721,7 @@ pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
                             y,
                             #[inline(always)]
                             |at, out| {
+                                prefetch(next.wrapping_add(at));
                                 let end = at + out.len();
                                 for (o, (&v, &g)) in
                                     out.iter_mut().zip(x[at..end].iter().zip(&gamma[at..end]))
