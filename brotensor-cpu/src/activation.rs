@@ -7,7 +7,8 @@
 use rayon::prelude::*;
 
 use crate::elementwise::{exp_fast, exp_with, tanh_with};
-use crate::simd::MulAdd;
+use crate::simd::{wide, MulAdd};
+use crate::stream::{streaming, write_blocks};
 
 /// sqrt(2/pi), the tanh-GELU's scale.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -24,7 +25,13 @@ const QUICK_GELU_SCALE: f32 = 1.702;
 /// swiglu, which call it) vectorize.
 #[inline]
 pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp_fast(-x))
+    sigmoid_with(MulAdd::Split, x)
+}
+
+/// [`sigmoid`] with its multiply-adds evaluated as `m` says.
+#[inline(always)]
+pub fn sigmoid_with(m: MulAdd, x: f32) -> f32 {
+    1.0 / (1.0 + exp_with(m, -x))
 }
 
 /// `x` for `x > 0`, else 0 (NaN gives 0, as the comparison fails).
@@ -47,10 +54,10 @@ pub fn relu_backward(x: f32, dy: f32) -> f32 {
     }
 }
 
-/// `tanh x`.
+/// `tanh x` by [`tanh_with`] (vectorizes; within about 3 ulp).
 #[inline]
 pub fn tanh(x: f32) -> f32 {
-    x.tanh()
+    tanh_with(MulAdd::Split, x)
 }
 
 /// From the forward output `y = tanh x`: `dy * (1 - y^2)`.
@@ -68,7 +75,13 @@ pub fn sigmoid_backward(y: f32, dy: f32) -> f32 {
 /// `x * sigmoid(x)`.
 #[inline]
 pub fn silu(x: f32) -> f32 {
-    x * sigmoid(x)
+    silu_with(MulAdd::Split, x)
+}
+
+/// [`silu`] with its multiply-adds evaluated as `m` says.
+#[inline(always)]
+pub fn silu_with(m: MulAdd, x: f32) -> f32 {
+    x * sigmoid_with(m, x)
 }
 
 /// `dy * s * (1 + x (1 - s))`, `s = sigmoid(x)`.
@@ -104,12 +117,14 @@ pub fn gelu_backward_with(m: MulAdd, x: f32, dy: f32) -> f32 {
     dy * gelu_derivative(m, x)
 }
 
+/// `d/dx gelu = s + 2 x s (1 - s) u'` with `s = sigmoid(2u) = (1 + tanh u) / 2`: the tanh
+/// form's derivative with one exp and one division.
 #[inline(always)]
 fn gelu_derivative(m: MulAdd, x: f32) -> f32 {
     let u = SQRT_2_OVER_PI * m.apply(GELU_CUBIC * x * x, x, x);
-    let t = tanh_with(m, u);
-    let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
-    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
+    let s = 1.0 / (1.0 + exp_with(m, -2.0 * u));
+    let du = SQRT_2_OVER_PI * m.apply(3.0 * GELU_CUBIC * x, x, 1.0);
+    s + 2.0 * x * s * (1.0 - s) * du
 }
 
 /// `0.5 x (1 + erf(x / sqrt 2))`.
@@ -266,20 +281,35 @@ impl Glu {
     /// The unit's output for one pair.
     #[inline]
     pub fn forward(self, a: f32, g: f32) -> f32 {
+        self.forward_with(MulAdd::Split, a, g)
+    }
+
+    /// [`Glu::forward`] with its multiply-adds evaluated as `m` says.
+    #[inline(always)]
+    pub fn forward_with(self, m: MulAdd, a: f32, g: f32) -> f32 {
         match self {
-            Glu::Geglu => a * gelu(g),
+            Glu::Geglu => a * gelu_with(m, g),
             Glu::GegluExact => a * gelu_exact(g),
-            Glu::Swiglu => silu(a) * g,
+            Glu::Swiglu => silu_with(m, a) * g,
         }
     }
 
     /// `(d a, d g)` for one pair given the output gradient.
     #[inline]
     pub fn backward(self, a: f32, g: f32, dy: f32) -> (f32, f32) {
+        self.backward_with(MulAdd::Split, a, g, dy)
+    }
+
+    /// [`Glu::backward`] with its multiply-adds evaluated as `m` says.
+    #[inline(always)]
+    pub fn backward_with(self, m: MulAdd, a: f32, g: f32, dy: f32) -> (f32, f32) {
         match self {
-            Glu::Geglu => (dy * gelu(g), dy * a * gelu_derivative(MulAdd::Split, g)),
+            Glu::Geglu => (dy * gelu_with(m, g), dy * a * gelu_derivative(m, g)),
             Glu::GegluExact => (dy * gelu_exact(g), dy * a * gelu_exact_derivative(g)),
-            Glu::Swiglu => (silu_backward(a, dy * g), dy * silu(a)),
+            Glu::Swiglu => {
+                let s = sigmoid_with(m, a);
+                (dy * g * s * (1.0 + a * (1.0 - s)), dy * a * s)
+            }
         }
     }
 }
@@ -293,14 +323,43 @@ pub fn glu_forward(op: Glu, x: &[f32], d: usize, y: &mut [f32]) {
     if d == 0 {
         return;
     }
-    y.par_chunks_mut(d)
-        .zip(x.par_chunks(2 * d))
-        .for_each(|(y, x)| {
-            let (a, g) = x.split_at(d);
-            for j in 0..d {
-                y[j] = op.forward(a[j], g[j]);
-            }
-        });
+    // One copy of the loop per unit: each closure is its own type with the unit fixed in
+    // its body (a captured `op` would be a load inside the rayon task, not a constant).
+    match op {
+        Glu::Geglu => glu_forward_as(x, d, y, |m, a, g| Glu::Geglu.forward_with(m, a, g)),
+        Glu::GegluExact => glu_forward_as(x, d, y, |m, a, g| Glu::GegluExact.forward_with(m, a, g)),
+        Glu::Swiglu => glu_forward_as(x, d, y, |m, a, g| Glu::Swiglu.forward_with(m, a, g)),
+    }
+}
+
+/// [`glu_forward`] with the unit's pair function `f`.
+#[inline(always)]
+fn glu_forward_as(x: &[f32], d: usize, y: &mut [f32], f: impl Fn(MulAdd, f32, f32) -> f32 + Sync) {
+    streaming(y.len(), 4, |stream| {
+        y.par_chunks_mut(d)
+            .zip(x.par_chunks(2 * d))
+            .for_each(|(y, x)| {
+                let (a, g) = x.split_at(d);
+                wide(
+                    #[inline(always)]
+                    |m| {
+                        write_blocks(
+                            stream,
+                            y,
+                            #[inline(always)]
+                            |at, out| {
+                                let end = at + out.len();
+                                for (o, (&a, &g)) in
+                                    out.iter_mut().zip(a[at..end].iter().zip(&g[at..end]))
+                                {
+                                    *o = f(m, a, g);
+                                }
+                            },
+                        )
+                    },
+                )
+            });
+    });
 }
 
 /// `dx (B, 2D) = [d a | d g]` from `x (B, 2D)` and `dy (B, D)`; `dx` is overwritten.
@@ -312,14 +371,46 @@ pub fn glu_backward(op: Glu, x: &[f32], dy: &[f32], d: usize, dx: &mut [f32]) {
     if d == 0 {
         return;
     }
+    match op {
+        Glu::Geglu => glu_backward_as(x, dy, d, dx, |m, a, g, t| {
+            Glu::Geglu.backward_with(m, a, g, t)
+        }),
+        Glu::GegluExact => glu_backward_as(x, dy, d, dx, |m, a, g, t| {
+            Glu::GegluExact.backward_with(m, a, g, t)
+        }),
+        Glu::Swiglu => glu_backward_as(x, dy, d, dx, |m, a, g, t| {
+            Glu::Swiglu.backward_with(m, a, g, t)
+        }),
+    }
+}
+
+/// [`glu_backward`] with the unit's pair gradient `f`.
+#[inline(always)]
+fn glu_backward_as(
+    x: &[f32],
+    dy: &[f32],
+    d: usize,
+    dx: &mut [f32],
+    f: impl Fn(MulAdd, f32, f32, f32) -> (f32, f32) + Sync,
+) {
     dx.par_chunks_mut(2 * d)
         .zip(x.par_chunks(2 * d).zip(dy.par_chunks(d)))
         .for_each(|(dx, (x, dy))| {
             let (a, g) = x.split_at(d);
             let (da, dg) = dx.split_at_mut(d);
-            for j in 0..d {
-                (da[j], dg[j]) = op.backward(a[j], g[j], dy[j]);
-            }
+            wide(
+                #[inline(always)]
+                |m| {
+                    for (((da, dg), (&a, &g)), &t) in da
+                        .iter_mut()
+                        .zip(dg.iter_mut())
+                        .zip(a.iter().zip(g))
+                        .zip(dy)
+                    {
+                        (*da, *dg) = f(m, a, g, t);
+                    }
+                },
+            )
         });
 }
 
@@ -409,11 +500,15 @@ mod tests {
         let x = [1.0, 2.0, 3.0, 4.0, -1.0, 0.0, 2.0, -2.0];
         let mut y = [0.0; 4];
         glu_forward(Glu::Swiglu, &x, 2, &mut y);
+        // The slices run on the vector path; the pairs are computed on the same one.
+        let silu = |v: f32| crate::simd::wide(|m| silu_with(m, v));
         assert_eq!(y, [silu(1.0) * 3.0, silu(2.0) * 4.0, silu(-1.0) * 2.0, 0.0]);
         let mut dx = [9.0; 8];
         glu_backward(Glu::Geglu, &x, &[1.0, 1.0, 1.0, 1.0], 2, &mut dx);
-        assert_eq!(dx[0], gelu(3.0));
-        assert_eq!(dx[2], gelu_derivative(MulAdd::Split, 3.0));
-        assert_eq!(dx[5], gelu(-2.0));
+        crate::simd::wide(|m| {
+            assert_eq!(dx[0], gelu_with(m, 3.0));
+            assert_eq!(dx[2], gelu_derivative(m, 3.0));
+            assert_eq!(dx[5], gelu_with(m, -2.0));
+        });
     }
 }

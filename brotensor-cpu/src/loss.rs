@@ -4,14 +4,14 @@
 
 use rayon::prelude::*;
 
-use crate::norm::softmax_rows;
+use crate::elementwise::{exp_fast, exp_with, ln_fast};
+use crate::norm::softmax_row;
+use crate::reduction::{sum, sum_zip, sum_zip3};
+use crate::simd::{wide, MulAdd};
+use crate::stream::Stream;
 
 /// The smallest probability a log is taken of.
 const P_FLOOR: f32 = 1e-12;
-
-fn valid(mask: Option<&[f32]>, i: usize) -> bool {
-    mask.is_none_or(|m| m[i] >= 0.5)
-}
 
 /// One segment: `probs` = masked softmax of `logits`, `dlogits = probs - target` on valid
 /// entries (0 on masked ones), returns `sum_{valid, t > 0} -t log(max(p, 1e-12))`.
@@ -27,19 +27,72 @@ pub fn xent_segment(
         target.len() == n && probs.len() == n && dlogits.len() == n,
         "xent_segment: lengths"
     );
-    softmax_rows(logits, n.max(1), mask, probs);
-    let mut loss = 0.0f32;
-    for i in 0..n {
-        if valid(mask, i) {
-            dlogits[i] = probs[i] - target[i];
-            if target[i] > 0.0 {
-                loss -= target[i] * probs[i].max(P_FLOOR).ln();
+    xent_segment_in(logits, target, mask, probs, dlogits, &mut vec![0.0; n])
+}
+
+/// [`xent_segment`] with `scratch` (the segment's length) for the softmax's exponentials.
+fn xent_segment_in(
+    logits: &[f32],
+    target: &[f32],
+    mask: Option<&[f32]>,
+    probs: &mut [f32],
+    dlogits: &mut [f32],
+    scratch: &mut [f32],
+) -> f32 {
+    wide(
+        #[inline(always)]
+        |m| {
+            softmax_row(
+                m,
+                logits,
+                mask,
+                scratch,
+                probs,
+                Stream::PLAIN,
+                std::ptr::null(),
+            );
+            match mask {
+                None => {
+                    for ((d, &p), &t) in dlogits.iter_mut().zip(&*probs).zip(target) {
+                        *d = p - t;
+                    }
+                }
+                Some(mk) => {
+                    for (((d, &p), &t), &k) in dlogits.iter_mut().zip(&*probs).zip(target).zip(mk) {
+                        *d = if k >= 0.5 { p - t } else { 0.0 };
+                    }
+                }
             }
-        } else {
-            dlogits[i] = 0.0;
-        }
-    }
-    loss
+        },
+    );
+    // The valid entries with t > 0 add -t ln(max(p, 1e-12)), in vector lanes.
+    wide(
+        #[inline(always)]
+        |_| {
+            let term = |t: f32, p: f32| {
+                if t > 0.0 {
+                    -t * ln_fast(p.max(P_FLOOR))
+                } else {
+                    0.0
+                }
+            };
+            match mask {
+                None => sum_zip(target, probs, term),
+                Some(mk) => sum_zip3(
+                    target,
+                    probs,
+                    mk,
+                    |t, p, k| {
+                        if k >= 0.5 {
+                            term(t, p)
+                        } else {
+                            0.0
+                        }
+                    },
+                ),
+            }
+        },
+    )
 }
 
 /// Per row of `(rows, cols)`, [`xent_segment`] on each head's columns
@@ -65,46 +118,83 @@ pub fn xent_batched(
         .zip(dlogits.par_chunks_mut(cols))
         .zip(loss.par_iter_mut())
         .enumerate()
-        .for_each(|(r, ((p, d), l))| {
-            let row = r * cols..(r + 1) * cols;
-            let (lg, tg) = (&logits[row.clone()], &target[row.clone()]);
-            let mk = mask.map(|m| &m[row]);
-            *l = offsets
-                .windows(2)
-                .map(|w| {
-                    let seg = w[0]..w[1];
-                    xent_segment(
-                        &lg[seg.clone()],
-                        &tg[seg.clone()],
-                        mk.map(|m| &m[seg.clone()]),
-                        &mut p[seg.clone()],
-                        &mut d[seg],
-                    )
-                })
-                .sum();
-        });
+        .for_each_init(
+            || vec![0.0f32; cols],
+            |scratch, (r, ((p, d), l))| {
+                let row = r * cols..(r + 1) * cols;
+                let (lg, tg) = (&logits[row.clone()], &target[row.clone()]);
+                let mk = mask.map(|m| &m[row]);
+                *l = offsets
+                    .windows(2)
+                    .map(|w| {
+                        let seg = w[0]..w[1];
+                        xent_segment_in(
+                            &lg[seg.clone()],
+                            &tg[seg.clone()],
+                            mk.map(|m| &m[seg.clone()]),
+                            &mut p[seg.clone()],
+                            &mut d[seg.clone()],
+                            &mut scratch[seg],
+                        )
+                    })
+                    .sum();
+            },
+        );
 }
 
 /// `max(z, 0) + log1p(e^-|z|)`, the stable softplus.
 #[inline]
 pub fn softplus(z: f32) -> f32 {
-    z.max(0.0) + (-z.abs()).exp().ln_1p()
+    z.max(0.0) + log1p_unit(exp_fast(-z.abs()))
 }
 
 /// The sigmoid without overflow for either sign.
 #[inline]
 pub fn stable_sigmoid(z: f32) -> f32 {
+    let e = exp_fast(-z.abs());
+    let inv = 1.0 / (1.0 + e);
     if z >= 0.0 {
-        1.0 / (1.0 + (-z).exp())
+        inv
     } else {
-        let e = z.exp();
-        e / (1.0 + e)
+        e * inv
     }
+}
+
+/// `ln(1 + e)` for `e` in `[0, 1]` in plain arithmetic that vectorizes, accurate in relative
+/// terms down to the smallest `e` (within about 2 ulp): `1 + e = 2^k f` with `f` near 1,
+/// `ln f = 2 atanh(s)`, `s = (f - 1) / (f + 1)` formed from `e` itself so no bits of a small
+/// `e` are lost, and atanh as its odd series to `s^9` (`|s| <= 0.172`). NaN stays NaN.
+#[inline(always)]
+pub fn log1p_unit(e: f32) -> f32 {
+    const LN_2: f32 = std::f32::consts::LN_2;
+    // Up to sqrt(2) - 1 take f = 1 + e; above, f = (1 + e) / 2 and add ln 2.
+    let high = e > std::f32::consts::SQRT_2 - 1.0;
+    let s = if high {
+        (e - 1.0) / (e + 3.0)
+    } else {
+        e / (e + 2.0)
+    };
+    let s2 = s * s;
+    let series = s * (1.0 + s2 * (1.0 / 3.0 + s2 * (1.0 / 5.0 + s2 * (1.0 / 7.0 + s2 / 9.0))));
+    2.0 * series + if high { LN_2 } else { 0.0 }
+}
+
+/// One BCE entry with positive weight `w`: `(sigmoid z, its dlogit, its loss term)`, all
+/// from the one exponential `e^-|z|`.
+#[inline(always)]
+fn bce_entry(m: MulAdd, w: f32, z: f32, y: f32) -> (f32, f32, f32) {
+    let e = exp_with(m, -z.abs());
+    let inv = 1.0 / (1.0 + e);
+    let s = if z >= 0.0 { inv } else { e * inv };
+    let l1p = log1p_unit(e);
+    let term = w * y * ((-z).max(0.0) + l1p) + (1.0 - y) * (z.max(0.0) + l1p);
+    (s, s * (w * y + 1.0 - y) - w * y, term)
 }
 
 /// Binary cross-entropy with logits per row of `(rows, cols)`, positive weight `w`:
 /// `probs = sigmoid(z)`, `dlogits = s (w y + 1 - y) - w y`, `loss[row] = sum (w y
-/// softplus(-z) + (1 - y) softplus(z))`; masked entries give 0 and add nothing.
+/// softplus(-z) + (1 - y) softplus(z))`; masked entries give 0 and add nothing. One
+/// exponential `e^-|z|` per entry gives the sigmoid and both softplus terms.
 #[allow(clippy::too_many_arguments)]
 pub fn bce_with_logits(
     logits: &[f32],
@@ -120,28 +210,43 @@ pub fn bce_with_logits(
         loss.fill(0.0);
         return;
     }
+    let w = pos_weight;
     probs
         .par_chunks_mut(cols)
         .zip(dlogits.par_chunks_mut(cols))
         .zip(loss.par_iter_mut())
         .enumerate()
-        .for_each(|(r, ((p, d), l))| {
-            let mut sum = 0.0f32;
-            for j in 0..cols {
-                let i = r * cols + j;
-                if !valid(mask, i) {
-                    p[j] = 0.0;
-                    d[j] = 0.0;
-                    continue;
-                }
-                let (z, y) = (logits[i], target[i]);
-                let s = stable_sigmoid(z);
-                p[j] = s;
-                d[j] = s * (pos_weight * y + 1.0 - y) - pos_weight * y;
-                sum += pos_weight * y * softplus(-z) + (1.0 - y) * softplus(z);
-            }
-            *l = sum;
-        });
+        .for_each_init(
+            || vec![0.0f32; cols],
+            |terms, (r, ((p, d), l))| {
+                let row = r * cols..(r + 1) * cols;
+                let (z, y) = (&logits[row.clone()], &target[row.clone()]);
+                *l = wide(
+                    #[inline(always)]
+                    |m| {
+                        let outs = p.iter_mut().zip(d.iter_mut()).zip(terms.iter_mut());
+                        match mask {
+                            None => {
+                                for (((p, d), t), (&z, &y)) in outs.zip(z.iter().zip(y)) {
+                                    (*p, *d, *t) = bce_entry(m, w, z, y);
+                                }
+                            }
+                            Some(mk) => {
+                                let ins = z.iter().zip(y).zip(&mk[row]);
+                                for (((p, d), t), ((&z, &y), &k)) in outs.zip(ins) {
+                                    let (ps, ds, ts) = bce_entry(m, w, z, y);
+                                    let on = k >= 0.5;
+                                    *p = if on { ps } else { 0.0 };
+                                    *d = if on { ds } else { 0.0 };
+                                    *t = if on { ts } else { 0.0 };
+                                }
+                            }
+                        }
+                        sum(terms)
+                    },
+                );
+            },
+        );
 }
 
 #[cfg(test)]
@@ -173,5 +278,52 @@ mod tests {
         assert!((d[0] as f64 - (s * w as f64 - w as f64)).abs() < 1e-6);
         assert!(softplus(-100.0) >= 0.0 && softplus(100.0) == 100.0);
         assert!((stable_sigmoid(-100.0)).is_finite());
+    }
+
+    #[test]
+    fn log1p_unit_is_accurate_in_relative_terms() {
+        let mut es: Vec<f32> = (0..=100_000).map(|i| i as f32 * 1e-5).collect();
+        es.extend([1e-30f32, 1e-12, 3e-8, 0.414_213_5, 0.414_213_6, 1.0]);
+        for e in es {
+            let want = (e as f64).ln_1p();
+            let got = log1p_unit(e) as f64;
+            let err = if want == 0.0 {
+                got.abs()
+            } else {
+                ((got - want) / want).abs()
+            };
+            assert!(err < 2.5e-7, "log1p({e}) = {got}, want {want}");
+        }
+        assert!(log1p_unit(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn bce_rows_match_float64_with_masks_and_extreme_logits() {
+        let z = [-90.0f32, -8.0, -0.3, 0.0, 0.2, 5.0, 40.0, 1.5];
+        let y = [1.0f32, 0.0, 0.3, 1.0, 0.0, 1.0, 0.0, 0.9];
+        let mask = [1.0f32, 1.0, 1.0, 1.0, 0.2, 1.0, 1.0, 1.0];
+        let w = 1.7f32;
+        let (mut p, mut d, mut l) = ([0.0; 8], [0.0; 8], [0.0; 2]);
+        bce_with_logits(&z, &y, Some(&mask), 4, w, &mut p, &mut d, &mut l);
+        let mut want = [0.0f64; 2];
+        for j in 0..8 {
+            let (zd, yd, wd) = (z[j] as f64, y[j] as f64, w as f64);
+            if mask[j] < 0.5 {
+                assert_eq!((p[j], d[j]), (0.0, 0.0));
+                continue;
+            }
+            let s = 1.0 / (1.0 + (-zd).exp());
+            let sp = |v: f64| v.max(0.0) + (-v.abs()).exp().ln_1p();
+            want[j / 4] += wd * yd * sp(-zd) + (1.0 - yd) * sp(zd);
+            assert!((p[j] as f64 - s).abs() <= 1e-6 * s.max(1e-30), "p[{j}]");
+            let dw = s * (wd * yd + 1.0 - yd) - wd * yd;
+            assert!((d[j] as f64 - dw).abs() < 1e-6, "d[{j}]");
+        }
+        for r in 0..2 {
+            assert!(
+                (l[r] as f64 - want[r]).abs() < 1e-5 * want[r].abs().max(1.0),
+                "row {r}"
+            );
+        }
     }
 }

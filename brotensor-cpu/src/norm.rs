@@ -4,9 +4,9 @@
 use rayon::prelude::*;
 
 use crate::elementwise::exp_with;
-use crate::reduction::{max_with_floor, sum, sum_map, sum_zip};
+use crate::reduction::{accumulate_rows, max_with_floor, sum, sum_map, sum_zip, sum_zip3};
 use crate::simd::{prefetch, wide, MulAdd};
-use crate::stream::{streaming, write_blocks, write_map};
+use crate::stream::{streaming, write_blocks, write_map, Stream};
 
 /// A masked entry's logit floor (the C++ original starts its running max here).
 const MASKED_MAX: f32 = -1e30;
@@ -40,43 +40,60 @@ pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32])
                     let next = next_row(x, i, cols);
                     wide(
                         #[inline(always)]
-                        |madd| {
-                            let s = match mask {
-                                None => {
-                                    let max = max_with_floor(row, MASKED_MAX);
-                                    exp_shifted_sum(madd, row, max, e, next)
-                                }
-                                Some(m) => {
-                                    let max = row.iter().zip(m).fold(MASKED_MAX, |a, (&v, &k)| {
-                                        if k >= 0.5 && v > a {
-                                            v
-                                        } else {
-                                            a
-                                        }
-                                    });
-                                    for ((o, &v), &k) in e.iter_mut().zip(row).zip(m) {
-                                        *o = if k >= 0.5 {
-                                            exp_with(madd, v - max)
-                                        } else {
-                                            0.0
-                                        };
-                                    }
-                                    sum(e)
-                                }
-                            };
-                            let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-                            write_map(
-                                stream,
-                                y,
-                                e,
-                                #[inline(always)]
-                                |v| v * inv,
-                            );
-                        },
+                        |madd| softmax_row(madd, row, mask, e, y, stream, next),
                     )
                 },
             );
     });
+}
+
+/// One row of [`softmax_rows`] into `y`, with `e` (the row's length) as scratch for the
+/// exponentials and `next` the start of a row to prefetch meanwhile (any address). Inline
+/// into a [`wide`] body.
+#[inline(always)]
+pub(crate) fn softmax_row(
+    madd: MulAdd,
+    row: &[f32],
+    mask: Option<&[f32]>,
+    e: &mut [f32],
+    y: &mut [f32],
+    stream: Stream,
+    next: *const f32,
+) {
+    let s = match mask {
+        None => {
+            let max = max_with_floor(row, MASKED_MAX);
+            exp_shifted_sum(madd, row, max, e, next)
+        }
+        Some(m) => {
+            let max = row.iter().zip(m).fold(
+                MASKED_MAX,
+                |a, (&v, &k)| {
+                    if k >= 0.5 && v > a {
+                        v
+                    } else {
+                        a
+                    }
+                },
+            );
+            for ((o, &v), &k) in e.iter_mut().zip(row).zip(m) {
+                *o = if k >= 0.5 {
+                    exp_with(madd, v - max)
+                } else {
+                    0.0
+                };
+            }
+            sum(e)
+        }
+    };
+    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+    write_map(
+        stream,
+        y,
+        e,
+        #[inline(always)]
+        |v| v * inv,
+    );
 }
 
 /// Independent sums in [`exp_shifted_sum`]; a multiple of the 16 floats in a cache line.
@@ -203,14 +220,36 @@ pub fn softmax_rows_backward(p: &[f32], dp: &[f32], cols: usize, dl: &mut [f32])
     if cols == 0 {
         return;
     }
-    dl.par_chunks_mut(cols)
-        .zip(p.par_chunks(cols).zip(dp.par_chunks(cols)))
-        .for_each(|(dl, (p, dp))| {
-            let s = sum_zip(p, dp, |a, b| a * b);
-            for ((o, &pv), &dv) in dl.iter_mut().zip(p).zip(dp) {
-                *o = pv * (dv - s);
-            }
-        });
+    streaming(dl.len(), 4, |stream| {
+        dl.par_chunks_mut(cols)
+            .zip(p.par_chunks(cols).zip(dp.par_chunks(cols)))
+            .enumerate()
+            .for_each(|(i, (dl, (p_row, dp_row)))| {
+                let (next_p, next_dp) = (next_row(p, i, cols), next_row(dp, i, cols));
+                let (p, dp) = (p_row, dp_row);
+                wide(
+                    #[inline(always)]
+                    |_| {
+                        let s = sum_zip(p, dp, |a, b| a * b);
+                        write_blocks(
+                            stream,
+                            dl,
+                            #[inline(always)]
+                            |at, out| {
+                                prefetch(next_p.wrapping_add(at));
+                                prefetch(next_dp.wrapping_add(at));
+                                let end = at + out.len();
+                                for (o, (&pv, &dv)) in
+                                    out.iter_mut().zip(p[at..end].iter().zip(&dp[at..end]))
+                                {
+                                    *o = pv * (dv - s);
+                                }
+                            },
+                        );
+                    },
+                )
+            });
+    });
 }
 
 /// Per-row statistics of a layer norm: `(mean, rstd)` with a two-pass biased variance.
@@ -652,44 +691,95 @@ pub fn layernorm_rows_backward(
         return;
     }
     let n = cols as f32;
-    dx.par_chunks_mut(cols)
-        .zip(dy.par_chunks(cols).zip(xhat.par_chunks(cols)))
-        .zip(rstd.par_iter())
-        .for_each(|((dx, (dy, xh)), &r)| {
-            let (mut s1, mut s2) = (0.0f32, 0.0f32);
+    streaming(dx.len(), 4, |stream| {
+        dx.par_chunks_mut(cols)
+            .zip(dy.par_chunks(cols).zip(xhat.par_chunks(cols)))
+            .zip(rstd.par_iter())
+            .for_each(|((dx, (dy, xh)), &r)| {
+                wide(
+                    #[inline(always)]
+                    |_| {
+                        let s1 = sum_zip(dy, gamma, |d, g| d * g);
+                        let s2 = sum_zip3(dy, gamma, xh, |d, g, h| d * g * h);
+                        write_blocks(
+                            stream,
+                            dx,
+                            #[inline(always)]
+                            |at, out| {
+                                let end = at + out.len();
+                                let (dy, g, xh) = (&dy[at..end], &gamma[at..end], &xh[at..end]);
+                                for (j, o) in out.iter_mut().enumerate() {
+                                    *o = r / n * (n * dy[j] * g[j] - s1 - xh[j] * s2);
+                                }
+                            },
+                        );
+                    },
+                )
+            });
+    });
+    // dgamma and dbeta in one pass over dy and xhat.
+    let rows = dy.len() / cols;
+    let mut both = vec![0.0f32; 2 * cols];
+    accumulate_rows(
+        rows,
+        &mut both,
+        #[inline(always)]
+        |r, acc| {
+            let (dg, db) = acc.split_at_mut(cols);
+            let (dy, xh) = (row_of(dy, cols, r), row_of(xhat, cols, r));
             for j in 0..cols {
-                let d = dy[j] * gamma[j];
-                s1 += d;
-                s2 += d * xh[j];
+                dg[j] += dy[j] * xh[j];
+                db[j] += dy[j];
             }
-            for j in 0..cols {
-                let d = dy[j] * gamma[j];
-                dx[j] = r / n * (n * d - s1 - xh[j] * s2);
-            }
-        });
-    column_accumulate(dy, Some(xhat), None, dgamma);
-    column_accumulate(dy, None, None, dbeta);
+        },
+    );
+    for (o, v) in dgamma.iter_mut().zip(&both[..cols]) {
+        *o += v;
+    }
+    for (o, v) in dbeta.iter_mut().zip(&both[cols..]) {
+        *o += v;
+    }
 }
 
-/// `out[c] += sum_r a[r, c] * b[r, c] * scale[r]` (`b` and `scale` 1 when absent).
+/// `out[c] += sum_r a[r, c] * b[r, c] * scale[r]` (`b` and `scale` 1 when absent), by
+/// [`accumulate_rows`].
 pub fn column_accumulate(a: &[f32], b: Option<&[f32]>, scale: Option<&[f32]>, out: &mut [f32]) {
     let cols = out.len();
     if cols == 0 {
         return;
     }
-    const BLOCK: usize = 128;
-    out.par_chunks_mut(BLOCK)
-        .enumerate()
-        .for_each(|(blk, out)| {
-            let c0 = blk * BLOCK;
-            for r in 0..a.len() / cols {
+    let rows = a.len() / cols;
+    match b {
+        Some(b) => accumulate_rows(
+            rows,
+            out,
+            #[inline(always)]
+            |r, acc| {
                 let s = scale.map_or(1.0, |s| s[r]);
-                for (j, o) in out.iter_mut().enumerate() {
-                    let at = r * cols + c0 + j;
-                    *o += a[at] * b.map_or(1.0, |b| b[at]) * s;
+                let (a, b) = (row_of(a, cols, r), row_of(b, cols, r));
+                for (o, (&u, &v)) in acc.iter_mut().zip(a.iter().zip(b)) {
+                    *o += u * v * s;
                 }
-            }
-        });
+            },
+        ),
+        None => accumulate_rows(
+            rows,
+            out,
+            #[inline(always)]
+            |r, acc| {
+                let s = scale.map_or(1.0, |s| s[r]);
+                for (o, &u) in acc.iter_mut().zip(row_of(a, cols, r)) {
+                    *o += u * s;
+                }
+            },
+        ),
+    }
+}
+
+/// Row `r` of the `cols`-wide rows in `t`.
+#[inline(always)]
+fn row_of(t: &[f32], cols: usize, r: usize) -> &[f32] {
+    &t[r * cols..(r + 1) * cols]
 }
 
 /// `1 / sqrt(mean(x^2) + eps)` of a row.
@@ -751,17 +841,34 @@ pub fn rms_norm_rows_backward(
         return;
     }
     let d = cols as f32;
-    let r: Vec<f32> = x.par_chunks(cols).map(|row| rrms(row, eps)).collect();
-    dx.par_chunks_mut(cols)
-        .zip(x.par_chunks(cols).zip(dy.par_chunks(cols)))
-        .zip(r.par_iter())
-        .for_each(|((dx, (x, dy)), &r)| {
-            let s: f32 = (0..cols).map(|j| x[j] * dy[j] * gamma[j]).sum();
-            let c = r * r / d * s;
-            for j in 0..cols {
-                dx[j] = r * (gamma[j] * dy[j] - x[j] * c);
-            }
-        });
+    let r: Vec<f32> = streaming(dx.len(), 4, |stream| {
+        dx.par_chunks_mut(cols)
+            .zip(x.par_chunks(cols).zip(dy.par_chunks(cols)))
+            .map(|(dx, (x, dy))| {
+                wide(
+                    #[inline(always)]
+                    |_| {
+                        let r = rrms(x, eps);
+                        let s = sum_zip3(x, dy, gamma, |a, b, g| a * b * g);
+                        let c = r * r / d * s;
+                        write_blocks(
+                            stream,
+                            dx,
+                            #[inline(always)]
+                            |at, out| {
+                                let end = at + out.len();
+                                let (x, dy, g) = (&x[at..end], &dy[at..end], &gamma[at..end]);
+                                for (j, o) in out.iter_mut().enumerate() {
+                                    *o = r * (g[j] * dy[j] - x[j] * c);
+                                }
+                            },
+                        );
+                        r
+                    },
+                )
+            })
+            .collect()
+    });
     column_accumulate(dy, Some(x), Some(&r), dgamma);
 }
 

@@ -52,6 +52,80 @@ pub fn sum_zip(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
     s
 }
 
+/// `sum f(x[i], y[i], z[i])` in 32 independent FP32 lanes. Panics if the lengths differ.
+#[inline(always)]
+pub fn sum_zip3(x: &[f32], y: &[f32], z: &[f32], f: impl Fn(f32, f32, f32) -> f32) -> f32 {
+    assert!(
+        x.len() == y.len() && x.len() == z.len(),
+        "sum_zip3: lengths"
+    );
+    let mut lanes = [0.0f32; LANES];
+    let (cx, cy, cz) = (
+        x.chunks_exact(LANES),
+        y.chunks_exact(LANES),
+        z.chunks_exact(LANES),
+    );
+    let (tx, ty, tz) = (cx.remainder(), cy.remainder(), cz.remainder());
+    for ((a, b), c) in cx.zip(cy).zip(cz) {
+        for i in 0..LANES {
+            lanes[i] += f(a[i], b[i], c[i]);
+        }
+    }
+    let mut s = lanes.iter().sum::<f32>();
+    for ((&a, &b), &c) in tx.iter().zip(ty).zip(tz) {
+        s += f(a, b, c);
+    }
+    s
+}
+
+/// Column sums built row by row: `out[c] += sum_r term(r)[c]`, where `add_row(r, acc)` adds
+/// row `r`'s terms to the `cols`-long `acc`. The rows are cut into fixed blocks (at most 64,
+/// and fewer when `cols` is large, so the partial sums stay within 64 MiB); each block sums
+/// its rows in order into its own partial, in parallel, and the partials are added to `out`
+/// in block order, so the result depends only on the shape. Each block reads its rows front
+/// to back, one pass in memory order.
+///
+/// Inline into callers with an `#[inline(always)]` `add_row` whose loops are `for` loops:
+/// it runs under [`wide`].
+#[inline(always)]
+pub fn accumulate_rows(rows: usize, out: &mut [f32], add_row: impl Fn(usize, &mut [f32]) + Sync) {
+    let cols = out.len();
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    const MAX_BLOCKS: usize = 64;
+    const PARTIAL_BYTES: usize = 64 << 20;
+    let blocks = rows
+        .min(MAX_BLOCKS)
+        .min((PARTIAL_BYTES / (4 * cols)).max(1));
+    let per_block = rows.div_ceil(blocks);
+    let partials: Vec<Vec<f32>> = (0..rows.div_ceil(per_block))
+        .into_par_iter()
+        .map(|b| {
+            let mut acc = vec![0.0f32; cols];
+            wide(
+                #[inline(always)]
+                |_| {
+                    for r in b * per_block..((b + 1) * per_block).min(rows) {
+                        add_row(r, &mut acc);
+                    }
+                },
+            );
+            acc
+        })
+        .collect();
+    for p in &partials {
+        wide(
+            #[inline(always)]
+            |_| {
+                for (o, &v) in out.iter_mut().zip(p) {
+                    *o += v;
+                }
+            },
+        );
+    }
+}
+
 /// The largest of `floor` and the elements of `x`, in 32 lanes. NaN elements are
 /// skipped (a comparison with NaN is false).
 #[inline(always)]
@@ -85,26 +159,22 @@ pub fn sum_rows(x: &[f32], cols: usize, y: &mut [f32]) {
         });
 }
 
-/// `y[c] = sum_r x[r, c]`. Panics unless `x.len() == rows * y.len()`.
+/// `y[c] = sum_r x[r, c]` (by [`accumulate_rows`]). Panics unless
+/// `x.len() == rows * y.len()`.
 pub fn sum_cols(x: &[f32], rows: usize, y: &mut [f32]) {
     let cols = y.len();
     assert_eq!(x.len(), rows * cols, "sum_cols: lengths");
-    const BLOCK: usize = 256;
-    y.par_chunks_mut(BLOCK).enumerate().for_each(|(b, out)| {
-        out.fill(0.0);
-        let c0 = b * BLOCK;
-        wide(
-            #[inline(always)]
-            |_| {
-                for r in 0..rows {
-                    let row = &x[r * cols + c0..r * cols + c0 + out.len()];
-                    for (o, v) in out.iter_mut().zip(row) {
-                        *o += v;
-                    }
-                }
-            },
-        )
-    });
+    y.fill(0.0);
+    accumulate_rows(
+        rows,
+        y,
+        #[inline(always)]
+        |r, acc| {
+            for (a, &v) in acc.iter_mut().zip(&x[r * cols..(r + 1) * cols]) {
+                *a += v;
+            }
+        },
+    );
 }
 
 /// Index of the largest element of each row: the first one wins ties, NaN is never chosen,
@@ -118,15 +188,17 @@ pub fn argmax_rows(x: &[f32], cols: usize, idx: &mut [usize]) {
     idx.par_iter_mut()
         .zip(x.par_chunks(cols))
         .for_each(|(out, row)| {
-            let mut best = -f32::MAX;
-            let mut at = 0;
-            for (i, &v) in row.iter().enumerate() {
-                if v > best {
-                    best = v;
-                    at = i;
-                }
-            }
-            *out = at;
+            // The largest value in vector lanes, then its first position: the same index
+            // as a scan keeping the first strict maximum above -f32::MAX.
+            let best = wide(
+                #[inline(always)]
+                |_| max_with_floor(row, -f32::MAX),
+            );
+            *out = if best > -f32::MAX {
+                row.iter().position(|&v| v == best).unwrap_or(0)
+            } else {
+                0
+            };
         });
 }
 
@@ -145,6 +217,9 @@ pub fn top_k_rows(x: &[f32], cols: usize, k: usize, vals: &mut [f32], idx: &mut 
         .zip(idx.par_chunks_mut(k))
         .zip(x.par_chunks(cols.max(1)))
         .for_each(|((vals, idx), row)| {
+            if k <= SMALL_K {
+                return top_k_by_insertion(row, vals, idx);
+            }
             let mut order: Vec<usize> = (0..row.len()).filter(|&i| !row[i].is_nan()).collect();
             let take = k.min(order.len());
             let by_rank = |&a: &usize, &b: &usize| row[b].total_cmp(&row[a]).then(a.cmp(&b));
@@ -162,6 +237,35 @@ pub fn top_k_rows(x: &[f32], cols: usize, k: usize, vals: &mut [f32], idx: &mut 
         });
 }
 
+/// Largest `k` that [`top_k_rows`] keeps in a sorted buffer while scanning the row once.
+const SMALL_K: usize = 64;
+
+/// [`top_k_rows`] for one row and `vals.len() = k <= SMALL_K`: the best `k` seen so far in
+/// descending order, a new value entering only when it beats the last kept one strictly
+/// (so among equal values the earlier index stays ahead), NaN skipped; unfilled slots pad
+/// with NaN / -1.
+fn top_k_by_insertion(row: &[f32], vals: &mut [f32], idx: &mut [i32]) {
+    let k = vals.len();
+    let mut kept = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v.is_nan() || (kept == k && v <= vals[k - 1]) {
+            continue;
+        }
+        // First slot holding a smaller value (equal ones stay ahead of `v`).
+        let mut at = kept.min(k - 1);
+        while at > 0 && vals[at - 1] < v {
+            at -= 1;
+        }
+        let last = kept.min(k - 1);
+        vals.copy_within(at..last, at + 1);
+        idx.copy_within(at..last, at + 1);
+        (vals[at], idx[at]) = (v, i as i32);
+        kept = (kept + 1).min(k);
+    }
+    vals[kept..].fill(f32::NAN);
+    idx[kept..].fill(-1);
+}
+
 /// `counts[r] = (#{x > lo}, #{x > hi})` per row (strict comparisons).
 pub fn rows_count_above(x: &[f32], cols: usize, lo: f32, hi: f32, counts: &mut [i32]) {
     assert!(
@@ -176,8 +280,25 @@ pub fn rows_count_above(x: &[f32], cols: usize, lo: f32, hi: f32, counts: &mut [
         .par_chunks_mut(2)
         .zip(x.par_chunks(cols))
         .for_each(|(c, row)| {
-            c[0] = row.iter().filter(|&&v| v > lo).count() as i32;
-            c[1] = row.iter().filter(|&&v| v > hi).count() as i32;
+            // Both counts in one pass, in vector lanes of integer 0/1 increments.
+            let (n_lo, n_hi) = wide(
+                #[inline(always)]
+                |_| {
+                    let (mut l, mut h) = ([0u32; LANES], [0u32; LANES]);
+                    let chunks = row.chunks_exact(LANES);
+                    let tail = chunks.remainder();
+                    for ch in chunks {
+                        for j in 0..LANES {
+                            l[j] += u32::from(ch[j] > lo);
+                            h[j] += u32::from(ch[j] > hi);
+                        }
+                    }
+                    let lanes = |a: [u32; LANES]| a.iter().map(|&v| v as usize).sum::<usize>();
+                    let above = |t: f32| tail.iter().filter(|&&v| v > t).count();
+                    (lanes(l) + above(lo), lanes(h) + above(hi))
+                },
+            );
+            (c[0], c[1]) = (n_lo as i32, n_hi as i32);
         });
 }
 
@@ -207,6 +328,37 @@ mod tests {
         let mut counts = [0; 4];
         rows_count_above(&[0.5, 1.0, 1.5, 0.0, 2.0, 3.0], 3, 0.5, 1.5, &mut counts);
         assert_eq!(counts, [2, 0, 2, 2]);
+    }
+
+    #[test]
+    fn top_k_by_insertion_matches_a_full_sort() {
+        // Rows with many ties and NaNs; every k from 1 to past the row length.
+        let mut state = 12345u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            state >> 16
+        };
+        for _ in 0..200 {
+            let n = (next() % 40) as usize;
+            let row: Vec<f32> = (0..n)
+                .map(|_| match next() % 10 {
+                    0 => f32::NAN,
+                    v => (v % 5) as f32 - 2.0,
+                })
+                .collect();
+            for k in 1..=n + 2 {
+                let mut order: Vec<usize> = (0..n).filter(|&i| !row[i].is_nan()).collect();
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                let (mut v, mut ix) = (vec![0.0f32; k], vec![0i32; k]);
+                top_k_by_insertion(&row, &mut v, &mut ix);
+                for j in 0..k {
+                    match order.get(j) {
+                        Some(&i) => assert_eq!((v[j], ix[j]), (row[i], i as i32), "{row:?} k={k}"),
+                        None => assert!(v[j].is_nan() && ix[j] == -1, "{row:?} k={k}"),
+                    }
+                }
+            }
+        }
     }
 
     #[test]
