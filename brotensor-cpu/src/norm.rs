@@ -4,7 +4,9 @@
 use rayon::prelude::*;
 
 use crate::elementwise::exp_with;
-use crate::reduction::{accumulate_rows, max_with_floor, sum, sum_map, sum_zip, sum_zip3};
+use crate::reduction::{
+    accumulate_rows, max_with_floor, rows_with_column_sums, sum, sum_map, sum_zip, sum_zip3,
+};
 use crate::simd::{prefetch, wide, MulAdd};
 use crate::stream::{streaming, write_blocks, write_map, Stream};
 
@@ -30,6 +32,12 @@ pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32])
     if cols == 0 {
         return;
     }
+    if is_long(x.len() / cols, cols) {
+        for (y, x) in y.chunks_mut(cols).zip(x.chunks(cols)) {
+            softmax_long_row(x, mask, y);
+        }
+        return;
+    }
     streaming(y.len(), 4, |stream| {
         y.par_chunks_mut(cols)
             .zip(x.par_chunks(cols))
@@ -44,6 +52,89 @@ pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32])
                     )
                 },
             );
+    });
+}
+
+/// Floats per parallel piece of a long row.
+const PIECE: usize = 1 << 16;
+
+/// Whether `rows` rows of `cols` are better split within each row (fewer rows than
+/// threads, each spanning at least two pieces): a flat softmax over a whole tensor, or one
+/// token's logits over a large vocabulary, is one row.
+fn is_long(rows: usize, cols: usize) -> bool {
+    rows < rayon::current_num_threads() && cols >= 2 * PIECE
+}
+
+/// `sum f(range)` over the pieces of `0..n`, computed in parallel and added in piece order
+/// (so the sum depends only on `n`).
+fn piece_sum(n: usize, f: impl Fn(std::ops::Range<usize>) -> f32 + Sync) -> f32 {
+    let parts: Vec<f32> = (0..n.div_ceil(PIECE))
+        .into_par_iter()
+        .map(|k| f(k * PIECE..((k + 1) * PIECE).min(n)))
+        .collect();
+    parts.iter().sum()
+}
+
+/// [`softmax_rows`] for one long row, split into pieces across threads: the max, then the
+/// exponentials into `y` with their sum, then `y` scaled in place.
+fn softmax_long_row(x: &[f32], mask: Option<&[f32]>, y: &mut [f32]) {
+    let max = x
+        .par_chunks(PIECE)
+        .enumerate()
+        .map(|(k, xs)| match mask {
+            None => wide(
+                #[inline(always)]
+                |_| max_with_floor(xs, MASKED_MAX),
+            ),
+            Some(m) => xs
+                .iter()
+                .zip(&m[k * PIECE..])
+                .fold(
+                    MASKED_MAX,
+                    |a, (&v, &k)| if k >= 0.5 && v > a { v } else { a },
+                ),
+        })
+        .reduce(|| MASKED_MAX, f32::max);
+    let parts: Vec<f32> = y
+        .par_chunks_mut(PIECE)
+        .zip(x.par_chunks(PIECE))
+        .enumerate()
+        .map(|(k, (ys, xs))| {
+            wide(
+                #[inline(always)]
+                |madd| {
+                    match mask {
+                        None => {
+                            for (o, &v) in ys.iter_mut().zip(xs) {
+                                *o = exp_with(madd, v - max);
+                            }
+                        }
+                        Some(m) => {
+                            for ((o, &v), &k) in ys.iter_mut().zip(xs).zip(&m[k * PIECE..]) {
+                                *o = if k >= 0.5 {
+                                    exp_with(madd, v - max)
+                                } else {
+                                    0.0
+                                };
+                            }
+                        }
+                    }
+                    sum(ys)
+                },
+            )
+        })
+        .collect();
+    let s: f32 = parts.iter().sum();
+    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+    y.par_chunks_mut(PIECE).for_each(|ys| {
+        wide(
+            #[inline(always)]
+            |_| {
+                for v in ys.iter_mut() {
+                    *v *= inv;
+                }
+            },
+        )
     });
 }
 
@@ -218,6 +309,41 @@ pub fn softmax_rows_backward(p: &[f32], dp: &[f32], cols: usize, dl: &mut [f32])
         "softmax_rows_backward: lengths"
     );
     if cols == 0 {
+        return;
+    }
+    if is_long(p.len() / cols, cols) {
+        for (dl, (p, dp)) in dl.chunks_mut(cols).zip(p.chunks(cols).zip(dp.chunks(cols))) {
+            let s = piece_sum(cols, |r| {
+                wide(
+                    #[inline(always)]
+                    |_| sum_zip(&p[r.clone()], &dp[r], |a, b| a * b),
+                )
+            });
+            streaming(dl.len(), 4, |stream| {
+                dl.par_chunks_mut(PIECE)
+                    .zip(p.par_chunks(PIECE).zip(dp.par_chunks(PIECE)))
+                    .for_each(|(dl, (p, dp))| {
+                        wide(
+                            #[inline(always)]
+                            |_| {
+                                write_blocks(
+                                    stream,
+                                    dl,
+                                    #[inline(always)]
+                                    |at, out| {
+                                        let end = at + out.len();
+                                        for (o, (&pv, &dv)) in
+                                            out.iter_mut().zip(p[at..end].iter().zip(&dp[at..end]))
+                                        {
+                                            *o = pv * (dv - s);
+                                        }
+                                    },
+                                )
+                            },
+                        )
+                    })
+            });
+        }
         return;
     }
     streaming(dl.len(), 4, |stream| {
@@ -691,52 +817,41 @@ pub fn layernorm_rows_backward(
         return;
     }
     let n = cols as f32;
-    streaming(dx.len(), 4, |stream| {
-        dx.par_chunks_mut(cols)
-            .zip(dy.par_chunks(cols).zip(xhat.par_chunks(cols)))
-            .zip(rstd.par_iter())
-            .for_each(|((dx, (dy, xh)), &r)| {
-                wide(
+    // dx row by row, dgamma (dy xhat) and dbeta (dy) summed in the same pass.
+    let sums = streaming(dx.len(), 4, |stream| {
+        rows_with_column_sums(
+            dx,
+            cols,
+            2 * cols,
+            #[inline(always)]
+            |i, dx, acc| {
+                let (dy, xh, r) = (row_of(dy, cols, i), row_of(xhat, cols, i), rstd[i]);
+                let s1 = sum_zip(dy, gamma, |d, g| d * g);
+                let s2 = sum_zip3(dy, gamma, xh, |d, g, h| d * g * h);
+                write_blocks(
+                    stream,
+                    dx,
                     #[inline(always)]
-                    |_| {
-                        let s1 = sum_zip(dy, gamma, |d, g| d * g);
-                        let s2 = sum_zip3(dy, gamma, xh, |d, g, h| d * g * h);
-                        write_blocks(
-                            stream,
-                            dx,
-                            #[inline(always)]
-                            |at, out| {
-                                let end = at + out.len();
-                                let (dy, g, xh) = (&dy[at..end], &gamma[at..end], &xh[at..end]);
-                                for (j, o) in out.iter_mut().enumerate() {
-                                    *o = r / n * (n * dy[j] * g[j] - s1 - xh[j] * s2);
-                                }
-                            },
-                        );
+                    |at, out| {
+                        let end = at + out.len();
+                        let (dy, g, xh) = (&dy[at..end], &gamma[at..end], &xh[at..end]);
+                        for (j, o) in out.iter_mut().enumerate() {
+                            *o = r / n * (n * dy[j] * g[j] - s1 - xh[j] * s2);
+                        }
                     },
-                )
-            });
+                );
+                let (dg, db) = acc.split_at_mut(cols);
+                for j in 0..cols {
+                    dg[j] += dy[j] * xh[j];
+                    db[j] += dy[j];
+                }
+            },
+        )
     });
-    // dgamma and dbeta in one pass over dy and xhat.
-    let rows = dy.len() / cols;
-    let mut both = vec![0.0f32; 2 * cols];
-    accumulate_rows(
-        rows,
-        &mut both,
-        #[inline(always)]
-        |r, acc| {
-            let (dg, db) = acc.split_at_mut(cols);
-            let (dy, xh) = (row_of(dy, cols, r), row_of(xhat, cols, r));
-            for j in 0..cols {
-                dg[j] += dy[j] * xh[j];
-                db[j] += dy[j];
-            }
-        },
-    );
-    for (o, v) in dgamma.iter_mut().zip(&both[..cols]) {
+    for (o, v) in dgamma.iter_mut().zip(&sums[..cols]) {
         *o += v;
     }
-    for (o, v) in dbeta.iter_mut().zip(&both[cols..]) {
+    for (o, v) in dbeta.iter_mut().zip(&sums[cols..]) {
         *o += v;
     }
 }
@@ -841,35 +956,39 @@ pub fn rms_norm_rows_backward(
         return;
     }
     let d = cols as f32;
-    let r: Vec<f32> = streaming(dx.len(), 4, |stream| {
-        dx.par_chunks_mut(cols)
-            .zip(x.par_chunks(cols).zip(dy.par_chunks(cols)))
-            .map(|(dx, (x, dy))| {
-                wide(
+    // dx row by row, dgamma (dy x rrms) summed in the same pass.
+    let sums = streaming(dx.len(), 4, |stream| {
+        rows_with_column_sums(
+            dx,
+            cols,
+            cols,
+            #[inline(always)]
+            |i, dx, acc| {
+                let (x, dy) = (row_of(x, cols, i), row_of(dy, cols, i));
+                let r = rrms(x, eps);
+                let s = sum_zip3(x, dy, gamma, |a, b, g| a * b * g);
+                let c = r * r / d * s;
+                write_blocks(
+                    stream,
+                    dx,
                     #[inline(always)]
-                    |_| {
-                        let r = rrms(x, eps);
-                        let s = sum_zip3(x, dy, gamma, |a, b, g| a * b * g);
-                        let c = r * r / d * s;
-                        write_blocks(
-                            stream,
-                            dx,
-                            #[inline(always)]
-                            |at, out| {
-                                let end = at + out.len();
-                                let (x, dy, g) = (&x[at..end], &dy[at..end], &gamma[at..end]);
-                                for (j, o) in out.iter_mut().enumerate() {
-                                    *o = r * (g[j] * dy[j] - x[j] * c);
-                                }
-                            },
-                        );
-                        r
+                    |at, out| {
+                        let end = at + out.len();
+                        let (x, dy, g) = (&x[at..end], &dy[at..end], &gamma[at..end]);
+                        for (j, o) in out.iter_mut().enumerate() {
+                            *o = r * (g[j] * dy[j] - x[j] * c);
+                        }
                     },
-                )
-            })
-            .collect()
+                );
+                for j in 0..cols {
+                    acc[j] += dy[j] * x[j] * r;
+                }
+            },
+        )
     });
-    column_accumulate(dy, Some(x), Some(&r), dgamma);
+    for (o, v) in dgamma.iter_mut().zip(&sums) {
+        *o += v;
+    }
 }
 
 #[cfg(test)]
@@ -886,6 +1005,56 @@ mod tests {
         assert_eq!(y, [1.0, 0.0, 1.0, 0.0]);
         softmax_rows(&x, 2, Some(&[0.0, 0.4]), &mut y);
         assert_eq!(y, [0.0; 4]);
+    }
+
+    #[test]
+    fn rows_split_across_threads_match_f64() {
+        // One row of 3 pieces plus a tail: with more than one thread it takes the long-row
+        // path (forward with and without a mask, and backward).
+        let cols = 3 * PIECE + 123;
+        assert!(is_long(1, cols) || rayon::current_num_threads() == 1);
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 7919) % 2003) as f32 * 0.01 - 10.0)
+            .collect();
+        let mask: Vec<f32> = (0..cols)
+            .map(|i| if i % 7 == 3 { 0.0 } else { 1.0 })
+            .collect();
+        for m in [None, Some(&mask[..])] {
+            let mut y = vec![f32::NAN; cols];
+            softmax_rows(&x, cols, m, &mut y);
+            let keep = |i: usize| m.is_none_or(|m| m[i] >= 0.5);
+            let max = (0..cols)
+                .filter(|&i| keep(i))
+                .map(|i| x[i] as f64)
+                .fold(f64::MIN, f64::max);
+            let total: f64 = (0..cols)
+                .filter(|&i| keep(i))
+                .map(|i| (x[i] as f64 - max).exp())
+                .sum();
+            for i in 0..cols {
+                let want = if keep(i) {
+                    (x[i] as f64 - max).exp() / total
+                } else {
+                    0.0
+                };
+                assert!(
+                    (y[i] as f64 - want).abs() <= 5e-6 * want + 1e-12,
+                    "{i}: {} vs {want}",
+                    y[i]
+                );
+            }
+            let dp: Vec<f32> = (0..cols).map(|i| (i % 11) as f32 - 5.0).collect();
+            let mut dl = vec![f32::NAN; cols];
+            softmax_rows_backward(&y, &dp, cols, &mut dl);
+            let s: f64 = (0..cols).map(|i| y[i] as f64 * dp[i] as f64).sum();
+            for i in 0..cols {
+                let want = y[i] as f64 * (dp[i] as f64 - s);
+                assert!(
+                    (dl[i] as f64 - want).abs() <= 1e-5 * want.abs() + 1e-9,
+                    "d{i}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -93,12 +93,7 @@ pub fn accumulate_rows(rows: usize, out: &mut [f32], add_row: impl Fn(usize, &mu
     if rows == 0 || cols == 0 {
         return;
     }
-    const MAX_BLOCKS: usize = 64;
-    const PARTIAL_BYTES: usize = 64 << 20;
-    let blocks = rows
-        .min(MAX_BLOCKS)
-        .min((PARTIAL_BYTES / (4 * cols)).max(1));
-    let per_block = rows.div_ceil(blocks);
+    let per_block = rows_per_block(rows, cols);
     let partials: Vec<Vec<f32>> = (0..rows.div_ceil(per_block))
         .into_par_iter()
         .map(|b| {
@@ -114,7 +109,24 @@ pub fn accumulate_rows(rows: usize, out: &mut [f32], add_row: impl Fn(usize, &mu
             acc
         })
         .collect();
-    for p in &partials {
+    add_in_order(out, &partials);
+}
+
+/// Rows per block in [`accumulate_rows`] and [`rows_with_column_sums`]: at most 64 blocks,
+/// fewer when partial sums of `acc_len` floats each would pass 64 MiB.
+fn rows_per_block(rows: usize, acc_len: usize) -> usize {
+    const MAX_BLOCKS: usize = 64;
+    const PARTIAL_BYTES: usize = 64 << 20;
+    let blocks = rows
+        .min(MAX_BLOCKS)
+        .min((PARTIAL_BYTES / (4 * acc_len.max(1))).max(1))
+        .max(1);
+    rows.div_ceil(blocks).max(1)
+}
+
+/// `out += p` for each partial `p`, in order.
+fn add_in_order(out: &mut [f32], partials: &[Vec<f32>]) {
+    for p in partials {
         wide(
             #[inline(always)]
             |_| {
@@ -124,6 +136,44 @@ pub fn accumulate_rows(rows: usize, out: &mut [f32], add_row: impl Fn(usize, &mu
             },
         );
     }
+}
+
+/// Writes each `cols`-wide row `r` of `y` by `row(r, y_row, acc)`, which also adds that
+/// row's column terms into the `acc_len`-long `acc`, and returns the sums of those terms:
+/// an op's output rows and its column reductions (a norm's parameter gradients) in one
+/// pass. Blocked and ordered as [`accumulate_rows`], so the sums depend only on the shape.
+/// Inline into callers with an `#[inline(always)]` `row`: it runs under [`wide`].
+#[inline(always)]
+pub fn rows_with_column_sums(
+    y: &mut [f32],
+    cols: usize,
+    acc_len: usize,
+    row: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+) -> Vec<f32> {
+    let mut out = vec![0.0f32; acc_len];
+    if cols == 0 || y.is_empty() {
+        return out;
+    }
+    let rows = y.len() / cols;
+    let per_block = rows_per_block(rows, acc_len);
+    let partials: Vec<Vec<f32>> = y
+        .par_chunks_mut(per_block * cols)
+        .enumerate()
+        .map(|(b, block)| {
+            let mut acc = vec![0.0f32; acc_len];
+            wide(
+                #[inline(always)]
+                |_| {
+                    for (k, y_row) in block.chunks_mut(cols).enumerate() {
+                        row(b * per_block + k, y_row, &mut acc);
+                    }
+                },
+            );
+            acc
+        })
+        .collect();
+    add_in_order(&mut out, &partials);
+    out
 }
 
 /// The largest of `floor` and the elements of `x`, in 32 lanes. NaN elements are
