@@ -12,14 +12,15 @@ tests_exe=$(cargo test --release -p brotensor-tests --test all --no-run --messag
   | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | tail -n1)
 [ -n "$tests_exe" ] || { echo "build: no test binary found"; exit 1; }
 cargo build --release -p brotensor --example tour
-cargo build --release -p brotensor-benches --bin bench_elementwise --bin bench_dense
+cargo build --release -p brotensor-benches --bin bench_elementwise --bin bench_dense --bin bench_ops
 
 cp "$tests_exe" "$out/brotensor-tests"
 cp target/release/examples/tour "$out/tour"
 cp target/release/bench_elementwise "$out/bench_elementwise"
 cp target/release/bench_dense "$out/bench_dense"
-strip "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise" "$out/bench_dense"
-gzip -9 "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise" "$out/bench_dense"
+cp target/release/bench_ops "$out/bench_ops"
+strip "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise" "$out/bench_dense" "$out/bench_ops"
+gzip -9 "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise" "$out/bench_dense" "$out/bench_ops"
 cp gpu-kit/run.sh gpu-kit/torch_peer.py scripts/ledger.sh "$out/"
 
 size=$(du -sm "$out" | cut -f1)

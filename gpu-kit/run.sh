@@ -48,6 +48,7 @@ step tour_cmma env BROTENSOR_CMMA=1 "$bin/tour"
 step tests_cmma env BROTENSOR_CMMA=1 "$bin/brotensor-tests" --test-threads=4 parity_linear
 step bench "$bin/bench_elementwise"
 step bench_dense "$bin/bench_dense"
+step bench_ops "$bin/bench_ops"
 step bench_dense_cmma env BROTENSOR_CMMA=1 BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_dense"
 step torch_peer python3 "$here/torch_peer.py"
 

@@ -6,3 +6,4 @@ source scripts/setup.sh
 cargo build --release -p brotensor-benches
 ./target/release/bench_elementwise "$@"
 ./target/release/bench_dense
+./target/release/bench_ops
