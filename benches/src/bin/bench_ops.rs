@@ -6,7 +6,7 @@
 //! Run: `cargo run --release -p brotensor-benches --bin bench_ops`. F32 `(4096, 4096)`
 //! tensors (`(1024, 1024)` on a software device); figures are the best of 5 batches.
 
-use brotensor::{ops, Device, Dtype, Result, Tensor};
+use brotensor::{ops, Dtype, Result, Tensor};
 use brotensor_benches::best_secs_paired;
 
 fn host(n: usize, seed: usize) -> Vec<f32> {
