@@ -268,7 +268,10 @@ pub fn top_k_rows(x: &[f32], cols: usize, k: usize, vals: &mut [f32], idx: &mut 
         .zip(x.par_chunks(cols.max(1)))
         .for_each(|((vals, idx), row)| {
             if k <= SMALL_K {
-                return top_k_by_insertion(row, vals, idx);
+                return wide(
+                    #[inline(always)]
+                    |_| top_k_by_insertion(row, vals, idx),
+                );
             }
             let mut order: Vec<usize> = (0..row.len()).filter(|&i| !row[i].is_nan()).collect();
             let take = k.min(order.len());
@@ -294,26 +297,46 @@ const SMALL_K: usize = 64;
 /// descending order, a new value entering only when it beats the last kept one strictly
 /// (so among equal values the earlier index stays ahead), NaN skipped; unfilled slots pad
 /// with NaN / -1.
+#[inline(always)]
 fn top_k_by_insertion(row: &[f32], vals: &mut [f32], idx: &mut [i32]) {
     let k = vals.len();
     let mut kept = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v.is_nan() || (kept == k && v <= vals[k - 1]) {
-            continue;
+    // Once the buffer is full, most chunks hold nothing above its last value: a branch-free
+    // test of the whole chunk (vectorized when inlined under `wide`) skips them.
+    const CHUNK: usize = 16;
+    for (c, chunk) in row.chunks(CHUNK).enumerate() {
+        if kept == k {
+            let kth = vals[k - 1];
+            if !chunk.iter().fold(false, |a, &v| a | (v > kth)) {
+                continue;
+            }
         }
-        // First slot holding a smaller value (equal ones stay ahead of `v`).
-        let mut at = kept.min(k - 1);
-        while at > 0 && vals[at - 1] < v {
-            at -= 1;
+        for (j, &v) in chunk.iter().enumerate() {
+            kept = top_k_offer(vals, idx, kept, v, c * CHUNK + j);
         }
-        let last = kept.min(k - 1);
-        vals.copy_within(at..last, at + 1);
-        idx.copy_within(at..last, at + 1);
-        (vals[at], idx[at]) = (v, i as i32);
-        kept = (kept + 1).min(k);
     }
     vals[kept..].fill(f32::NAN);
     idx[kept..].fill(-1);
+}
+
+/// Offers `v` (at index `i`) to the descending buffer `vals`/`idx` holding `kept` entries;
+/// returns the new count. NaN and values not beating a full buffer's last are refused.
+#[inline(always)]
+fn top_k_offer(vals: &mut [f32], idx: &mut [i32], kept: usize, v: f32, i: usize) -> usize {
+    let k = vals.len();
+    if v.is_nan() || (kept == k && v <= vals[k - 1]) {
+        return kept;
+    }
+    // First slot holding a smaller value (equal ones stay ahead of `v`).
+    let mut at = kept.min(k - 1);
+    while at > 0 && vals[at - 1] < v {
+        at -= 1;
+    }
+    let last = kept.min(k - 1);
+    vals.copy_within(at..last, at + 1);
+    idx.copy_within(at..last, at + 1);
+    (vals[at], idx[at]) = (v, i as i32);
+    (kept + 1).min(k)
 }
 
 /// `counts[r] = (#{x > lo}, #{x > hi})` per row (strict comparisons).
