@@ -37,9 +37,10 @@ fn views_never_free_the_buffer_they_borrow() {
         let x = Tensor::from_slice_on(d, &data, 64, 64).unwrap();
         let mut others = Vec::new();
         for k in 0..50 {
-            let v = x.reshaped(4096, 1).unwrap();
-            assert_eq!(v.numel(), 4096);
-            drop(v);
+            {
+                let v = x.reshaped(4096, 1).unwrap();
+                assert_eq!(v.numel(), 4096);
+            } // the view ends here
             others.push(Tensor::from_slice_on(d, &vec![k as f32; 4096], 64, 64).unwrap());
         }
         assert_eq!(
