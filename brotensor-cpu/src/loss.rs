@@ -5,10 +5,10 @@
 use rayon::prelude::*;
 
 use crate::elementwise::{exp_fast, exp_with, ln_fast};
-use crate::norm::softmax_row;
+use crate::norm::softmax_exps;
 use crate::reduction::{sum, sum_zip, sum_zip3};
 use crate::simd::{wide, MulAdd};
-use crate::stream::Stream;
+use crate::stream::{streaming, write_blocks, write_map, Stream};
 
 /// The smallest probability a log is taken of.
 const P_FLOOR: f32 = 1e-12;
@@ -27,64 +27,78 @@ pub fn xent_segment(
         target.len() == n && probs.len() == n && dlogits.len() == n,
         "xent_segment: lengths"
     );
-    xent_segment_in(logits, target, mask, probs, dlogits, &mut vec![0.0; n])
+    xent_segment_in(
+        logits,
+        target,
+        mask,
+        (probs, dlogits),
+        &mut vec![0.0; n],
+        Stream::PLAIN,
+    )
 }
 
-/// [`xent_segment`] with `scratch` (the segment's length) for the softmax's exponentials.
+/// [`xent_segment`] with `scratch` (the segment's length) for the softmax's exponentials,
+/// writing `probs` and `dlogits` (by streaming stores when `stream` is on) and the loss in
+/// three passes over the row in cache.
 fn xent_segment_in(
     logits: &[f32],
     target: &[f32],
     mask: Option<&[f32]>,
-    probs: &mut [f32],
-    dlogits: &mut [f32],
+    (probs, dlogits): (&mut [f32], &mut [f32]),
     scratch: &mut [f32],
+    stream: Stream,
 ) -> f32 {
     wide(
         #[inline(always)]
         |m| {
-            softmax_row(
-                m,
-                logits,
-                mask,
-                scratch,
+            let inv = softmax_exps(m, logits, mask, scratch, std::ptr::null());
+            let e = &*scratch;
+            write_map(
+                stream,
                 probs,
-                Stream::PLAIN,
-                std::ptr::null(),
+                e,
+                #[inline(always)]
+                |v| v * inv,
             );
-            match mask {
-                None => {
-                    for ((d, &p), &t) in dlogits.iter_mut().zip(&*probs).zip(target) {
-                        *d = p - t;
+            write_blocks(
+                stream,
+                dlogits,
+                #[inline(always)]
+                |at, out| {
+                    let end = at + out.len();
+                    let (e, t) = (&e[at..end], &target[at..end]);
+                    match mask {
+                        None => {
+                            for (o, (&v, &t)) in out.iter_mut().zip(e.iter().zip(t)) {
+                                *o = v * inv - t;
+                            }
+                        }
+                        Some(mk) => {
+                            let k = &mk[at..end];
+                            for (j, o) in out.iter_mut().enumerate() {
+                                *o = if k[j] >= 0.5 { e[j] * inv - t[j] } else { 0.0 };
+                            }
+                        }
                     }
-                }
-                Some(mk) => {
-                    for (((d, &p), &t), &k) in dlogits.iter_mut().zip(&*probs).zip(target).zip(mk) {
-                        *d = if k >= 0.5 { p - t } else { 0.0 };
-                    }
-                }
-            }
-        },
-    );
-    // The valid entries with t > 0 add -t ln(max(p, 1e-12)), in vector lanes.
-    wide(
-        #[inline(always)]
-        |_| {
-            let term = |t: f32, p: f32| {
+                },
+            );
+            // The valid entries with t > 0 add -t ln(max(p, 1e-12)).
+            let term = |t: f32, v: f32| {
                 if t > 0.0 {
-                    -t * ln_fast(p.max(P_FLOOR))
+                    -t * ln_fast((v * inv).max(P_FLOOR))
                 } else {
                     0.0
                 }
             };
             match mask {
-                None => sum_zip(target, probs, term),
+                None => sum_zip(target, e, term),
                 Some(mk) => sum_zip3(
                     target,
-                    probs,
+                    e,
                     mk,
-                    |t, p, k| {
+                    |t, v, k| {
                         if k >= 0.5 {
-                            term(t, p)
+                            term(t, v)
                         } else {
                             0.0
                         }
@@ -113,33 +127,35 @@ pub fn xent_batched(
         loss.fill(0.0);
         return;
     }
-    probs
-        .par_chunks_mut(cols)
-        .zip(dlogits.par_chunks_mut(cols))
-        .zip(loss.par_iter_mut())
-        .enumerate()
-        .for_each_init(
-            || vec![0.0f32; cols],
-            |scratch, (r, ((p, d), l))| {
-                let row = r * cols..(r + 1) * cols;
-                let (lg, tg) = (&logits[row.clone()], &target[row.clone()]);
-                let mk = mask.map(|m| &m[row]);
-                *l = offsets
-                    .windows(2)
-                    .map(|w| {
-                        let seg = w[0]..w[1];
-                        xent_segment_in(
-                            &lg[seg.clone()],
-                            &tg[seg.clone()],
-                            mk.map(|m| &m[seg.clone()]),
-                            &mut p[seg.clone()],
-                            &mut d[seg.clone()],
-                            &mut scratch[seg],
-                        )
-                    })
-                    .sum();
-            },
-        );
+    streaming(probs.len(), 4, |stream| {
+        probs
+            .par_chunks_mut(cols)
+            .zip(dlogits.par_chunks_mut(cols))
+            .zip(loss.par_iter_mut())
+            .enumerate()
+            .for_each_init(
+                || vec![0.0f32; cols],
+                |scratch, (r, ((p, d), l))| {
+                    let row = r * cols..(r + 1) * cols;
+                    let (lg, tg) = (&logits[row.clone()], &target[row.clone()]);
+                    let mk = mask.map(|m| &m[row]);
+                    *l = offsets
+                        .windows(2)
+                        .map(|w| {
+                            let seg = w[0]..w[1];
+                            xent_segment_in(
+                                &lg[seg.clone()],
+                                &tg[seg.clone()],
+                                mk.map(|m| &m[seg.clone()]),
+                                (&mut p[seg.clone()], &mut d[seg.clone()]),
+                                &mut scratch[seg],
+                                stream,
+                            )
+                        })
+                        .sum();
+                },
+            );
+    });
 }
 
 /// `max(z, 0) + log1p(e^-|z|)`, the stable softplus.

@@ -142,7 +142,7 @@ fn softmax_long_row(x: &[f32], mask: Option<&[f32]>, y: &mut [f32]) {
 /// exponentials and `next` the start of a row to prefetch meanwhile (any address). Inline
 /// into a [`wide`] body.
 #[inline(always)]
-pub(crate) fn softmax_row(
+fn softmax_row(
     madd: MulAdd,
     row: &[f32],
     mask: Option<&[f32]>,
@@ -151,6 +151,27 @@ pub(crate) fn softmax_row(
     stream: Stream,
     next: *const f32,
 ) {
+    let inv = softmax_exps(madd, row, mask, e, next);
+    write_map(
+        stream,
+        y,
+        e,
+        #[inline(always)]
+        |v| v * inv,
+    );
+}
+
+/// The unnormalized half of a row's softmax: `e = exp(row - max)` (0 where masked) and the
+/// scale `1 / sum e` (0 when nothing is valid) that turns `e` into the probabilities.
+/// Prefetches the row at `next` meanwhile (any address). Inline into a [`wide`] body.
+#[inline(always)]
+pub(crate) fn softmax_exps(
+    madd: MulAdd,
+    row: &[f32],
+    mask: Option<&[f32]>,
+    e: &mut [f32],
+    next: *const f32,
+) -> f32 {
     let s = match mask {
         None => {
             let max = max_with_floor(row, MASKED_MAX);
@@ -177,14 +198,11 @@ pub(crate) fn softmax_row(
             sum(e)
         }
     };
-    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-    write_map(
-        stream,
-        y,
-        e,
-        #[inline(always)]
-        |v| v * inv,
-    );
+    if s > 0.0 {
+        1.0 / s
+    } else {
+        0.0
+    }
 }
 
 /// Independent sums in [`exp_shifted_sum`]; a multiple of the 16 floats in a cache line.
