@@ -128,7 +128,7 @@ macro_rules! with_unary_fn {
             Unary::Sigmoid => $go!(fused act::sigmoid_with),
             Unary::Silu => $go!(fused act::silu_with),
             Unary::Gelu => $go!(fused act::gelu_with),
-            Unary::GeluExact => $go!(act::gelu_exact),
+            Unary::GeluExact => $go!(fused act::gelu_exact_with),
             Unary::QuickGelu => $go!(act::quick_gelu),
             Unary::Elu => $go!(move |x: f32| act::elu(x, a)),
             Unary::LeakyRelu => $go!(move |x: f32| act::leaky_relu(x, a)),
@@ -156,7 +156,7 @@ macro_rules! with_binary_fn {
             Binary::SigmoidBackward => $go!(act::sigmoid_backward),
             Binary::SiluBackward => $go!(act::silu_backward),
             Binary::GeluBackward => $go!(fused act::gelu_backward_with),
-            Binary::GeluExactBackward => $go!(act::gelu_exact_backward),
+            Binary::GeluExactBackward => $go!(fused act::gelu_exact_backward_with),
             Binary::QuickGeluBackward => $go!(act::quick_gelu_backward),
             Binary::EluBackward => $go!(move |x: f32, y: f32| act::elu_backward(x, y, a)),
             Binary::LeakyReluBackward => {
@@ -176,13 +176,27 @@ impl ElementwiseOps for CpuBackend {
         a: f32,
         b: f32,
     ) -> Result<()> {
+        // `$f` is called from an `#[inline(always)]` closure rather than handed to the map:
+        // a function handed over is called through a generic `Fn::call` shim, which LLVM
+        // may leave uninlined for a large body (exact GELU), and then the body runs without
+        // the vector path's instruction set, fused multiply-adds as library calls.
         macro_rules! go {
-            (fused $f:expr) => {
+            (fused $f:expr) => {{
+                let f = $f;
                 match x {
-                    Src::Out => ew::map_unary_inplace(out.host_mut::<f32>(), $f),
-                    Src::Tensor(x) => ew::map_unary(x.host::<f32>(), out.host_mut::<f32>(), $f),
+                    Src::Out => ew::map_unary_inplace(
+                        out.host_mut::<f32>(),
+                        #[inline(always)]
+                        |m, v| f(m, v),
+                    ),
+                    Src::Tensor(x) => ew::map_unary(
+                        x.host::<f32>(),
+                        out.host_mut::<f32>(),
+                        #[inline(always)]
+                        |m, v| f(m, v),
+                    ),
                 }
-            };
+            }};
             ($f:expr) => {{
                 let f = $f;
                 go!(fused move |_: MulAdd, v: f32| f(v))
@@ -202,24 +216,35 @@ impl ElementwiseOps for CpuBackend {
         a: f32,
         b: f32,
     ) -> Result<()> {
+        // As in `unary`: `$f` is called from `#[inline(always)]` closures.
         macro_rules! go {
             (fused $f:expr) => {{
                 let f = $f;
                 match (x, y) {
-                    (Src::Tensor(x), Src::Tensor(y)) => {
-                        ew::map_binary(x.host::<f32>(), y.host::<f32>(), out.host_mut::<f32>(), f)
-                    }
-                    (Src::Out, Src::Tensor(y)) => {
-                        ew::map_binary_inplace(out.host_mut::<f32>(), y.host(), f)
-                    }
+                    (Src::Tensor(x), Src::Tensor(y)) => ew::map_binary(
+                        x.host::<f32>(),
+                        y.host::<f32>(),
+                        out.host_mut::<f32>(),
+                        #[inline(always)]
+                        |m, a, b| f(m, a, b),
+                    ),
+                    (Src::Out, Src::Tensor(y)) => ew::map_binary_inplace(
+                        out.host_mut::<f32>(),
+                        y.host(),
+                        #[inline(always)]
+                        |m, o, b| f(m, o, b),
+                    ),
                     (Src::Tensor(x), Src::Out) => ew::map_binary_inplace(
                         out.host_mut::<f32>(),
                         x.host(),
+                        #[inline(always)]
                         move |m, o, x| f(m, x, o),
                     ),
-                    (Src::Out, Src::Out) => {
-                        ew::map_unary_inplace(out.host_mut::<f32>(), move |m, o| f(m, o, o))
-                    }
+                    (Src::Out, Src::Out) => ew::map_unary_inplace(
+                        out.host_mut::<f32>(),
+                        #[inline(always)]
+                        move |m, o| f(m, o, o),
+                    ),
                 }
             }};
             ($f:expr) => {{
