@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::elementwise::{exp_fast, exp_with, tanh_with};
+use crate::elementwise::{exp_fast, exp_with, sin_cos_with, tanh_with, trig_fits};
 use crate::simd::{wide, MulAdd};
 use crate::stream::{streaming, write_blocks};
 
@@ -293,11 +293,29 @@ pub fn snake_forward(x: &[f32], alpha: &[f32], d: &[f32], l: usize, y: &mut [f32
         .enumerate()
         .for_each(|(row, (y, x))| {
             let (a, r) = (alpha[row % c], 1.0 / snake_guard(d[row % c]));
-            for (y, &v) in y.iter_mut().zip(x) {
-                let s = (a * v).sin();
-                *y = v + s * s * r;
-            }
+            wide(
+                #[inline(always)]
+                |m| {
+                    if scaled_trig_fits(a, x) {
+                        for (y, &v) in y.iter_mut().zip(x) {
+                            let s = sin_cos_with(m, a * v).0;
+                            *y = v + s * s * r;
+                        }
+                    } else {
+                        for (y, &v) in y.iter_mut().zip(x) {
+                            let s = (a * v).sin();
+                            *y = v + s * s * r;
+                        }
+                    }
+                },
+            )
         });
+}
+
+/// Whether [`sin_cos_with`] holds at `a x` for every `x` of `xs` (a branch-free test).
+#[inline(always)]
+fn scaled_trig_fits(a: f32, xs: &[f32]) -> bool {
+    xs.iter().fold(true, |all, &v| all & trig_fits(a * v))
 }
 
 /// The per-element part of [`snake_forward`]'s gradient: `dx = dy (1 + 2 a r s c)`
@@ -327,13 +345,30 @@ pub fn snake_backward(
         .enumerate()
         .for_each(|(row, ((dx, (ga, gb)), (x, dy)))| {
             let (a, r) = (alpha[row % c], 1.0 / snake_guard(d[row % c]));
-            for j in 0..x.len() {
-                let (v, g) = (x[j], dy[j]);
-                let (s, co) = (a * v).sin_cos();
-                dx[j] = g * (1.0 + 2.0 * a * r * s * co);
-                ga[j] = g * 2.0 * r * v * s * co;
-                gb[j] = -g * r * r * s * s;
-            }
+            let terms = |v: f32, g: f32, s: f32, co: f32| {
+                (
+                    g * (1.0 + 2.0 * a * r * s * co),
+                    g * 2.0 * r * v * s * co,
+                    -g * r * r * s * s,
+                )
+            };
+            let outs = dx.iter_mut().zip(ga.iter_mut()).zip(gb.iter_mut());
+            wide(
+                #[inline(always)]
+                |m| {
+                    if scaled_trig_fits(a, x) {
+                        for (((dx, ga), gb), (&v, &g)) in outs.zip(x.iter().zip(dy)) {
+                            let (s, co) = sin_cos_with(m, a * v);
+                            (*dx, *ga, *gb) = terms(v, g, s, co);
+                        }
+                    } else {
+                        for (((dx, ga), gb), (&v, &g)) in outs.zip(x.iter().zip(dy)) {
+                            let (s, co) = (a * v).sin_cos();
+                            (*dx, *ga, *gb) = terms(v, g, s, co);
+                        }
+                    }
+                },
+            )
         });
 }
 
@@ -598,6 +633,43 @@ mod tests {
         assert!(gelu_exact(f32::NAN).is_nan());
         assert_eq!(gelu_exact(-30.0), 0.0);
         assert_eq!(gelu_exact(30.0), 30.0);
+    }
+
+    #[test]
+    fn snake_matches_the_library_sine_on_fast_and_fallback_rows() {
+        // Two channels of 300; the second row holds a value past the fast sine's bound, so
+        // it takes the library path, the first the vector path.
+        let (c, l) = (2, 300);
+        let mut x: Vec<f32> = (0..c * l).map(|i| (i as f32 - 300.0) * 0.037).collect();
+        x[l + 7] = 3.0e20;
+        let (alpha, d) = ([0.7f32, 1.3], [0.9f32, 0.4]);
+        let dy: Vec<f32> = (0..c * l).map(|i| (i % 5) as f32 - 2.0).collect();
+        let mut y = vec![0.0f32; c * l];
+        snake_forward(&x, &alpha, &d, l, &mut y);
+        let (mut dx, mut ga, mut gb) = (vec![0.0; c * l], vec![0.0; c * l], vec![0.0; c * l]);
+        snake_backward(&x, &alpha, &d, &dy, l, &mut dx, &mut ga, &mut gb);
+        for i in 0..c * l {
+            let (a, r) = (alpha[i / l] as f64, 1.0 / snake_guard(d[i / l]) as f64);
+            let (v, g) = (x[i] as f64, dy[i] as f64);
+            let (sv, cv) = (
+                (a as f32 * x[i]).sin() as f64,
+                (a as f32 * x[i]).cos() as f64,
+            );
+            let tol = |w: f64| 2e-6 * w.abs().max(1.0);
+            assert!((y[i] as f64 - (v + sv * sv * r)).abs() <= tol(v), "y[{i}]");
+            assert!(
+                (dx[i] as f64 - g * (1.0 + 2.0 * a * r * sv * cv)).abs() <= tol(g),
+                "dx[{i}]"
+            );
+            assert!(
+                (ga[i] as f64 - g * 2.0 * r * v * sv * cv).abs() <= tol(g * v),
+                "ga[{i}]"
+            );
+            assert!(
+                (gb[i] as f64 + g * r * r * sv * sv).abs() <= tol(g),
+                "gb[{i}]"
+            );
+        }
     }
 
     #[test]

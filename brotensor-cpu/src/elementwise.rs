@@ -34,6 +34,68 @@ pub fn map_unary(x: &[f32], out: &mut [f32], f: impl Fn(MulAdd, f32) -> f32 + Sy
     });
 }
 
+/// [`map_unary`] for a function whose vector form `fast` holds only where `fits(x)`: each
+/// chunk whose elements all fit runs `fast` on the vector path, any other chunk `exact`
+/// element by element (a branch-free test per chunk, on data the map reads next anyway).
+pub fn map_unary_fitted(
+    x: &[f32],
+    out: &mut [f32],
+    fits: impl Fn(f32) -> bool + Sync,
+    fast: impl Fn(MulAdd, f32) -> f32 + Sync,
+    exact: impl Fn(f32) -> f32 + Sync,
+) {
+    assert_eq!(x.len(), out.len(), "map_unary_fitted: length mismatch");
+    streaming(out.len(), 4, |stream| {
+        out.par_chunks_mut(CHUNK)
+            .zip(x.par_chunks(CHUNK))
+            .for_each(|(o, x)| {
+                wide(
+                    #[inline(always)]
+                    |m| {
+                        if x.iter().fold(true, |all, &v| all & fits(v)) {
+                            write_map(
+                                stream,
+                                o,
+                                x,
+                                #[inline(always)]
+                                |v| fast(m, v),
+                            )
+                        } else {
+                            for (o, &v) in o.iter_mut().zip(x) {
+                                *o = exact(v);
+                            }
+                        }
+                    },
+                )
+            });
+    });
+}
+
+/// [`map_unary_fitted`] in place.
+pub fn map_unary_fitted_inplace(
+    y: &mut [f32],
+    fits: impl Fn(f32) -> bool + Sync,
+    fast: impl Fn(MulAdd, f32) -> f32 + Sync,
+    exact: impl Fn(f32) -> f32 + Sync,
+) {
+    y.par_chunks_mut(CHUNK).for_each(|c| {
+        wide(
+            #[inline(always)]
+            |m| {
+                if c.iter().fold(true, |all, &v| all & fits(v)) {
+                    for v in c.iter_mut() {
+                        *v = fast(m, *v);
+                    }
+                } else {
+                    for v in c.iter_mut() {
+                        *v = exact(*v);
+                    }
+                }
+            },
+        )
+    });
+}
+
 /// `y[i] = f(m, y[i])`, in place.
 pub fn map_unary_inplace(y: &mut [f32], f: impl Fn(MulAdd, f32) -> f32 + Sync) {
     y.par_chunks_mut(CHUNK).for_each(|c| {
@@ -249,6 +311,72 @@ pub fn sin(x: f32) -> f32 {
     x.sin()
 }
 
+/// Largest `|x|` whose argument [`sin_cos_fast`] reduces exactly enough: `2^24`.
+pub const TRIG_FAST_MAX: f32 = 16_777_216.0;
+
+/// Whether [`sin_cos_fast`] holds at `x` (`|x| <= TRIG_FAST_MAX`; false for NaN).
+#[inline(always)]
+pub fn trig_fits(x: f32) -> bool {
+    x.abs() <= TRIG_FAST_MAX
+}
+
+/// `(sin x, cos x)` for `|x| <= TRIG_FAST_MAX` in plain arithmetic that vectorizes, within
+/// two ulp: `x = k pi/2 + r` in f64 with `pi/2` in three parts (28, 28 and 53 bits, so `k`
+/// times each of the first two is exact for `|k| <= 2^24`), then `r` (`|r| <= pi/4`, exact
+/// to f32 precision) through f32 Taylor polynomials for `sin r` (to `r^11`) and `cos r` (to
+/// `r^12`), the quadrant `k mod 4` choosing roles and signs. NaN and infinities give NaN;
+/// beyond the bound the result is meaningless, so callers test [`trig_fits`] first (the
+/// maps do per chunk).
+#[inline(always)]
+pub fn sin_cos_fast(x: f32) -> (f32, f32) {
+    sin_cos_with(MulAdd::Split, x)
+}
+
+/// [`sin_cos_fast`] with the polynomials' multiply-adds evaluated as `m` says.
+#[inline(always)]
+pub fn sin_cos_with(m: MulAdd, x: f32) -> (f32, f32) {
+    const PIO2_1: f64 = 1.570_796_325_802_803;
+    const PIO2_2: f64 = 9.920_935_739_593_517e-10;
+    const PIO2_3: f64 = 5.721_188_726_109_832e-18;
+    let xd = x as f64;
+    let k = (xd * std::f64::consts::FRAC_2_PI).round_ties_even();
+    let r = (((xd - k * PIO2_1) - k * PIO2_2) - k * PIO2_3) as f32;
+    // The quadrant k mod 4, in floating point (exact here; an integer conversion per lane
+    // would not vectorize).
+    let q = (k - 4.0 * (k * 0.25).floor()) as f32;
+    let r2 = r * r;
+    const S: [f32; 5] = [
+        -1.0 / 39_916_800.0,
+        1.0 / 362_880.0,
+        -1.0 / 5040.0,
+        1.0 / 120.0,
+        -1.0 / 6.0,
+    ];
+    const C: [f32; 6] = [
+        1.0 / 479_001_600.0,
+        -1.0 / 3_628_800.0,
+        1.0 / 40_320.0,
+        -1.0 / 720.0,
+        1.0 / 24.0,
+        -0.5,
+    ];
+    let mut ps = S[0];
+    for c in &S[1..] {
+        ps = m.apply(ps, r2, *c);
+    }
+    let mut pc = C[0];
+    for c in &C[1..] {
+        pc = m.apply(pc, r2, *c);
+    }
+    let s = m.apply(r * r2, ps, r);
+    let c = m.apply(r2, pc, 1.0);
+    let odd = q == 1.0 || q == 3.0;
+    let (a, b) = if odd { (c, s) } else { (s, c) };
+    let sin = if q >= 2.0 { -a } else { a };
+    let cos = if q == 1.0 || q == 2.0 { -b } else { b };
+    (sin, cos)
+}
+
 /// `cos x`.
 #[inline]
 pub fn cos(x: f32) -> f32 {
@@ -392,6 +520,63 @@ mod tests {
         assert_eq!(ln_fast(f32::INFINITY), f32::INFINITY);
         assert!(ln_fast(-1.0).is_nan() && ln_fast(f32::NAN).is_nan());
         assert!(ln_fast(f32::NEG_INFINITY).is_nan());
+    }
+
+    #[test]
+    fn fast_sin_and_cos_are_within_two_ulp_up_to_their_bound() {
+        // A dense sweep near 0 and across many periods, arguments next to multiples of pi/2
+        // (where sin or cos is small and the reduction is tested hardest), and large ones
+        // up to the bound; against the f64 functions of the same f32 argument.
+        let ulp = |v: f64| ((v as f32).abs().next_up() - (v as f32).abs()) as f64;
+        let mut xs: Vec<f32> = (-20_000..=20_000).map(|i| i as f32 * 1.37e-3).collect();
+        xs.extend((0..20_000).map(|i| i as f32 * 0.731 + 0.1));
+        for k in [1i64, 2, 3, 7, 100, 1_000, 65_536, 1_000_000, 10_000_000] {
+            let x = (k as f64 * std::f64::consts::FRAC_PI_2) as f32;
+            xs.extend([x, x.next_up(), x.next_down()]);
+        }
+        xs.extend([TRIG_FAST_MAX, -TRIG_FAST_MAX, 12_345_678.0, 1e-30, 0.0]);
+        for &x in &xs {
+            let (s, c) = sin_cos_fast(x);
+            let (ws, wc) = ((x as f64).sin(), (x as f64).cos());
+            assert!(
+                (s as f64 - ws).abs() <= 2.0 * ulp(ws),
+                "sin({x}) = {s}, want {ws}"
+            );
+            assert!(
+                (c as f64 - wc).abs() <= 2.0 * ulp(wc),
+                "cos({x}) = {c}, want {wc}"
+            );
+        }
+        assert!(trig_fits(TRIG_FAST_MAX) && !trig_fits(TRIG_FAST_MAX.next_up()));
+        assert!(!trig_fits(f32::NAN) && !trig_fits(f32::INFINITY));
+        let (s, c) = sin_cos_fast(f32::NAN);
+        assert!(s.is_nan() && c.is_nan());
+    }
+
+    #[test]
+    fn fitted_maps_fall_back_per_chunk() {
+        // The chunk holding a value that does not fit takes the exact function, the others
+        // the fast one (told apart here by their results), in both maps.
+        let mut x: Vec<f32> = (0..3 * CHUNK).map(|i| (i % 97) as f32).collect();
+        x[CHUNK + 5] = 1000.0;
+        let (fits, fast, exact) = (|v: f32| v < 100.0, |_: MulAdd, v: f32| -v, |v: f32| v);
+        let mut y = vec![0.0f32; x.len()];
+        map_unary_fitted(&x, &mut y, fits, fast, exact);
+        let mut z = x.clone();
+        map_unary_fitted_inplace(&mut z, fits, fast, exact);
+        for (i, &v) in x.iter().enumerate() {
+            let want = if (CHUNK..2 * CHUNK).contains(&i) {
+                v
+            } else {
+                -v
+            };
+            assert_eq!((y[i], z[i]), (want, want), "{i}");
+        }
+        // With the real pair, far past the bound: the library's value.
+        let big = [1.0e30f32, -7.5e22, 0.5];
+        let mut out = [0.0f32; 3];
+        map_unary_fitted(&big, &mut out, trig_fits, |_, v| sin_cos_fast(v).0, sin);
+        assert_eq!(out, big.map(f32::sin));
     }
 
     #[test]

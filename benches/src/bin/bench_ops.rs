@@ -69,6 +69,9 @@ fn main() -> Result<()> {
             );
             Ok(())
         };
+        row("log_forward", 2.0, &mut || ops::log_forward(&probs, &mut y))?;
+        row("sin_forward", 2.0, &mut || ops::sin_forward(&x, &mut y))?;
+        row("round_forward", 2.0, &mut || ops::round_forward(&x, &mut y))?;
         row("tanh_forward", 2.0, &mut || ops::tanh_forward(&x, &mut y))?;
         row("gelu_backward", 3.0, &mut || {
             ops::gelu_backward(&x, &dy, &mut y)
@@ -78,6 +81,13 @@ fn main() -> Result<()> {
         })?;
         row("silu_backward", 3.0, &mut || {
             ops::silu_backward(&x, &dy, &mut y)
+        })?;
+        // Snake over (N, C, L) = (r c / 2^20, 256, 4096): x viewed as NCL rows of L.
+        let snake_alpha = t(256, 1, 6)?;
+        let ncl = (r * c / (256 * 4096), 256, 4096);
+        let x_ncl = x.reshaped(ncl.0, ncl.1 * ncl.2)?;
+        row("snake_forward (N, 256, 4096)", 2.0, &mut || {
+            ops::snake_forward(&x_ncl, &snake_alpha, None, ncl, &mut y)
         })?;
         row("swiglu_forward", 1.5, &mut || {
             ops::swiglu_forward(&x, &mut y)

@@ -106,7 +106,8 @@ const FILL_CHUNK: usize = 1 << 18;
 
 /// Runs `$go!(f)` with `f` the scalar math of a unary instruction, one monomorphic map per
 /// instruction so the inner loop has no branch on the op; `$go!(fused f)` where `f` also
-/// takes the vector path's [`MulAdd`].
+/// takes the vector path's [`MulAdd`]; `$go!(trig pick, exact)` for sin and cos, which pick
+/// from [`ew::sin_cos_fast`] where it holds and fall back to `exact`.
 macro_rules! with_unary_fn {
     ($op:expr, $a:expr, $b:expr, $go:ident) => {{
         let (a, b) = ($a, $b);
@@ -119,8 +120,8 @@ macro_rules! with_unary_fn {
             Unary::Clamp => $go!(move |x: f32| ew::clamp(x, a, b)),
             Unary::Exp => $go!(fused ew::exp_with),
             Unary::Log => $go!(ew::log),
-            Unary::Sin => $go!(ew::sin),
-            Unary::Cos => $go!(ew::cos),
+            Unary::Sin => $go!(trig |(s, _): (f32, f32)| s, ew::sin),
+            Unary::Cos => $go!(trig |(_, c): (f32, f32)| c, ew::cos),
             Unary::Rsqrt => $go!(ew::rsqrt),
             Unary::Round => $go!(ew::round),
             Unary::Relu => $go!(act::relu),
@@ -194,6 +195,28 @@ impl ElementwiseOps for CpuBackend {
                         out.host_mut::<f32>(),
                         #[inline(always)]
                         |m, v| f(m, v),
+                    ),
+                }
+            }};
+            (trig $pick:expr, $exact:expr) => {{
+                let (pick, exact) = ($pick, $exact);
+                match x {
+                    Src::Out => ew::map_unary_fitted_inplace(
+                        out.host_mut::<f32>(),
+                        #[inline(always)]
+                        |v| ew::trig_fits(v),
+                        #[inline(always)]
+                        |m, v| pick(ew::sin_cos_with(m, v)),
+                        exact,
+                    ),
+                    Src::Tensor(x) => ew::map_unary_fitted(
+                        x.host::<f32>(),
+                        out.host_mut::<f32>(),
+                        #[inline(always)]
+                        |v| ew::trig_fits(v),
+                        #[inline(always)]
+                        |m, v| pick(ew::sin_cos_with(m, v)),
+                        exact,
                     ),
                 }
             }};
