@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use crate::elementwise::{exp_fast, exp_with, sin_cos_with, tanh_with, trig_fits};
 use crate::simd::{wide, MulAdd};
-use crate::stream::{streaming, write_blocks};
+use crate::stream::{streaming, write_zip};
 
 /// sqrt(2/pi), the tanh-GELU's scale.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -455,18 +455,12 @@ fn glu_forward_as(x: &[f32], d: usize, y: &mut [f32], f: impl Fn(MulAdd, f32, f3
                 wide(
                     #[inline(always)]
                     |m| {
-                        write_blocks(
+                        write_zip(
                             stream,
                             y,
+                            (a, g),
                             #[inline(always)]
-                            |at, out| {
-                                let end = at + out.len();
-                                for (o, (&a, &g)) in
-                                    out.iter_mut().zip(a[at..end].iter().zip(&g[at..end]))
-                                {
-                                    *o = f(m, a, g);
-                                }
-                            },
+                            |a, g| f(m, a, g),
                         )
                     },
                 )

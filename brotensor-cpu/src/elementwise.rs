@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use crate::simd::{wide, MulAdd};
-use crate::stream::{streaming, write_blocks, write_map};
+use crate::stream::{streaming, write_map, write_zip};
 
 /// Elements per parallel task: large enough that scheduling is noise, small enough that
 /// every core gets work on a few-MiB tensor.
@@ -13,25 +13,8 @@ const CHUNK: usize = 1 << 15;
 /// `out[i] = f(m, x[i])`, `m` the [`MulAdd`] of the vector path; a large `out` is written
 /// with streaming stores ([`crate::stream`]). Panics if the lengths differ.
 pub fn map_unary(x: &[f32], out: &mut [f32], f: impl Fn(MulAdd, f32) -> f32 + Sync) {
-    assert_eq!(x.len(), out.len(), "map_unary: length mismatch");
-    streaming(out.len(), 4, |stream| {
-        out.par_chunks_mut(CHUNK)
-            .zip(x.par_chunks(CHUNK))
-            .for_each(|(o, x)| {
-                wide(
-                    #[inline(always)]
-                    |m| {
-                        write_map(
-                            stream,
-                            o,
-                            x,
-                            #[inline(always)]
-                            |v| f(m, v),
-                        )
-                    },
-                )
-            });
-    });
+    // Every element fits: the fallback is never taken and the test folds away.
+    map_unary_fitted(x, out, |_| true, f, |_| f32::NAN);
 }
 
 /// [`map_unary`] for a function whose vector form `fast` holds only where `fits(x)`: each
@@ -98,16 +81,7 @@ pub fn map_unary_fitted_inplace(
 
 /// `y[i] = f(m, y[i])`, in place.
 pub fn map_unary_inplace(y: &mut [f32], f: impl Fn(MulAdd, f32) -> f32 + Sync) {
-    y.par_chunks_mut(CHUNK).for_each(|c| {
-        wide(
-            #[inline(always)]
-            |m| {
-                for v in c.iter_mut() {
-                    *v = f(m, *v);
-                }
-            },
-        )
-    });
+    map_unary_fitted_inplace(y, |_| true, f, |_| f32::NAN);
 }
 
 /// `out[i] = f(m, x[i], y[i])`, streaming a large `out` like [`map_unary`]. Panics if the
@@ -129,18 +103,12 @@ pub fn map_binary(
                 wide(
                     #[inline(always)]
                     |m| {
-                        write_blocks(
+                        write_zip(
                             stream,
                             o,
+                            (x, y),
                             #[inline(always)]
-                            |at, out| {
-                                let end = at + out.len();
-                                for (o, (&x, &y)) in
-                                    out.iter_mut().zip(x[at..end].iter().zip(&y[at..end]))
-                                {
-                                    *o = f(m, x, y);
-                                }
-                            },
+                            |a, b| f(m, a, b),
                         )
                     },
                 )

@@ -128,34 +128,44 @@ pub fn xent_batched(
         return;
     }
     streaming(probs.len(), 4, |stream| {
-        probs
-            .par_chunks_mut(cols)
-            .zip(dlogits.par_chunks_mut(cols))
-            .zip(loss.par_iter_mut())
-            .enumerate()
-            .for_each_init(
-                || vec![0.0f32; cols],
-                |scratch, (r, ((p, d), l))| {
-                    let row = r * cols..(r + 1) * cols;
-                    let (lg, tg) = (&logits[row.clone()], &target[row.clone()]);
-                    let mk = mask.map(|m| &m[row]);
-                    *l = offsets
-                        .windows(2)
-                        .map(|w| {
-                            let seg = w[0]..w[1];
-                            xent_segment_in(
-                                &lg[seg.clone()],
-                                &tg[seg.clone()],
-                                mk.map(|m| &m[seg.clone()]),
-                                (&mut p[seg.clone()], &mut d[seg.clone()]),
-                                &mut scratch[seg],
-                                stream,
-                            )
-                        })
-                        .sum();
-                },
-            );
+        loss_rows(cols, (probs, dlogits, loss), |r, p, d, scratch| {
+            let row = r * cols..(r + 1) * cols;
+            let (lg, tg) = (&logits[row.clone()], &target[row.clone()]);
+            let mk = mask.map(|m| &m[row]);
+            offsets
+                .windows(2)
+                .map(|w| {
+                    let seg = w[0]..w[1];
+                    xent_segment_in(
+                        &lg[seg.clone()],
+                        &tg[seg.clone()],
+                        mk.map(|m| &m[seg.clone()]),
+                        (&mut p[seg.clone()], &mut d[seg.clone()]),
+                        &mut scratch[seg],
+                        stream,
+                    )
+                })
+                .sum()
+        })
     });
+}
+
+/// Runs `row(r, probs_row, dlogits_row, scratch)` for each `cols`-wide row in parallel and
+/// stores what it returns as `loss[r]`; `scratch` is a per-task buffer of `cols` floats.
+fn loss_rows(
+    cols: usize,
+    (probs, dlogits, loss): (&mut [f32], &mut [f32], &mut [f32]),
+    row: impl Fn(usize, &mut [f32], &mut [f32], &mut [f32]) -> f32 + Sync,
+) {
+    probs
+        .par_chunks_mut(cols)
+        .zip(dlogits.par_chunks_mut(cols))
+        .zip(loss.par_iter_mut())
+        .enumerate()
+        .for_each_init(
+            || vec![0.0f32; cols],
+            |scratch, (r, ((p, d), l))| *l = row(r, p, d, scratch),
+        );
 }
 
 /// `max(z, 0) + log1p(e^-|z|)`, the stable softplus.
@@ -227,42 +237,34 @@ pub fn bce_with_logits(
         return;
     }
     let w = pos_weight;
-    probs
-        .par_chunks_mut(cols)
-        .zip(dlogits.par_chunks_mut(cols))
-        .zip(loss.par_iter_mut())
-        .enumerate()
-        .for_each_init(
-            || vec![0.0f32; cols],
-            |terms, (r, ((p, d), l))| {
-                let row = r * cols..(r + 1) * cols;
-                let (z, y) = (&logits[row.clone()], &target[row.clone()]);
-                *l = wide(
-                    #[inline(always)]
-                    |m| {
-                        let outs = p.iter_mut().zip(d.iter_mut()).zip(terms.iter_mut());
-                        match mask {
-                            None => {
-                                for (((p, d), t), (&z, &y)) in outs.zip(z.iter().zip(y)) {
-                                    (*p, *d, *t) = bce_entry(m, w, z, y);
-                                }
-                            }
-                            Some(mk) => {
-                                let ins = z.iter().zip(y).zip(&mk[row]);
-                                for (((p, d), t), ((&z, &y), &k)) in outs.zip(ins) {
-                                    let (ps, ds, ts) = bce_entry(m, w, z, y);
-                                    let on = k >= 0.5;
-                                    *p = if on { ps } else { 0.0 };
-                                    *d = if on { ds } else { 0.0 };
-                                    *t = if on { ts } else { 0.0 };
-                                }
-                            }
+    loss_rows(cols, (probs, dlogits, loss), |r, p, d, terms| {
+        let row = r * cols..(r + 1) * cols;
+        let (z, y) = (&logits[row.clone()], &target[row.clone()]);
+        wide(
+            #[inline(always)]
+            |m| {
+                let outs = p.iter_mut().zip(d.iter_mut()).zip(terms.iter_mut());
+                match mask {
+                    None => {
+                        for (((p, d), t), (&z, &y)) in outs.zip(z.iter().zip(y)) {
+                            (*p, *d, *t) = bce_entry(m, w, z, y);
                         }
-                        sum(terms)
-                    },
-                );
+                    }
+                    Some(mk) => {
+                        let ins = z.iter().zip(y).zip(&mk[row]);
+                        for (((p, d), t), ((&z, &y), &k)) in outs.zip(ins) {
+                            let (ps, ds, ts) = bce_entry(m, w, z, y);
+                            let on = k >= 0.5;
+                            *p = if on { ps } else { 0.0 };
+                            *d = if on { ds } else { 0.0 };
+                            *t = if on { ts } else { 0.0 };
+                        }
+                    }
+                }
+                sum(terms)
             },
-        );
+        )
+    });
 }
 
 #[cfg(test)]

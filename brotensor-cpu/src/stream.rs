@@ -186,6 +186,33 @@ pub fn write_map(stream: Stream, dst: &mut [f32], src: &[f32], f: impl Fn(f32) -
     );
 }
 
+/// `dst[j] = f(a[j], b[j])` for every `j`, through [`write_blocks`] (streamed when `stream`
+/// is on). Inline into a [`wide`](crate::simd::wide) body with an `#[inline(always)]` `f`.
+/// Panics if the lengths differ.
+#[inline(always)]
+pub fn write_zip(
+    stream: Stream,
+    dst: &mut [f32],
+    (a, b): (&[f32], &[f32]),
+    f: impl Fn(f32, f32) -> f32,
+) {
+    assert!(
+        a.len() == dst.len() && b.len() == dst.len(),
+        "write_zip: length mismatch"
+    );
+    write_blocks(
+        stream,
+        dst,
+        #[inline(always)]
+        |at, out| {
+            let end = at + out.len();
+            for (o, (&u, &v)) in out.iter_mut().zip(a[at..end].iter().zip(&b[at..end])) {
+                *o = f(u, v);
+            }
+        },
+    );
+}
+
 /// `dst.copy_from_slice(src)`, with streaming stores for every whole 64-byte line of `dst`
 /// when `stream` is on (x86-64). Panics if the lengths differ.
 pub fn copy_bytes(stream: Stream, dst: &mut [u8], src: &[u8]) {
