@@ -234,20 +234,25 @@ pub fn quick_gelu_backward(x: f32, dy: f32) -> f32 {
 /// `x` for `x > 0`, else `alpha (e^x - 1)`.
 #[inline]
 pub fn elu(x: f32, alpha: f32) -> f32 {
+    // The exponential for every lane, then a select: a branch around it kept the loop from
+    // vectorizing. (Large x overflow to infinity in the unused lanes only.)
+    let neg = alpha * (exp_fast(x) - 1.0);
     if x > 0.0 {
         x
     } else {
-        alpha * (exp_fast(x) - 1.0)
+        neg
     }
 }
 
 /// `dy` for `x > 0`, else `dy * alpha e^x`.
 #[inline]
 pub fn elu_backward(x: f32, dy: f32, alpha: f32) -> f32 {
+    // As in `elu`: computed for every lane, then selected.
+    let neg = dy * alpha * exp_fast(x);
     if x > 0.0 {
         dy
     } else {
-        dy * alpha * exp_fast(x)
+        neg
     }
 }
 
