@@ -92,6 +92,21 @@ pub fn map_binary(
     out: &mut [f32],
     f: impl Fn(MulAdd, f32, f32) -> f32 + Sync,
 ) {
+    // Every element fits: the fallback is never taken and the test folds away.
+    map_binary_fitted(x, y, out, |_| true, f, |_, _| f32::NAN);
+}
+
+/// [`map_binary`] for a function whose vector form `fast` holds only where `fits(x)` (its
+/// first operand): each chunk whose `x` all fit runs `fast` on the vector path, any other
+/// chunk `exact` element by element. Panics if the lengths differ.
+pub fn map_binary_fitted(
+    x: &[f32],
+    y: &[f32],
+    out: &mut [f32],
+    fits: impl Fn(f32) -> bool + Sync,
+    fast: impl Fn(MulAdd, f32, f32) -> f32 + Sync,
+    exact: impl Fn(f32, f32) -> f32 + Sync,
+) {
     assert!(
         x.len() == out.len() && y.len() == out.len(),
         "map_binary: length mismatch"
@@ -103,13 +118,19 @@ pub fn map_binary(
                 wide(
                     #[inline(always)]
                     |m| {
-                        write_zip(
-                            stream,
-                            o,
-                            (x, y),
-                            #[inline(always)]
-                            |a, b| f(m, a, b),
-                        )
+                        if x.iter().fold(true, |all, &v| all & fits(v)) {
+                            write_zip(
+                                stream,
+                                o,
+                                (x, y),
+                                #[inline(always)]
+                                |a, b| fast(m, a, b),
+                            )
+                        } else {
+                            for (o, (&a, &b)) in o.iter_mut().zip(x.iter().zip(y)) {
+                                *o = exact(a, b);
+                            }
+                        }
                     },
                 )
             });
@@ -540,6 +561,10 @@ mod tests {
             };
             assert_eq!((y[i], z[i]), (want, want), "{i}");
         }
+        let mut w = vec![0.0f32; x.len()];
+        let ones = vec![1.0f32; x.len()];
+        map_binary_fitted(&x, &ones, &mut w, fits, |_, a, b| -a * b, |a, b| a * b);
+        assert_eq!(w, y, "binary");
         // With the real pair, far past the bound: the library's value.
         let big = [1.0e30f32, -7.5e22, 0.5];
         let mut out = [0.0f32; 3];

@@ -149,8 +149,8 @@ macro_rules! with_binary_fn {
             Binary::Axpby => $go!(move |x: f32, y: f32| ew::axpby(x, y, a, b)),
             Binary::ExpBackward => $go!(ew::exp_backward),
             Binary::LogBackward => $go!(ew::log_backward),
-            Binary::SinBackward => $go!(ew::sin_backward),
-            Binary::CosBackward => $go!(ew::cos_backward),
+            Binary::SinBackward => $go!(trig |(_, c): (f32, f32), dy: f32| dy * c, ew::sin_backward),
+            Binary::CosBackward => $go!(trig |(s, _): (f32, f32), dy: f32| -dy * s, ew::cos_backward),
             Binary::RsqrtBackward => $go!(ew::rsqrt_backward),
             Binary::ReluBackward => $go!(act::relu_backward),
             Binary::TanhBackward => $go!(act::tanh_backward),
@@ -242,8 +242,26 @@ impl ElementwiseOps for CpuBackend {
         a: f32,
         b: f32,
     ) -> Result<()> {
-        // As in `unary`: `$f` is called from `#[inline(always)]` closures.
+        // As in `unary`: `$f` is called from `#[inline(always)]` closures. `trig` (the sin
+        // and cos gradients) takes the fast sine and cosine where they hold for two input
+        // tensors; an operand written in place takes `exact` throughout.
         macro_rules! go {
+            (trig $pick:expr, $exact:expr) => {{
+                let (pick, exact) = ($pick, $exact);
+                match (x, y) {
+                    (Src::Tensor(x), Src::Tensor(y)) => ew::map_binary_fitted(
+                        x.host::<f32>(),
+                        y.host::<f32>(),
+                        out.host_mut::<f32>(),
+                        #[inline(always)]
+                        |v| ew::trig_fits(v),
+                        #[inline(always)]
+                        move |m, v, dy| pick(ew::sin_cos_with(m, v), dy),
+                        exact,
+                    ),
+                    _ => go!(exact),
+                }
+            }};
             (fused $f:expr) => {{
                 let f = $f;
                 match (x, y) {
