@@ -217,12 +217,6 @@ pub fn exp_with(m: MulAdd, x: f32) -> f32 {
     p * f32::from_bits(bits)
 }
 
-/// `tanh x` in plain arithmetic that vectorizes (see [`tanh_with`]).
-#[inline(always)]
-pub fn tanh_fast(x: f32) -> f32 {
-    tanh_with(MulAdd::Split, x)
-}
-
 /// Below `|x| = 0.9`, `tanh x = x + x^3 P(x^2)` with a degree-6 `P` fitted to tanh in
 /// relative error (within about 1 ulp, and exact in sign and scale near 0); above, `1 - 2 /
 /// (e^{2|x|} + 1)` by [`exp_with`] with the sign of `x` (within about 3 ulp), saturating at
@@ -300,10 +294,10 @@ pub fn sin(x: f32) -> f32 {
     x.sin()
 }
 
-/// Largest `|x|` whose argument [`sin_cos_fast`] reduces exactly enough: `2^24`.
+/// Largest `|x|` whose argument [`sin_cos_with`] reduces exactly enough: `2^24`.
 pub const TRIG_FAST_MAX: f32 = 16_777_216.0;
 
-/// Whether [`sin_cos_fast`] holds at `x` (`|x| <= TRIG_FAST_MAX`; false for NaN).
+/// Whether [`sin_cos_with`] holds at `x` (`|x| <= TRIG_FAST_MAX`; false for NaN).
 #[inline(always)]
 pub fn trig_fits(x: f32) -> bool {
     x.abs() <= TRIG_FAST_MAX
@@ -313,15 +307,9 @@ pub fn trig_fits(x: f32) -> bool {
 /// two ulp: `x = k pi/2 + r` in f64 with `pi/2` in three parts (28, 28 and 53 bits, so `k`
 /// times each of the first two is exact for `|k| <= 2^24`), then `r` (`|r| <= pi/4`, exact
 /// to f32 precision) through f32 Taylor polynomials for `sin r` (to `r^11`) and `cos r` (to
-/// `r^12`), the quadrant `k mod 4` choosing roles and signs. NaN and infinities give NaN;
-/// beyond the bound the result is meaningless, so callers test [`trig_fits`] first (the
-/// maps do per chunk).
-#[inline(always)]
-pub fn sin_cos_fast(x: f32) -> (f32, f32) {
-    sin_cos_with(MulAdd::Split, x)
-}
-
-/// [`sin_cos_fast`] with the polynomials' multiply-adds evaluated as `m` says.
+/// `r^12`) with their multiply-adds evaluated as `m` says, the quadrant `k mod 4` choosing
+/// roles and signs. NaN and infinities give NaN; beyond the bound the result is
+/// meaningless, so callers test [`trig_fits`] first (the maps do per chunk).
 #[inline(always)]
 pub fn sin_cos_with(m: MulAdd, x: f32) -> (f32, f32) {
     const PIO2_1: f64 = 1.570_796_325_802_803;
@@ -468,8 +456,8 @@ mod tests {
         assert_eq!(exp_fast(-100.0), 0.0);
         assert!(exp_fast(f32::NAN).is_nan());
         assert_eq!(exp_fast(f32::NEG_INFINITY), 0.0);
-        assert_eq!(tanh_fast(f32::INFINITY), 1.0);
-        assert_eq!(tanh_fast(-50.0), -1.0);
+        assert_eq!(tanh_with(MulAdd::Split, f32::INFINITY), 1.0);
+        assert_eq!(tanh_with(MulAdd::Split, -50.0), -1.0);
     }
 
     #[test]
@@ -525,7 +513,7 @@ mod tests {
         }
         xs.extend([TRIG_FAST_MAX, -TRIG_FAST_MAX, 12_345_678.0, 1e-30, 0.0]);
         for &x in &xs {
-            let (s, c) = sin_cos_fast(x);
+            let (s, c) = sin_cos_with(MulAdd::Split, x);
             let (ws, wc) = ((x as f64).sin(), (x as f64).cos());
             assert!(
                 (s as f64 - ws).abs() <= 2.0 * ulp(ws),
@@ -538,7 +526,7 @@ mod tests {
         }
         assert!(trig_fits(TRIG_FAST_MAX) && !trig_fits(TRIG_FAST_MAX.next_up()));
         assert!(!trig_fits(f32::NAN) && !trig_fits(f32::INFINITY));
-        let (s, c) = sin_cos_fast(f32::NAN);
+        let (s, c) = sin_cos_with(MulAdd::Split, f32::NAN);
         assert!(s.is_nan() && c.is_nan());
     }
 
@@ -568,7 +556,13 @@ mod tests {
         // With the real pair, far past the bound: the library's value.
         let big = [1.0e30f32, -7.5e22, 0.5];
         let mut out = [0.0f32; 3];
-        map_unary_fitted(&big, &mut out, trig_fits, |_, v| sin_cos_fast(v).0, sin);
+        map_unary_fitted(
+            &big,
+            &mut out,
+            trig_fits,
+            |_, v| sin_cos_with(MulAdd::Split, v).0,
+            sin,
+        );
         assert_eq!(out, big.map(f32::sin));
     }
 
@@ -600,8 +594,8 @@ mod tests {
                 }
             }
         }
-        assert!(tanh_fast(f32::NAN).is_nan());
-        assert_eq!(tanh_fast(f32::NEG_INFINITY), -1.0);
+        assert!(tanh_with(MulAdd::Split, f32::NAN).is_nan());
+        assert_eq!(tanh_with(MulAdd::Split, f32::NEG_INFINITY), -1.0);
     }
 
     #[test]

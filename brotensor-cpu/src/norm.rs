@@ -4,9 +4,7 @@
 use rayon::prelude::*;
 
 use crate::elementwise::exp_with;
-use crate::reduction::{
-    accumulate_rows, max_with_floor, rows_with_column_sums, sum, sum_map, sum_zip, sum_zip3,
-};
+use crate::reduction::{max_with_floor, rows_with_column_sums, sum, sum_map, sum_zip, sum_zip3};
 use crate::simd::{prefetch, wide, MulAdd};
 use crate::stream::{streaming, write_blocks, write_map, Stream};
 
@@ -871,41 +869,6 @@ pub fn layernorm_rows_backward(
     }
     for (o, v) in dbeta.iter_mut().zip(&sums[cols..]) {
         *o += v;
-    }
-}
-
-/// `out[c] += sum_r a[r, c] * b[r, c] * scale[r]` (`b` and `scale` 1 when absent), by
-/// [`accumulate_rows`].
-pub fn column_accumulate(a: &[f32], b: Option<&[f32]>, scale: Option<&[f32]>, out: &mut [f32]) {
-    let cols = out.len();
-    if cols == 0 {
-        return;
-    }
-    let rows = a.len() / cols;
-    match b {
-        Some(b) => accumulate_rows(
-            rows,
-            out,
-            #[inline(always)]
-            |r, acc| {
-                let s = scale.map_or(1.0, |s| s[r]);
-                let (a, b) = (row_of(a, cols, r), row_of(b, cols, r));
-                for (o, (&u, &v)) in acc.iter_mut().zip(a.iter().zip(b)) {
-                    *o += u * v * s;
-                }
-            },
-        ),
-        None => accumulate_rows(
-            rows,
-            out,
-            #[inline(always)]
-            |r, acc| {
-                let s = scale.map_or(1.0, |s| s[r]);
-                for (o, &u) in acc.iter_mut().zip(row_of(a, cols, r)) {
-                    *o += u * s;
-                }
-            },
-        ),
     }
 }
 

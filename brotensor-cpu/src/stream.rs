@@ -48,13 +48,6 @@ impl Stream<'static> {
     };
 }
 
-impl Stream<'_> {
-    /// Whether streaming stores are allowed.
-    pub fn is_on(self) -> bool {
-        self.on
-    }
-}
-
 /// Runs `f`, an op writing `len` elements of `elem_bytes` bytes, with a [`Stream`] that is
 /// on when [`should_stream`] says so. After a streamed `f` every thread of the current rayon
 /// pool, and the calling one, runs a store fence, so the output is complete and ordered

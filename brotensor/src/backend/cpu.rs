@@ -107,7 +107,7 @@ const FILL_CHUNK: usize = 1 << 18;
 /// Runs `$go!(f)` with `f` the scalar math of a unary instruction, one monomorphic map per
 /// instruction so the inner loop has no branch on the op; `$go!(fused f)` where `f` also
 /// takes the vector path's [`MulAdd`]; `$go!(trig pick, exact)` for sin and cos, which pick
-/// from [`ew::sin_cos_fast`] where it holds and fall back to `exact`.
+/// from [`ew::sin_cos_with`] where it holds and fall back to `exact`.
 macro_rules! with_unary_fn {
     ($op:expr, $a:expr, $b:expr, $go:ident) => {{
         let (a, b) = ($a, $b);
