@@ -42,14 +42,13 @@ step() {
 
 step tour "$bin/tour"
 step tests "$bin/brotensor-tests" --test-threads=4
-# The tensor-core matmul is opt-in until it has passed here: the tour, the linear parity
-# cases and the dense benchmark again with it on (`tour` says where it is used).
-step tour_cmma env BROTENSOR_CMMA=1 "$bin/tour"
-step tests_cmma env BROTENSOR_CMMA=1 "$bin/brotensor-tests" --test-threads=4 parity_linear
+# 16-bit matmuls take the tensor-core kernel where the card has matrix units; the linear
+# parity cases and the dense benchmark again with it off check and time the tiled kernel.
+step tests_tiled env BROTENSOR_CMMA=0 "$bin/brotensor-tests" --test-threads=4 parity_linear
 step bench "$bin/bench_elementwise"
 step bench_dense "$bin/bench_dense"
 step bench_ops "$bin/bench_ops"
-step bench_dense_cmma env BROTENSOR_CMMA=1 BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_dense"
+step bench_dense_tiled env BROTENSOR_CMMA=0 BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_dense"
 step torch_peer python3 "$here/torch_peer.py"
 
 echo

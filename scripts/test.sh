@@ -2,6 +2,10 @@
 # Runs every test with a wgpu device required (the software Vulkan device where there is no
 # GPU), then proves from the parity ledger that every parity case ran on a wgpu device.
 #   BROTENSOR_REQUIRE_GPU  which GPU kind must exist (default: wgpu; "" to allow skipping)
+# Then, as root, scripts/cmma-check.sh runs the tests again on a Vulkan device with
+# cooperative matrices, so the tensor-core matmul kernel runs too (CI runs as root).
+#   BROTENSOR_CMMA_CHECK   1: that step must run (fails if not root), 0: skip it,
+#                          auto (default): run it when root
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -21,3 +25,11 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 echo
 scripts/ledger.sh "$ledger" "$BROTENSOR_REQUIRE_GPU"
+
+echo
+case "${BROTENSOR_CMMA_CHECK:-auto}" in
+  0) echo "cmma-check: NOT RUN (BROTENSOR_CMMA_CHECK=0)" ;;
+  auto) if [ "$(id -u)" = 0 ]; then scripts/cmma-check.sh
+        else echo "cmma-check: NOT RUN (needs root; the tensor-core matmul kernel was not tested)"; fi ;;
+  *) scripts/cmma-check.sh ;;
+esac

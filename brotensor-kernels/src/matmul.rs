@@ -7,11 +7,12 @@
 //! zero-filled, so any shape is correct (ragged tiles, `k == 0`, `1 x 1`, skinny decode
 //! shapes). Transposes are comptime index maps, not copies.
 //!
-//! 16-bit operands on a runtime with matrix units (CUDA tensor cores: CubeCL `cmma` with
-//! 16 x 16 x 16 fragments and 32-unit planes) take a tensor-core kernel instead: the same
-//! 64 x 64 tile, staged in shared memory in the storage type, multiplied by four planes of
-//! 2 x 2 fragments accumulating in FP32, then the same epilogue. It is opt-in
-//! ([`CMMA_ENV`]) until it has run on such hardware.
+//! 16-bit operands on a runtime with matrix units take a tensor-core kernel instead (CubeCL
+//! `cmma`: CUDA tensor cores with 16 x 16 x 16 fragments on 32-unit planes; Vulkan
+//! cooperative matrices through the SPIR-V compiler, e.g. lavapipe's 8 x 8 x 8 on 8-unit
+//! planes): the same 64 x 64 tile, staged in shared memory in the storage type, each plane
+//! multiplying 2 x 2 fragments that accumulate in FP32, then the same epilogue.
+//! [`CMMA_ENV`]`=0` turns it off.
 
 use cubecl::features::MmaConfig;
 use cubecl::prelude::*;
@@ -385,19 +386,18 @@ fn gemm_kernel<F: Float>(
     );
 }
 
-/// Depth of a tensor-core step: two 16-deep fragments.
+/// Depth of a tensor-core step: two 16-deep or four 8-deep fragments.
 const BKC: usize = 32;
-/// Side of a `cmma` fragment.
-const FRAG: usize = 16;
-/// Units per plane the tensor-core kernel is written for (an NVIDIA warp).
-const PLANE: usize = 32;
+/// Fragment sides the tensor-core kernel takes, preferred first: `16 x 16 x 16` (CUDA tensor
+/// cores, most Vulkan cooperative-matrix drivers), then `8 x 8 x 8` (lavapipe).
+const FRAGS: [usize; 2] = [16, 8];
+/// Widest plane the tensor-core kernel takes (AMD's 64-unit waves).
+const PLANE_MAX: usize = 64;
 /// Byte alignment of the tensor-core kernel's shared arrays.
 const SMEM_ALIGN: usize = 128;
-/// Planes per cube in the tensor-core kernel; plane `p` owns the 32 x 32 quarter of the
-/// tile at rows `32 (p / 2)`, columns `32 (p % 2)`.
-const PLANES: usize = 4;
 
-/// `acc += A(rows) . B(cols)` for one fragment pair of one `BKC`-deep step.
+/// `acc += A(rows) . B(cols)` for one `frag`-sided fragment pair at depth `kf` of one
+/// `BKC`-deep step.
 #[cube]
 fn fragment_mma<F: Float>(
     sa: &SharedMemory<F>,
@@ -406,34 +406,50 @@ fn fragment_mma<F: Float>(
     row: usize,
     col: usize,
     kf: usize,
+    #[comptime] frag: usize,
 ) {
-    let a_at = row * BKC + kf * FRAG;
-    let b_at = kf * FRAG * BN + col;
+    let a_at = row * BKC + kf * frag;
+    let b_at = kf * frag * BN + col;
     let fa = cmma::Matrix::<F>::from_slice(
         cmma::MatrixIdent::A,
-        16usize,
-        16usize,
-        16usize,
+        frag,
+        frag,
+        frag,
         cmma::MatrixLayout::RowMajor,
         &sa.slice(a_at, BM * BKC),
-        32,
+        BKC as u32,
     );
     let fb = cmma::Matrix::<F>::from_slice(
         cmma::MatrixIdent::B,
-        16usize,
-        16usize,
-        16usize,
+        frag,
+        frag,
+        frag,
         cmma::MatrixLayout::RowMajor,
         &sb.slice(b_at, BKC * BN),
-        64,
+        BN as u32,
     );
     cmma::execute::<F, F, f32, f32>(&fa, &fb, acc, acc);
 }
 
-/// The product on tensor cores for 16-bit `F`: one cube of [`PLANES`] planes computes a
-/// `64 x 64` tile of `C`; operands are staged (zero-filled at the edges) in shared memory,
-/// each plane multiplies its `2 x 2` fragments, and the FP32 accumulators go through shared
-/// memory to the same epilogue as [`gemm_kernel`].
+/// A zeroed `frag`-sided FP32 accumulator.
+#[cube]
+fn zero_accumulator(#[comptime] frag: usize) -> cmma::Matrix<f32> {
+    cmma::Matrix::<f32>::from_value(
+        cmma::MatrixIdent::Accumulator,
+        frag,
+        frag,
+        frag,
+        cmma::MatrixLayout::Undefined,
+        0.0f32,
+    )
+}
+
+/// The product on matrix units for 16-bit `F`: one cube computes a `64 x 64` tile of `C`.
+/// Operands are staged (zero-filled at the edges) in shared memory in the storage type; each
+/// plane owns a `2 frag x 2 frag` block of the tile as `2 x 2` fragments accumulating in
+/// FP32, and the accumulators go through shared memory to the same epilogue as
+/// [`gemm_kernel`]. `plane` is the device's plane width (32 on NVIDIA, 8 on lavapipe) and
+/// `frag` the fragment side (16 or 8): the cube has `(64 / 2 frag)^2` planes.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn gemm_cmma_kernel<F: Float>(
@@ -452,54 +468,30 @@ fn gemm_cmma_kernel<F: Float>(
     #[comptime] accumulate: bool,
     #[comptime] has_bias: bool,
     #[comptime] act: u32,
+    #[comptime] plane: usize,
+    #[comptime] frag: usize,
 ) {
     let z = CUBE_POS_Z as usize;
     let row0 = CUBE_POS_Y as usize * BM;
     let col0 = CUBE_POS_X as usize * BN;
     let tid = UNIT_POS as usize;
-    let plane = tid / PLANE;
-    let pr = (plane / 2) * (2 * FRAG);
-    let pc = (plane % 2) * (2 * FRAG);
+    let units = comptime!(cmma_units(plane, frag));
+    let per_row = comptime!(BN / (2 * frag));
+    let plane_id = tid / plane;
+    let pr = (plane_id / per_row) * (2 * frag);
+    let pc = (plane_id % per_row) * (2 * frag);
     let base_a = z * stride_a;
     let base_b = z * stride_b;
     let base_c = z * stride_c;
 
-    // `cmma` loads and stores need 32-byte aligned fragment addresses: every fragment
-    // offset below is a multiple of 16 elements, and the arrays start 128-byte aligned.
+    // CUDA's fragment loads and stores need 32-byte aligned addresses: every fragment offset
+    // below is a multiple of `frag` elements, and the arrays start 128-byte aligned.
     let mut sa = SharedMemory::<F>::new_aligned(BM * BKC, SMEM_ALIGN);
     let mut sb = SharedMemory::<F>::new_aligned(BKC * BN, SMEM_ALIGN);
-    let acc00 = cmma::Matrix::<f32>::from_value(
-        cmma::MatrixIdent::Accumulator,
-        16usize,
-        16usize,
-        16usize,
-        cmma::MatrixLayout::Undefined,
-        0.0f32,
-    );
-    let acc01 = cmma::Matrix::<f32>::from_value(
-        cmma::MatrixIdent::Accumulator,
-        16usize,
-        16usize,
-        16usize,
-        cmma::MatrixLayout::Undefined,
-        0.0f32,
-    );
-    let acc10 = cmma::Matrix::<f32>::from_value(
-        cmma::MatrixIdent::Accumulator,
-        16usize,
-        16usize,
-        16usize,
-        cmma::MatrixLayout::Undefined,
-        0.0f32,
-    );
-    let acc11 = cmma::Matrix::<f32>::from_value(
-        cmma::MatrixIdent::Accumulator,
-        16usize,
-        16usize,
-        16usize,
-        cmma::MatrixLayout::Undefined,
-        0.0f32,
-    );
+    let acc00 = zero_accumulator(frag);
+    let acc01 = zero_accumulator(frag);
+    let acc10 = zero_accumulator(frag);
+    let acc11 = zero_accumulator(frag);
 
     let mut k0 = usize::new(0);
     loop {
@@ -509,8 +501,8 @@ fn gemm_cmma_kernel<F: Float>(
         // Stage A's 64 x 32 slice (row-major, stride BKC) and B's 32 x 64 slice (row-major,
         // stride BN); consecutive units walk the stored rows so global reads coalesce.
         #[unroll]
-        for r in 0..(BM * BKC) / (PLANES * PLANE) {
-            let e = tid + r * PLANES * PLANE;
+        for r in 0..comptime!((BM * BKC) / units) {
+            let e = tid + r * units;
             let mut i = e / BKC;
             let mut kk = e % BKC;
             if comptime!(trans_a) {
@@ -521,8 +513,8 @@ fn gemm_cmma_kernel<F: Float>(
             sa[i * BKC + kk] = F::cast_from(v);
         }
         #[unroll]
-        for r in 0..(BKC * BN) / (PLANES * PLANE) {
-            let e = tid + r * PLANES * PLANE;
+        for r in 0..comptime!((BKC * BN) / units) {
+            let e = tid + r * units;
             let mut kk = e / BN;
             let mut j = e % BN;
             if comptime!(trans_b) {
@@ -534,11 +526,11 @@ fn gemm_cmma_kernel<F: Float>(
         }
         sync_cube();
         #[unroll]
-        for kf in 0..BKC / FRAG {
-            fragment_mma::<F>(&sa, &sb, &acc00, pr, pc, kf);
-            fragment_mma::<F>(&sa, &sb, &acc01, pr, pc + FRAG, kf);
-            fragment_mma::<F>(&sa, &sb, &acc10, pr + FRAG, pc, kf);
-            fragment_mma::<F>(&sa, &sb, &acc11, pr + FRAG, pc + FRAG, kf);
+        for kf in 0..comptime!(BKC / frag) {
+            fragment_mma::<F>(&sa, &sb, &acc00, pr, pc, kf, frag);
+            fragment_mma::<F>(&sa, &sb, &acc01, pr, pc + frag, kf, frag);
+            fragment_mma::<F>(&sa, &sb, &acc10, pr + frag, pc, kf, frag);
+            fragment_mma::<F>(&sa, &sb, &acc11, pr + frag, pc + frag, kf, frag);
         }
         sync_cube();
         k0 += BKC;
@@ -549,31 +541,31 @@ fn gemm_cmma_kernel<F: Float>(
     cmma::store(
         &mut sc.slice_mut(pr * BN + pc, BM * BN),
         &acc00,
-        64,
+        BN as u32,
         cmma::MatrixLayout::RowMajor,
     );
     cmma::store(
-        &mut sc.slice_mut(pr * BN + pc + FRAG, BM * BN),
+        &mut sc.slice_mut(pr * BN + pc + frag, BM * BN),
         &acc01,
-        64,
+        BN as u32,
         cmma::MatrixLayout::RowMajor,
     );
     cmma::store(
-        &mut sc.slice_mut((pr + FRAG) * BN + pc, BM * BN),
+        &mut sc.slice_mut((pr + frag) * BN + pc, BM * BN),
         &acc10,
-        64,
+        BN as u32,
         cmma::MatrixLayout::RowMajor,
     );
     cmma::store(
-        &mut sc.slice_mut((pr + FRAG) * BN + pc + FRAG, BM * BN),
+        &mut sc.slice_mut((pr + frag) * BN + pc + frag, BM * BN),
         &acc11,
-        64,
+        BN as u32,
         cmma::MatrixLayout::RowMajor,
     );
     sync_cube();
     #[unroll]
-    for r in 0..(BM * BN) / (PLANES * PLANE) {
-        let e = tid + r * PLANES * PLANE;
+    for r in 0..comptime!((BM * BN) / units) {
+        let e = tid + r * units;
         let gi = row0 + e / BN;
         let gj = col0 + e % BN;
         if gi < m && gj < n {
@@ -591,34 +583,65 @@ fn gemm_cmma_kernel<F: Float>(
     }
 }
 
-/// Environment variable that, set to `1`, lets 16-bit products run on tensor cores. Opt-in
-/// until the kernel has passed the parity suite on real hardware (no GPU with matrix units
-/// has run it yet); `gpu-kit/run.sh` runs the suite and the benchmark with it set.
+/// Environment variable that, set to `0`, keeps 16-bit products off matrix units (the tiled
+/// kernel runs instead), e.g. to compare the two kernels on one card.
 pub const CMMA_ENV: &str = "BROTENSOR_CMMA";
 
-/// Whether `launch_gemm` runs `F` on tensor cores on this client: `F` is 16-bit, the
-/// runtime offers 16 x 16 x 16 `cmma` from `F` to FP32, planes are 32 units wide, and
-/// [`CMMA_ENV`] was `1` when first consulted.
+/// Units in one cube of the tensor-core kernel: `(64 / 2 frag)^2` planes of `plane` units
+/// (128 for both 32-unit planes with 16-sided fragments and 8-unit planes with 8-sided ones).
+const fn cmma_units(plane: usize, frag: usize) -> usize {
+    let per_side = BM / (2 * frag);
+    per_side * per_side * plane
+}
+
+/// How the tensor-core kernel runs on one client: the plane width and fragment side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatrixUnitShape {
+    /// Units per plane (32 on NVIDIA, 8 on lavapipe).
+    pub plane: usize,
+    /// Side of the square `frag x frag x frag` fragments (16 or 8).
+    pub frag: usize,
+}
+
+/// Whether `launch_gemm` runs `F` on matrix units on this client; see [`matrix_unit_shape`].
 pub fn uses_tensor_cores<R: Runtime, F: Float>(client: &ComputeClient<R>) -> bool {
+    matrix_unit_shape::<R, F>(client).is_some()
+}
+
+/// How `launch_gemm` runs the tensor-core kernel for `F` on this client, or `None` where it
+/// uses the tiled kernel. `F` must be 16-bit; the runtime must offer square `cmma` fragments
+/// of side 16 or 8 from `F` to FP32 (CUDA tensor cores; Vulkan cooperative matrices through
+/// the SPIR-V compiler); planes must have one fixed width, a power of two up to 64; and
+/// [`CMMA_ENV`] must not have been `0` when first consulted.
+pub fn matrix_unit_shape<R: Runtime, F: Float>(
+    client: &ComputeClient<R>,
+) -> Option<MatrixUnitShape> {
     // Read once: this runs on every 16-bit launch.
-    static OPTED_IN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let opted_in = *OPTED_IN.get_or_init(|| std::env::var(CMMA_ENV).is_ok_and(|v| v == "1"));
-    if core::mem::size_of::<F>() != 2 || !opted_in {
-        return false;
+    static TURNED_OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let turned_off = *TURNED_OFF.get_or_init(|| std::env::var(CMMA_ENV).is_ok_and(|v| v == "0"));
+    if core::mem::size_of::<F>() != 2 || turned_off {
+        return None;
     }
     let hw = &client.properties().hardware;
-    if hw.plane_size_min != PLANE as u32 || hw.plane_size_max != PLANE as u32 {
-        return false;
+    let plane = hw.plane_size_min as usize;
+    if hw.plane_size_max as usize != plane || !plane.is_power_of_two() || plane > PLANE_MAX {
+        return None;
     }
     let elem = F::as_type_native_unchecked().storage_type();
-    client.features().matmul.cmma.contains(&MmaConfig {
-        a_type: elem,
-        b_type: elem,
-        cd_type: f32::as_type_native_unchecked().storage_type(),
-        m: FRAG as u32,
-        n: FRAG as u32,
-        k: FRAG as u32,
-    })
+    let offered = |frag: usize| {
+        client.features().matmul.cmma.contains(&MmaConfig {
+            a_type: elem,
+            b_type: elem,
+            cd_type: f32::as_type_native_unchecked().storage_type(),
+            m: frag as u32,
+            n: frag as u32,
+            k: frag as u32,
+        })
+    };
+    FRAGS
+        .into_iter()
+        .find(|&frag| offered(frag) && cmma_units(plane, frag) <= hw.max_units_per_cube as usize)
+        .map(|frag| MatrixUnitShape { plane, frag })
 }
 
 /// Runs `C = op(A) . op(B)` (or `+=`) as `spec` says. `a`, `b`, `c` must hold every element
@@ -676,14 +699,14 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     let bias_arg = bias.filter(|_| spec.bias).unwrap_or(b).clone();
     let bias_len = if spec.bias { n } else { 1 };
     let act = if spec.act <= 5 { spec.act } else { 0 };
-    if uses_tensor_cores::<R, F>(client) {
+    if let Some(MatrixUnitShape { plane, frag }) = matrix_unit_shape::<R, F>(client) {
         // SAFETY: as for `gemm_kernel` below: the same index guards against `m`, `n`, `k`
         // and the same checked spans; shared-memory indices stay inside their tiles.
         unsafe {
             gemm_cmma_kernel::launch_unchecked::<F, R>(
                 client,
                 count,
-                CubeDim::new_1d((PLANES * PLANE) as u32),
+                CubeDim::new_1d(cmma_units(plane, frag) as u32),
                 ArrayArg::from_raw_parts(a.clone(), len_a),
                 ArrayArg::from_raw_parts(b.clone(), len_b),
                 ArrayArg::from_raw_parts(bias_arg, bias_len),
@@ -699,6 +722,8 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
                 spec.accumulate,
                 spec.bias,
                 act,
+                plane,
+                frag,
             );
         }
         return Ok(());
@@ -774,7 +799,7 @@ mod tests {
     fn cuda_source<F: Float>(client: &ComputeClient<WgpuRuntime>) -> String {
         let array = || ArrayCompilationArg { inplace: None };
         let kernel = gemm_cmma_kernel::GemmCmmaKernel::<F, WgpuRuntime>::new(
-            KernelSettings::default().cube_dim(CubeDim::new_1d((PLANES * PLANE) as u32)),
+            KernelSettings::default().cube_dim(CubeDim::new_1d(cmma_units(32, 16) as u32)),
             client.clone(),
             array(),
             array(),
@@ -791,6 +816,8 @@ mod tests {
             true,
             true,
             2,
+            32,
+            16,
         );
         let mut compiler = CudaCompiler::default();
         compiler

@@ -180,10 +180,10 @@ pub fn device_name(device: Device) -> Result<String> {
     Ok(backend("device_name", device)?.describe())
 }
 
-/// Whether matmuls in `dtype` run on matrix units (CUDA tensor cores through CubeCL `cmma`)
-/// on `device`. False on the CPU, for F32, and where the runtime offers no 16 x 16 x 16
-/// fragments for `dtype`. Opt-in for now: `BROTENSOR_CMMA=1` turns them on (the kernel has
-/// not yet run on hardware that has them).
+/// Whether matmuls in `dtype` run on matrix units on `device` (CubeCL `cmma`: CUDA tensor
+/// cores, or Vulkan cooperative matrices with the `vulkan-spirv` feature). False on the CPU,
+/// for F32, where the runtime offers no square 16- or 8-sided fragments from `dtype` to FP32,
+/// and when `BROTENSOR_CMMA=0` was set at the first 16-bit matmul.
 pub fn matmul_uses_matrix_units(device: Device, dtype: Dtype) -> Result<bool> {
     Ok(backend("matmul_uses_matrix_units", device)?.matmul_on_matrix_units(dtype))
 }

@@ -49,11 +49,17 @@ fn matmul_any_shape() {
     }
 }
 
+/// Names the 16-bit dtypes (`F16`, `BF16`, comma-separated) whose matmuls must run on matrix
+/// units on some GPU device; `scripts/cmma-check.sh` sets it, so that the parity cases
+/// above cannot pass there on the tiled kernel.
+const REQUIRE_MATRIX_UNITS_ENV: &str = "BROTENSOR_REQUIRE_MATRIX_UNITS";
+
 #[test]
 fn matrix_units_only_for_16_bit_gpu_matmuls() {
-    // The parity cases above run through whichever kernel this reports, so on a GPU with
-    // tensor cores and `BROTENSOR_CMMA=1` they test the `cmma` kernel; the log says which
-    // one ran where.
+    // The parity cases above run through whichever kernel this reports, so on a device with
+    // matrix units they test the `cmma` kernel, and with `BROTENSOR_CMMA=0` the tiled one;
+    // the log says which one ran where.
+    let mut on_units = Vec::new();
     for d in brotensor::available_devices() {
         for t in [Dtype::F32, Dtype::F16, Dtype::BF16] {
             let on = brotensor::matmul_uses_matrix_units(d, t).unwrap();
@@ -62,12 +68,25 @@ fn matrix_units_only_for_16_bit_gpu_matmuls() {
                 "{t} matmul on {d} cannot use matrix units"
             );
             let kernel = if on {
-                "tensor cores (cmma)"
+                on_units.push(t);
+                "matrix units (cmma)"
             } else {
                 "tiled kernel"
             };
             eprintln!("matmul {t} on {d}: {kernel}");
         }
+    }
+    let required = std::env::var(REQUIRE_MATRIX_UNITS_ENV).unwrap_or_default();
+    for name in required.split(',').filter(|n| !n.is_empty()) {
+        let t = match name.trim() {
+            "F16" => Dtype::F16,
+            "BF16" => Dtype::BF16,
+            other => panic!("{REQUIRE_MATRIX_UNITS_ENV}: {other} is not F16 or BF16"),
+        };
+        assert!(
+            on_units.contains(&t),
+            "{REQUIRE_MATRIX_UNITS_ENV} names {t}, but no device runs {t} matmuls on matrix units"
+        );
     }
     assert!(matches!(
         brotensor::matmul_uses_matrix_units(Device::Cuda(77), Dtype::F16),

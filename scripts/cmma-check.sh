@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs the GPU tests a second time on a software Vulkan device that has cooperative matrices,
+# compiled through SPIR-V (`--features brotensor/vulkan-spirv`), and fails unless F16
+# matmuls took the tensor-core (`cmma`) kernel there and every parity case ran on that device.
+#
+# Debian 12's lavapipe (Mesa 22.3) has no cooperative matrices; Mesa 26.1's has them (8 x 8 x 8
+# fragments on 8-unit subgroups). So this builds a Debian 13 root with debootstrap, installs
+# Mesa from trixie-backports in it, and runs the test binary (built here) inside it with
+# chroot. Needs root and Debian's mirror; the root is kept for the next run.
+#   BROTENSOR_CMMA_ROOT  where the root is kept (default: target/cmma-root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="${BROTENSOR_CMMA_ROOT:-$PWD/target/cmma-root}"
+mirror=http://deb.debian.org/debian
+
+if [ "$(id -u)" != 0 ]; then
+  echo "cmma-check: FAIL: needs root (debootstrap and chroot)"
+  exit 1
+fi
+
+if [ ! -e "$root/.ready" ]; then
+  if ! command -v debootstrap >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+  fi
+  echo "cmma-check: building a Debian 13 root with Mesa from trixie-backports in $root"
+  rm -rf "$root"
+  mkdir -p "$(dirname "$root")"
+  if ! debootstrap --variant=minbase trixie "$root" "$mirror" >"$root.log" 2>&1; then
+    tail -n 20 "$root.log"
+    exit 1
+  fi
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  echo "deb $mirror trixie-backports main" >"$root/etc/apt/sources.list.d/backports.list"
+  chroot "$root" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t trixie-backports mesa-vulkan-drivers libvulkan1' >/dev/null
+  touch "$root/.ready"
+fi
+
+echo "cmma-check: building the test binary with the SPIR-V compiler"
+bin=$(cargo test -p brotensor-tests --features brotensor/vulkan-spirv --no-run 2>&1 |
+  tee /dev/stderr | sed -n 's/.*Executable tests\/all\/main.rs (\(.*\))$/\1/p')
+[ -n "$bin" ] || { echo "cmma-check: FAIL: no test binary"; exit 1; }
+
+# The binary at /opt/brotensor; the fixtures at the path compiled into it.
+mkdir -p "$root/opt/brotensor" "$root$PWD/tests" "$root/tmp/xdg"
+cp "$bin" "$root/opt/brotensor/all"
+rm -rf "$root$PWD/tests/fixtures"
+cp -r tests/fixtures "$root$PWD/tests/fixtures"
+ledger="$root/tmp/parity-ledger"
+: >"$ledger"
+
+# The default-device tests re-run the binary through /proc/self/exe.
+skip=()
+if mount -t proc proc "$root/proc" 2>/dev/null; then
+  trap 'umount "$root/proc"' EXIT
+else
+  echo "cmma-check: cannot mount /proc in the root: default_device tests NOT RUN here (they run in the main suite)"
+  skip=(--skip default_device::)
+fi
+
+chroot "$root" env -i PATH=/usr/bin:/bin HOME=/tmp XDG_RUNTIME_DIR=/tmp/xdg \
+  BROTENSOR_REQUIRE_GPU=wgpu BROTENSOR_REQUIRE_MATRIX_UNITS=F16 \
+  BROTENSOR_PARITY_LOG=/tmp/parity-ledger \
+  /opt/brotensor/all --test-threads=2 "${skip[@]}"
+
+# Which kernel each device's matmuls took, then every parity case on the Vulkan device.
+chroot "$root" env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR=/tmp/xdg \
+  /opt/brotensor/all --exact parity_linear::matrix_units_only_for_16_bit_gpu_matmuls --nocapture 2>&1 |
+  grep '^matmul' || true
+scripts/ledger.sh "$ledger" wgpu | tail -n 3
+echo "cmma-check: ok (Mesa $(chroot "$root" dpkg-query -W -f '${Version}' mesa-vulkan-drivers))"
