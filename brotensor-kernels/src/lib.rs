@@ -9,6 +9,14 @@
 //! so 16-bit paths accumulate in FP32. The element-wise family is one kernel per arity, with
 //! the math supplied as a small instruction type ([`elementwise::UnaryOp`],
 //! [`elementwise::BinaryOp`]).
+//!
+//! Per-unit loops stay short. Lavapipe (Mesa's software Vulkan device, which CI runs every
+//! kernel on) ends every loop of a shader after 65535 iterations counted together, silently;
+//! a column sum that walked 70 thousand rows in one unit returned a quarter of the sum there.
+//! Column sums therefore split their rows across units ([`reduce::launch_column_sums`]); a
+//! row op loops about `3 cols / 256` times per unit, so on lavapipe a single row (a flat
+//! softmax, a BatchNorm channel, a GroupNorm group) must stay under about 5.5 million
+//! elements. Hardware GPUs have no such limit.
 
 pub mod batch_norm;
 pub mod bf16_words;

@@ -1,7 +1,10 @@
 //! Row and column reductions. The skeleton: one cube of [`REDUCE_UNITS`] units per row; each
 //! unit folds a strided slice of the row, then the cube combines the units' partials through
 //! shared memory ([`cube_sum()`], [`cube_argmax()`]). Row-wise ops (softmax, the norms) reuse the
-//! same helpers. Partial sums are FP32 whatever the storage type.
+//! same helpers. Column sums (`sum_cols`, the norms' parameter gradients) run in two stages:
+//! one unit per column per part of the rows writes an FP32 partial, then one unit per column
+//! adds the parts in order, so a tall input spreads over many units and no unit loops long.
+//! Partial sums are FP32 whatever the storage type.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -84,15 +87,66 @@ fn sum_rows_kernel<F: Float>(x: &Array<F>, y: &mut Array<F>, rows: usize, cols: 
     }
 }
 
+/// First stage of a column sum: `partials[p, c] = sum_r a[r, c] (* b[r, c]) (* scale[r])`
+/// over the rows of part `p` (rows `p chunk ..` up to `rows`). Columns run along the
+/// cubes' x and y (so consecutive units read consecutive addresses), parts along z.
 #[cube(launch_unchecked)]
-fn sum_cols_kernel<F: Float>(x: &Array<F>, y: &mut Array<F>, rows: usize, cols: usize) {
+#[allow(clippy::too_many_arguments)]
+fn column_partials_kernel<F: Float>(
+    a: &Array<F>,
+    b: &Array<F>,
+    scale: &Array<f32>,
+    partials: &mut Array<f32>,
+    rows: usize,
+    cols: usize,
+    chunk: usize,
+    #[comptime] with_b: bool,
+    #[comptime] with_scale: bool,
+) {
+    let cube = CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize;
+    let c = cube * CUBE_DIM_X as usize + UNIT_POS_X as usize;
+    let part = CUBE_POS_Z as usize;
+    if c < cols {
+        let end = rows.min((part + 1) * chunk);
+        let mut acc = f32::new(0.0f32);
+        let mut r = part * chunk;
+        loop {
+            if r >= end {
+                break;
+            }
+            let mut v = f32::cast_from(a[r * cols + c]);
+            if comptime!(with_b) {
+                v *= f32::cast_from(b[r * cols + c]);
+            }
+            if comptime!(with_scale) {
+                v *= scale[r];
+            }
+            acc += v;
+            r += 1;
+        }
+        partials[part * cols + c] = acc;
+    }
+}
+
+/// Second stage: `out[c] (+)= sum_p partials[p, c]`, parts added in order.
+#[cube(launch_unchecked)]
+fn column_finish_kernel<F: Float>(
+    partials: &Array<f32>,
+    out: &mut Array<F>,
+    parts: usize,
+    cols: usize,
+    #[comptime] accumulate: bool,
+) {
     let c = ABSOLUTE_POS;
     if c < cols {
         let mut acc = f32::new(0.0f32);
-        for r in 0..rows {
-            acc += f32::cast_from(x[r * cols + c]);
+        for p in 0..parts {
+            acc += partials[p * cols + c];
         }
-        y[c] = F::cast_from(acc);
+        if comptime!(accumulate) {
+            acc += f32::cast_from(out[c]);
+        }
+        out[c] = F::cast_from(acc);
     }
 }
 
@@ -275,23 +329,105 @@ pub fn launch_sum_cols<R: Runtime, F: Float + CubeElement>(
     rows: usize,
     cols: usize,
 ) -> Result<(), LaunchError> {
-    if cols == 0 {
+    launch_column_sums::<R, F>(client, (x, None, None), y, (rows, cols), false)
+}
+
+/// Units the first stage of a column sum aims for: enough to keep a large GPU's memory
+/// system busy (an H200 holds about 270 thousand resident units).
+const COLUMN_SUM_UNITS: usize = 1 << 18;
+/// The fewest rows one unit sums in the first stage.
+const MIN_CHUNK_ROWS: usize = 16;
+
+/// How a column sum over `(rows, cols)` splits its rows: `(parts, rows per part)`, with no
+/// part empty. One unit per column per part; a short or wide input takes one part.
+fn column_parts(rows: usize, cols: usize) -> (usize, usize) {
+    let col_units = cols.div_ceil(REDUCE_UNITS as usize) * REDUCE_UNITS as usize;
+    let wanted = COLUMN_SUM_UNITS.div_ceil(col_units);
+    let parts = wanted.min(rows.div_ceil(MIN_CHUNK_ROWS)).max(1);
+    let chunk = rows.div_ceil(parts).max(1);
+    (rows.div_ceil(chunk), chunk)
+}
+
+/// `out[c] = sum_r a[r, c] (* b[r, c]) (* scale[r])` over `(rows, cols)`, or `out[c] +=` that
+/// when `accumulate` (the norms' parameter gradients). `b` is `(rows, cols)` like `a`,
+/// `scale` holds `rows` FP32 values. Deterministic for a shape: the rows are split into
+/// fixed parts, each summed in row order, and the parts added in order.
+pub fn launch_column_sums<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    (a, b, scale): (&Handle, Option<&Handle>, Option<&Handle>),
+    out: &Handle,
+    (rows, cols): (usize, usize),
+    accumulate: bool,
+) -> Result<(), LaunchError> {
+    if cols == 0 || (rows == 0 && accumulate) {
         return Ok(());
     }
-    let b = core::mem::size_of::<F>();
-    check_len("x", x, rows * cols, b)?;
-    check_len("y", y, cols, b)?;
+    let e = core::mem::size_of::<F>();
+    check_len("a", a, rows * cols, e)?;
+    check_len("out", out, cols, e)?;
+    if let Some(b) = b {
+        check_len("b", b, rows * cols, e)?;
+    }
+    if let Some(s) = scale {
+        check_len("scale", s, rows, 4)?;
+    }
+    let (parts, chunk) = if rows == 0 {
+        (0, 1)
+    } else {
+        column_parts(rows, cols)
+    };
+    let partials = client.empty((parts * cols).max(1) * 4);
+    if parts > 0 {
+        let cubes = cols.div_ceil(REDUCE_UNITS as usize);
+        let (max_x, max_y, max_z) = client.properties().hardware.max_cube_count;
+        let x = cubes.min((max_x as usize).clamp(1, 65_535));
+        let y = cubes.div_ceil(x);
+        if y > max_y as usize || parts > max_z as usize {
+            return Err(LaunchError::TooLarge {
+                vectors: rows * cols,
+            });
+        }
+        let count = CubeCount::Static(x as u32, y as u32, parts as u32);
+        // SAFETY: lengths checked above; a unit reads `a` (and `b`) at `r * cols + c` with
+        // `r < rows`, `c < cols`, `scale` at `r`, only when given (else `a` with a length of
+        // one stands in, never read through them), and writes `partials` at `p * cols + c`
+        // with `p < parts`, inside the `parts * cols` FP32 values allocated.
+        unsafe {
+            column_partials_kernel::launch_unchecked::<F, R>(
+                client,
+                count,
+                CubeDim::new_1d(REDUCE_UNITS),
+                ArrayArg::from_raw_parts(a.clone(), rows * cols),
+                ArrayArg::from_raw_parts(
+                    b.unwrap_or(a).clone(),
+                    if b.is_some() { rows * cols } else { 1 },
+                ),
+                ArrayArg::from_raw_parts(
+                    scale.unwrap_or(a).clone(),
+                    if scale.is_some() { rows } else { 1 },
+                ),
+                ArrayArg::from_raw_parts(partials.clone(), parts * cols),
+                rows,
+                cols,
+                chunk,
+                b.is_some(),
+                scale.is_some(),
+            );
+        }
+    }
     let (count, dim) = grid_1d(client, cols)?;
-    // SAFETY: as above; units past `cols` return.
+    // SAFETY: units past `cols` return; the others read `partials` at `p * cols + c` with
+    // `p < parts` (none when `parts == 0`) and write `out[c]`, `c < cols` (checked).
     unsafe {
-        sum_cols_kernel::launch_unchecked::<F, R>(
+        column_finish_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), rows * cols),
-            ArrayArg::from_raw_parts(y.clone(), cols),
-            rows,
+            ArrayArg::from_raw_parts(partials, (parts * cols).max(1)),
+            ArrayArg::from_raw_parts(out.clone(), cols),
+            parts,
             cols,
+            accumulate,
         );
     }
     Ok(())

@@ -461,37 +461,6 @@ fn rms_norm_backward_kernel<F: Float>(
     }
 }
 
-/// `out[c] += sum_r a[r, c] * b[r, c] * scale[r]` (`b`, `scale` taken as 1 when not used):
-/// parameter gradients of the norms.
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-fn column_accumulate_kernel<F: Float>(
-    a: &Array<F>,
-    b: &Array<F>,
-    scale: &Array<f32>,
-    out: &mut Array<F>,
-    rows: usize,
-    cols: usize,
-    #[comptime] with_b: bool,
-    #[comptime] with_scale: bool,
-) {
-    let c = ABSOLUTE_POS;
-    if c < cols {
-        let mut acc = f32::new(0.0f32);
-        for r in 0..rows {
-            let mut v = f32::cast_from(a[r * cols + c]);
-            if comptime!(with_b) {
-                v *= f32::cast_from(b[r * cols + c]);
-            }
-            if comptime!(with_scale) {
-                v *= scale[r];
-            }
-            acc += v;
-        }
-        out[c] = F::cast_from(f32::cast_from(out[c]) + acc);
-    }
-}
-
 pub(crate) fn row_grid<R: Runtime>(
     client: &ComputeClient<R>,
     rows: usize,
@@ -746,48 +715,6 @@ pub fn launch_rms_norm_backward<R: Runtime, F: Float + CubeElement>(
             rows,
             cols,
             eps,
-        );
-    }
-    Ok(())
-}
-
-/// `out[c] += sum_r a[r, c] (* b[r, c]) (* scale[r])` over `(rows, cols)`.
-pub fn launch_column_accumulate<R: Runtime, F: Float + CubeElement>(
-    client: &ComputeClient<R>,
-    a: &Handle,
-    b: Option<&Handle>,
-    scale: Option<&Handle>,
-    out: &Handle,
-    (rows, cols): (usize, usize),
-) -> Result<(), LaunchError> {
-    if cols == 0 || rows == 0 {
-        return Ok(());
-    }
-    let e = core::mem::size_of::<F>();
-    check_len("a", a, rows * cols, e)?;
-    check_len("out", out, cols, e)?;
-    if let Some(b) = b {
-        check_len("b", b, rows * cols, e)?;
-    }
-    if let Some(s) = scale {
-        check_len("scale", s, rows, 4)?;
-    }
-    let (count, dim) = grid_1d(client, cols)?;
-    // SAFETY: lengths checked; `b` / `scale` are indexed only when given (else `a` with a
-    // length of one stands in and is never read through them).
-    unsafe {
-        column_accumulate_kernel::launch_unchecked::<F, R>(
-            client,
-            count,
-            dim,
-            arg(a, rows * cols),
-            arg(b.unwrap_or(a), if b.is_some() { rows * cols } else { 1 }),
-            arg(scale.unwrap_or(a), if scale.is_some() { rows } else { 1 }),
-            arg(out, cols),
-            rows,
-            cols,
-            b.is_some(),
-            scale.is_some(),
         );
     }
     Ok(())

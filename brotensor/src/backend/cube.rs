@@ -943,8 +943,8 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         let c = &self.client;
         with_float!(dy.dtype(), |F| (|| -> Result<(), LaunchError> {
             rw::launch_layernorm_backward::<R, F>(c, (&hs.0, &hs.1, &hs.2, &hs.3), &dxh, shape)?;
-            rw::launch_column_accumulate::<R, F>(c, &hs.0, Some(&hs.1), None, &dgh, shape)?;
-            rw::launch_column_accumulate::<R, F>(c, &hs.0, None, None, &dbh, shape)
+            rd::launch_column_sums::<R, F>(c, (&hs.0, Some(&hs.1), None), &dgh, shape, true)?;
+            rd::launch_column_sums::<R, F>(c, (&hs.0, None, None), &dbh, shape, true)
         })())
         .map_err(|e| self.launch_error("layernorm_backward", e))
     }
@@ -1135,7 +1135,7 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         let c = &self.client;
         with_float!(x.dtype(), |F| (|| -> Result<(), LaunchError> {
             rw::launch_rms_norm_backward::<R, F>(c, (&xh, &gh, &dyh), &dxh, &rh, shape, eps)?;
-            rw::launch_column_accumulate::<R, F>(c, &dyh, Some(&xh), Some(&rh), &dgh, shape)
+            rd::launch_column_sums::<R, F>(c, (&dyh, Some(&xh), Some(&rh)), &dgh, shape, true)
         })())
         .map_err(|e| self.launch_error("rms_norm_backward", e))
     }

@@ -48,6 +48,35 @@ fn row_and_column_sums() {
     }
 }
 
+/// Sums of 70 thousand terms: the rounding of two summation orders grows with the count.
+fn tall_sum_tol(d: Dtype) -> (f32, f32) {
+    match d {
+        Dtype::F32 => (2e-2, 1e-4),
+        _ => sum_tol(d),
+    }
+}
+
+#[test]
+fn column_sums_of_tall_inputs() {
+    // More rows than lavapipe lets one unit loop over (it stops every loop of a shader after
+    // 65535 iterations in all), and few columns: the rows must be split across units.
+    let (r, c) = (70_000, 3);
+    parity_with(
+        &format!("sum_cols {r}x{c}"),
+        0x420,
+        &[Input::new(r, c, -1.0, 1.0)],
+        Check {
+            tol: Some(tall_sum_tol),
+            ..Check::default()
+        },
+        |t| {
+            let mut y = Tensor::default();
+            ops::sum_cols(&t[0], &mut y)?;
+            Ok(y)
+        },
+    );
+}
+
 #[test]
 fn argmax_and_counts() {
     let index = Check {
