@@ -128,6 +128,12 @@ fn main() -> Result<()> {
             ops::mse_vec_forward(&x, &dy).map(|_| ())
         })?;
         row("sum_cols", 1.0, &mut || ops::sum_cols(&x, &mut s3))?;
+        // The same elements as a tall input (a bias gradient over many tokens).
+        let tall = x.reshaped(r * c / 64, 64)?;
+        let mut s4 = Tensor::default();
+        row("sum_cols (rows of 64)", 1.0, &mut || {
+            ops::sum_cols(&tall, &mut s4)
+        })?;
         row("argmax_rows", 1.0, &mut || ops::argmax_rows(&x, &mut s1))?;
         row("top_k_rows (k = 8)", 1.0, &mut || {
             ops::top_k_rows(&x, 8, &mut s3, &mut s1)
