@@ -37,8 +37,13 @@ if [ ! -e "$root/.ready" ]; then
 fi
 
 echo "cmma-check: building the test binary with the SPIR-V compiler"
-bin=$(cargo test -p brotensor-tests --features brotensor/vulkan-spirv --no-run 2>&1 |
-  tee /dev/stderr | sed -n 's/.*Executable tests\/all\/main.rs (\(.*\))$/\1/p')
+if ! build=$(cargo test -p brotensor-tests --features brotensor/vulkan-spirv --no-run 2>&1); then
+  echo "$build"
+  echo "cmma-check: FAIL: the SPIR-V build failed"
+  exit 1
+fi
+echo "$build" | grep -v '^ *Compiling' || true
+bin=$(echo "$build" | sed -n 's/.*Executable tests\/all\/main.rs (\(.*\))$/\1/p')
 [ -n "$bin" ] || { echo "cmma-check: FAIL: no test binary"; exit 1; }
 
 # The binary at /opt/brotensor; the fixtures at the path compiled into it.
