@@ -13,10 +13,12 @@
 //! Per-unit loops stay short. Lavapipe (Mesa's software Vulkan device, which CI runs every
 //! kernel on) ends every loop of a shader after 65535 iterations counted together, silently;
 //! a column sum that walked 70 thousand rows in one unit returned a quarter of the sum there.
-//! Column sums therefore split their rows across units ([`reduce::launch_column_sums`]); a
-//! row op loops about `3 cols / 256` times per unit, so on lavapipe a single row (a flat
-//! softmax, a BatchNorm channel, a GroupNorm group) must stay under about 5.5 million
-//! elements. Hardware GPUs have no such limit.
+//! Column sums therefore split their rows across units ([`reduce::launch_column_sums`]), and
+//! softmax splits few long rows across cubes. Other row ops loop about `3 cols / 256` times
+//! per unit, so on lavapipe one row (a flat LayerNorm, a BatchNorm channel, a GroupNorm
+//! group) must stay under about 5.5 million elements, and `top_k_rows` (about
+//! `k (cols / 256 + 8)` iterations) under about `65535 * 256 / k` columns. Hardware GPUs have
+//! no such limit.
 
 pub mod batch_norm;
 pub mod bf16_words;

@@ -1,6 +1,10 @@
 //! Row-wise kernels on the row-reduce skeleton: softmax and the normalizations. One cube per
 //! row; each pass folds the row in strided slices and combines through shared memory
 //! ([`cube_sum()`], [`cube_max()`]). Statistics are FP32; variance is two-pass.
+//!
+//! Softmax and its gradient split few long rows (a flat softmax, one token's logits) across
+//! cubes of `LONG_PART` elements: each cube writes its part's statistics, then each combines
+//! its row's partials in a fixed order and writes its part.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -55,11 +59,7 @@ fn softmax_kernel<F: Float>(
                 break;
             }
             let v = f32::cast_from(x[base + j]);
-            let mut valid = true;
-            if comptime!(masked) {
-                valid = mask[j] >= 0.5;
-            }
-            if valid && v > m {
+            if unmasked(mask, j, masked) && v > m {
                 m = v;
             }
             j += REDUCE_UNITS as usize;
@@ -71,11 +71,7 @@ fn softmax_kernel<F: Float>(
             if j >= cols {
                 break;
             }
-            let mut valid = true;
-            if comptime!(masked) {
-                valid = mask[j] >= 0.5;
-            }
-            if valid {
+            if unmasked(mask, j, masked) {
                 s += (f32::cast_from(x[base + j]) - m).exp();
             }
             j += REDUCE_UNITS as usize;
@@ -91,11 +87,7 @@ fn softmax_kernel<F: Float>(
                 break;
             }
             let mut p = f32::new(0.0f32);
-            let mut valid = true;
-            if comptime!(masked) {
-                valid = mask[j] >= 0.5;
-            }
-            if valid {
+            if unmasked(mask, j, masked) {
                 p = (f32::cast_from(x[base + j]) - m).exp() * inv;
             }
             y[base + j] = F::cast_from(p);
@@ -136,6 +128,204 @@ fn softmax_backward_kernel<F: Float>(
             dl[base + j] = F::cast_from(pv * (f32::cast_from(dp[base + j]) - s));
             j += REDUCE_UNITS as usize;
         }
+    }
+}
+
+/// Elements of a long row one cube covers in the split softmax kernels (16 per unit).
+const LONG_PART: usize = REDUCE_UNITS as usize * 16;
+
+/// Whether softmax splits each row across cubes: few rows (one cube per row would leave a
+/// GPU idle) that are long (a flat softmax, one token's logits).
+fn splits_rows(rows: usize, cols: usize) -> bool {
+    rows < 256 && cols >= 4 * LONG_PART
+}
+
+/// Cubes per row when a row is split.
+fn row_parts(cols: usize) -> usize {
+    cols.div_ceil(LONG_PART)
+}
+
+/// Whether `j` takes part in the softmax (`mask[j] >= 0.5`, or always when not masked).
+#[cube]
+fn unmasked(mask: &Array<f32>, j: usize, #[comptime] masked: bool) -> bool {
+    let mut valid = true;
+    if comptime!(masked) {
+        valid = mask[j] >= 0.5;
+    }
+    valid
+}
+
+/// First stage of a split softmax: cube `(part, row)` writes the max `m` of its part of the
+/// row and `sum exp(x - m)` to `partials[2 (row parts + part) ..]` (`-1e30` and 0 when
+/// nothing in the part is unmasked).
+#[cube(launch_unchecked)]
+fn softmax_parts_kernel<F: Float>(
+    x: &Array<F>,
+    mask: &Array<f32>,
+    partials: &mut Array<f32>,
+    cols: usize,
+    #[comptime] masked: bool,
+) {
+    let part = CUBE_POS_X as usize;
+    let row = CUBE_POS_Y as usize;
+    let parts = CUBE_COUNT_X as usize;
+    let base = row * cols;
+    let end = cols.min((part + 1) * LONG_PART);
+    let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+    let mut m = f32::new(-1e30f32);
+    let mut j = part * LONG_PART + UNIT_POS as usize;
+    loop {
+        if j >= end {
+            break;
+        }
+        let v = f32::cast_from(x[base + j]);
+        if unmasked(mask, j, masked) && v > m {
+            m = v;
+        }
+        j += REDUCE_UNITS as usize;
+    }
+    let m = cube_max(m, &mut smem);
+    let mut s = f32::new(0.0f32);
+    j = part * LONG_PART + UNIT_POS as usize;
+    loop {
+        if j >= end {
+            break;
+        }
+        if unmasked(mask, j, masked) {
+            s += (f32::cast_from(x[base + j]) - m).exp();
+        }
+        j += REDUCE_UNITS as usize;
+    }
+    let s = cube_sum::<f32>(s, &mut smem);
+    if UNIT_POS == 0 {
+        let at = 2 * (row * parts + part);
+        partials[at] = m;
+        partials[at + 1] = s;
+    }
+}
+
+/// Second stage: cube `(part, row)` combines the row's partials (the row max, and the sum
+/// of every part's `s exp(m - max)`), then writes its part of `y`.
+#[cube(launch_unchecked)]
+fn softmax_apply_kernel<F: Float>(
+    x: &Array<F>,
+    mask: &Array<f32>,
+    partials: &Array<f32>,
+    y: &mut Array<F>,
+    cols: usize,
+    #[comptime] masked: bool,
+) {
+    let part = CUBE_POS_X as usize;
+    let row = CUBE_POS_Y as usize;
+    let parts = CUBE_COUNT_X as usize;
+    let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+    let mut m = f32::new(-1e30f32);
+    let mut q = UNIT_POS as usize;
+    loop {
+        if q >= parts {
+            break;
+        }
+        let v = partials[2 * (row * parts + q)];
+        if v > m {
+            m = v;
+        }
+        q += REDUCE_UNITS as usize;
+    }
+    let m = cube_max(m, &mut smem);
+    let mut s = f32::new(0.0f32);
+    q = UNIT_POS as usize;
+    loop {
+        if q >= parts {
+            break;
+        }
+        let at = 2 * (row * parts + q);
+        s += partials[at + 1] * (partials[at] - m).exp();
+        q += REDUCE_UNITS as usize;
+    }
+    let s = cube_sum::<f32>(s, &mut smem);
+    let mut inv = f32::new(0.0f32);
+    if s > 0.0 {
+        inv = 1.0 / s;
+    }
+    let base = row * cols;
+    let end = cols.min((part + 1) * LONG_PART);
+    let mut j = part * LONG_PART + UNIT_POS as usize;
+    loop {
+        if j >= end {
+            break;
+        }
+        let mut p = f32::new(0.0f32);
+        if unmasked(mask, j, masked) {
+            p = (f32::cast_from(x[base + j]) - m).exp() * inv;
+        }
+        y[base + j] = F::cast_from(p);
+        j += REDUCE_UNITS as usize;
+    }
+}
+
+/// First stage of a split softmax gradient: cube `(part, row)` writes `sum dp p` over its
+/// part of the row to `partials[row parts + part]`.
+#[cube(launch_unchecked)]
+fn softmax_backward_parts_kernel<F: Float>(
+    p: &Array<F>,
+    dp: &Array<F>,
+    partials: &mut Array<f32>,
+    cols: usize,
+) {
+    let part = CUBE_POS_X as usize;
+    let row = CUBE_POS_Y as usize;
+    let base = row * cols;
+    let end = cols.min((part + 1) * LONG_PART);
+    let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+    let mut s = f32::new(0.0f32);
+    let mut j = part * LONG_PART + UNIT_POS as usize;
+    loop {
+        if j >= end {
+            break;
+        }
+        s += f32::cast_from(p[base + j]) * f32::cast_from(dp[base + j]);
+        j += REDUCE_UNITS as usize;
+    }
+    let s = cube_sum::<f32>(s, &mut smem);
+    if UNIT_POS == 0 {
+        partials[row * CUBE_COUNT_X as usize + part] = s;
+    }
+}
+
+/// Second stage: cube `(part, row)` adds the row's partials and writes its part of
+/// `dl = p (dp - sum)`.
+#[cube(launch_unchecked)]
+fn softmax_backward_apply_kernel<F: Float>(
+    p: &Array<F>,
+    dp: &Array<F>,
+    partials: &Array<f32>,
+    dl: &mut Array<F>,
+    cols: usize,
+) {
+    let part = CUBE_POS_X as usize;
+    let row = CUBE_POS_Y as usize;
+    let parts = CUBE_COUNT_X as usize;
+    let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+    let mut s = f32::new(0.0f32);
+    let mut q = UNIT_POS as usize;
+    loop {
+        if q >= parts {
+            break;
+        }
+        s += partials[row * parts + q];
+        q += REDUCE_UNITS as usize;
+    }
+    let s = cube_sum::<f32>(s, &mut smem);
+    let base = row * cols;
+    let end = cols.min((part + 1) * LONG_PART);
+    let mut j = part * LONG_PART + UNIT_POS as usize;
+    loop {
+        if j >= end {
+            break;
+        }
+        let pv = f32::cast_from(p[base + j]);
+        dl[base + j] = F::cast_from(pv * (f32::cast_from(dp[base + j]) - s));
+        j += REDUCE_UNITS as usize;
     }
 }
 
@@ -461,6 +651,22 @@ fn rms_norm_backward_kernel<F: Float>(
     }
 }
 
+/// The grid of a split row op: `(parts, rows)` cubes, and `parts`.
+fn split_grid<R: Runtime>(
+    client: &ComputeClient<R>,
+    rows: usize,
+    cols: usize,
+) -> Result<(CubeCount, usize), LaunchError> {
+    let parts = row_parts(cols);
+    let (max_x, max_y, _) = client.properties().hardware.max_cube_count;
+    if parts > max_x as usize || rows > max_y as usize {
+        return Err(LaunchError::TooLarge {
+            vectors: rows * cols,
+        });
+    }
+    Ok((CubeCount::Static(parts as u32, rows as u32, 1), parts))
+}
+
 pub(crate) fn row_grid<R: Runtime>(
     client: &ComputeClient<R>,
     rows: usize,
@@ -493,9 +699,41 @@ pub fn launch_softmax<R: Runtime, F: Float + CubeElement>(
     if let Some(m) = mask {
         check_len("mask", m, cols, 4)?;
     }
-    let (count, dim) = row_grid(client, rows)?;
     let mask_h = mask.unwrap_or(x);
     let mask_len = if mask.is_some() { cols } else { 1 };
+    if splits_rows(rows, cols) {
+        let (count, parts) = split_grid(client, rows, cols)?;
+        let partials = client.empty(2 * rows * parts * 4);
+        // SAFETY: lengths checked above (the unmasked variant never reads `mask`). Cube
+        // `(part, row)` has `part < parts = ceil(cols / LONG_PART)`, `row < rows`; it reads
+        // `row * cols + j` and `mask[j]` with `j < cols`, and `partials` at
+        // `2 (row parts + q) + 1 < 2 rows parts`, all allocated.
+        unsafe {
+            softmax_parts_kernel::launch_unchecked::<F, R>(
+                client,
+                count.clone(),
+                CubeDim::new_1d(REDUCE_UNITS),
+                arg(x, rows * cols),
+                arg(mask_h, mask_len),
+                arg(&partials, 2 * rows * parts),
+                cols,
+                mask.is_some(),
+            );
+            softmax_apply_kernel::launch_unchecked::<F, R>(
+                client,
+                count,
+                CubeDim::new_1d(REDUCE_UNITS),
+                arg(x, rows * cols),
+                arg(mask_h, mask_len),
+                arg(&partials, 2 * rows * parts),
+                arg(y, rows * cols),
+                cols,
+                mask.is_some(),
+            );
+        }
+        return Ok(());
+    }
+    let (count, dim) = row_grid(client, rows)?;
     // SAFETY: lengths checked above (the unmasked variant never reads `mask`); every index is
     // `row * cols + j` with `row < rows`, `j < cols`, or `j < cols` into the mask.
     unsafe {
@@ -528,6 +766,34 @@ pub fn launch_softmax_backward<R: Runtime, F: Float + CubeElement>(
     let b = core::mem::size_of::<F>();
     for (name, h) in [("p", p), ("dp", dp), ("dl", dl)] {
         check_len(name, h, rows * cols, b)?;
+    }
+    if splits_rows(rows, cols) {
+        let (count, parts) = split_grid(client, rows, cols)?;
+        let partials = client.empty(rows * parts * 4);
+        // SAFETY: as in `launch_softmax`'s split path; `partials` is read and written at
+        // `row parts + q < rows parts`.
+        unsafe {
+            softmax_backward_parts_kernel::launch_unchecked::<F, R>(
+                client,
+                count.clone(),
+                CubeDim::new_1d(REDUCE_UNITS),
+                arg(p, rows * cols),
+                arg(dp, rows * cols),
+                arg(&partials, rows * parts),
+                cols,
+            );
+            softmax_backward_apply_kernel::launch_unchecked::<F, R>(
+                client,
+                count,
+                CubeDim::new_1d(REDUCE_UNITS),
+                arg(p, rows * cols),
+                arg(dp, rows * cols),
+                arg(&partials, rows * parts),
+                arg(dl, rows * cols),
+                cols,
+            );
+        }
+        return Ok(());
     }
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: as in `launch_softmax`.

@@ -96,6 +96,9 @@ fn main() -> Result<()> {
             ops::swiglu_backward(&x, &half, &mut y)
         })?;
         row("geglu_forward", 1.5, &mut || ops::geglu_forward(&x, &mut y))?;
+        row("softmax_forward (flat)", 2.0, &mut || {
+            ops::softmax_forward(&x, &mut y, None)
+        })?;
         row("softmax_backward (flat)", 3.0, &mut || {
             ops::softmax_backward(&probs, &dy, &mut y)
         })?;

@@ -70,6 +70,78 @@ fn softmax_rows_flat_masked_and_backward() {
     );
 }
 
+/// Probabilities over tens of thousands of entries are around 1e-5: the relative part of
+/// the tolerance must do the work (an absolute one of 1e-4 would pass zeros).
+fn long_row_tol(d: Dtype) -> (f32, f32) {
+    match d {
+        Dtype::F32 => (1e-9, 1e-3),
+        Dtype::F16 => (1e-6, 2e-2),
+        _ => (1e-7, 3e-2),
+    }
+}
+
+#[test]
+fn softmax_of_long_rows_split_across_cubes() {
+    // Few rows of 16384 or more split across GPU cubes; ragged last parts, in place, a mask
+    // that hides one whole part, and the gradient.
+    let long = Check {
+        tol: Some(long_row_tol),
+        ..ROW
+    };
+    parity_with(
+        "softmax_rows_forward 3x20000",
+        0x640,
+        &[Input::new(3, 20000, -8.0, 8.0)],
+        long,
+        |t| {
+            let mut y = Tensor::default();
+            ops::softmax_rows_forward(&t[0], &mut y, 3, 20000)?;
+            Ok(y)
+        },
+    );
+    parity_with(
+        "softmax_rows_ in place 2x17000",
+        0x641,
+        &[Input::new(2, 17000, -4.0, 4.0)],
+        long,
+        |t| {
+            let mut y = t[0].clone();
+            y.softmax_rows_(2, 17000)?;
+            Ok(y)
+        },
+    );
+    parity_with(
+        "softmax_forward masked 7x10000",
+        0x642,
+        &[Input::new(7, 10000, -6.0, 6.0)],
+        long,
+        |t| {
+            // Every third entry and all of 4000..9000 (the whole second part) masked out.
+            let keep: Vec<f32> = (0..70000)
+                .map(|i| f32::from(i % 3 != 0 && !(4000..9000).contains(&i)))
+                .collect();
+            let mask = Tensor::from_slice_on(t[0].device(), &keep, 7, 10000)?;
+            let mut p = Tensor::default();
+            ops::softmax_forward(&t[0], &mut p, Some(&mask))?;
+            Ok(p)
+        },
+    );
+    parity_with(
+        "softmax_backward 5x10000",
+        0x643,
+        &[
+            Input::new(5, 10000, 0.0, 4e-5),
+            Input::new(5, 10000, -1.0, 1.0),
+        ],
+        long,
+        |t| {
+            let mut dl = Tensor::default();
+            ops::softmax_backward(&t[0], &t[1], &mut dl)?;
+            Ok(dl)
+        },
+    );
+}
+
 #[test]
 fn layernorm_and_rms_norm() {
     let (r, d) = (37, 300);
