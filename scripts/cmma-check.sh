@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="${BROTENSOR_CMMA_ROOT:-$PWD/target/cmma-root}"
+root="${root%/}"
 mirror=http://deb.debian.org/debian
 
 if [ "$(id -u)" != 0 ]; then
@@ -24,7 +25,12 @@ if [ ! -e "$root/.ready" ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
   fi
   echo "cmma-check: building a Debian 13 root with Mesa from trixie-backports in $root"
-  rm -rf "$root"
+  # A run killed half-way may have left file systems mounted inside.
+  if [ -d "$root" ]; then
+    findmnt -rn -o TARGET | awk -v r="$root/" 'index($0, r) == 1' | sort -r |
+      xargs -r -n1 umount -l
+  fi
+  rm -rf --one-file-system "$root"
   mkdir -p "$(dirname "$root")"
   if ! debootstrap --variant=minbase trixie "$root" "$mirror" >"$root.log" 2>&1; then
     tail -n 20 "$root.log"
@@ -37,17 +43,18 @@ if [ ! -e "$root/.ready" ]; then
 fi
 
 echo "cmma-check: building the test binary with the SPIR-V compiler"
-if ! build=$(cargo test -p brotensor-tests --features brotensor/vulkan-spirv --no-run 2>&1); then
-  echo "$build"
+# The binary's path from cargo's JSON messages (stdout); progress and errors go to stderr.
+if ! build=$(cargo test -p brotensor-tests --features brotensor/vulkan-spirv --no-run \
+  --message-format=json); then
   echo "cmma-check: FAIL: the SPIR-V build failed"
   exit 1
 fi
-echo "$build" | grep -v '^ *Compiling' || true
-bin=$(echo "$build" | sed -n 's/.*Executable tests\/all\/main.rs (\(.*\))$/\1/p')
+bin=$(echo "$build" | sed -n 's/.*"executable":"\([^"]*\/all-[0-9a-f]*\)".*/\1/p' | head -n 1)
 [ -n "$bin" ] || { echo "cmma-check: FAIL: no test binary"; exit 1; }
 
 # The binary at /opt/brotensor; the fixtures at the path compiled into it.
 mkdir -p "$root/opt/brotensor" "$root$PWD/tests" "$root/tmp/xdg"
+chmod 700 "$root/tmp/xdg"
 cp "$bin" "$root/opt/brotensor/all"
 rm -rf "$root$PWD/tests/fixtures"
 cp -r tests/fixtures "$root$PWD/tests/fixtures"
@@ -72,5 +79,9 @@ chroot "$root" env -i PATH=/usr/bin:/bin HOME=/tmp XDG_RUNTIME_DIR=/tmp/xdg \
 chroot "$root" env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR=/tmp/xdg \
   /opt/brotensor/all --exact parity_linear::matrix_units_only_for_16_bit_gpu_matmuls --nocapture 2>&1 |
   grep '^matmul' || true
-scripts/ledger.sh "$ledger" wgpu | tail -n 3
+if ! summary=$(scripts/ledger.sh "$ledger" wgpu); then
+  echo "$summary"
+  exit 1
+fi
+echo "$summary" | tail -n 1
 echo "cmma-check: ok (Mesa $(chroot "$root" dpkg-query -W -f '${Version}' mesa-vulkan-drivers))"

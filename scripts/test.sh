@@ -4,8 +4,8 @@
 #   BROTENSOR_REQUIRE_GPU  which GPU kind must exist (default: wgpu; "" to allow skipping)
 # Then, as root, scripts/cmma-check.sh runs the tests again on a Vulkan device with
 # cooperative matrices, so the tensor-core matmul kernel runs too (CI runs as root).
-#   BROTENSOR_CMMA_CHECK   1: that step must run (fails if not root), 0: skip it,
-#                          auto (default): run it when root
+#   BROTENSOR_CMMA_CHECK   1: that step must run (.ci/run sets it), 0: skip it,
+#                          auto (default): run it when root on a machine with apt-get
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -29,7 +29,7 @@ scripts/ledger.sh "$ledger" "$BROTENSOR_REQUIRE_GPU"
 echo
 case "${BROTENSOR_CMMA_CHECK:-auto}" in
   0) echo "cmma-check: NOT RUN (BROTENSOR_CMMA_CHECK=0)" ;;
-  auto) if [ "$(id -u)" = 0 ]; then scripts/cmma-check.sh
-        else echo "cmma-check: NOT RUN (needs root; the tensor-core matmul kernel was not tested)"; fi ;;
+  auto) if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then scripts/cmma-check.sh
+        else echo "cmma-check: NOT RUN (needs root and apt-get; the tensor-core matmul kernel was not tested)"; fi ;;
   *) scripts/cmma-check.sh ;;
 esac

@@ -391,7 +391,8 @@ const BKC: usize = 32;
 /// Fragment sides the tensor-core kernel takes, preferred first: `16 x 16 x 16` (CUDA tensor
 /// cores, most Vulkan cooperative-matrix drivers), then `8 x 8 x 8` (lavapipe).
 const FRAGS: [usize; 2] = [16, 8];
-/// Widest plane the tensor-core kernel takes (AMD's 64-unit waves).
+/// Widest plane the tensor-core kernel takes: with 16-sided fragments its 4 planes then
+/// hold 256 units, which still divide the staging loops.
 const PLANE_MAX: usize = 64;
 /// Byte alignment of the tensor-core kernel's shared arrays.
 const SMEM_ALIGN: usize = 128;
@@ -477,15 +478,17 @@ fn gemm_cmma_kernel<F: Float>(
     let tid = UNIT_POS as usize;
     let units = comptime!(cmma_units(plane, frag));
     let per_row = comptime!(BN / (2 * frag));
-    let plane_id = tid / plane;
+    // The plane's own index: how units are grouped into planes is up to the driver.
+    let plane_id = PLANE_POS as usize;
     let pr = (plane_id / per_row) * (2 * frag);
     let pc = (plane_id % per_row) * (2 * frag);
     let base_a = z * stride_a;
     let base_b = z * stride_b;
     let base_c = z * stride_c;
 
-    // CUDA's fragment loads and stores need 32-byte aligned addresses: every fragment offset
-    // below is a multiple of `frag` elements, and the arrays start 128-byte aligned.
+    // Fragment addresses: CUDA (16-sided fragments only) needs them 32-byte aligned, Vulkan
+    // aligned to the element. Every offset below is a multiple of `frag` elements (32 bytes
+    // of a 16-bit type at `frag = 16`, 64 of F32), and the arrays start 128-byte aligned.
     let mut sa = SharedMemory::<F>::new_aligned(BM * BKC, SMEM_ALIGN);
     let mut sb = SharedMemory::<F>::new_aligned(BKC * BN, SMEM_ALIGN);
     let acc00 = zero_accumulator(frag);
@@ -594,6 +597,19 @@ const fn cmma_units(plane: usize, frag: usize) -> usize {
     per_side * per_side * plane
 }
 
+// Every unit count the kernel can be launched with divides each staging loop's element
+// count (all are powers of two) and is no larger than the smallest of them, so no loop
+// runs zero times.
+const _: () = {
+    let mut f = 0;
+    while f < FRAGS.len() {
+        let units = cmma_units(PLANE_MAX, FRAGS[f]);
+        assert!(units <= BM * BKC && units <= BKC * BN && units <= BM * BN);
+        assert!(units.is_power_of_two() && FRAGS[f].is_power_of_two());
+        f += 1;
+    }
+};
+
 /// How the tensor-core kernel runs on one client: the plane width and fragment side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatrixUnitShape {
@@ -618,8 +634,9 @@ pub fn matrix_unit_shape<R: Runtime, F: Float>(
 ) -> Option<MatrixUnitShape> {
     // Read once: this runs on every 16-bit launch.
     static TURNED_OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let turned_off = *TURNED_OFF.get_or_init(|| std::env::var(CMMA_ENV).is_ok_and(|v| v == "0"));
-    if core::mem::size_of::<F>() != 2 || turned_off {
+    if core::mem::size_of::<F>() != 2
+        || *TURNED_OFF.get_or_init(|| std::env::var(CMMA_ENV).is_ok_and(|v| v == "0"))
+    {
         return None;
     }
     let hw = &client.properties().hardware;
@@ -640,7 +657,12 @@ pub fn matrix_unit_shape<R: Runtime, F: Float>(
     };
     FRAGS
         .into_iter()
-        .find(|&frag| offered(frag) && cmma_units(plane, frag) <= hw.max_units_per_cube as usize)
+        .find(|&frag| {
+            let units = cmma_units(plane, frag);
+            offered(frag)
+                && units <= hw.max_units_per_cube as usize
+                && units <= hw.max_cube_dim.0 as usize
+        })
         .map(|frag| MatrixUnitShape { plane, frag })
 }
 

@@ -335,15 +335,17 @@ pub fn launch_sum_cols<R: Runtime, F: Float + CubeElement>(
 /// Units the first stage of a column sum aims for: enough to keep a large GPU's memory
 /// system busy (an H200 holds about 270 thousand resident units).
 const COLUMN_SUM_UNITS: usize = 1 << 18;
-/// The fewest rows one unit sums in the first stage.
+/// The fewest rows a part of a column sum has (but for the last part, and inputs shorter
+/// than this, which take one part).
 const MIN_CHUNK_ROWS: usize = 16;
 
-/// How a column sum over `(rows, cols)` splits its rows: `(parts, rows per part)`, with no
-/// part empty. One unit per column per part; a short or wide input takes one part.
+/// How a column sum over `(rows, cols)` splits its rows: `(parts, rows per part)`, every
+/// part but the last full, none empty. One unit per column per part; a short or wide input
+/// takes one part.
 fn column_parts(rows: usize, cols: usize) -> (usize, usize) {
     let col_units = cols.div_ceil(REDUCE_UNITS as usize) * REDUCE_UNITS as usize;
     let wanted = COLUMN_SUM_UNITS.div_ceil(col_units);
-    let parts = wanted.min(rows.div_ceil(MIN_CHUNK_ROWS)).max(1);
+    let parts = wanted.min(rows / MIN_CHUNK_ROWS).max(1);
     let chunk = rows.div_ceil(parts).max(1);
     (rows.div_ceil(chunk), chunk)
 }
@@ -524,4 +526,30 @@ pub fn launch_rows_count_above<R: Runtime, F: Float + CubeElement>(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_parts_cover_every_row_once() {
+        for rows in (1..200).chain([4095, 4096, 65_537, 262_144, 1 << 22]) {
+            for cols in [1, 3, 64, 255, 256, 4096, 1 << 20] {
+                let (parts, chunk) = column_parts(rows, cols);
+                assert!(parts >= 1 && chunk >= 1, "{rows}x{cols}");
+                assert!((parts - 1) * chunk < rows, "{rows}x{cols}: an empty part");
+                assert!(parts * chunk >= rows, "{rows}x{cols}: rows left over");
+                assert!(
+                    chunk >= MIN_CHUNK_ROWS.min(rows),
+                    "{rows}x{cols}: chunk {chunk}"
+                );
+                let units = parts * cols.div_ceil(256) * 256;
+                assert!(
+                    parts == 1 || units <= 2 * COLUMN_SUM_UNITS,
+                    "{rows}x{cols}: {units} units"
+                );
+            }
+        }
+    }
 }

@@ -77,8 +77,8 @@ fn matrix_units_only_for_16_bit_gpu_matmuls() {
         }
     }
     let required = std::env::var(REQUIRE_MATRIX_UNITS_ENV).unwrap_or_default();
-    for name in required.split(',').filter(|n| !n.is_empty()) {
-        let t = match name.trim() {
+    for name in required.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let t = match name {
             "F16" => Dtype::F16,
             "BF16" => Dtype::BF16,
             other => panic!("{REQUIRE_MATRIX_UNITS_ENV}: {other} is not F16 or BF16"),
