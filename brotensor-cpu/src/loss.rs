@@ -1,6 +1,7 @@
 //! Fused losses over row-major FP32 matrices: masked softmax cross-entropy over column
-//! segments ("heads") and binary cross-entropy with logits. Losses are sums (no mean);
-//! gradients are unscaled and overwritten. An entry is valid when its mask is at least 0.5.
+//! segments ("heads"), binary cross-entropy with logits, and the squared error. Losses are
+//! sums (no mean); gradients are unscaled and overwritten. An entry is valid when its mask
+//! is at least 0.5.
 
 use rayon::prelude::*;
 
@@ -12,6 +13,34 @@ use crate::stream::{streaming, write_blocks, write_map, Stream};
 
 /// The smallest probability a log is taken of.
 const P_FLOOR: f32 = 1e-12;
+
+/// Elements per part of [`squared_error_sum`].
+const SQUARED_ERROR_CHUNK: usize = 1 << 16;
+
+/// `sum (a[i] - b[i])^2`: FP32 lanes within fixed parts of 64 Ki elements (summed in
+/// parallel), the parts' sums added in order in f64, so the result is the same for a given
+/// length whatever the thread count. Panics if the lengths differ.
+pub fn squared_error_sum(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "squared_error_sum: lengths");
+    let parts: Vec<f32> = a
+        .par_chunks(SQUARED_ERROR_CHUNK)
+        .zip(b.par_chunks(SQUARED_ERROR_CHUNK))
+        .map(|(a, b)| {
+            wide(
+                #[inline(always)]
+                |_| {
+                    sum_zip(
+                        a,
+                        b,
+                        #[inline(always)]
+                        |x, y| (x - y) * (x - y),
+                    )
+                },
+            )
+        })
+        .collect();
+    parts.iter().map(|&p| f64::from(p)).sum()
+}
 
 /// One segment: `probs` = masked softmax of `logits`, `dlogits = probs - target` on valid
 /// entries (0 on masked ones), returns `sum_{valid, t > 0} -t log(max(p, 1e-12))`.
@@ -252,6 +281,27 @@ pub fn bce_with_logits(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn squared_error_sum_matches_float64_across_parts() {
+        // Three parts and a ragged tail; values whose squares differ by orders of magnitude.
+        let n = 2 * SQUARED_ERROR_CHUNK + 12_345;
+        let a: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 2003) as f32 * 0.01 - 10.0)
+            .collect();
+        let b: Vec<f32> = (0..n)
+            .map(|i| ((i * 104_729) % 997) as f32 * 1e-3)
+            .collect();
+        let want: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+            .sum();
+        let got = squared_error_sum(&a, &b);
+        assert!((got - want).abs() <= 1e-5 * want, "got {got}, want {want}");
+        assert_eq!(squared_error_sum(&[], &[]), 0.0);
+        assert_eq!(squared_error_sum(&[3.0], &[1.0]), 4.0);
+    }
 
     #[test]
     fn cross_entropy_hand_values() {

@@ -1,15 +1,16 @@
 //! Fused FP32 losses on the row-reduce skeleton: masked softmax cross-entropy over column
-//! segments, and binary cross-entropy with logits. One cube per (row, segment) or per row.
+//! segments, and binary cross-entropy with logits, one cube per (row, segment) or per row;
+//! and the squared error's sum, one cube per part of the elements.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::launch::{check_len, grid_1d, LaunchError};
 use crate::reduce::{cube_sum, REDUCE_UNITS};
-use crate::rows::cube_max;
+use crate::rows::{cube_max, row_grid};
 
 #[cube]
-fn is_valid(mask: &Array<f32>, at: usize, #[comptime] masked: bool) -> bool {
+pub(crate) fn is_valid(mask: &Array<f32>, at: usize, #[comptime] masked: bool) -> bool {
     let mut v = true;
     if comptime!(masked) {
         v = mask[at] >= 0.5;
@@ -253,6 +254,75 @@ pub fn launch_bce<R: Runtime>(
             cols,
             pos_weight,
             masked,
+        );
+    }
+    Ok(())
+}
+
+/// Elements one cube of [`launch_squared_error_parts`] sums (16 per unit).
+pub const SQUARED_ERROR_PART: usize = REDUCE_UNITS as usize * 16;
+
+/// Cube `p < parts` writes `sum (a[i] - b[i])^2` over elements `[p PART, (p + 1) PART)`
+/// (up to `len`) to `partials[p]`.
+#[cube(launch_unchecked)]
+fn squared_error_parts_kernel(
+    a: &Array<f32>,
+    b: &Array<f32>,
+    partials: &mut Array<f32>,
+    len: usize,
+    parts: usize,
+) {
+    let part = CUBE_POS;
+    if part < parts {
+        let end = len.min((part + 1) * SQUARED_ERROR_PART);
+        let mut s = f32::new(0.0f32);
+        let mut i = part * SQUARED_ERROR_PART + UNIT_POS as usize;
+        loop {
+            if i >= end {
+                break;
+            }
+            let d = a[i] - b[i];
+            s += d * d;
+            i += REDUCE_UNITS as usize;
+        }
+        let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let total = cube_sum::<f32>(s, &mut smem);
+        if UNIT_POS == 0 {
+            partials[part] = total;
+        }
+    }
+}
+
+/// `partials[p] = sum (a[i] - b[i])^2` over part `p` of [`SQUARED_ERROR_PART`] elements of
+/// the `len`-element F32 buffers: `len.div_ceil(SQUARED_ERROR_PART)` values, which the
+/// caller adds in order for the total.
+pub fn launch_squared_error_parts<R: Runtime>(
+    client: &ComputeClient<R>,
+    a: &Handle,
+    b: &Handle,
+    partials: &Handle,
+    len: usize,
+) -> Result<(), LaunchError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let parts = len.div_ceil(SQUARED_ERROR_PART);
+    check_len("a", a, len, 4)?;
+    check_len("b", b, len, 4)?;
+    check_len("partials", partials, parts, 4)?;
+    let (count, dim) = row_grid(client, parts)?;
+    // SAFETY: lengths checked; cube `p < parts` reads `a`, `b` below `len` and writes
+    // `partials[p]`; cubes of the folded grid past `parts` do nothing.
+    unsafe {
+        squared_error_parts_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(a.clone(), len),
+            ArrayArg::from_raw_parts(b.clone(), len),
+            ArrayArg::from_raw_parts(partials.clone(), parts),
+            len,
+            parts,
         );
     }
     Ok(())

@@ -10,6 +10,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::launch::{check_len, grid_1d, LaunchError};
+use crate::loss::is_valid;
 use crate::reduce::{cube_sum, REDUCE_UNITS};
 
 /// The largest `v` over the cube; all units receive it. Every unit must call it.
@@ -59,7 +60,7 @@ fn softmax_kernel<F: Float>(
                 break;
             }
             let v = f32::cast_from(x[base + j]);
-            if unmasked(mask, j, masked) && v > m {
+            if is_valid(mask, j, masked) && v > m {
                 m = v;
             }
             j += REDUCE_UNITS as usize;
@@ -71,7 +72,7 @@ fn softmax_kernel<F: Float>(
             if j >= cols {
                 break;
             }
-            if unmasked(mask, j, masked) {
+            if is_valid(mask, j, masked) {
                 s += (f32::cast_from(x[base + j]) - m).exp();
             }
             j += REDUCE_UNITS as usize;
@@ -87,7 +88,7 @@ fn softmax_kernel<F: Float>(
                 break;
             }
             let mut p = f32::new(0.0f32);
-            if unmasked(mask, j, masked) {
+            if is_valid(mask, j, masked) {
                 p = (f32::cast_from(x[base + j]) - m).exp() * inv;
             }
             y[base + j] = F::cast_from(p);
@@ -145,16 +146,6 @@ fn row_parts(cols: usize) -> usize {
     cols.div_ceil(LONG_PART)
 }
 
-/// Whether `j` takes part in the softmax (`mask[j] >= 0.5`, or always when not masked).
-#[cube]
-fn unmasked(mask: &Array<f32>, j: usize, #[comptime] masked: bool) -> bool {
-    let mut valid = true;
-    if comptime!(masked) {
-        valid = mask[j] >= 0.5;
-    }
-    valid
-}
-
 /// First stage of a split softmax: cube `(part, row)` writes the max `m` of its part of the
 /// row and `sum exp(x - m)` to `partials[2 (row parts + part) ..]` (`-1e30` and 0 when
 /// nothing in the part is unmasked).
@@ -179,7 +170,7 @@ fn softmax_parts_kernel<F: Float>(
             break;
         }
         let v = f32::cast_from(x[base + j]);
-        if unmasked(mask, j, masked) && v > m {
+        if is_valid(mask, j, masked) && v > m {
             m = v;
         }
         j += REDUCE_UNITS as usize;
@@ -191,7 +182,7 @@ fn softmax_parts_kernel<F: Float>(
         if j >= end {
             break;
         }
-        if unmasked(mask, j, masked) {
+        if is_valid(mask, j, masked) {
             s += (f32::cast_from(x[base + j]) - m).exp();
         }
         j += REDUCE_UNITS as usize;
@@ -255,7 +246,7 @@ fn softmax_apply_kernel<F: Float>(
             break;
         }
         let mut p = f32::new(0.0f32);
-        if unmasked(mask, j, masked) {
+        if is_valid(mask, j, masked) {
             p = (f32::cast_from(x[base + j]) - m).exp() * inv;
         }
         y[base + j] = F::cast_from(p);

@@ -797,4 +797,8 @@ impl LossOps for CpuBackend {
         );
         Ok(())
     }
+
+    fn squared_error_sum(&self, pred: &Tensor, target: &Tensor) -> Result<f64> {
+        Ok(ls::squared_error_sum(pred.host(), target.host()))
+    }
 }

@@ -1194,4 +1194,24 @@ impl<R: Runtime> LossOps for CubeBackend<R> {
         lk::launch_bce(&self.client, bufs, io.logits.shape(), pos_weight)
             .map_err(|e| self.launch_error("bce_with_logits_fused_batched", e))
     }
+
+    fn squared_error_sum(&self, pred: &Tensor, target: &Tensor) -> Result<f64> {
+        let n = pred.numel();
+        if n == 0 {
+            return Ok(0.0);
+        }
+        let parts = n.div_ceil(lk::SQUARED_ERROR_PART);
+        let partials = self.alloc(parts * 4)?;
+        lk::launch_squared_error_parts(
+            &self.client,
+            &out_handle(pred),
+            &out_handle(target),
+            gpu(&partials),
+            n,
+        )
+        .map_err(|e| self.launch_error("mse_vec_forward", e))?;
+        let bytes = self.download(&partials, parts * 4)?;
+        let sums: &[f32] = bytemuck::cast_slice(&bytes);
+        Ok(sums.iter().map(|&s| f64::from(s)).sum())
+    }
 }

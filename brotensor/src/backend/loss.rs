@@ -33,4 +33,12 @@ pub(crate) trait LossOps: OnDevice {
             device: self.device(),
         })
     }
+
+    /// `sum (pred - target)^2` over every element (FP32 partial sums, added in f64).
+    fn squared_error_sum(&self, _pred: &Tensor, _target: &Tensor) -> Result<f64> {
+        Err(Error::NotImplemented {
+            op: "mse_vec_forward",
+            device: self.device(),
+        })
+    }
 }

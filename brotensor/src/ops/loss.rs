@@ -134,26 +134,16 @@ fn check_pair(op: &'static str, pred: &Tensor, target: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// `pred - target` as a tensor shaped like `pred`.
-fn difference(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
-    super::sub(pred, &*target.reshaped(pred.rows(), pred.cols())?)
-}
-
 /// `mean((pred - target)^2)` over all elements (0 for none). Reading the result synchronizes.
 pub fn mse_vec_forward(pred: &Tensor, target: &Tensor) -> Result<f32> {
     let op = "mse_vec_forward";
-    dispatch(op, &[("pred", pred), ("target", target)])?;
+    let be = dispatch(op, &[("pred", pred), ("target", target)])?;
     check_pair(op, pred, target)?;
     let n = pred.numel();
     if n == 0 {
         return Ok(0.0);
     }
-    let d = difference(pred, target)?;
-    let mut sq = super::mul(&d, &d)?;
-    sq.reshape(1, n)?;
-    let mut total = Tensor::default();
-    super::sum_rows(&sq, &mut total)?;
-    Ok(total.to_vec::<f32>()?[0] / n as f32)
+    Ok((be.squared_error_sum(pred, target)? / n as f64) as f32)
 }
 
 /// `dpred = 2 (pred - target) / n`, overwritten (resized to `pred`).

@@ -359,6 +359,16 @@ fn mse_losses() {
         let v = ops::mse_vec_forward(&t[0], &t[1])?;
         Tensor::from_slice_on(t[0].device(), &[v], 1, 1)
     });
+    // Many parts on every device (4096 elements per GPU cube, 65536 per CPU task), the
+    // target shaped as a column: only the element counts must match.
+    let long = [
+        Input::new(300, 500, -2.0, 2.0),
+        Input::new(150_000, 1, -2.0, 2.0),
+    ];
+    parity_with("mse_vec_forward 300x500", 0x654, &long, f32_only, |t| {
+        let v = ops::mse_vec_forward(&t[0], &t[1])?;
+        Tensor::from_slice_on(t[0].device(), &[v], 1, 1)
+    });
     parity_with("mse_vec_backward", 0x651, &pair, f32_only, |t| {
         let mut d = Tensor::default();
         ops::mse_vec_backward(&t[0], &t[1], &mut d)?;
