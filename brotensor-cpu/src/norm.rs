@@ -922,21 +922,62 @@ pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
     });
 }
 
+/// One row of the RMSNorm gradient: `dx = r (gamma dy - x c)`, `c = r^2 / D * sum(x dy
+/// gamma)`, written by streaming stores; returns the row's `r`.
+#[inline(always)]
+fn rms_dx_row(
+    stream: Stream,
+    (x, dy, gamma): (&[f32], &[f32], &[f32]),
+    eps: f32,
+    dx: &mut [f32],
+) -> f32 {
+    let r = rrms(x, eps);
+    let s = sum_zip3(x, dy, gamma, |a, b, g| a * b * g);
+    let c = r * r / gamma.len() as f32 * s;
+    write_blocks(
+        stream,
+        dx,
+        #[inline(always)]
+        |at, out| {
+            let end = at + out.len();
+            let (x, dy, g) = (&x[at..end], &dy[at..end], &gamma[at..end]);
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = r * (g[j] * dy[j] - x[j] * c);
+            }
+        },
+    );
+    r
+}
+
 /// RMSNorm backward (statistics recomputed from `x`): `dx = r (gamma dy - x c)`,
-/// `c = r^2 / D * sum(x dy gamma)`, overwritten; `dgamma += sum_r dy x r`.
+/// `c = r^2 / D * sum(x dy gamma)`, overwritten; `dgamma += sum_r dy x r` when given (the
+/// unit-scale norms built on this one, PixelNorm and L2, have no parameter to train).
 pub fn rms_norm_rows_backward(
     x: &[f32],
     gamma: &[f32],
     dy: &[f32],
     eps: f32,
     dx: &mut [f32],
-    dgamma: &mut [f32],
+    dgamma: Option<&mut [f32]>,
 ) {
     let cols = gamma.len();
     if cols == 0 {
         return;
     }
-    let d = cols as f32;
+    let Some(dgamma) = dgamma else {
+        streaming(dx.len(), 4, |stream| {
+            dx.par_chunks_mut(cols).enumerate().for_each(|(i, dx)| {
+                wide(
+                    #[inline(always)]
+                    |_| {
+                        let rows = (row_of(x, cols, i), row_of(dy, cols, i), gamma);
+                        rms_dx_row(stream, rows, eps, dx);
+                    },
+                )
+            });
+        });
+        return;
+    };
     // dx row by row, dgamma (dy x rrms) summed in the same pass.
     let sums = streaming(dx.len(), 4, |stream| {
         rows_with_column_sums(
@@ -946,21 +987,7 @@ pub fn rms_norm_rows_backward(
             #[inline(always)]
             |i, dx, acc| {
                 let (x, dy) = (row_of(x, cols, i), row_of(dy, cols, i));
-                let r = rrms(x, eps);
-                let s = sum_zip3(x, dy, gamma, |a, b, g| a * b * g);
-                let c = r * r / d * s;
-                write_blocks(
-                    stream,
-                    dx,
-                    #[inline(always)]
-                    |at, out| {
-                        let end = at + out.len();
-                        let (x, dy, g) = (&x[at..end], &dy[at..end], &gamma[at..end]);
-                        for (j, o) in out.iter_mut().enumerate() {
-                            *o = r * (g[j] * dy[j] - x[j] * c);
-                        }
-                    },
-                );
+                let r = rms_dx_row(stream, (x, dy, gamma), eps, dx);
                 for j in 0..cols {
                     acc[j] += dy[j] * x[j] * r;
                 }
@@ -1157,7 +1184,12 @@ mod tests {
         for rms in [false, true] {
             let mut dx = vec![0.0; x.len()];
             if rms {
-                rms_norm_rows_backward(&x, &gamma, &dy, 1e-5, &mut dx, &mut vec![0.0; cols]);
+                let mut dg = vec![0.0; cols];
+                rms_norm_rows_backward(&x, &gamma, &dy, 1e-5, &mut dx, Some(&mut dg));
+                // Without a parameter gradient, dx is the same to the bit.
+                let mut dx_only = vec![0.0; x.len()];
+                rms_norm_rows_backward(&x, &gamma, &dy, 1e-5, &mut dx_only, None);
+                assert_eq!(dx, dx_only);
             } else {
                 let (mut xh, mut m, mut r) = (vec![0.0; x.len()], vec![0.0; rows], vec![0.0; rows]);
                 let mut y = vec![0.0; x.len()];

@@ -744,7 +744,7 @@ impl NormOps for CpuBackend {
         dy: &Tensor,
         eps: f32,
         dx: &mut Tensor,
-        dgamma: &mut Tensor,
+        dgamma: Option<&mut Tensor>,
     ) -> Result<()> {
         nm::rms_norm_rows_backward(
             x.host(),
@@ -752,7 +752,7 @@ impl NormOps for CpuBackend {
             dy.host(),
             eps,
             dx.host_mut(),
-            dgamma.host_mut(),
+            dgamma.map(|d| d.host_mut()),
         );
         Ok(())
     }

@@ -1118,24 +1118,40 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         dy: &Tensor,
         eps: f32,
         dx: &mut Tensor,
-        dgamma: &mut Tensor,
+        dgamma: Option<&mut Tensor>,
     ) -> Result<()> {
         if self.words(x.dtype()) {
             let (wx, wg, wdy) = (self.widened(x)?, self.widened(gamma)?, self.widened(dy)?);
             let mut wdx = Tensor::empty_on(self.device, dx.rows(), dx.cols(), Dtype::F32)?;
-            let mut wdg = self.widened(dgamma)?;
-            self.rms_norm_backward(&wx, &wg, &wdy, eps, &mut wdx, &mut wdg)?;
+            let mut wdg = dgamma.as_deref().map(|d| self.widened(d)).transpose()?;
+            self.rms_norm_backward(&wx, &wg, &wdy, eps, &mut wdx, wdg.as_mut())?;
             self.cast(&wdx, dx)?;
-            return self.cast(&wdg, dgamma);
+            return match (wdg, dgamma) {
+                (Some(wdg), Some(dgamma)) => self.cast(&wdg, dgamma),
+                _ => Ok(()),
+            };
         }
         let rrms = self.scratch(x.rows())?;
         let (xh, gh, dyh) = (out_handle(x), out_handle(gamma), out_handle(dy));
-        let (dxh, dgh, rh) = (out_handle(dx), out_handle(dgamma), out_handle(&rrms));
+        let (dxh, dgh, rh) = (
+            out_handle(dx),
+            dgamma.map(|d| out_handle(d)),
+            out_handle(&rrms),
+        );
         let shape = x.shape();
         let c = &self.client;
         with_float!(x.dtype(), |F| (|| -> Result<(), LaunchError> {
             rw::launch_rms_norm_backward::<R, F>(c, (&xh, &gh, &dyh), &dxh, &rh, shape, eps)?;
-            rd::launch_column_sums::<R, F>(c, (&dyh, Some(&xh), Some(&rh)), &dgh, shape, true)
+            match &dgh {
+                Some(dgh) => rd::launch_column_sums::<R, F>(
+                    c,
+                    (&dyh, Some(&xh), Some(&rh)),
+                    dgh,
+                    shape,
+                    true,
+                ),
+                None => Ok(()),
+            }
         })())
         .map_err(|e| self.launch_error("rms_norm_backward", e))
     }

@@ -154,7 +154,7 @@ pub(crate) trait NormOps: OnDevice {
         _dy: &Tensor,
         _eps: f32,
         _dx: &mut Tensor,
-        _dgamma: &mut Tensor,
+        _dgamma: Option<&mut Tensor>,
     ) -> Result<()> {
         Err(missing("rms_norm_backward", self))
     }

@@ -291,6 +291,18 @@ pub fn rms_norm_backward(
     check_shape(op, "dy", dy, x.shape())?;
     super::check_dtypes_match(op, ("x", x), &[("dy", dy)])?;
     check_grad(op, "dgamma", dgamma, x, x.cols())?;
+    rms_backward_rows(be, (x, gamma, dy), eps, dx, Some(dgamma))
+}
+
+/// The shared tail of the RMSNorm-based backward passes, after their checks: sizes `dx` and
+/// runs the backend (`dgamma` accumulated when given).
+fn rms_backward_rows(
+    be: &dyn crate::backend::Backend,
+    (x, gamma, dy): (&Tensor, &Tensor, &Tensor),
+    eps: f32,
+    dx: &mut Tensor,
+    dgamma: Option<&mut Tensor>,
+) -> Result<()> {
     prepare_out(dx, be.device(), x.shape(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
@@ -321,9 +333,10 @@ pub fn pixel_norm_backward(x: &Tensor, dy: &Tensor, eps: f32, dx: &mut Tensor) -
     let op = "pixel_norm_backward";
     let be = dispatch(op, &[("x", x), ("dy", dy), ("dx", dx)])?;
     check_float(op, "x", x, be)?;
+    check_shape(op, "dy", dy, x.shape())?;
+    super::check_dtypes_match(op, ("x", x), &[("dy", dy)])?;
     let ones = constant(be.device(), x.cols(), 1.0, x.dtype())?;
-    let mut unused = Tensor::zeros_on(be.device(), x.cols(), 1, x.dtype())?;
-    rms_norm_backward(x, &ones, dy, eps, dx, &mut unused)
+    rms_backward_rows(be, (x, &ones, dy), eps, dx, None)
 }
 
 fn heads(op: &'static str, x: &Tensor, head_dim: usize, num_heads: usize) -> Result<()> {
@@ -397,15 +410,9 @@ pub fn l2_norm_backward(
         1.0 / (head_dim as f32).sqrt(),
         x.dtype(),
     )?;
-    let mut unused = Tensor::zeros_on(be.device(), head_dim, 1, x.dtype())?;
-    rms_norm_backward(
-        &*x.reshaped(rows, head_dim)?,
-        &scale,
-        &*dy.reshaped(rows, head_dim)?,
-        eps / head_dim as f32,
-        dx,
-        &mut unused,
-    )?;
+    super::check_dtypes_match(op, ("x", x), &[("dy", dy)])?;
+    let (xr, dyr) = (x.reshaped(rows, head_dim)?, dy.reshaped(rows, head_dim)?);
+    rms_backward_rows(be, (&xr, &scale, &dyr), eps / head_dim as f32, dx, None)?;
     dx.reshape(x.rows(), x.cols())
 }
 
