@@ -11,6 +11,12 @@ mkdir -p "$out"
 tests_exe=$(cargo test --release -p brotensor-tests --test all --no-run --message-format=json 2>/dev/null \
   | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | tail -n1)
 [ -n "$tests_exe" ] || { echo "build: no test binary found"; exit 1; }
+# The same tests with wgpu compiling through SPIR-V (Vulkan cooperative matrices).
+spirv_exe=$(cargo test --release -p brotensor-tests --test all --features brotensor/vulkan-spirv \
+  --no-run --message-format=json 2>/dev/null \
+  | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | tail -n1)
+[ -n "$spirv_exe" ] || { echo "build: no SPIR-V test binary found"; exit 1; }
+cp "$spirv_exe" "$out/brotensor-tests-spirv"
 cargo build --release -p brotensor --example tour
 cargo build --release -p brotensor-benches --bin bench_elementwise --bin bench_dense --bin bench_ops
 
@@ -19,8 +25,11 @@ cp target/release/examples/tour "$out/tour"
 cp target/release/bench_elementwise "$out/bench_elementwise"
 cp target/release/bench_dense "$out/bench_dense"
 cp target/release/bench_ops "$out/bench_ops"
-strip "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise" "$out/bench_dense" "$out/bench_ops"
-gzip -9 "$out/brotensor-tests" "$out/tour" "$out/bench_elementwise" "$out/bench_dense" "$out/bench_ops"
+kit_bins=(brotensor-tests brotensor-tests-spirv tour bench_elementwise bench_dense bench_ops)
+for b in "${kit_bins[@]}"; do
+  strip "$out/$b"
+  gzip -9 "$out/$b"
+done
 cp gpu-kit/run.sh gpu-kit/torch_peer.py scripts/ledger.sh "$out/"
 
 size=$(du -sm "$out" | cut -f1)

@@ -45,6 +45,12 @@ step tests "$bin/brotensor-tests" --test-threads=4
 # 16-bit matmuls take the tensor-core kernel where the card has matrix units; the linear
 # parity cases and the dense benchmark again with it off check and time the tiled kernel.
 step tests_tiled env BROTENSOR_CMMA=0 "$bin/brotensor-tests" --test-threads=4 parity_linear
+# Every test again with Vulkan through SPIR-V (a Vulkan device required): F16 matmuls on
+# cooperative matrices where the driver offers them; kernels_spirv says which kernel ran.
+step tests_spirv env BROTENSOR_REQUIRE_GPU=wgpu BROTENSOR_PARITY_LOG="$logs/ledger-spirv.tsv" \
+  "$bin/brotensor-tests-spirv" --test-threads=4
+step kernels_spirv "$bin/brotensor-tests-spirv" --exact \
+  parity_linear::matrix_units_only_for_16_bit_gpu_matmuls --nocapture
 step bench "$bin/bench_elementwise"
 step bench_dense "$bin/bench_dense"
 step bench_ops "$bin/bench_ops"
