@@ -38,6 +38,127 @@ pub fn cube_max(v: f32, smem: &mut SharedMemory<f32>) -> f32 {
     m
 }
 
+/// This unit's largest unmasked `x[base + j]` over `j` in `[from, to)` (strided by the
+/// cube), at least `-1e30` (the C++ original's starting value).
+#[cube]
+fn unit_max<F: Float>(
+    x: &Array<F>,
+    mask: &Array<f32>,
+    base: usize,
+    from: usize,
+    to: usize,
+    #[comptime] masked: bool,
+) -> f32 {
+    let mut m = f32::new(-1e30f32);
+    let mut j = from + UNIT_POS as usize;
+    loop {
+        if j >= to {
+            break;
+        }
+        let v = f32::cast_from(x[base + j]);
+        if is_valid(mask, j, masked) && v > m {
+            m = v;
+        }
+        j += REDUCE_UNITS as usize;
+    }
+    m
+}
+
+/// This unit's share of `sum exp(x[base + j] - m)` over unmasked `j` in `[from, to)`.
+#[cube]
+fn unit_exp_sum<F: Float>(
+    x: &Array<F>,
+    mask: &Array<f32>,
+    base: usize,
+    from: usize,
+    to: usize,
+    m: f32,
+    #[comptime] masked: bool,
+) -> f32 {
+    let mut s = f32::new(0.0f32);
+    let mut j = from + UNIT_POS as usize;
+    loop {
+        if j >= to {
+            break;
+        }
+        if is_valid(mask, j, masked) {
+            s += (f32::cast_from(x[base + j]) - m).exp();
+        }
+        j += REDUCE_UNITS as usize;
+    }
+    s
+}
+
+/// Writes `y = exp(x - m) / s` (0 where masked, and everywhere when `s` is 0) over this
+/// unit's share of `j` in `[from, to)`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn write_softmax<F: Float>(
+    x: &Array<F>,
+    mask: &Array<f32>,
+    y: &mut Array<F>,
+    base: usize,
+    from: usize,
+    to: usize,
+    m: f32,
+    s: f32,
+    #[comptime] masked: bool,
+) {
+    let mut inv = f32::new(0.0f32);
+    if s > 0.0 {
+        inv = 1.0 / s;
+    }
+    let mut j = from + UNIT_POS as usize;
+    loop {
+        if j >= to {
+            break;
+        }
+        let mut p = f32::new(0.0f32);
+        if is_valid(mask, j, masked) {
+            p = (f32::cast_from(x[base + j]) - m).exp() * inv;
+        }
+        y[base + j] = F::cast_from(p);
+        j += REDUCE_UNITS as usize;
+    }
+}
+
+/// This unit's share of `sum p dp` over `j` in `[from, to)`.
+#[cube]
+fn unit_dot<F: Float>(p: &Array<F>, dp: &Array<F>, base: usize, from: usize, to: usize) -> f32 {
+    let mut s = f32::new(0.0f32);
+    let mut j = from + UNIT_POS as usize;
+    loop {
+        if j >= to {
+            break;
+        }
+        s += f32::cast_from(p[base + j]) * f32::cast_from(dp[base + j]);
+        j += REDUCE_UNITS as usize;
+    }
+    s
+}
+
+/// Writes `dl = p (dp - s)` over this unit's share of `j` in `[from, to)`.
+#[cube]
+fn write_softmax_grad<F: Float>(
+    p: &Array<F>,
+    dp: &Array<F>,
+    dl: &mut Array<F>,
+    base: usize,
+    from: usize,
+    to: usize,
+    s: f32,
+) {
+    let mut j = from + UNIT_POS as usize;
+    loop {
+        if j >= to {
+            break;
+        }
+        let pv = f32::cast_from(p[base + j]);
+        dl[base + j] = F::cast_from(pv * (f32::cast_from(dp[base + j]) - s));
+        j += REDUCE_UNITS as usize;
+    }
+}
+
 /// Softmax per row; entries whose `mask[j]` is below 0.5 (when `masked`) get 0, and a fully
 /// masked row is zeros. The running max starts at -1e30, as in the C++ original.
 #[cube(launch_unchecked)]
@@ -53,47 +174,10 @@ fn softmax_kernel<F: Float>(
     if row < rows {
         let base = row * cols;
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut m = f32::new(-1e30f32);
-        let mut j = UNIT_POS as usize;
-        loop {
-            if j >= cols {
-                break;
-            }
-            let v = f32::cast_from(x[base + j]);
-            if is_valid(mask, j, masked) && v > m {
-                m = v;
-            }
-            j += REDUCE_UNITS as usize;
-        }
-        let m = cube_max(m, &mut smem);
-        let mut s = f32::new(0.0f32);
-        j = UNIT_POS as usize;
-        loop {
-            if j >= cols {
-                break;
-            }
-            if is_valid(mask, j, masked) {
-                s += (f32::cast_from(x[base + j]) - m).exp();
-            }
-            j += REDUCE_UNITS as usize;
-        }
+        let m = cube_max(unit_max(x, mask, base, 0, cols, masked), &mut smem);
+        let s = unit_exp_sum(x, mask, base, 0, cols, m, masked);
         let s = cube_sum::<f32>(s, &mut smem);
-        let mut inv = f32::new(0.0f32);
-        if s > 0.0 {
-            inv = 1.0 / s;
-        }
-        j = UNIT_POS as usize;
-        loop {
-            if j >= cols {
-                break;
-            }
-            let mut p = f32::new(0.0f32);
-            if is_valid(mask, j, masked) {
-                p = (f32::cast_from(x[base + j]) - m).exp() * inv;
-            }
-            y[base + j] = F::cast_from(p);
-            j += REDUCE_UNITS as usize;
-        }
+        write_softmax(x, mask, y, base, 0, cols, m, s, masked);
     }
 }
 
@@ -110,25 +194,8 @@ fn softmax_backward_kernel<F: Float>(
     if row < rows {
         let base = row * cols;
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-        let mut s = f32::new(0.0f32);
-        let mut j = UNIT_POS as usize;
-        loop {
-            if j >= cols {
-                break;
-            }
-            s += f32::cast_from(p[base + j]) * f32::cast_from(dp[base + j]);
-            j += REDUCE_UNITS as usize;
-        }
-        let s = cube_sum::<f32>(s, &mut smem);
-        j = UNIT_POS as usize;
-        loop {
-            if j >= cols {
-                break;
-            }
-            let pv = f32::cast_from(p[base + j]);
-            dl[base + j] = F::cast_from(pv * (f32::cast_from(dp[base + j]) - s));
-            j += REDUCE_UNITS as usize;
-        }
+        let s = cube_sum::<f32>(unit_dot(p, dp, base, 0, cols), &mut smem);
+        write_softmax_grad(p, dp, dl, base, 0, cols, s);
     }
 }
 
@@ -159,37 +226,14 @@ fn softmax_parts_kernel<F: Float>(
 ) {
     let part = CUBE_POS_X as usize;
     let row = CUBE_POS_Y as usize;
-    let parts = CUBE_COUNT_X as usize;
-    let base = row * cols;
-    let end = cols.min((part + 1) * LONG_PART);
+    let (from, base) = (part * LONG_PART, row * cols);
+    let to = cols.min(from + LONG_PART);
     let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-    let mut m = f32::new(-1e30f32);
-    let mut j = part * LONG_PART + UNIT_POS as usize;
-    loop {
-        if j >= end {
-            break;
-        }
-        let v = f32::cast_from(x[base + j]);
-        if is_valid(mask, j, masked) && v > m {
-            m = v;
-        }
-        j += REDUCE_UNITS as usize;
-    }
-    let m = cube_max(m, &mut smem);
-    let mut s = f32::new(0.0f32);
-    j = part * LONG_PART + UNIT_POS as usize;
-    loop {
-        if j >= end {
-            break;
-        }
-        if is_valid(mask, j, masked) {
-            s += (f32::cast_from(x[base + j]) - m).exp();
-        }
-        j += REDUCE_UNITS as usize;
-    }
+    let m = cube_max(unit_max(x, mask, base, from, to, masked), &mut smem);
+    let s = unit_exp_sum(x, mask, base, from, to, m, masked);
     let s = cube_sum::<f32>(s, &mut smem);
     if UNIT_POS == 0 {
-        let at = 2 * (row * parts + part);
+        let at = 2 * (row * CUBE_COUNT_X as usize + part);
         partials[at] = m;
         partials[at + 1] = s;
     }
@@ -234,24 +278,9 @@ fn softmax_apply_kernel<F: Float>(
         q += REDUCE_UNITS as usize;
     }
     let s = cube_sum::<f32>(s, &mut smem);
-    let mut inv = f32::new(0.0f32);
-    if s > 0.0 {
-        inv = 1.0 / s;
-    }
-    let base = row * cols;
-    let end = cols.min((part + 1) * LONG_PART);
-    let mut j = part * LONG_PART + UNIT_POS as usize;
-    loop {
-        if j >= end {
-            break;
-        }
-        let mut p = f32::new(0.0f32);
-        if is_valid(mask, j, masked) {
-            p = (f32::cast_from(x[base + j]) - m).exp() * inv;
-        }
-        y[base + j] = F::cast_from(p);
-        j += REDUCE_UNITS as usize;
-    }
+    let from = part * LONG_PART;
+    let to = cols.min(from + LONG_PART);
+    write_softmax(x, mask, y, row * cols, from, to, m, s, masked);
 }
 
 /// First stage of a split softmax gradient: cube `(part, row)` writes `sum dp p` over its
@@ -265,18 +294,9 @@ fn softmax_backward_parts_kernel<F: Float>(
 ) {
     let part = CUBE_POS_X as usize;
     let row = CUBE_POS_Y as usize;
-    let base = row * cols;
-    let end = cols.min((part + 1) * LONG_PART);
     let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
-    let mut s = f32::new(0.0f32);
-    let mut j = part * LONG_PART + UNIT_POS as usize;
-    loop {
-        if j >= end {
-            break;
-        }
-        s += f32::cast_from(p[base + j]) * f32::cast_from(dp[base + j]);
-        j += REDUCE_UNITS as usize;
-    }
+    let from = part * LONG_PART;
+    let s = unit_dot(p, dp, row * cols, from, cols.min(from + LONG_PART));
     let s = cube_sum::<f32>(s, &mut smem);
     if UNIT_POS == 0 {
         partials[row * CUBE_COUNT_X as usize + part] = s;
@@ -307,17 +327,8 @@ fn softmax_backward_apply_kernel<F: Float>(
         q += REDUCE_UNITS as usize;
     }
     let s = cube_sum::<f32>(s, &mut smem);
-    let base = row * cols;
-    let end = cols.min((part + 1) * LONG_PART);
-    let mut j = part * LONG_PART + UNIT_POS as usize;
-    loop {
-        if j >= end {
-            break;
-        }
-        let pv = f32::cast_from(p[base + j]);
-        dl[base + j] = F::cast_from(pv * (f32::cast_from(dp[base + j]) - s));
-        j += REDUCE_UNITS as usize;
-    }
+    let from = part * LONG_PART;
+    write_softmax_grad(p, dp, dl, row * cols, from, cols.min(from + LONG_PART), s);
 }
 
 /// The mean of `x[base..base + cols]`, folded over the cube (every unit must call it).
