@@ -81,16 +81,28 @@ pub(crate) fn grid_1d<R: Runtime>(
     client: &ComputeClient<R>,
     units: usize,
 ) -> Result<(CubeCount, CubeDim), LaunchError> {
+    grid_layers(client, units, 1)
+}
+
+/// [`grid_1d`] repeated `layers` times along z: the same `units` per layer, layer
+/// `CUBE_POS_Z`.
+pub(crate) fn grid_layers<R: Runtime>(
+    client: &ComputeClient<R>,
+    units: usize,
+    layers: usize,
+) -> Result<(CubeCount, CubeDim), LaunchError> {
     let cubes = units.div_ceil(CUBE_UNITS as usize).max(1);
-    let (max_x, max_y, _) = client.properties().hardware.max_cube_count;
+    let (max_x, max_y, max_z) = client.properties().hardware.max_cube_count;
     let max_x = (max_x as usize).clamp(1, 65_535);
     let x = cubes.min(max_x);
     let y = cubes.div_ceil(x);
-    if y > max_y as usize {
-        return Err(LaunchError::TooLarge { vectors: units });
+    if y > max_y as usize || layers > max_z as usize {
+        return Err(LaunchError::TooLarge {
+            vectors: units * layers,
+        });
     }
     Ok((
-        CubeCount::Static(x as u32, y as u32, 1),
+        CubeCount::Static(x as u32, y as u32, layers as u32),
         CubeDim::new_1d(CUBE_UNITS),
     ))
 }

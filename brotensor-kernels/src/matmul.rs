@@ -619,11 +619,6 @@ pub struct MatrixUnitShape {
     pub frag: usize,
 }
 
-/// Whether `launch_gemm` runs `F` on matrix units on this client; see [`matrix_unit_shape`].
-pub fn uses_tensor_cores<R: Runtime, F: Float>(client: &ComputeClient<R>) -> bool {
-    matrix_unit_shape::<R, F>(client).is_some()
-}
-
 /// How `launch_gemm` runs the tensor-core kernel for `F` on this client, or `None` where it
 /// uses the tiled kernel. `F` must be 16-bit; the runtime must offer square `cmma` fragments
 /// of side 16 or 8 from `F` to FP32 (CUDA tensor cores; Vulkan cooperative matrices through

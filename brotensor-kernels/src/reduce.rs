@@ -9,7 +9,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, grid_1d, LaunchError};
+use crate::launch::{check_len, grid_1d, grid_layers, LaunchError};
 
 /// Units per cube in row reductions (a power of two).
 pub const REDUCE_UNITS: u32 = 256;
@@ -380,16 +380,7 @@ pub fn launch_column_sums<R: Runtime, F: Float + CubeElement>(
     };
     let partials = client.empty((parts * cols).max(1) * 4);
     if parts > 0 {
-        let cubes = cols.div_ceil(REDUCE_UNITS as usize);
-        let (max_x, max_y, max_z) = client.properties().hardware.max_cube_count;
-        let x = cubes.min((max_x as usize).clamp(1, 65_535));
-        let y = cubes.div_ceil(x);
-        if y > max_y as usize || parts > max_z as usize {
-            return Err(LaunchError::TooLarge {
-                vectors: rows * cols,
-            });
-        }
-        let count = CubeCount::Static(x as u32, y as u32, parts as u32);
+        let (count, dim) = grid_layers(client, cols, parts)?;
         // SAFETY: lengths checked above; a unit reads `a` (and `b`) at `r * cols + c` with
         // `r < rows`, `c < cols`, `scale` at `r`, only when given (else `a` with a length of
         // one stands in, never read through them), and writes `partials` at `p * cols + c`
@@ -398,7 +389,7 @@ pub fn launch_column_sums<R: Runtime, F: Float + CubeElement>(
             column_partials_kernel::launch_unchecked::<F, R>(
                 client,
                 count,
-                CubeDim::new_1d(REDUCE_UNITS),
+                dim,
                 ArrayArg::from_raw_parts(a.clone(), rows * cols),
                 ArrayArg::from_raw_parts(
                     b.unwrap_or(a).clone(),

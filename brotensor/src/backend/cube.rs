@@ -135,8 +135,8 @@ impl<R: Runtime> Backend for CubeBackend<R> {
         self.supports(dtype)
             && !self.words(dtype)
             && match dtype {
-                Dtype::F16 => mm::uses_tensor_cores::<R, f16>(&self.client),
-                Dtype::BF16 => mm::uses_tensor_cores::<R, bf16>(&self.client),
+                Dtype::F16 => mm::matrix_unit_shape::<R, f16>(&self.client).is_some(),
+                Dtype::BF16 => mm::matrix_unit_shape::<R, bf16>(&self.client).is_some(),
                 _ => false,
             }
     }
@@ -1142,16 +1142,9 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         let c = &self.client;
         with_float!(x.dtype(), |F| (|| -> Result<(), LaunchError> {
             rw::launch_rms_norm_backward::<R, F>(c, (&xh, &gh, &dyh), &dxh, &rh, shape, eps)?;
-            match &dgh {
-                Some(dgh) => rd::launch_column_sums::<R, F>(
-                    c,
-                    (&dyh, Some(&xh), Some(&rh)),
-                    dgh,
-                    shape,
-                    true,
-                ),
-                None => Ok(()),
-            }
+            dgh.as_ref().map_or(Ok(()), |dgh| {
+                rd::launch_column_sums::<R, F>(c, (&dyh, Some(&xh), Some(&rh)), dgh, shape, true)
+            })
         })())
         .map_err(|e| self.launch_error("rms_norm_backward", e))
     }
