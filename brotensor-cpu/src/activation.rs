@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::elementwise::{exp_fast, exp_with, sin_cos_with, tanh_with, trig_fits};
+use crate::elementwise::{exp_fast, exp_with, sin_cos_with, trig_fits};
 use crate::simd::{wide, MulAdd};
 use crate::stream::{streaming, write_zip};
 
@@ -52,12 +52,6 @@ pub fn relu_backward(x: f32, dy: f32) -> f32 {
     } else {
         0.0
     }
-}
-
-/// `tanh x` by [`tanh_with`] (vectorizes; within about 3 ulp).
-#[inline]
-pub fn tanh(x: f32) -> f32 {
-    tanh_with(MulAdd::Split, x)
 }
 
 /// From the forward output `y = tanh x`: `dy * (1 - y^2)`.
@@ -588,7 +582,7 @@ mod tests {
             assert!(close(gelu_backward(x, 1.0), fd(gelu, x)));
             assert!(close(gelu_exact_backward(x, 1.0), fd(gelu_exact, x)));
             assert!(close(quick_gelu_backward(x, 1.0), fd(quick_gelu, x)));
-            assert!(close(tanh_backward(tanh(x), 1.0), fd(tanh, x)));
+            assert!(close(tanh_backward(x.tanh(), 1.0), fd(f32::tanh, x)));
             assert!(close(sigmoid_backward(sigmoid(x), 1.0), fd(sigmoid, x)));
             assert!(close(elu_backward(x, 1.0, 0.7), fd(|v| elu(v, 0.7), x)));
             assert!(close(

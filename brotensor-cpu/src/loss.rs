@@ -5,41 +5,33 @@
 
 use rayon::prelude::*;
 
-use crate::elementwise::{exp_with, ln_fast};
+use crate::elementwise::{atanh_series, exp_with, log};
 use crate::norm::softmax_exps;
-use crate::reduction::{sum, sum_zip, sum_zip3};
+use crate::reduction::{piece_sum, sum, sum_zip, sum_zip3};
 use crate::simd::{wide, MulAdd};
 use crate::stream::{streaming, write_blocks, write_map, Stream};
 
 /// The smallest probability a log is taken of.
 const P_FLOOR: f32 = 1e-12;
 
-/// Elements per part of [`squared_error_sum`].
-const SQUARED_ERROR_CHUNK: usize = 1 << 16;
-
-/// `sum (a[i] - b[i])^2`: FP32 lanes within fixed parts of 64 Ki elements (summed in
-/// parallel), the parts' sums added in order in f64, so the result is the same for a given
-/// length whatever the thread count. Panics if the lengths differ.
+/// `sum (a[i] - b[i])^2`: FP32 lanes within [`PIECE`](crate::reduction::PIECE)s summed in parallel, the pieces added
+/// in order in f64 ([`piece_sum`]), so the result is the same for a given length whatever
+/// the thread count. Panics if the lengths differ.
 pub fn squared_error_sum(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len(), "squared_error_sum: lengths");
-    let parts: Vec<f32> = a
-        .par_chunks(SQUARED_ERROR_CHUNK)
-        .zip(b.par_chunks(SQUARED_ERROR_CHUNK))
-        .map(|(a, b)| {
-            wide(
-                #[inline(always)]
-                |_| {
-                    sum_zip(
-                        a,
-                        b,
-                        #[inline(always)]
-                        |x, y| (x - y) * (x - y),
-                    )
-                },
-            )
-        })
-        .collect();
-    parts.iter().map(|&p| f64::from(p)).sum()
+    piece_sum(a.len(), |r| {
+        wide(
+            #[inline(always)]
+            |_| {
+                sum_zip(
+                    &a[r.clone()],
+                    &b[r.clone()],
+                    #[inline(always)]
+                    |x, y| (x - y) * (x - y),
+                )
+            },
+        )
+    })
 }
 
 /// One segment: `probs` = masked softmax of `logits`, `dlogits = probs - target` on valid
@@ -114,7 +106,7 @@ fn xent_segment_in(
             // The valid entries with t > 0 add -t ln(max(p, 1e-12)).
             let term = |t: f32, v: f32| {
                 if t > 0.0 {
-                    -t * ln_fast((v * inv).max(P_FLOOR))
+                    -t * log((v * inv).max(P_FLOOR))
                 } else {
                     0.0
                 }
@@ -211,9 +203,7 @@ pub fn log1p_unit(e: f32) -> f32 {
     } else {
         e / (e + 2.0)
     };
-    let s2 = s * s;
-    let series = s * (1.0 + s2 * (1.0 / 3.0 + s2 * (1.0 / 5.0 + s2 * (1.0 / 7.0 + s2 / 9.0))));
-    2.0 * series + if high { LN_2 } else { 0.0 }
+    2.0 * atanh_series(s) + if high { LN_2 } else { 0.0 }
 }
 
 /// One BCE entry with positive weight `w`: `(sigmoid z, its dlogit, its loss term)`, all
@@ -284,8 +274,9 @@ mod tests {
 
     #[test]
     fn squared_error_sum_matches_float64_across_parts() {
+        use crate::reduction::PIECE;
         // Three parts and a ragged tail; values whose squares differ by orders of magnitude.
-        let n = 2 * SQUARED_ERROR_CHUNK + 12_345;
+        let n = 2 * PIECE + 12_345;
         let a: Vec<f32> = (0..n)
             .map(|i| ((i * 7919) % 2003) as f32 * 0.01 - 10.0)
             .collect();

@@ -4,9 +4,11 @@
 use rayon::prelude::*;
 
 use crate::elementwise::exp_with;
-use crate::reduction::{max_with_floor, rows_with_column_sums, sum, sum_map, sum_zip, sum_zip3};
+use crate::reduction::{
+    max_with_floor, piece_sum, rows_with_column_sums, sum, sum_map, sum_zip, sum_zip3, PIECE,
+};
 use crate::simd::{prefetch, wide, MulAdd};
-use crate::stream::{streaming, write_blocks, write_map, Stream};
+use crate::stream::{streaming, write_blocks, write_map, write_zip, Stream};
 
 /// A masked entry's logit floor (the C++ original starts its running max here).
 const MASKED_MAX: f32 = -1e30;
@@ -53,9 +55,6 @@ pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32])
     });
 }
 
-/// Floats per parallel piece of a long row.
-const PIECE: usize = 1 << 16;
-
 /// Whether `rows` rows of `cols` are better split within each row (fewer rows than
 /// threads, each spanning at least two pieces): a flat softmax over a whole tensor, or one
 /// token's logits over a large vocabulary, is one row.
@@ -63,34 +62,18 @@ fn is_long(rows: usize, cols: usize) -> bool {
     rows < rayon::current_num_threads() && cols >= 2 * PIECE
 }
 
-/// `sum f(range)` over the pieces of `0..n`, computed in parallel and added in piece order
-/// (so the sum depends only on `n`).
-fn piece_sum(n: usize, f: impl Fn(std::ops::Range<usize>) -> f32 + Sync) -> f32 {
-    let parts: Vec<f32> = (0..n.div_ceil(PIECE))
-        .into_par_iter()
-        .map(|k| f(k * PIECE..((k + 1) * PIECE).min(n)))
-        .collect();
-    parts.iter().sum()
-}
-
 /// [`softmax_rows`] for one long row, split into pieces across threads: the max, then the
 /// exponentials into `y` with their sum, then `y` scaled in place.
 fn softmax_long_row(x: &[f32], mask: Option<&[f32]>, y: &mut [f32]) {
+    let piece_mask = |k: usize, len: usize| mask.map(|m| &m[k * PIECE..k * PIECE + len]);
     let max = x
         .par_chunks(PIECE)
         .enumerate()
-        .map(|(k, xs)| match mask {
-            None => wide(
+        .map(|(k, xs)| {
+            wide(
                 #[inline(always)]
-                |_| max_with_floor(xs, MASKED_MAX),
-            ),
-            Some(m) => xs
-                .iter()
-                .zip(&m[k * PIECE..])
-                .fold(
-                    MASKED_MAX,
-                    |a, (&v, &k)| if k >= 0.5 && v > a { v } else { a },
-                ),
+                |_| masked_max(xs, piece_mask(k, xs.len())),
+            )
         })
         .reduce(|| MASKED_MAX, f32::max);
     let parts: Vec<f32> = y
@@ -100,25 +83,7 @@ fn softmax_long_row(x: &[f32], mask: Option<&[f32]>, y: &mut [f32]) {
         .map(|(k, (ys, xs))| {
             wide(
                 #[inline(always)]
-                |madd| {
-                    match mask {
-                        None => {
-                            for (o, &v) in ys.iter_mut().zip(xs) {
-                                *o = exp_with(madd, v - max);
-                            }
-                        }
-                        Some(m) => {
-                            for ((o, &v), &k) in ys.iter_mut().zip(xs).zip(&m[k * PIECE..]) {
-                                *o = if k >= 0.5 {
-                                    exp_with(madd, v - max)
-                                } else {
-                                    0.0
-                                };
-                            }
-                        }
-                    }
-                    sum(ys)
-                },
+                |madd| masked_exps(madd, xs, piece_mask(k, xs.len()), max, ys),
             )
         })
         .collect();
@@ -134,6 +99,47 @@ fn softmax_long_row(x: &[f32], mask: Option<&[f32]>, y: &mut [f32]) {
             },
         )
     });
+}
+
+/// The largest of [`MASKED_MAX`] and the entries of `row` whose mask is at least 0.5 (every
+/// entry without a mask).
+#[inline(always)]
+fn masked_max(row: &[f32], mask: Option<&[f32]>) -> f32 {
+    match mask {
+        None => max_with_floor(row, MASKED_MAX),
+        Some(m) => row.iter().zip(m).fold(
+            MASKED_MAX,
+            |a, (&v, &k)| {
+                if k >= 0.5 && v > a {
+                    v
+                } else {
+                    a
+                }
+            },
+        ),
+    }
+}
+
+/// `e = exp(row - max)` (0 where masked) and its sum.
+#[inline(always)]
+fn masked_exps(madd: MulAdd, row: &[f32], mask: Option<&[f32]>, max: f32, e: &mut [f32]) -> f32 {
+    match mask {
+        None => {
+            for (o, &v) in e.iter_mut().zip(row) {
+                *o = exp_with(madd, v - max);
+            }
+        }
+        Some(m) => {
+            for ((o, &v), &k) in e.iter_mut().zip(row).zip(m) {
+                *o = if k >= 0.5 {
+                    exp_with(madd, v - max)
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+    sum(e)
 }
 
 /// One row of [`softmax_rows`] into `y`, with `e` (the row's length) as scratch for the
@@ -170,31 +176,10 @@ pub(crate) fn softmax_exps(
     e: &mut [f32],
     next: *const f32,
 ) -> f32 {
+    let max = masked_max(row, mask);
     let s = match mask {
-        None => {
-            let max = max_with_floor(row, MASKED_MAX);
-            exp_shifted_sum(madd, row, max, e, next)
-        }
-        Some(m) => {
-            let max = row.iter().zip(m).fold(
-                MASKED_MAX,
-                |a, (&v, &k)| {
-                    if k >= 0.5 && v > a {
-                        v
-                    } else {
-                        a
-                    }
-                },
-            );
-            for ((o, &v), &k) in e.iter_mut().zip(row).zip(m) {
-                *o = if k >= 0.5 {
-                    exp_with(madd, v - max)
-                } else {
-                    0.0
-                };
-            }
-            sum(e)
-        }
+        None => exp_shifted_sum(madd, row, max, e, next),
+        Some(_) => masked_exps(madd, row, mask, max, e),
     };
     if s > 0.0 {
         1.0 / s
@@ -328,38 +313,32 @@ pub fn softmax_rows_backward(p: &[f32], dp: &[f32], cols: usize, dl: &mut [f32])
         return;
     }
     if is_long(p.len() / cols, cols) {
-        for (dl, (p, dp)) in dl.chunks_mut(cols).zip(p.chunks(cols).zip(dp.chunks(cols))) {
-            let s = piece_sum(cols, |r| {
-                wide(
-                    #[inline(always)]
-                    |_| sum_zip(&p[r.clone()], &dp[r], |a, b| a * b),
-                )
-            });
-            streaming(dl.len(), 4, |stream| {
+        streaming(dl.len(), 4, |stream| {
+            for (dl, (p, dp)) in dl.chunks_mut(cols).zip(p.chunks(cols).zip(dp.chunks(cols))) {
+                let s = piece_sum(cols, |r| {
+                    wide(
+                        #[inline(always)]
+                        |_| sum_zip(&p[r.clone()], &dp[r], |a, b| a * b),
+                    )
+                }) as f32;
                 dl.par_chunks_mut(PIECE)
                     .zip(p.par_chunks(PIECE).zip(dp.par_chunks(PIECE)))
-                    .for_each(|(dl, (p, dp))| {
+                    .for_each(|(dl, pair)| {
                         wide(
                             #[inline(always)]
                             |_| {
-                                write_blocks(
+                                write_zip(
                                     stream,
                                     dl,
+                                    pair,
                                     #[inline(always)]
-                                    |at, out| {
-                                        let end = at + out.len();
-                                        for (o, (&pv, &dv)) in
-                                            out.iter_mut().zip(p[at..end].iter().zip(&dp[at..end]))
-                                        {
-                                            *o = pv * (dv - s);
-                                        }
-                                    },
+                                    |pv, dv| pv * (dv - s),
                                 )
                             },
                         )
-                    })
-            });
-        }
+                    });
+            }
+        });
         return;
     }
     streaming(dl.len(), 4, |stream| {
@@ -1017,10 +996,19 @@ mod tests {
 
     #[test]
     fn rows_split_across_threads_match_f64() {
-        // One row of 3 pieces plus a tail: with more than one thread it takes the long-row
-        // path (forward with and without a mask, and backward).
+        // In a pool of 4 threads, so that the long-row path runs whatever the machine has.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .build()
+            .unwrap();
+        pool.install(check_rows_split_across_threads);
+    }
+
+    /// One row of 3 pieces plus a tail on the long-row path: forward with and without a
+    /// mask, and backward, against float64.
+    fn check_rows_split_across_threads() {
         let cols = 3 * PIECE + 123;
-        assert!(is_long(1, cols) || rayon::current_num_threads() == 1);
+        assert!(is_long(1, cols));
         let x: Vec<f32> = (0..cols)
             .map(|i| ((i * 7919) % 2003) as f32 * 0.01 - 10.0)
             .collect();

@@ -8,6 +8,19 @@ use crate::simd::wide;
 /// 16-wide (AVX-512) or 8-wide (AVX2) loop do not wait on each other's latency.
 const LANES: usize = 32;
 
+/// Floats per parallel piece when one long vector is reduced across threads.
+pub const PIECE: usize = 1 << 16;
+
+/// `sum f(range)` over the [`PIECE`]-long pieces of `0..n`, computed in parallel and added
+/// in piece order in f64, so the sum depends only on `n`, not on the thread count.
+pub fn piece_sum(n: usize, f: impl Fn(std::ops::Range<usize>) -> f32 + Sync) -> f64 {
+    let parts: Vec<f32> = (0..n.div_ceil(PIECE))
+        .into_par_iter()
+        .map(|k| f(k * PIECE..((k + 1) * PIECE).min(n)))
+        .collect();
+    parts.iter().map(|&p| f64::from(p)).sum()
+}
+
 /// Sum of a slice, FP32, in 32 independent lanes (vectorizes; more accurate than one
 /// chain).
 #[inline(always)]
@@ -209,12 +222,30 @@ pub fn sum_rows(x: &[f32], cols: usize, y: &mut [f32]) {
         });
 }
 
-/// `y[c] = sum_r x[r, c]` (by [`accumulate_rows`]). Panics unless
-/// `x.len() == rows * y.len()`.
+/// `y[c] = sum_r x[r, c]` (by [`accumulate_rows`]; with fewer rows than threads, by pieces
+/// of columns in parallel, each summing its rows in order: the same additions in the same
+/// order). Panics unless `x.len() == rows * y.len()`.
 pub fn sum_cols(x: &[f32], rows: usize, y: &mut [f32]) {
     let cols = y.len();
     assert_eq!(x.len(), rows * cols, "sum_cols: lengths");
     y.fill(0.0);
+    if rows < rayon::current_num_threads() {
+        y.par_chunks_mut(PIECE).enumerate().for_each(|(k, ys)| {
+            wide(
+                #[inline(always)]
+                |_| {
+                    let n = ys.len();
+                    for r in 0..rows {
+                        let at = r * cols + k * PIECE;
+                        for (o, &v) in ys.iter_mut().zip(&x[at..at + n]) {
+                            *o += v;
+                        }
+                    }
+                },
+            )
+        });
+        return;
+    }
     accumulate_rows(
         rows,
         y,
@@ -378,6 +409,29 @@ pub fn rows_count_above(x: &[f32], cols: usize, lo: f32, hi: f32, counts: &mut [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sum_cols_of_few_rows_adds_as_the_blocked_path() {
+        // 3 rows: split by columns in a pool of 4 threads, by row blocks in a pool of 1;
+        // the same additions in the same order, so the same bits.
+        let (rows, cols) = (3, 2 * PIECE + 77);
+        let x: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919) % 2003) as f32 * 0.013 - 13.0)
+            .collect();
+        let in_pool = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut y = vec![f32::NAN; cols];
+            pool.install(|| sum_cols(&x, rows, &mut y));
+            y
+        };
+        let (by_columns, by_rows) = (in_pool(4), in_pool(1));
+        assert_eq!(by_columns, by_rows);
+        let want: f32 = (0..rows).map(|r| x[r * cols + cols - 1]).sum();
+        assert_eq!(by_columns[cols - 1], want);
+    }
 
     #[test]
     fn hand_computed() {
