@@ -3,25 +3,25 @@
 
 use gemm::Parallelism;
 
-/// A row-major matrix operand, possibly read transposed.
+/// A row-major matrix operand, possibly read transposed. Its fields are private so that
+/// `data` always holds exactly `rows * cols` elements ([`Mat::new`] checks it), which
+/// [`matmul`]'s unsafe call relies on.
 #[derive(Clone, Copy)]
 pub struct Mat<'a> {
-    /// The stored elements, row-major.
-    pub data: &'a [f32],
-    /// Stored rows.
-    pub rows: usize,
-    /// Stored columns.
-    pub cols: usize,
-    /// Whether the product reads the transpose.
-    pub trans: bool,
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    trans: bool,
 }
 
 impl<'a> Mat<'a> {
     /// `data` as a `rows x cols` row-major matrix.
+    ///
+    /// # Panics
+    /// If `rows * cols` overflows or differs from `data.len()`.
     pub fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
-        assert_eq!(
-            data.len(),
-            rows * cols,
+        assert!(
+            rows.checked_mul(cols) == Some(data.len()),
             "Mat: {} elements for {rows} x {cols}",
             data.len()
         );
@@ -61,13 +61,19 @@ impl<'a> Mat<'a> {
 }
 
 /// `c (m, n) = a (m, k) . b (k, n)`, or `c += a . b` when `accumulate`. FP32 throughout.
-/// Panics if the shapes do not chain or `c` has the wrong length. With `k == 0`, `c` is
-/// zeroed (or left as is when accumulating).
+/// With `k == 0`, `c` is zeroed (or left as is when accumulating).
+///
+/// # Panics
+/// If the shapes do not chain or `c` does not hold exactly `m * n` elements.
 pub fn matmul(a: Mat<'_>, b: Mat<'_>, c: &mut [f32], accumulate: bool) {
     let (m, k) = a.shape();
     let (kb, n) = b.shape();
     assert_eq!(k, kb, "matmul: inner dimensions {k} and {kb}");
-    assert_eq!(c.len(), m * n, "matmul: output length");
+    assert!(
+        m.checked_mul(n) == Some(c.len()),
+        "matmul: output length {} for {m} x {n}",
+        c.len()
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -79,15 +85,17 @@ pub fn matmul(a: Mat<'_>, b: Mat<'_>, c: &mut [f32], accumulate: bool) {
     }
     let (a_cs, a_rs) = a.strides();
     let (b_cs, b_rs) = b.strides();
-    let parallelism = if m * n * k >= 1 << 15 {
+    let parallelism = if c.len().saturating_mul(k) >= 1 << 15 {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None
     };
     // SAFETY: every pointer covers the matrix its dimensions and strides describe: `c` holds
-    // m*n elements (checked) with strides (1, n); `a` and `b` hold rows*cols elements
-    // (checked in `Mat::new`) and their strides address only those. `c` is a unique borrow,
-    // so it aliases neither input.
+    // exactly m*n elements (checked, without overflow) with strides (1, n); `a` and `b` hold
+    // exactly rows*cols elements (checked without overflow in `Mat::new`, the only way to
+    // build a `Mat`) and their strides address only those. Slice lengths are at most
+    // isize::MAX, so the strides convert to isize exactly. `c` is a unique borrow, so it
+    // aliases neither input.
     unsafe {
         gemm::gemm(
             m,
@@ -169,5 +177,20 @@ mod tests {
         let mut z = vec![5.0; 6];
         matmul(Mat::new(&[], 2, 0), Mat::new(&[], 0, 3), &mut z, false);
         assert_eq!(z, vec![0.0; 6]);
+    }
+
+    #[test]
+    fn wrapping_sizes_are_refused_before_the_product() {
+        // 2^63 * 2 wraps to 0 in unchecked arithmetic: an empty slice must not pass.
+        let huge = std::panic::catch_unwind(|| Mat::new(&[], 1 << 63, 2));
+        assert!(huge.is_err(), "a wrapping shape must be refused");
+        let one = [1.0f32];
+        let a = Mat::new(&one, 1, 1);
+        let mut c = [0.0f32; 1];
+        let mut empty: [f32; 0] = [];
+        // Output length checked with the real product.
+        assert!(std::panic::catch_unwind(move || matmul(a, a, &mut empty, false)).is_err());
+        matmul(a, a, &mut c, false);
+        assert_eq!(c, [1.0]);
     }
 }

@@ -34,7 +34,7 @@ pub use runtime::{
     memory_trim, set_default_device, supports_dtype, sync, sync_all, DeviceScope, MemoryInfo,
     DEFAULT_DEVICE_ENV,
 };
-pub use tensor::{Element, Reshaped, Tensor};
+pub use tensor::{Element, Reshaped, Tensor, GPU_MAX_ELEMENTS};
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../../README.md")]

@@ -84,6 +84,37 @@ pub(crate) fn checked_numel(op: &'static str, rows: usize, cols: usize) -> Resul
         .ok_or_else(|| Error::shape(op, format!("{rows} x {cols} elements overflow usize")))
 }
 
+/// The most elements a tensor may hold on a GPU: kernels index elements with 32 bits.
+pub const GPU_MAX_ELEMENTS: usize = u32::MAX as usize;
+
+/// Errors unless `device` can index `numel` elements (GPU kernels index with 32 bits).
+fn check_device_extent(op: &'static str, device: Device, numel: usize) -> Result<()> {
+    if device.is_gpu() && numel > GPU_MAX_ELEMENTS {
+        return Err(Error::shape(
+            op,
+            format!(
+                "{numel} elements on {device}: GPU kernels index with 32 bits, so a GPU \
+                 tensor holds at most {GPU_MAX_ELEMENTS} elements"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Storage bytes of a `rows x cols` `dtype` tensor on `device`, checked for overflow, whole
+/// blocks and the device's index range.
+fn device_bytes_for(
+    op: &'static str,
+    device: Device,
+    rows: usize,
+    cols: usize,
+    dtype: Dtype,
+) -> Result<usize> {
+    let bytes = storage_bytes_for(op, rows, cols, dtype)?;
+    check_device_extent(op, device, rows * cols)?;
+    Ok(bytes)
+}
+
 fn storage_bytes_for(op: &'static str, rows: usize, cols: usize, dtype: Dtype) -> Result<usize> {
     let numel = checked_numel(op, rows, cols)?;
     if dtype.is_quant() && !cols.is_multiple_of(dtype.block_size()) {
@@ -138,7 +169,7 @@ impl Tensor {
 
     /// A `rows x cols` tensor on `device`; contents undefined.
     pub fn empty_on(device: Device, rows: usize, cols: usize, dtype: Dtype) -> Result<Tensor> {
-        let bytes = storage_bytes_for("empty", rows, cols, dtype)?;
+        let bytes = device_bytes_for("empty", device, rows, cols, dtype)?;
         let storage = backend("empty", device)?.alloc(bytes)?;
         Ok(Tensor::committed(rows, cols, dtype, device, storage))
     }
@@ -199,7 +230,7 @@ impl Tensor {
         cols: usize,
         dtype: Dtype,
     ) -> Result<Tensor> {
-        let expected = storage_bytes_for(op, rows, cols, dtype)?;
+        let expected = device_bytes_for(op, device, rows, cols, dtype)?;
         if bytes.len() != expected {
             return Err(Error::invalid(
                 op,
@@ -332,7 +363,7 @@ impl Tensor {
     /// allocation is kept while the new size fits in it, so a buffer reused in a loop never
     /// moves; an uncommitted tensor is allocated on its device.
     pub fn resize(&mut self, rows: usize, cols: usize, dtype: Dtype) -> Result<()> {
-        let bytes = storage_bytes_for("resize", rows, cols, dtype)?;
+        let bytes = device_bytes_for("resize", self.device, rows, cols, dtype)?;
         let fits = self.storage.as_ref().is_some_and(|s| s.capacity() >= bytes);
         if !fits {
             self.storage = Some(backend("resize", self.device)?.alloc(bytes)?);
@@ -368,6 +399,7 @@ impl Tensor {
             });
         };
         let bytes = self.storage_bytes();
+        check_device_extent("to", device, self.numel())?;
         let storage = if device == self.device {
             let be = backend("to", device)?;
             let mut dst = be.alloc(bytes)?;

@@ -73,10 +73,14 @@ pub fn gpu_devices() -> Vec<Device> {
     gpus
 }
 
-/// `(atol, rtol)` for results stored in `dtype`: |got - want| <= atol + rtol * |want|.
+/// `(scale_tol, rtol)` for results stored in `dtype`: an element passes when
+/// `|got - want| <= scale_tol * s + rtol * |want|`, where `s` is the largest `|want|` in its
+/// row of the output. Both parts are relative to the output's own size, so a result that
+/// is all zeros, halved, or has one element off by its own magnitude fails (every check
+/// proves this on its own data: see [`assert_rejects_wrong`]).
 pub fn tolerance(dtype: Dtype) -> (f32, f32) {
     match dtype {
-        Dtype::F16 => (1e-2, 1e-2),
+        Dtype::F16 => (4e-3, 1e-2),
         Dtype::BF16 => (2e-2, 2e-2),
         _ => (1e-5, 1e-4),
     }
@@ -122,40 +126,100 @@ pub fn read_f32(t: &Tensor) -> Result<Vec<f32>> {
     })
 }
 
-/// Asserts |got - want| <= atol + rtol*|want| everywhere (NaN matches NaN, infinities match
-/// by sign), naming the worst index on failure.
-pub fn assert_close(tag: &str, want: &[f32], got: &[f32], (atol, rtol): (f32, f32)) {
-    assert_eq!(
-        want.len(),
-        got.len(),
-        "{tag}: length {} vs {}",
-        want.len(),
-        got.len()
-    );
+/// Where `got` differs from `want` by more than the tolerance (see [`tolerance`]), with
+/// `want` cut into rows of `cols` elements for the scale part; NaN matches NaN and
+/// infinities match by sign. `Err` names the worst index.
+pub fn check_close(
+    want: &[f32],
+    got: &[f32],
+    cols: usize,
+    (scale_tol, rtol): (f32, f32),
+) -> std::result::Result<(), String> {
+    if want.len() != got.len() {
+        return Err(format!("length {} vs {}", want.len(), got.len()));
+    }
+    // A column vector is one row: its elements share one scale.
+    let cols = if cols <= 1 { want.len().max(1) } else { cols };
     let mut worst: Option<(usize, f32)> = None;
-    for (i, (&w, &g)) in want.iter().zip(got).enumerate() {
-        let ok = if w.is_nan() || g.is_nan() {
-            w.is_nan() && g.is_nan()
-        } else if w.is_infinite() || g.is_infinite() {
-            w == g
-        } else {
-            (w - g).abs() <= atol + rtol * w.abs()
-        };
-        if !ok {
-            let excess = if w.is_finite() && g.is_finite() {
-                (w - g).abs()
+    for (r, (wr, gr)) in want.chunks(cols).zip(got.chunks(cols)).enumerate() {
+        let scale = wr
+            .iter()
+            .filter(|w| w.is_finite())
+            .fold(0.0f32, |m, w| m.max(w.abs()));
+        for (j, (&w, &g)) in wr.iter().zip(gr).enumerate() {
+            let ok = if w.is_nan() || g.is_nan() {
+                w.is_nan() && g.is_nan()
+            } else if w.is_infinite() || g.is_infinite() {
+                w == g
             } else {
-                f32::INFINITY
+                (w - g).abs() <= scale_tol * scale + rtol * w.abs()
             };
-            if worst.is_none_or(|(_, e)| excess > e) {
-                worst = Some((i, excess));
+            if !ok {
+                let excess = if w.is_finite() && g.is_finite() {
+                    (w - g).abs()
+                } else {
+                    f32::INFINITY
+                };
+                if worst.is_none_or(|(_, e)| excess > e) {
+                    worst = Some((r * cols + j, excess));
+                }
             }
         }
     }
-    if let Some((i, _)) = worst {
-        panic!(
-            "{tag}: mismatch at index {i}: want {} got {} (atol {atol}, rtol {rtol})",
+    match worst {
+        None => Ok(()),
+        Some((i, _)) => Err(format!(
+            "mismatch at index {i}: want {} got {} (scale_tol {scale_tol}, rtol {rtol}, rows of {cols})",
             want[i], got[i]
+        )),
+    }
+}
+
+/// Asserts [`check_close`] with the whole output as one row.
+pub fn assert_close(tag: &str, want: &[f32], got: &[f32], tol: (f32, f32)) {
+    assert_close_rows(tag, want, got, want.len(), tol);
+}
+
+/// Asserts [`check_close`] with rows of `cols` elements, and that the check would reject a
+/// wrong answer (see [`assert_rejects_wrong`]).
+pub fn assert_close_rows(tag: &str, want: &[f32], got: &[f32], cols: usize, tol: (f32, f32)) {
+    if let Err(e) = check_close(want, got, cols, tol) {
+        panic!("{tag}: {e}");
+    }
+    assert_rejects_wrong(tag, want, cols, tol);
+}
+
+/// The harness self-test: the comparison of `want` under `tol` must reject an all-zero
+/// result, a halved result, and a result with its largest element off by its own magnitude.
+/// An expected output with no finite non-zero element (an empty product, say) is compared
+/// exactly, since its scale is zero, and any non-zero result fails it; there is nothing
+/// further to prove.
+pub fn assert_rejects_wrong(tag: &str, want: &[f32], cols: usize, tol: (f32, f32)) {
+    let Some((big, _)) = want
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.is_finite())
+        .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+        .filter(|(_, w)| **w != 0.0)
+    else {
+        let mut one_off = want.to_vec();
+        if let Some(v) = one_off.iter_mut().find(|v| v.is_finite()) {
+            *v = 1e-30;
+            assert!(
+                check_close(want, &one_off, cols, tol).is_err(),
+                "{tag}: harness self-test: an all-zero expectation accepts a non-zero result"
+            );
+        }
+        return;
+    };
+    let zeros: Vec<f32> = want.iter().map(|w| if w.is_finite() { 0.0 } else { *w }).collect();
+    let halved: Vec<f32> = want.iter().map(|w| w * 0.5).collect();
+    let mut one_off = want.to_vec();
+    one_off[big] += want[big].abs();
+    for (what, wrong) in [("zeros", zeros), ("a halved output", halved), ("one element off", one_off)] {
+        assert!(
+            check_close(want, &wrong, cols, tol).is_err(),
+            "{tag}: harness self-test: the tolerance {tol:?} accepts {what}"
         );
     }
 }
@@ -213,7 +277,7 @@ pub struct Check {
     pub dtypes: &'static [Dtype],
     /// Whether the output keeps the input's dtype (else any dtype; it is read as `f32`).
     pub same_dtype: bool,
-    /// `(atol, rtol)` per dtype instead of [`tolerance`]; `Some((0, 0))` demands equality.
+    /// `(scale_tol, rtol)` per dtype instead of [`tolerance`]; `Some((0, 0))` demands equality.
     pub tol: Option<fn(Dtype) -> (f32, f32)>,
 }
 
@@ -235,61 +299,128 @@ pub fn parity_with(
     check: Check,
     op: impl Fn(&[Tensor]) -> Result<Tensor>,
 ) {
-    let mut rng = SplitMix64::new(seed);
-    let data: Vec<Vec<f32>> = inputs
-        .iter()
-        .map(|i| rng.uniform(i.rows * i.cols, i.lo, i.hi))
-        .collect();
-    let run = |device: Device, dtype: Dtype, data: &[Vec<f32>]| -> Result<Tensor> {
-        let tensors = inputs
-            .iter()
-            .zip(data)
-            .map(|(i, d)| tensor(device, d, i.rows, i.cols, dtype))
-            .collect::<Result<Vec<_>>>()?;
-        op(&tensors)
-    };
+    let data = seeded_inputs(seed, inputs);
+    let run = runner(inputs, &op);
     let gpus = gpu_devices();
     if gpus.is_empty() {
         eprintln!("parity {case}: SKIPPED on GPU (no GPU device found; set {REQUIRE_GPU_ENV} to fail instead)");
     }
     for &dtype in check.dtypes {
         let rounded: Vec<Vec<f32>> = data.iter().map(|d| round_through(dtype, d)).collect();
-        let reference = run(Device::Cpu, Dtype::F32, &rounded).and_then(|t| read_f32(&t));
-        let reference = reference.unwrap_or_else(|e| panic!("{case}: CPU reference failed: {e}"));
+        let reference = run(Device::Cpu, Dtype::F32, &rounded)
+            .and_then(|t| Ok((read_f32(&t)?, t.cols())));
+        let (reference, cols) =
+            reference.unwrap_or_else(|e| panic!("{case}: CPU reference failed: {e}"));
+        // The comparison must be able to fail on this case's data, GPU or not.
+        assert_rejects_wrong(
+            &format!("{case} {dtype}"),
+            &round_through(dtype, &reference),
+            cols,
+            check.tol.map_or_else(|| tolerance(dtype), |f| f(dtype)),
+        );
         if dtype == Dtype::F32 {
             record(case, Device::Cpu, dtype);
         }
         for &device in &gpus {
-            match run(device, dtype, &data) {
-                Ok(out) => {
-                    // A device without `dtype` arithmetic may still run a pure byte path
-                    // (a same-dtype cast is a copy); its result must be right all the same.
-                    assert_eq!(out.device(), device, "{case}: output left {device}");
-                    if check.same_dtype {
-                        assert_eq!(out.dtype(), dtype, "{case}: output dtype on {device}");
-                    }
-                    let got = read_f32(&out).unwrap_or_else(|e| panic!("{case}: read back: {e}"));
-                    let want = round_through(out.dtype(), &reference);
-                    assert_close(
-                        &format!("{case} on {device} {dtype}"),
-                        &want,
-                        &got,
-                        check
-                            .tol
-                            .map_or_else(|| tolerance(out.dtype()), |f| f(dtype)),
-                    );
-                    record(case, device, dtype);
-                }
-                Err(brotensor::Error::UnsupportedDtype { dtype: refused, .. })
-                    if !brotensor::supports_dtype(device, refused).expect("listed device") =>
-                {
-                    eprintln!(
-                        "parity {case}: {} {dtype} refused ({refused} unsupported, as reported)",
-                        describe(device)
-                    );
-                }
-                Err(e) => panic!("{case} on {device} {dtype}: {e}"),
-            }
+            compare_on(case, device, dtype, check, run(device, dtype, &data), &reference);
         }
+    }
+}
+
+/// Runs `op` on every device (the CPU included) in every dtype of `check`, on seeded random
+/// inputs, and compares each result with `reference`: float64 math written in the test (not
+/// the CPU crate's code) applied to the same inputs, rounded through the dtype like the
+/// device's own inputs. `reference` gets the inputs in row-major order and returns the
+/// output's elements in row-major order. Recorded in the ledger as `<case> vs f64`.
+pub fn reference_with(
+    case: &str,
+    seed: u64,
+    inputs: &[Input],
+    check: Check,
+    op: impl Fn(&[Tensor]) -> Result<Tensor>,
+    reference: impl Fn(&[Vec<f64>]) -> Vec<f64>,
+) {
+    let case = format!("{case} vs f64");
+    let data = seeded_inputs(seed, inputs);
+    let run = runner(inputs, &op);
+    let gpus = gpu_devices();
+    if gpus.is_empty() {
+        eprintln!("parity {case}: SKIPPED on GPU (no GPU device found; set {REQUIRE_GPU_ENV} to fail instead)");
+    }
+    for &dtype in check.dtypes {
+        let wide: Vec<Vec<f64>> = data
+            .iter()
+            .map(|d| round_through(dtype, d).into_iter().map(f64::from).collect())
+            .collect();
+        let want: Vec<f32> = reference(&wide).into_iter().map(|v| v as f32).collect();
+        for device in std::iter::once(Device::Cpu).chain(gpus.iter().copied()) {
+            compare_on(&case, device, dtype, check, run(device, dtype, &data), &want);
+        }
+    }
+}
+
+/// The seeded random values of each input.
+fn seeded_inputs(seed: u64, inputs: &[Input]) -> Vec<Vec<f32>> {
+    let mut rng = SplitMix64::new(seed);
+    inputs
+        .iter()
+        .map(|i| rng.uniform(i.rows * i.cols, i.lo, i.hi))
+        .collect()
+}
+
+/// `op` applied to `inputs` built from host data on a device in a dtype.
+fn runner<'a>(
+    inputs: &'a [Input],
+    op: &'a impl Fn(&[Tensor]) -> Result<Tensor>,
+) -> impl Fn(Device, Dtype, &[Vec<f32>]) -> Result<Tensor> + 'a {
+    move |device, dtype, data| {
+        let tensors = inputs
+            .iter()
+            .zip(data)
+            .map(|(i, d)| tensor(device, d, i.rows, i.cols, dtype))
+            .collect::<Result<Vec<_>>>()?;
+        op(&tensors)
+    }
+}
+
+/// Checks one device's result (or its refusal) against `reference` (FP32 values).
+fn compare_on(
+    case: &str,
+    device: Device,
+    dtype: Dtype,
+    check: Check,
+    result: Result<Tensor>,
+    reference: &[f32],
+) {
+    match result {
+        Ok(out) => {
+            // A device without `dtype` arithmetic may still run a pure byte path (a
+            // same-dtype cast is a copy); its result must be right all the same.
+            assert_eq!(out.device(), device, "{case}: output left {device}");
+            if check.same_dtype {
+                assert_eq!(out.dtype(), dtype, "{case}: output dtype on {device}");
+            }
+            let got = read_f32(&out).unwrap_or_else(|e| panic!("{case}: read back: {e}"));
+            let want = round_through(out.dtype(), reference);
+            assert_close_rows(
+                &format!("{case} on {device} {dtype}"),
+                &want,
+                &got,
+                out.cols(),
+                check
+                    .tol
+                    .map_or_else(|| tolerance(out.dtype()), |f| f(dtype)),
+            );
+            record(case, device, dtype);
+        }
+        Err(brotensor::Error::UnsupportedDtype { dtype: refused, .. })
+            if !brotensor::supports_dtype(device, refused).expect("listed device") =>
+        {
+            eprintln!(
+                "parity {case}: {} {dtype} refused ({refused} unsupported, as reported)",
+                describe(device)
+            );
+        }
+        Err(e) => panic!("{case} on {device} {dtype}: {e}"),
     }
 }

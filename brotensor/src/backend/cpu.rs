@@ -59,11 +59,11 @@ impl Backend for CpuBackend {
     }
 
     fn alloc(&self, bytes: usize) -> Result<Storage> {
-        Ok(Storage::Host(HostBuffer::new(bytes)))
+        Ok(Storage::Host(HostBuffer::new("alloc", bytes)?))
     }
 
     fn upload(&self, bytes: &[u8]) -> Result<Storage> {
-        let mut buf = HostBuffer::new(bytes.len());
+        let mut buf = HostBuffer::new("upload", bytes.len())?;
         cpu_cast::copy(&mut buf.bytes_mut()[..bytes.len()], bytes);
         Ok(Storage::Host(buf))
     }

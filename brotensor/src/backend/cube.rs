@@ -10,6 +10,7 @@ use brotensor_kernels::rows::{self as rw, LayerNormBuffers};
 use brotensor_kernels::LaunchError;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+use cubecl::stream_id::StreamId;
 use half::{bf16, f16};
 
 use super::storage::GpuBuffer;
@@ -33,6 +34,10 @@ pub(crate) struct CubeBackend<R: Runtime> {
     f16: bool,
     /// Native bf16 arithmetic; without it BF16 runs as packed words (`bf16_words`).
     bf16: bool,
+    /// The CubeCL streams that threads have queued work on. CubeCL 0.10 gives each OS thread
+    /// its own stream (with its own memory pool): syncing, trimming and memory figures visit
+    /// every one of them, so they mean the whole device.
+    streams: std::sync::Mutex<std::collections::BTreeSet<StreamId>>,
 }
 
 impl<R: Runtime> CubeBackend<R> {
@@ -53,7 +58,22 @@ impl<R: Runtime> CubeBackend<R> {
             software,
             f16,
             bf16,
+            streams: Default::default(),
         }
+    }
+
+    /// Runs `f` on every stream a thread has used on this device (the caller's own
+    /// included), in stream order, stopping at the first error.
+    fn on_every_stream<T>(&self, f: impl Fn() -> Result<T>) -> Result<Vec<T>> {
+        self.note_thread();
+        let ids: Vec<StreamId> = self
+            .streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        ids.into_iter().map(|id| id.executes(&f)).collect()
     }
 
     fn gpu_error(&self, op: &'static str, reason: impl std::fmt::Display) -> Error {
@@ -68,8 +88,12 @@ impl<R: Runtime> CubeBackend<R> {
     /// when the device cannot bind a buffer that large (the runtime would fail on its own
     /// thread and leave the device unusable).
     fn capacity_for(&self, bytes: usize) -> Result<usize> {
-        let capacity = bytes.div_ceil(GPU_ALIGN).max(1) * GPU_ALIGN;
         let max = self.max_buffer_bytes();
+        let capacity = bytes
+            .div_ceil(GPU_ALIGN)
+            .max(1)
+            .checked_mul(GPU_ALIGN)
+            .unwrap_or(usize::MAX);
         if capacity as u64 > max {
             return Err(Error::invalid(
                 "alloc",
@@ -195,25 +219,44 @@ impl<R: Runtime> Backend for CubeBackend<R> {
             .map_err(|e| self.launch_error("zero", e))
     }
 
+    fn note_thread(&self) {
+        let id = StreamId::current();
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        streams.insert(id);
+    }
+
     fn sync(&self) -> Result<()> {
-        cubecl::future::block_on(self.client.sync())
-            .map_err(|e| self.gpu_error("sync", format!("{e:?}")))
+        self.on_every_stream(|| {
+            cubecl::future::block_on(self.client.sync())
+                .map_err(|e| self.gpu_error("sync", format!("{e:?}")))
+        })?;
+        Ok(())
     }
 
     fn memory_info(&self) -> Result<Option<MemoryInfo>> {
-        let usage = self
-            .client
-            .memory_usage()
-            .map_err(|e| self.gpu_error("memory_info", format!("{e:?}")))?;
-        Ok(Some(MemoryInfo {
-            in_use: usage.bytes_in_use,
-            reserved: usage.bytes_reserved,
-        }))
+        let usages = self.on_every_stream(|| {
+            self.client
+                .memory_usage()
+                .map_err(|e| self.gpu_error("memory_info", format!("{e:?}")))
+        })?;
+        Ok(Some(usages.iter().fold(
+            MemoryInfo {
+                in_use: 0,
+                reserved: 0,
+            },
+            |sum, u| MemoryInfo {
+                in_use: sum.in_use + u.bytes_in_use,
+                reserved: sum.reserved + u.bytes_reserved,
+            },
+        )))
     }
 
     fn trim(&self) -> Result<()> {
         self.sync()?;
-        self.client.memory_cleanup();
+        self.on_every_stream(|| {
+            self.client.memory_cleanup();
+            Ok(())
+        })?;
         Ok(())
     }
 }
@@ -762,7 +805,11 @@ impl<R: Runtime> LinearOps for CubeBackend<R> {
         if self.words(a.dtype()) {
             let (wa, wb) = (self.widened(a)?, self.widened(b)?);
             let wbias = bias.map(|t| self.widened(t)).transpose()?;
-            let mut wc = if g.accumulate {
+            // The product writes every element of `c` only when its batches tile it with no
+            // gap; otherwise the elements it skips must come back unchanged, so widen them too.
+            let mn = g.m * g.n;
+            let tiles_c = (g.batch == 1 || g.strides.2 == mn) && g.batch * mn == c.numel();
+            let mut wc = if g.accumulate || !tiles_c {
                 self.widened(c)?
             } else {
                 Tensor::empty_on(self.device, c.rows(), c.cols(), Dtype::F32)?

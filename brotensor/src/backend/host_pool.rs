@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use crate::{Error, Result};
+
 /// Buffers smaller than this come straight from the allocator and are not pooled.
 const POOL_MIN_BYTES: usize = 1 << 20;
 /// At most this many bytes wait in the pool; buffers beyond it are freed.
@@ -26,26 +28,35 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
 }
 
 /// The size class of a request: rounded up to a quarter of its power of two, so a pooled
-/// buffer wastes at most 25%.
-pub(crate) fn size_class(bytes: usize) -> usize {
-    if bytes < POOL_MIN_BYTES {
-        return bytes.div_ceil(8) * 8;
-    }
-    let step = 1usize << (usize::BITS - 1 - bytes.leading_zeros() - 2);
-    bytes.div_ceil(step) * step
+/// buffer wastes at most 25%. `None` when the class does not fit in `usize`.
+pub(crate) fn size_class(bytes: usize) -> Option<usize> {
+    let step = if bytes < POOL_MIN_BYTES {
+        8
+    } else {
+        1usize << (usize::BITS - 1 - bytes.leading_zeros() - 2)
+    };
+    bytes.div_ceil(step).checked_mul(step)
 }
 
-/// A buffer of `size_class(bytes)` bytes (as `u64` words); contents undefined.
-pub(crate) fn take(bytes: usize) -> Vec<u64> {
-    let class = size_class(bytes);
+/// A buffer of `size_class(bytes)` bytes (as `u64` words); contents undefined. Errors (naming
+/// `op`) instead of aborting when the host cannot allocate it.
+pub(crate) fn take(op: &'static str, bytes: usize) -> Result<Vec<u64>> {
+    let class = size_class(bytes).ok_or_else(|| too_large(op, bytes))?;
     if class >= POOL_MIN_BYTES {
         let mut p = pool();
         if let Some(buf) = p.free.get_mut(&class).and_then(Vec::pop) {
             p.bytes -= class;
-            return buf;
+            return Ok(buf);
         }
     }
-    fresh(class / 8)
+    fresh(class / 8).ok_or_else(|| too_large(op, bytes))
+}
+
+fn too_large(op: &'static str, bytes: usize) -> Error {
+    Error::invalid(
+        op,
+        format!("cannot allocate {bytes} bytes of host memory"),
+    )
 }
 
 /// Returns a buffer to the pool (or frees it when the pool is full or it is small).
@@ -74,13 +85,14 @@ fn pooled_bytes() -> usize {
     pool().bytes
 }
 
-/// A new zeroed buffer of `words` words; large ones are advised to use huge pages before
-/// their pages are first touched.
-fn fresh(words: usize) -> Vec<u64> {
-    let mut v: Vec<u64> = Vec::with_capacity(words);
+/// A new zeroed buffer of `words` words, or `None` when the allocator refuses; large ones
+/// are advised to use huge pages before their pages are first touched.
+fn fresh(words: usize) -> Option<Vec<u64>> {
+    let mut v: Vec<u64> = Vec::new();
+    v.try_reserve_exact(words).ok()?;
     let _ = advise_huge_pages(&v, words);
     v.resize(words, 0);
-    v
+    Some(v)
 }
 
 /// Asks for transparent huge pages on the whole 2 MiB pages inside `v`'s first `words`
@@ -114,11 +126,13 @@ mod tests {
 
     #[test]
     fn classes_bound_the_waste() {
-        assert_eq!(size_class(3), 8);
-        assert_eq!(size_class(1 << 20), 1 << 20);
-        assert_eq!(size_class((1 << 20) + 1), (1 << 20) + (1 << 18));
+        assert_eq!(size_class(3), Some(8));
+        assert_eq!(size_class(1 << 20), Some(1 << 20));
+        assert_eq!(size_class((1 << 20) + 1), Some((1 << 20) + (1 << 18)));
+        assert_eq!(size_class(usize::MAX), None);
+        assert_eq!(size_class(usize::MAX - 3), None);
         for bytes in [1 << 20, 3_000_000, 64 << 20, (64 << 20) + 7] {
-            let c = size_class(bytes);
+            let c = size_class(bytes).unwrap();
             assert!(c >= bytes && c <= bytes + bytes / 4 + 8, "{bytes} -> {c}");
         }
     }
@@ -136,21 +150,30 @@ mod tests {
         );
         let past = std::panic::catch_unwind(|| advise_huge_pages(&v, (3 << 20) + 1));
         assert!(past.is_err(), "advising past the capacity must be refused");
-        let mut w = fresh(1 << 20);
+        let mut w = fresh(1 << 20).unwrap();
         w.iter_mut().enumerate().for_each(|(i, x)| *x = i as u64);
         assert!(w.iter().enumerate().all(|(i, &x)| x == i as u64));
     }
 
     #[test]
     fn freed_buffers_are_reused_and_sized_by_class() {
-        let a = take(5 << 20);
-        assert_eq!(a.len() * 8, size_class(5 << 20));
+        let a = take("test", 5 << 20).unwrap();
+        assert_eq!(Some(a.len() * 8), size_class(5 << 20));
         let ptr = a.as_ptr();
         give(a);
-        let b = take((5 << 20) - 100); // same class
+        let b = take("test", (5 << 20) - 100).unwrap(); // same class
         assert_eq!(b.as_ptr(), ptr, "the pooled buffer comes back");
         give(b);
         clear();
         assert_eq!(pooled_bytes(), 0);
+    }
+
+    #[test]
+    fn absurd_sizes_are_errors_not_aborts() {
+        // 2^60 bytes: the size class exists but no allocator can provide it.
+        for bytes in [1usize << 60, usize::MAX - 7, usize::MAX] {
+            let e = take("alloc", bytes).unwrap_err();
+            assert!(e.to_string().starts_with("brotensor: alloc: cannot allocate"), "{e}");
+        }
     }
 }

@@ -87,7 +87,11 @@ pub(crate) trait Backend:
     fn copy(&self, src: &Storage, dst: &mut Storage, bytes: usize) -> Result<()>;
     /// Sets the first `bytes` bytes of `dst` to zero.
     fn zero(&self, dst: &mut Storage, bytes: usize) -> Result<()>;
-    /// Waits for every queued operation on the device; surfaces asynchronous failures.
+    /// Notes that the calling thread is about to queue work on the device, so that
+    /// [`Backend::sync`] can wait for it too (GPU runtimes queue per thread).
+    fn note_thread(&self) {}
+    /// Waits for every queued operation on the device, from every thread; surfaces
+    /// asynchronous failures.
     fn sync(&self) -> Result<()>;
     /// Memory figures, where the runtime reports them.
     fn memory_info(&self) -> Result<Option<MemoryInfo>>;

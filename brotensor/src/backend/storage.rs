@@ -26,11 +26,12 @@ pub(crate) struct HostBuffer {
 }
 
 impl HostBuffer {
-    /// A buffer of at least `bytes` bytes from the host pool; contents undefined.
-    pub(crate) fn new(bytes: usize) -> Self {
-        HostBuffer {
-            words: super::host_pool::take(bytes),
-        }
+    /// A buffer of at least `bytes` bytes from the host pool; contents undefined. Errors
+    /// (naming `op`) when the host cannot provide it.
+    pub(crate) fn new(op: &'static str, bytes: usize) -> crate::Result<Self> {
+        Ok(HostBuffer {
+            words: super::host_pool::take(op, bytes)?,
+        })
     }
 
     pub(crate) fn capacity(&self) -> usize {

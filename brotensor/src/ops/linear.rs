@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use super::{check_dtypes_match, check_float, dispatch, prepare_out};
+use super::{check_dtypes_match, check_float, checked_product, dispatch, prepare_out};
 use crate::backend::{Backend, Broadcast, Gemm};
 use crate::{Error, Result, Tensor};
 
@@ -569,19 +569,32 @@ pub fn matmul_abt(
         stride_b,
         stride_c,
     } = spec;
-    if batch == 0 || m == 0 || n == 0 {
+    let (mk, nk, mn) = (
+        checked_product(op, "m * k", &[m, k])?,
+        checked_product(op, "n * k", &[n, k])?,
+        checked_product(op, "m * n", &[m, n])?,
+    );
+    if batch == 0 || mn == 0 {
         return Ok(());
+    }
+    if batch > 1 && stride_c < mn {
+        return Err(shape_error(
+            op,
+            format!(
+                "stride_c {stride_c} < m * n = {mn}: the {batch} outputs C[z] would overlap"
+            ),
+        ));
     }
     let reach = |stride: usize, one: usize| {
         stride
             .checked_mul(batch - 1)
             .and_then(|s| s.checked_add(one))
-            .ok_or_else(|| shape_error(op, "strides overflow".into()))
+            .ok_or_else(|| shape_error(op, format!("batch {batch} x stride {stride} overflows")))
     };
     for (name, t, need) in [
-        ("a", a, reach(stride_a, m * k)?),
-        ("b", b, reach(stride_b, n * k)?),
-        ("c", &*c, reach(stride_c, m * n)?),
+        ("a", a, reach(stride_a, mk)?),
+        ("b", b, reach(stride_b, nk)?),
+        ("c", &*c, reach(stride_c, mn)?),
     ] {
         if t.numel() < need {
             return Err(shape_error(

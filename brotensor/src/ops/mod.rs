@@ -119,6 +119,15 @@ pub(crate) fn check_dtypes_match(
     }
 }
 
+/// The product of user-supplied sizes, or `Error::Shape` naming `op` and `what` when it
+/// overflows `usize` (the one rule for sizes: no unchecked product reaches a kernel).
+pub(crate) fn checked_product(op: &'static str, what: &str, factors: &[usize]) -> Result<usize> {
+    factors
+        .iter()
+        .try_fold(1usize, |acc, &f| acc.checked_mul(f))
+        .ok_or_else(|| Error::shape(op, format!("{what} = {factors:?} multiplied overflows usize")))
+}
+
 /// Adopts and sizes an output to `rows x cols` of `dtype` on `device`.
 pub(crate) fn prepare_out(
     out: &mut Tensor,

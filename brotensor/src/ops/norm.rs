@@ -787,10 +787,18 @@ pub fn l2_normalize_nchw_forward(
         return Ok(());
     }
     let dev = be.device();
+    // FP32 inside on 16-bit paths: squares of F16 values overflow past a norm of ~256, and
+    // the floor 1 / eps is beyond F16's range for eps below ~1.5e-5.
+    let wide_x = if x.dtype() == Dtype::F32 {
+        std::borrow::Cow::Borrowed(x)
+    } else {
+        std::borrow::Cow::Owned(x.to_dtype(Dtype::F32)?)
+    };
+    let x32: &Tensor = &wide_x;
     // Per sample, the channel sums of squares are ones(1, C) . (x^2)(C, HW): one batched product.
-    let sq = super::mul(x, x)?;
-    let ones = Tensor::from_slice_on(dev, &vec![1.0f32; c], 1, c)?.to_dtype(x.dtype())?;
-    let mut ss = Tensor::empty_on(dev, n, hw, x.dtype())?;
+    let sq = super::mul(x32, x32)?;
+    let ones = Tensor::from_slice_on(dev, &vec![1.0f32; c], 1, c)?;
+    let mut ss = Tensor::empty_on(dev, n, hw, Dtype::F32)?;
     let g = crate::backend::Gemm {
         m: 1,
         n: hw,
@@ -805,7 +813,6 @@ pub fn l2_normalize_nchw_forward(
     be.gemm(op, &ones, &sq, None, &mut ss, g)?;
     let mut inv = super::rsqrt(&ss)?;
     super::clamp(&mut inv, 0.0, if eps > 0.0 { 1.0 / eps } else { f32::MAX })?;
-    super::cast(x, y, x.dtype())?;
     let b = crate::backend::Broadcast {
         inner: hw,
         v_len: n * hw,
@@ -813,5 +820,11 @@ pub fn l2_normalize_nchw_forward(
         repeat: c,
         multiply: true,
     };
-    be.broadcast(op, y, &inv, b)
+    if x.dtype() == Dtype::F32 {
+        super::cast(x, y, Dtype::F32)?;
+        return be.broadcast(op, y, &inv, b);
+    }
+    let mut y32 = wide_x.into_owned();
+    be.broadcast(op, &mut y32, &inv, b)?;
+    super::cast(&y32, y, x.dtype())
 }

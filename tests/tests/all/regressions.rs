@@ -1,0 +1,85 @@
+//! Defects found by review, each reproduced with the public API: these failed before their
+//! fixes.
+
+use brotensor::ops::{self, AbtSpec, Act};
+use brotensor::{Device, Dtype, Tensor};
+use brotensor_tests::{gpu_devices, read_f32, tensor};
+use half::bf16;
+
+fn devices() -> Vec<Device> {
+    std::iter::once(Device::Cpu).chain(gpu_devices()).collect()
+}
+
+/// BF16 `matmul_abt` with gaps between the outputs (`stride_c > m * n`) and a tail after the
+/// last one: only the products are written; the gaps and the tail keep their values. (On
+/// wgpu, BF16 runs as packed words through an F32 temporary, which used to be cast back
+/// whole, uninitialised gaps included.)
+#[test]
+fn bf16_matmul_abt_leaves_gaps_between_batches_untouched() {
+    let (batch, m, n, k) = (3usize, 2usize, 3usize, 4usize);
+    let stride_c = m * n + 5;
+    let c_len = stride_c * batch + 7;
+    let a: Vec<f32> = (0..batch * m * k).map(|i| ((i % 7) as f32 - 3.0) * 0.25).collect();
+    let b: Vec<f32> = (0..batch * n * k).map(|i| ((i % 5) as f32 - 2.0) * 0.5).collect();
+    let sentinel = |i: usize| 100.0 + i as f32;
+    let c0: Vec<f32> = (0..c_len).map(sentinel).collect();
+    for d in devices() {
+        let at = tensor(d, &a, batch * m, k, Dtype::BF16).unwrap();
+        let bt = tensor(d, &b, batch * n, k, Dtype::BF16).unwrap();
+        let mut ct = tensor(d, &c0, c_len, 1, Dtype::BF16).unwrap();
+        let spec = AbtSpec {
+            batch,
+            m,
+            n,
+            k,
+            stride_a: m * k,
+            stride_b: n * k,
+            stride_c,
+        };
+        ops::matmul_abt(&at, &bt, &mut ct, spec, None, Act::None)
+            .unwrap_or_else(|e| panic!("{d}: {e}"));
+        let got = read_f32(&ct).unwrap();
+        for (i, &g) in got.iter().enumerate() {
+            let (z, r) = (i / stride_c, i % stride_c);
+            let want = if z < batch && r < m * n {
+                let (row, col) = (r / n, r % n);
+                (0..k)
+                    .map(|p| {
+                        f64::from(a[(z * m + row) * k + p]) * f64::from(b[(z * n + col) * k + p])
+                    })
+                    .sum::<f64>() as f32
+            } else {
+                bf16::from_f32(sentinel(i)).to_f32()
+            };
+            assert!(
+                (g - bf16::from_f32(want).to_f32()).abs() <= 1e-2 * want.abs().max(1.0),
+                "{d}: C[{i}] (batch {z}, entry {r}) = {g}, want {want}"
+            );
+        }
+    }
+}
+
+/// F16 `l2_normalize_nchw_forward` computes in FP32 inside: a pixel of norm 500 (whose
+/// squares overflow F16) and an all-zero pixel with `eps = 1e-6` (whose floor `1 / eps`
+/// overflows F16) come out as (0.6, 0.8) and (0, 0), not (0, 0) and NaN.
+#[test]
+fn f16_l2_normalize_computes_in_fp32_inside() {
+    // N = 1, C = 2, H = 1, W = 2: channel 0 is (300, 0), channel 1 is (400, 0).
+    let x = [300.0f32, 0.0, 400.0, 0.0];
+    for d in gpu_devices() {
+        for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
+            if !brotensor::supports_dtype(d, dtype).unwrap() {
+                eprintln!("l2_normalize regression: {d} has no {dtype}, skipped there");
+                continue;
+            }
+            let xt = tensor(d, &x, 1, 4, dtype).unwrap();
+            let mut y = Tensor::default();
+            ops::l2_normalize_nchw_forward(&xt, (1, 2, 1, 2), 1e-6, &mut y).unwrap();
+            let got = read_f32(&y).unwrap();
+            let want = [0.6f32, 0.0, 0.8, 0.0];
+            for (g, w) in got.iter().zip(want) {
+                assert!((g - w).abs() <= 4e-3, "{d} {dtype}: got {got:?}, want {want:?}");
+            }
+        }
+    }
+}
