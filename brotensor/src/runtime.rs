@@ -82,7 +82,10 @@ pub(crate) fn backend(op: &'static str, device: Device) -> Result<&'static dyn B
         .gpus
         .iter()
         .find(|b| b.device() == device)
-        .map(|b| b.as_ref())
+        .map(|b| {
+            b.note_thread();
+            b.as_ref()
+        })
         .ok_or(Error::DeviceUnavailable {
             op,
             device,
@@ -169,8 +172,9 @@ pub fn compute_dtype_on(device: Device) -> Dtype {
     }
 }
 
-/// Whether ops compute in `dtype` on `device` (the capability query: e.g. BF16 is false on
-/// WGSL devices, F16 false on adapters without shader-f16).
+/// Whether ops compute in `dtype` on `device` (the capability query): e.g. F16 is false on
+/// adapters without shader-f16, and 16-bit arithmetic is false on the CPU. BF16 is true on
+/// every GPU, WGSL devices included, where it runs as packed 16-bit words widened to FP32.
 pub fn supports_dtype(device: Device, dtype: Dtype) -> Result<bool> {
     Ok(backend("supports_dtype", device)?.supports(dtype))
 }
@@ -193,7 +197,8 @@ pub fn is_software(device: Device) -> Result<bool> {
     Ok(backend("is_software", device)?.is_software())
 }
 
-/// Waits until every operation queued on `device` has finished; an asynchronous GPU failure
+/// Waits until every operation queued on `device` has finished, by any thread (GPU runtimes
+/// queue work per OS thread; this visits every thread's queue); an asynchronous GPU failure
 /// surfaces here as an error.
 pub fn sync(device: Device) -> Result<()> {
     backend("sync", device)?.sync()
@@ -207,7 +212,8 @@ pub fn sync_all() -> Result<()> {
     Ok(())
 }
 
-/// Memory figures of `device`; `None` on the CPU.
+/// Memory figures of `device`, summed over the memory pools of every thread that has used
+/// it; `None` on the CPU.
 pub fn memory_info(device: Device) -> Result<Option<MemoryInfo>> {
     backend("memory_info", device)?.memory_info()
 }
@@ -219,7 +225,8 @@ pub fn max_buffer_bytes(device: Device) -> Result<u64> {
     Ok(backend("max_buffer_bytes", device)?.max_buffer_bytes())
 }
 
-/// Synchronizes `device`, then releases pooled memory no tensor uses.
+/// Synchronizes `device`, then releases pooled memory no tensor uses, in every thread's pool
+/// (on the CPU: the recycled host buffers).
 pub fn memory_trim(device: Device) -> Result<()> {
     backend("memory_trim", device)?.trim()
 }
