@@ -6,9 +6,15 @@
 //! bytes left, so a hostile length cannot cause a large allocation), the alignment (a power
 //! of two), each tensor's dimensions, type and byte range. Tensor data is borrowed from the
 //! map; [`upload_raw`] copies a tensor's blocks to a device without dequantizing.
+//!
+//! While a mapped [`GgufFile`] is alive its file must not be truncated (reading a lost page
+//! raises `SIGBUS` and ends the process) or rewritten in place (borrowed tensor bytes would
+//! change under Rust's feet: undefined behaviour). [`GgufFile::read`] copies the file into
+//! memory instead, for files that may change while they are in use (see [`crate::io`]).
 
 use std::path::Path;
 
+use super::FileBytes;
 use crate::runtime::default_device;
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -138,24 +144,10 @@ pub struct TensorInfo {
     pub nbytes: usize,
 }
 
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for Bytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
-        }
-    }
-}
-
-/// An opened, validated GGUF file.
+/// An opened, validated GGUF file: a memory map of it ([`GgufFile::open`]) or a copy in
+/// memory ([`GgufFile::read`], [`GgufFile::from_bytes`]).
 pub struct GgufFile {
-    bytes: Bytes,
+    bytes: FileBytes,
     version: u32,
     alignment: u64,
     metadata: Vec<(String, Value)>,
@@ -257,28 +249,28 @@ impl<'a> Cursor<'a> {
 }
 
 impl GgufFile {
-    /// Maps `path` and validates it. The file must not be modified while it is open.
+    /// Maps `path` and validates it: the default, cheap whatever the file's size.
+    ///
+    /// Tensor data is borrowed from the mapped pages, so the file must stay unchanged while
+    /// the returned value lives: truncating it can crash the process with `SIGBUS` and
+    /// rewriting it in place is undefined behaviour (see the module docs). Use
+    /// [`GgufFile::read`] where another process may modify the file.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
-        let path = path.as_ref();
-        let io = |e: std::io::Error| Error::Io {
-            op: OP,
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: a read-only map owned by the returned value, which lends views of it; as for
-        // any mmap reader, the file must not be truncated while open (documented above), and
-        // every offset is validated against the mapped length before use.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        GgufFile::parse(Bytes::Mapped(map))
+        GgufFile::parse(FileBytes::map(OP, path.as_ref())?)
+    }
+
+    /// Reads all of `path` into memory and validates it as [`GgufFile::open`] does. It holds
+    /// the whole file in RAM, and later changes to the file cannot affect it.
+    pub fn read(path: impl AsRef<Path>) -> Result<GgufFile> {
+        GgufFile::parse(FileBytes::read(OP, path.as_ref())?)
     }
 
     /// Validates a GGUF file held in memory.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile> {
-        GgufFile::parse(Bytes::Owned(bytes))
+        GgufFile::parse(FileBytes::Owned(bytes))
     }
 
-    fn parse(bytes: Bytes) -> Result<GgufFile> {
+    fn parse(bytes: FileBytes) -> Result<GgufFile> {
         let mut c = Cursor {
             bytes: &bytes,
             at: 0,

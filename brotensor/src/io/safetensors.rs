@@ -7,6 +7,12 @@
 //! byte count equal to `shape x dtype size` for every tensor. Views borrow the mapped bytes;
 //! nothing is copied until a tensor is uploaded. [`write()`] produces files the Python
 //! `safetensors` package reads back.
+//!
+//! A mapped file must not be truncated or rewritten while its [`SafeTensors`] is alive: a
+//! truncation kills the process with `SIGBUS` when a lost page is read, and bytes rewritten in
+//! place change views that Rust treats as immutable (undefined behaviour). Where the file may
+//! change, [`SafeTensors::read`] copies it into memory instead and validates it the same way
+//! (see [`crate::io`] for the trade-off).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -14,6 +20,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::FileBytes;
 use crate::runtime::{compute_dtype, default_device};
 use crate::{ops, Device, Dtype, Error, Result, Tensor};
 
@@ -157,25 +164,10 @@ impl TensorView<'_> {
     }
 }
 
-/// The bytes of a safetensors file: a memory map, or owned bytes.
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for Bytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
-        }
-    }
-}
-
-/// An opened, validated safetensors file.
+/// An opened, validated safetensors file: a memory map of it ([`SafeTensors::open`]) or a
+/// copy in memory ([`SafeTensors::read`], [`SafeTensors::from_bytes`]).
 pub struct SafeTensors {
-    bytes: Bytes,
+    bytes: FileBytes,
     data_start: usize,
     entries: Vec<Entry>,
     index: HashMap<String, usize>,
@@ -198,29 +190,28 @@ fn bad(reason: impl Into<String>) -> Error {
 }
 
 impl SafeTensors {
-    /// Maps `path` and validates its header. The file must not be modified while it is open.
+    /// Maps `path` and validates its header: the default, cheap whatever the file's size.
+    ///
+    /// The views borrow the mapped pages, so the file must stay unchanged while the returned
+    /// value lives: truncating it can crash the process with `SIGBUS` and rewriting it in place
+    /// is undefined behaviour (see the module docs). Use [`SafeTensors::read`] where another
+    /// process may modify the file.
     pub fn open(path: impl AsRef<Path>) -> Result<SafeTensors> {
-        let path = path.as_ref();
-        let io = |e: std::io::Error| Error::Io {
-            op: OP,
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and lives inside `SafeTensors`, which hands out views
-        // borrowing it. Like every mmap reader, this relies on the file not being truncated or
-        // rewritten by another process while it is open (documented above); the header and
-        // every offset are validated against the mapped length before any view is made.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        SafeTensors::parse(Bytes::Mapped(map))
+        SafeTensors::parse(FileBytes::map(OP, path.as_ref())?)
+    }
+
+    /// Reads all of `path` into memory and validates it as [`SafeTensors::open`] does. It
+    /// holds the whole file in RAM, and later changes to the file cannot affect it.
+    pub fn read(path: impl AsRef<Path>) -> Result<SafeTensors> {
+        SafeTensors::parse(FileBytes::read(OP, path.as_ref())?)
     }
 
     /// Validates a safetensors file held in memory.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<SafeTensors> {
-        SafeTensors::parse(Bytes::Owned(bytes))
+        SafeTensors::parse(FileBytes::Owned(bytes))
     }
 
-    fn parse(bytes: Bytes) -> Result<SafeTensors> {
+    fn parse(bytes: FileBytes) -> Result<SafeTensors> {
         if bytes.len() < 8 {
             return Err(bad(format!(
                 "{} bytes: too short for the 8-byte header length",

@@ -254,3 +254,64 @@ fn dequantization_matches_the_gguf_package_bit_for_bit() {
     assert!(gguf::dequantize(Dtype::Q4_K, &[0; 100]).is_err());
     assert!(gguf::dequantize(Dtype::I32, &[0; 4]).is_err());
 }
+
+/// Asserts that two readers hold the same header, metadata, tensor table and tensor bytes.
+fn assert_same_contents(a: &GgufFile, b: &GgufFile) {
+    assert_eq!((a.version(), a.alignment()), (b.version(), b.alignment()));
+    assert_eq!(a.metadata(), b.metadata());
+    assert_eq!(a.tensors().len(), b.tensors().len());
+    for (x, y) in a.tensors().iter().zip(b.tensors()) {
+        assert_eq!(
+            (&x.name, &x.shape, x.ggml_type, &x.type_name, x.dtype),
+            (&y.name, &y.shape, y.ggml_type, &y.type_name, y.dtype)
+        );
+        assert_eq!((x.numel, x.offset, x.nbytes), (y.numel, y.offset, y.nbytes));
+        assert_eq!(a.data(x), b.data(y), "`{}`", x.name);
+    }
+}
+
+#[test]
+fn mapped_and_copying_readers_agree() {
+    let quants = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/quants.gguf");
+    for path in [FIXTURE, quants] {
+        let mapped = GgufFile::open(path).unwrap();
+        let copied = GgufFile::read(path).unwrap();
+        assert_same_contents(&mapped, &copied);
+        let owned = GgufFile::from_bytes(std::fs::read(path).unwrap()).unwrap();
+        assert_same_contents(&copied, &owned);
+    }
+    assert_eq!(GgufFile::read(FIXTURE).unwrap().tensors().len(), 5);
+    let e = GgufFile::read("/nonexistent.gguf").unwrap_err();
+    assert!(
+        matches!(&e, Error::Io { op: "gguf", path, .. } if path == "/nonexistent.gguf"),
+        "{e}"
+    );
+    // The copying reader validates as the mapped one does.
+    let path = std::env::temp_dir().join(format!(
+        "brotensor-gguf-read-bad-{}.gguf",
+        std::process::id()
+    ));
+    std::fs::write(&path, &std::fs::read(FIXTURE).unwrap()[..40]).unwrap();
+    let e = GgufFile::read(&path).unwrap_err();
+    std::fs::remove_file(&path).ok();
+    assert!(matches!(e, Error::Format { .. }), "{e}");
+}
+
+#[test]
+fn the_copying_reader_keeps_its_data_when_the_file_is_overwritten() {
+    let path =
+        std::env::temp_dir().join(format!("brotensor-gguf-read-{}.gguf", std::process::id()));
+    std::fs::copy(FIXTURE, &path).unwrap();
+    let copied = GgufFile::read(&path).unwrap();
+    // Other bytes, shorter than before: a mapped reader would now see a truncated file.
+    std::fs::write(&path, b"GGUF, but only in name").unwrap();
+    assert!(GgufFile::open(&path).is_err(), "the file did change");
+    std::fs::remove_file(&path).ok();
+    assert_same_contents(&copied, &GgufFile::open(FIXTURE).unwrap());
+    let alpha = copied.get_tensor("alpha").unwrap();
+    let t = gguf::upload_raw_on(Device::Cpu, &copied, alpha, 2, 3).unwrap();
+    assert_eq!(
+        t.to_vec::<f32>().unwrap(),
+        vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    );
+}

@@ -236,3 +236,60 @@ fn malformed_files_are_clean_errors() {
         Err(Error::Io { .. })
     ));
 }
+
+/// Asserts that two readers hold the same tensors (names, dtypes, shapes, bytes, in order)
+/// and the same metadata.
+fn assert_same_contents(a: &SafeTensors, b: &SafeTensors) {
+    assert_eq!(a.metadata(), b.metadata());
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.tensors().zip(b.tensors()) {
+        assert_eq!(
+            (x.name, x.dtype, x.shape, x.data),
+            (y.name, y.dtype, y.shape, y.data)
+        );
+    }
+}
+
+#[test]
+fn mapped_and_copying_readers_agree() {
+    let mapped = SafeTensors::open(FIXTURE).unwrap();
+    let copied = SafeTensors::read(FIXTURE).unwrap();
+    assert_eq!(copied.len(), 15);
+    assert_same_contents(&mapped, &copied);
+    assert_same_contents(&copied, &SafeTensors::from_bytes(fixture_bytes()).unwrap());
+    let e = SafeTensors::read("/nonexistent/file.safetensors").unwrap_err();
+    assert!(
+        matches!(&e, Error::Io { op: "safetensors", path, .. } if path == "/nonexistent/file.safetensors"),
+        "{e}"
+    );
+    // The copying reader validates as the mapped one does.
+    let path = std::env::temp_dir().join(format!(
+        "brotensor-st-read-bad-{}.safetensors",
+        std::process::id()
+    ));
+    std::fs::write(&path, &fixture_bytes()[..100]).unwrap();
+    let e = SafeTensors::read(&path).unwrap_err();
+    std::fs::remove_file(&path).ok();
+    assert!(matches!(e, Error::Format { .. }), "{e}");
+}
+
+#[test]
+fn the_copying_reader_keeps_its_data_when_the_file_is_overwritten() {
+    let path = std::env::temp_dir().join(format!(
+        "brotensor-st-read-{}.safetensors",
+        std::process::id()
+    ));
+    std::fs::copy(FIXTURE, &path).unwrap();
+    let copied = SafeTensors::read(&path).unwrap();
+    // Other bytes, shorter than before: a mapped reader would now see a truncated file.
+    std::fs::write(&path, b"these bytes are not a safetensors file").unwrap();
+    assert!(SafeTensors::open(&path).is_err(), "the file did change");
+    std::fs::remove_file(&path).ok();
+    assert_same_contents(&copied, &SafeTensors::open(FIXTURE).unwrap());
+    // And its tensors still upload.
+    let alpha = st::upload_on(Device::Cpu, &copied.get("alpha").unwrap(), 2, 3).unwrap();
+    assert_eq!(
+        alpha.to_vec::<f32>().unwrap(),
+        vec![-1.0, -0.5, 0.0, 0.5, 1.0, 1.5]
+    );
+}
