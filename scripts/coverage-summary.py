@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Recounts the per-category summary of docs/op-coverage.md from its tables.
+"""Recounts the summaries of docs/op-coverage.md from its tables.
 
-A row counts as implemented unless its last cell (the Rust function) is an em dash. Run it
-after editing rows: `python3 scripts/coverage-summary.py`.
+A row counts as implemented unless its last cell (the Rust function) is an em dash. The
+counts are written twice: in the Summary list at the top (`- <category>: done / total`, and
+the total) and in the line under each category's heading (`done / total implemented.`).
+Run it after editing rows: `python3 scripts/coverage-summary.py`;
+scripts/coverage-check.py fails when the two disagree with the rows.
 """
 import pathlib
 import re
@@ -18,6 +21,13 @@ for section in re.split(r"^## ", text, flags=re.M)[1:]:
         continue
     done = sum(1 for line in rows if not line.rstrip().endswith("| — |"))
     text = re.sub(rf"^- {re.escape(name)}: \d+ / \d+$", f"- {name}: {done} / {len(rows)}", text, flags=re.M)
+    # The count line right under this category's heading.
+    text = re.sub(
+        rf"^(## {re.escape(name)}\n\n)\d+ / \d+ implemented\.$",
+        rf"\g<1>{done} / {len(rows)} implemented.",
+        text,
+        flags=re.M,
+    )
     total_done += done
     total += len(rows)
 text = re.sub(r"^- \*\*total: \d+ / \d+\*\*$", f"- **total: {total_done} / {total}**", text, flags=re.M)

@@ -16,6 +16,7 @@ trap 'rm -f "$ledger"' EXIT
 export BROTENSOR_PARITY_LOG="$ledger"
 
 cargo fmt --all -- --check
+python3 scripts/coverage-check.py  # every "yes" in docs/op-coverage.md names a tested function
 # The CPU-only build (no GPU runtimes) must keep compiling.
 cargo check -p brotensor --no-default-features
 cargo test --workspace --all-targets

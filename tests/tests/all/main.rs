@@ -2,6 +2,7 @@
 
 mod buffer_stability;
 mod cast_rounding;
+mod coverage_gaps;
 mod default_device;
 mod dispatch;
 mod gguf;
