@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use crate::elementwise::{exp_fast, exp_with, sin_cos_with, trig_fits};
 use crate::simd::{wide, MulAdd};
-use crate::stream::{streaming, write_zip};
+use crate::stream::{streaming, write_zip, StreamedIter};
 
 /// sqrt(2/pi), the tanh-GELU's scale.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -446,10 +446,10 @@ pub fn glu_forward(op: Glu, x: &[f32], d: usize, y: &mut [f32]) {
 /// [`glu_forward`] with the unit's pair function `f`.
 #[inline(always)]
 fn glu_forward_as(x: &[f32], d: usize, y: &mut [f32], f: impl Fn(MulAdd, f32, f32) -> f32 + Sync) {
-    streaming(y.len(), 4, |stream| {
+    streaming(y.len(), 4, |streaming| {
         y.par_chunks_mut(d)
             .zip(x.par_chunks(2 * d))
-            .for_each(|(y, x)| {
+            .for_each_streamed(streaming, |stream, (y, x)| {
                 let (a, g) = x.split_at(d);
                 wide(
                     #[inline(always)]

@@ -5,7 +5,7 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::stream::{copy_bytes, streaming};
+use crate::stream::{copy_bytes, streaming, StreamedIter};
 
 const CHUNK: usize = 1 << 15;
 
@@ -72,10 +72,10 @@ const COPY_CHUNK: usize = 1 << 18;
 /// ([`crate::stream`]). Panics if the lengths differ.
 pub fn copy(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy: length mismatch");
-    streaming(dst.len(), 1, |stream| {
+    streaming(dst.len(), 1, |streaming| {
         dst.par_chunks_mut(COPY_CHUNK)
             .zip(src.par_chunks(COPY_CHUNK))
-            .for_each(|(d, s)| copy_bytes(stream, d, s))
+            .for_each_streamed(streaming, |stream, (d, s)| copy_bytes(stream, d, s))
     });
 }
 

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use crate::simd::{wide, MulAdd};
-use crate::stream::{streaming, write_map, write_zip};
+use crate::stream::{streaming, write_map, write_zip, StreamedIter};
 
 /// Elements per parallel task: large enough that scheduling is noise, small enough that
 /// every core gets work on a few-MiB tensor.
@@ -28,10 +28,10 @@ pub fn map_unary_fitted(
     exact: impl Fn(f32) -> f32 + Sync,
 ) {
     assert_eq!(x.len(), out.len(), "map_unary_fitted: length mismatch");
-    streaming(out.len(), 4, |stream| {
+    streaming(out.len(), 4, |streaming| {
         out.par_chunks_mut(CHUNK)
             .zip(x.par_chunks(CHUNK))
-            .for_each(|(o, x)| {
+            .for_each_streamed(streaming, |stream, (o, x)| {
                 wide(
                     #[inline(always)]
                     |m| {
@@ -111,10 +111,10 @@ pub fn map_binary_fitted(
         x.len() == out.len() && y.len() == out.len(),
         "map_binary: length mismatch"
     );
-    streaming(out.len(), 4, |stream| {
+    streaming(out.len(), 4, |streaming| {
         out.par_chunks_mut(CHUNK)
             .zip(x.par_chunks(CHUNK).zip(y.par_chunks(CHUNK)))
-            .for_each(|(o, (x, y))| {
+            .for_each_streamed(streaming, |stream, (o, (x, y))| {
                 wide(
                     #[inline(always)]
                     |m| {

@@ -9,7 +9,7 @@ use crate::elementwise::{atanh_series, exp_with, log};
 use crate::norm::softmax_exps;
 use crate::reduction::{piece_sum, sum, sum_zip, sum_zip3};
 use crate::simd::{wide, MulAdd};
-use crate::stream::{streaming, write_blocks, write_map, Stream};
+use crate::stream::{streaming, write_blocks, write_map, Stream, StreamedIter, Streaming};
 
 /// The smallest probability a log is taken of.
 const P_FLOOR: f32 = 1e-12;
@@ -148,44 +148,51 @@ pub fn xent_batched(
         loss.fill(0.0);
         return;
     }
-    streaming(probs.len(), 4, |stream| {
-        loss_rows(cols, (probs, dlogits, loss), |r, p, d, scratch| {
-            let row = r * cols..(r + 1) * cols;
-            let (lg, tg) = (&logits[row.clone()], &target[row.clone()]);
-            let mk = mask.map(|m| &m[row]);
-            offsets
-                .windows(2)
-                .map(|w| {
-                    let seg = w[0]..w[1];
-                    xent_segment_in(
-                        &lg[seg.clone()],
-                        &tg[seg.clone()],
-                        mk.map(|m| &m[seg.clone()]),
-                        (&mut p[seg.clone()], &mut d[seg.clone()]),
-                        &mut scratch[seg],
-                        stream,
-                    )
-                })
-                .sum()
-        })
+    streaming(probs.len(), 4, |streaming| {
+        loss_rows(
+            streaming,
+            cols,
+            (probs, dlogits, loss),
+            |stream, r, p, d, scratch| {
+                let row = r * cols..(r + 1) * cols;
+                let (lg, tg) = (&logits[row.clone()], &target[row.clone()]);
+                let mk = mask.map(|m| &m[row]);
+                offsets
+                    .windows(2)
+                    .map(|w| {
+                        let seg = w[0]..w[1];
+                        xent_segment_in(
+                            &lg[seg.clone()],
+                            &tg[seg.clone()],
+                            mk.map(|m| &m[seg.clone()]),
+                            (&mut p[seg.clone()], &mut d[seg.clone()]),
+                            &mut scratch[seg],
+                            stream,
+                        )
+                    })
+                    .sum()
+            },
+        )
     });
 }
 
-/// Runs `row(r, probs_row, dlogits_row, scratch)` for each `cols`-wide row in parallel and
-/// stores what it returns as `loss[r]`; `scratch` is a per-task buffer of `cols` floats.
+/// Runs `row(stream, r, probs_row, dlogits_row, scratch)` for each `cols`-wide row in parallel
+/// and stores what it returns as `loss[r]`; `scratch` is a per-job buffer of `cols` floats.
 fn loss_rows(
+    streaming: Streaming<'_>,
     cols: usize,
     (probs, dlogits, loss): (&mut [f32], &mut [f32], &mut [f32]),
-    row: impl Fn(usize, &mut [f32], &mut [f32], &mut [f32]) -> f32 + Sync,
+    row: impl Fn(Stream<'_>, usize, &mut [f32], &mut [f32], &mut [f32]) -> f32 + Sync,
 ) {
     probs
         .par_chunks_mut(cols)
         .zip(dlogits.par_chunks_mut(cols))
         .zip(loss.par_iter_mut())
         .enumerate()
-        .for_each_init(
+        .for_each_streamed_init(
+            streaming,
             || vec![0.0f32; cols],
-            |scratch, (r, ((p, d), l))| *l = row(r, p, d, scratch),
+            |stream, scratch, (r, ((p, d), l))| *l = row(stream, r, p, d, scratch),
         );
 }
 
@@ -238,34 +245,39 @@ pub fn bce_with_logits(
         return;
     }
     let w = pos_weight;
-    loss_rows(cols, (probs, dlogits, loss), |r, p, d, terms| {
-        let row = r * cols..(r + 1) * cols;
-        let (z, y) = (&logits[row.clone()], &target[row.clone()]);
-        wide(
-            #[inline(always)]
-            |m| {
-                let outs = p.iter_mut().zip(d.iter_mut()).zip(terms.iter_mut());
-                match mask {
-                    None => {
-                        for (((p, d), t), (&z, &y)) in outs.zip(z.iter().zip(y)) {
-                            (*p, *d, *t) = bce_entry(m, w, z, y);
+    loss_rows(
+        Streaming::PLAIN,
+        cols,
+        (probs, dlogits, loss),
+        |_, r, p, d, terms| {
+            let row = r * cols..(r + 1) * cols;
+            let (z, y) = (&logits[row.clone()], &target[row.clone()]);
+            wide(
+                #[inline(always)]
+                |m| {
+                    let outs = p.iter_mut().zip(d.iter_mut()).zip(terms.iter_mut());
+                    match mask {
+                        None => {
+                            for (((p, d), t), (&z, &y)) in outs.zip(z.iter().zip(y)) {
+                                (*p, *d, *t) = bce_entry(m, w, z, y);
+                            }
+                        }
+                        Some(mk) => {
+                            let ins = z.iter().zip(y).zip(&mk[row]);
+                            for (((p, d), t), ((&z, &y), &k)) in outs.zip(ins) {
+                                let (ps, ds, ts) = bce_entry(m, w, z, y);
+                                let on = k >= 0.5;
+                                *p = if on { ps } else { 0.0 };
+                                *d = if on { ds } else { 0.0 };
+                                *t = if on { ts } else { 0.0 };
+                            }
                         }
                     }
-                    Some(mk) => {
-                        let ins = z.iter().zip(y).zip(&mk[row]);
-                        for (((p, d), t), ((&z, &y), &k)) in outs.zip(ins) {
-                            let (ps, ds, ts) = bce_entry(m, w, z, y);
-                            let on = k >= 0.5;
-                            *p = if on { ps } else { 0.0 };
-                            *d = if on { ds } else { 0.0 };
-                            *t = if on { ts } else { 0.0 };
-                        }
-                    }
-                }
-                sum(terms)
-            },
-        )
-    });
+                    sum(terms)
+                },
+            )
+        },
+    );
 }
 
 #[cfg(test)]

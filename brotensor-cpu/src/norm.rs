@@ -8,7 +8,7 @@ use crate::reduction::{
     max_with_floor, piece_sum, rows_with_column_sums, sum, sum_map, sum_zip, sum_zip3, PIECE,
 };
 use crate::simd::{prefetch, wide, MulAdd};
-use crate::stream::{streaming, write_blocks, write_map, write_zip, Stream};
+use crate::stream::{streaming, write_blocks, write_map, write_zip, Stream, StreamedIter};
 
 /// A masked entry's logit floor (the C++ original starts its running max here).
 const MASKED_MAX: f32 = -1e30;
@@ -38,13 +38,14 @@ pub fn softmax_rows(x: &[f32], cols: usize, mask: Option<&[f32]>, y: &mut [f32])
         }
         return;
     }
-    streaming(y.len(), 4, |stream| {
+    streaming(y.len(), 4, |streaming| {
         y.par_chunks_mut(cols)
             .zip(x.par_chunks(cols))
             .enumerate()
-            .for_each_init(
+            .for_each_streamed_init(
+                streaming,
                 || vec![0.0f32; cols],
-                |e, (i, (y, row))| {
+                |stream, e, (i, (y, row))| {
                     let next = next_row(x, i, cols);
                     wide(
                         #[inline(always)]
@@ -313,7 +314,7 @@ pub fn softmax_rows_backward(p: &[f32], dp: &[f32], cols: usize, dl: &mut [f32])
         return;
     }
     if is_long(p.len() / cols, cols) {
-        streaming(dl.len(), 4, |stream| {
+        streaming(dl.len(), 4, |streaming| {
             for (dl, (p, dp)) in dl.chunks_mut(cols).zip(p.chunks(cols).zip(dp.chunks(cols))) {
                 let s = piece_sum(cols, |r| {
                     wide(
@@ -323,7 +324,7 @@ pub fn softmax_rows_backward(p: &[f32], dp: &[f32], cols: usize, dl: &mut [f32])
                 }) as f32;
                 dl.par_chunks_mut(PIECE)
                     .zip(p.par_chunks(PIECE).zip(dp.par_chunks(PIECE)))
-                    .for_each(|(dl, pair)| {
+                    .for_each_streamed(streaming, |stream, (dl, pair)| {
                         wide(
                             #[inline(always)]
                             |_| {
@@ -341,11 +342,11 @@ pub fn softmax_rows_backward(p: &[f32], dp: &[f32], cols: usize, dl: &mut [f32])
         });
         return;
     }
-    streaming(dl.len(), 4, |stream| {
+    streaming(dl.len(), 4, |streaming| {
         dl.par_chunks_mut(cols)
             .zip(p.par_chunks(cols).zip(dp.par_chunks(cols)))
             .enumerate()
-            .for_each(|(i, (dl, (p_row, dp_row)))| {
+            .for_each_streamed(streaming, |stream, (i, (dl, (p_row, dp_row)))| {
                 let (next_p, next_dp) = (next_row(p, i, cols), next_row(dp, i, cols));
                 let (p, dp) = (p_row, dp_row);
                 wide(
@@ -405,11 +406,11 @@ pub fn layernorm_rows(
     }
     let rows = x.len() / cols;
     // One pass per row while it is in cache: statistics, then the normalized output.
-    let stats: Vec<(f32, f32)> = streaming(y.len(), 4, |stream| {
+    let stats: Vec<(f32, f32)> = streaming(y.len(), 4, |streaming| {
         y.par_chunks_mut(cols)
             .zip(x.par_chunks(cols))
             .enumerate()
-            .map(|(i, (y, row))| {
+            .map_streamed(streaming, |stream, (i, (y, row))| {
                 let next = next_row(x, i, cols);
                 let x = row;
                 wide(
@@ -436,11 +437,11 @@ pub fn layernorm_rows(
             .collect()
     });
     if let Some(xh) = xhat {
-        streaming(xh.len(), 4, |stream| {
+        streaming(xh.len(), 4, |streaming| {
             xh.par_chunks_mut(cols)
                 .zip(x.par_chunks(cols))
                 .zip(&stats)
-                .for_each(|((o, x), &(m, r))| {
+                .for_each_streamed(streaming, |stream, ((o, x), &(m, r))| {
                     wide(
                         #[inline(always)]
                         |_| {
@@ -593,11 +594,11 @@ pub fn batch_norm_inference(
             && x.len().is_multiple_of(c * hw),
         "batch_norm_inference: lengths"
     );
-    streaming(y.len(), 4, |stream| {
+    streaming(y.len(), 4, |streaming| {
         y.par_chunks_mut(hw)
             .zip(x.par_chunks(hw))
             .enumerate()
-            .for_each(|(i, (y, x))| {
+            .for_each_streamed(streaming, |stream, (i, (y, x))| {
                 let ch = i % c;
                 let a = gamma[ch] / (running_var[ch] + eps).sqrt();
                 let b = beta[ch] - running_mean[ch] * a;
@@ -813,13 +814,14 @@ pub fn layernorm_rows_backward(
     }
     let n = cols as f32;
     // dx row by row, dgamma (dy xhat) and dbeta (dy) summed in the same pass.
-    let sums = streaming(dx.len(), 4, |stream| {
+    let sums = streaming(dx.len(), 4, |streaming| {
         rows_with_column_sums(
+            streaming,
             dx,
             cols,
             2 * cols,
             #[inline(always)]
-            |i, dx, acc| {
+            |stream, i, dx, acc| {
                 let (dy, xh, r) = (row_of(dy, cols, i), row_of(xhat, cols, i), rstd[i]);
                 let s1 = sum_zip(dy, gamma, |d, g| d * g);
                 let s2 = sum_zip3(dy, gamma, xh, |d, g, h| d * g * h);
@@ -870,11 +872,11 @@ pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
     if cols == 0 {
         return;
     }
-    streaming(y.len(), 4, |stream| {
+    streaming(y.len(), 4, |streaming| {
         y.par_chunks_mut(cols)
             .zip(x.par_chunks(cols))
             .enumerate()
-            .for_each(|(i, (y, row))| {
+            .for_each_streamed(streaming, |stream, (i, (y, row))| {
                 let next = next_row(x, i, cols);
                 let x = row;
                 wide(
@@ -944,27 +946,30 @@ pub fn rms_norm_rows_backward(
         return;
     }
     let Some(dgamma) = dgamma else {
-        streaming(dx.len(), 4, |stream| {
-            dx.par_chunks_mut(cols).enumerate().for_each(|(i, dx)| {
-                wide(
-                    #[inline(always)]
-                    |_| {
-                        let rows = (row_of(x, cols, i), row_of(dy, cols, i), gamma);
-                        rms_dx_row(stream, rows, eps, dx);
-                    },
-                )
-            });
+        streaming(dx.len(), 4, |streaming| {
+            dx.par_chunks_mut(cols)
+                .enumerate()
+                .for_each_streamed(streaming, |stream, (i, dx)| {
+                    wide(
+                        #[inline(always)]
+                        |_| {
+                            let rows = (row_of(x, cols, i), row_of(dy, cols, i), gamma);
+                            rms_dx_row(stream, rows, eps, dx);
+                        },
+                    )
+                });
         });
         return;
     };
     // dx row by row, dgamma (dy x rrms) summed in the same pass.
-    let sums = streaming(dx.len(), 4, |stream| {
+    let sums = streaming(dx.len(), 4, |streaming| {
         rows_with_column_sums(
+            streaming,
             dx,
             cols,
             cols,
             #[inline(always)]
-            |i, dx, acc| {
+            |stream, i, dx, acc| {
                 let (x, dy) = (row_of(x, cols, i), row_of(dy, cols, i));
                 let r = rms_dx_row(stream, (x, dy, gamma), eps, dx);
                 for j in 0..cols {

@@ -3,6 +3,7 @@
 use rayon::prelude::*;
 
 use crate::simd::wide;
+use crate::stream::{Stream, StreamedIter, Streaming};
 
 /// Independent accumulators in the lane-wise reductions: enough that the adds of a
 /// 16-wide (AVX-512) or 8-wide (AVX2) loop do not wait on each other's latency.
@@ -151,17 +152,19 @@ fn add_in_order(out: &mut [f32], partials: &[Vec<f32>]) {
     }
 }
 
-/// Writes each `cols`-wide row `r` of `y` by `row(r, y_row, acc)`, which also adds that
-/// row's column terms into the `acc_len`-long `acc`, and returns the sums of those terms:
-/// an op's output rows and its column reductions (a norm's parameter gradients) in one
-/// pass. Blocked and ordered as [`accumulate_rows`], so the sums depend only on the shape.
-/// Inline into callers with an `#[inline(always)]` `row`: it runs under [`wide`].
+/// Writes each `cols`-wide row `r` of `y` by `row(stream, r, y_row, acc)`, which also adds
+/// that row's column terms into the `acc_len`-long `acc`, and returns the sums of those
+/// terms: an op's output rows and its column reductions (a norm's parameter gradients) in
+/// one pass. Blocked and ordered as [`accumulate_rows`], so the sums depend only on the
+/// shape. `stream` is the block's [`Stream`] under `streaming`. Inline into callers with an
+/// `#[inline(always)]` `row`: it runs under [`wide`].
 #[inline(always)]
 pub fn rows_with_column_sums(
+    streaming: Streaming<'_>,
     y: &mut [f32],
     cols: usize,
     acc_len: usize,
-    row: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+    row: impl Fn(Stream<'_>, usize, &mut [f32], &mut [f32]) + Sync,
 ) -> Vec<f32> {
     let mut out = vec![0.0f32; acc_len];
     if cols == 0 || y.is_empty() {
@@ -172,13 +175,13 @@ pub fn rows_with_column_sums(
     let partials: Vec<Vec<f32>> = y
         .par_chunks_mut(per_block * cols)
         .enumerate()
-        .map(|(b, block)| {
+        .map_streamed(streaming, |stream, (b, block)| {
             let mut acc = vec![0.0f32; acc_len];
             wide(
                 #[inline(always)]
                 |_| {
                     for (k, y_row) in block.chunks_mut(cols).enumerate() {
-                        row(b * per_block + k, y_row, &mut acc);
+                        row(stream, b * per_block + k, y_row, &mut acc);
                     }
                 },
             );

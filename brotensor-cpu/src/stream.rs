@@ -8,10 +8,14 @@
 //! keep plain stores. Streaming stores are x86-64 only; elsewhere every store is plain.
 //!
 //! Streaming stores are weakly ordered: the thread that made them must run a store fence
-//! before anyone reads the data. An op gets its permission to stream, a [`Stream`], only
-//! from [`streaming`], which fences every pool thread once the op's parallel work is done.
-//! Fencing per written row instead stalled each row's end until its stores reached memory,
-//! which cost row ops a third of their time.
+//! before anyone reads the data. An op gets its permission to stream, a [`Streaming`], only
+//! from [`streaming`]; the stores themselves need a [`Stream`], which only a [`Fence`]
+//! lends. A `Fence` is a guard of the thread that made it (it is neither `Send` nor `Sync`,
+//! and neither is the `Stream` it lends), and it fences that thread when dropped. Parallel
+//! loops make one per rayon job (`for_each_init` / `map_init`), so a thread fences once per
+//! job, not per row (fencing per written row stalled each row's end until its stores reached
+//! memory, which cost row ops a third of their time), and no thread has to wait for pool
+//! threads that are busy elsewhere.
 
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{level, Level};
@@ -26,52 +30,160 @@ pub fn should_stream(len: usize, elem_bytes: usize) -> bool {
     len.saturating_mul(elem_bytes) >= STREAM_MIN_BYTES
 }
 
-/// Whether the writers it is handed to may use streaming stores. A `Stream` that is on
-/// exists only inside [`streaming`] (its lifetime cannot leave that call), which fences
-/// afterwards; [`Stream::PLAIN`] allows plain stores only.
+/// An op's permission to write with streaming stores (or not), valid inside the
+/// [`streaming`] call that made it (its lifetime cannot leave that call). It can be shared
+/// with the threads of a parallel loop; each turns it into a [`Fence`] of its own.
 ///
 /// ```compile_fail
-/// // A token cannot outlive the call that fences after it.
+/// // A permission cannot outlive the call that made it.
 /// let leaked = brotensor_cpu::stream::streaming(1 << 30, 4, |on| on);
 /// ```
 #[derive(Clone, Copy, Debug)]
-pub struct Stream<'scope> {
+pub struct Streaming<'scope> {
     on: bool,
     _scope: std::marker::PhantomData<fn(&'scope ()) -> &'scope ()>,
+}
+
+impl Streaming<'static> {
+    /// No streaming: every [`Stream`] it lends is [`Stream::PLAIN`].
+    pub const PLAIN: Self = Streaming {
+        on: false,
+        _scope: std::marker::PhantomData,
+    };
+}
+
+impl<'scope> Streaming<'scope> {
+    /// A guard for the calling thread: it lends the [`Stream`] that writers take and fences
+    /// this thread's streaming stores when dropped.
+    pub fn fence(self) -> Fence<'scope> {
+        Fence {
+            on: self.on,
+            _thread: std::marker::PhantomData,
+        }
+    }
+}
+
+/// The calling thread's streaming-store guard (see [`Streaming::fence`]). Not `Send`: the
+/// thread that streams is the thread that fences.
+///
+/// ```compile_fail
+/// fn send<T: Send>(_: T) {}
+/// brotensor_cpu::stream::streaming(1 << 30, 4, |on| send(on.fence()));
+/// ```
+#[derive(Debug)]
+pub struct Fence<'scope> {
+    on: bool,
+    _thread: std::marker::PhantomData<(*const (), fn(&'scope ()) -> &'scope ())>,
+}
+
+impl Fence<'_> {
+    /// The token writers take, borrowed from this guard (so it cannot outlive it, and like
+    /// it cannot cross threads).
+    pub fn stream(&self) -> Stream<'_> {
+        Stream {
+            on: self.on,
+            _guard: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for Fence<'_> {
+    fn drop(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        if self.on {
+            // SAFETY: SFENCE has no operands and is x86-64 baseline.
+            unsafe { std::arch::x86_64::_mm_sfence() };
+        }
+    }
+}
+
+/// Whether the writers it is handed to may use streaming stores. A `Stream` that is on is
+/// lent by a [`Fence`] of the current thread, which fences after it; [`Stream::PLAIN`] allows
+/// plain stores only. Neither `Send` nor `Sync`.
+///
+/// ```compile_fail
+/// fn send<T: Send>(_: T) {}
+/// send(brotensor_cpu::stream::Stream::PLAIN);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Stream<'guard> {
+    on: bool,
+    _guard: std::marker::PhantomData<(*const (), &'guard ())>,
 }
 
 impl Stream<'static> {
     /// Plain stores only.
     pub const PLAIN: Self = Stream {
         on: false,
-        _scope: std::marker::PhantomData,
+        _guard: std::marker::PhantomData,
     };
 }
 
-/// Runs `f`, an op writing `len` elements of `elem_bytes` bytes, with a [`Stream`] that is
-/// on when [`should_stream`] says so. After a streamed `f` every thread of the current rayon
-/// pool, and the calling one, runs a store fence, so the output is complete and ordered
-/// before `streaming` returns. `f` must do its streaming on those threads (its rayon
-/// iterators do).
-pub fn streaming<R>(len: usize, elem_bytes: usize, f: impl for<'s> FnOnce(Stream<'s>) -> R) -> R {
+/// Runs `f`, an op writing `len` elements of `elem_bytes` bytes, with a [`Streaming`]
+/// permission that is on when [`should_stream`] says so. `f` makes a [`Fence`] on every
+/// thread that writes (one per rayon job), so the output is complete and ordered once `f`
+/// has returned and its guards are dropped.
+pub fn streaming<R>(
+    len: usize,
+    elem_bytes: usize,
+    f: impl for<'s> FnOnce(Streaming<'s>) -> R,
+) -> R {
     streaming_if(should_stream(len, elem_bytes), f)
 }
 
 /// [`streaming`] with the decision made by the caller.
-fn streaming_if<R>(on: bool, f: impl for<'s> FnOnce(Stream<'s>) -> R) -> R {
-    let out = f(Stream {
+fn streaming_if<R>(on: bool, f: impl for<'s> FnOnce(Streaming<'s>) -> R) -> R {
+    f(Streaming {
         on,
         _scope: std::marker::PhantomData,
-    });
-    #[cfg(target_arch = "x86_64")]
-    if on {
-        // SAFETY: SFENCE has no operands and is x86-64 baseline.
-        rayon::broadcast(|_| unsafe { std::arch::x86_64::_mm_sfence() });
-        // SAFETY: as above.
-        unsafe { std::arch::x86_64::_mm_sfence() };
-    }
-    out
+    })
 }
+
+/// Parallel loops whose bodies write with streaming stores: each rayon job makes its own
+/// [`Fence`] (fencing its thread at the job's end) and hands its [`Stream`] to the body.
+pub trait StreamedIter: rayon::iter::ParallelIterator {
+    /// `for_each`, with the job's [`Stream`] as the body's first argument.
+    fn for_each_streamed<F>(self, streaming: Streaming<'_>, body: F)
+    where
+        F: Fn(Stream<'_>, Self::Item) + Sync + Send,
+    {
+        self.for_each_init(
+            || streaming.fence(),
+            |fence, item| body(fence.stream(), item),
+        )
+    }
+
+    /// `for_each_init`: `init` makes per-job scratch, handed to the body after the
+    /// [`Stream`].
+    fn for_each_streamed_init<T, I, F>(self, streaming: Streaming<'_>, init: I, body: F)
+    where
+        I: Fn() -> T + Sync + Send,
+        F: Fn(Stream<'_>, &mut T, Self::Item) + Sync + Send,
+    {
+        self.for_each_init(
+            || (streaming.fence(), init()),
+            |(fence, scratch), item| body(fence.stream(), scratch, item),
+        )
+    }
+
+    /// `map`, with the job's [`Stream`] as the body's first argument.
+    fn map_streamed<'s, R, F>(
+        self,
+        streaming: Streaming<'s>,
+        body: F,
+    ) -> impl rayon::iter::ParallelIterator<Item = R>
+    where
+        R: Send,
+        F: Fn(Stream<'_>, Self::Item) -> R + Sync + Send,
+    {
+        self.map_init(
+            move || streaming.fence(),
+            move |fence, item| body(fence.stream(), item),
+        )
+    }
+}
+
+impl<P: rayon::iter::ParallelIterator> StreamedIter for P {}
 
 /// Bytes in a cache line, the unit a streaming store should write whole.
 const LINE_BYTES: usize = 64;
@@ -256,7 +368,7 @@ mod tests {
                 };
                 write_blocks(Stream::PLAIN, &mut b[start..start + len], fill);
                 streaming_if(true, |on| {
-                    write_blocks(on, &mut a[start..start + len], fill)
+                    write_blocks(on.fence().stream(), &mut a[start..start + len], fill)
                 });
                 assert_eq!(a, b, "start {start} len {len}");
                 assert!(a[..start].iter().all(|&v| v == -1.0));
@@ -268,9 +380,8 @@ mod tests {
                         let mut t = vec![-1.0f32; backing_len];
                         let t_part = &mut t[start..start + len];
                         // SAFETY: `tier` is at most the tier this CPU runs.
-                        streaming_if(true, |_| unsafe {
-                            write_lines_streamed(tier, t_part, fill)
-                        });
+                        unsafe { write_lines_streamed(tier, t_part, fill) };
+                        streaming_if(true, |on| drop(on.fence()));
                         assert_eq!(t, b, "{tier:?} start {start} len {len}");
                     }
                 }
@@ -287,7 +398,7 @@ mod tests {
                     let mut a = vec![0xAAu8; 700];
                     let mut b = a.clone();
                     let (a_part, from) = (&mut a[d0..d0 + len], &src[s0..s0 + len]);
-                    streaming_if(true, |on| copy_bytes(on, a_part, from));
+                    streaming_if(true, |on| copy_bytes(on.fence().stream(), a_part, from));
                     copy_bytes(Stream::PLAIN, &mut b[d0..d0 + len], &src[s0..s0 + len]);
                     assert_eq!(a, b, "dst {d0} src {s0} len {len}");
                 }
@@ -298,7 +409,9 @@ mod tests {
     #[test]
     #[should_panic(expected = "length mismatch")]
     fn copies_of_unequal_lengths_panic_before_any_store() {
-        streaming_if(true, |on| copy_bytes(on, &mut [0u8; 64], &[0u8; 63]));
+        streaming_if(true, |on| {
+            copy_bytes(on.fence().stream(), &mut [0u8; 64], &[0u8; 63])
+        });
     }
 
     #[test]
@@ -356,6 +469,37 @@ mod tests {
                 .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "{name}: streamed output differs from the plain one");
         }
+    }
+
+    #[test]
+    fn a_streamed_op_finishes_while_a_pool_thread_is_blocked_elsewhere() {
+        // One of two pool threads waits on a channel; a large streamed copy in that pool
+        // must still finish (a fence broadcast to every pool thread would wait for ever).
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let (started, wait_started) = std::sync::mpsc::channel::<()>();
+        pool.spawn(move || {
+            started.send(()).unwrap();
+            blocked.recv().unwrap();
+        });
+        wait_started.recv().unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        let src: Vec<u8> = (0..STREAM_MIN_BYTES + 4096).map(|i| i as u8).collect();
+        std::thread::spawn(move || {
+            let mut dst = vec![0u8; src.len()];
+            pool.install(|| crate::cast::copy(&mut dst, &src));
+            done.send(dst == src).unwrap();
+        });
+        let ok = finished.recv_timeout(std::time::Duration::from_secs(60));
+        release.send(()).unwrap();
+        assert_eq!(
+            ok,
+            Ok(true),
+            "the streamed copy did not finish while a thread was blocked"
+        );
     }
 
     #[test]

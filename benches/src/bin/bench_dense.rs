@@ -17,11 +17,12 @@ fn host(n: usize, seed: usize) -> Vec<f32> {
 /// `y = 1.01 x` in one streamed pass: what an element-wise op with a single multiply reaches
 /// against the copy.
 fn floor_one_pass(x: &[f32], y: &mut [f32]) {
+    use brotensor_cpu::stream::StreamedIter;
     use rayon::prelude::*;
-    brotensor_cpu::stream::streaming(y.len(), 4, |stream| {
+    brotensor_cpu::stream::streaming(y.len(), 4, |streaming| {
         y.par_chunks_mut(1 << 16)
             .zip(x.par_chunks(1 << 16))
-            .for_each(|(y, x)| {
+            .for_each_streamed(streaming, |stream, (y, x)| {
                 brotensor_cpu::simd::wide(
                     #[inline(always)]
                     |_| {
@@ -42,11 +43,12 @@ fn floor_one_pass(x: &[f32], y: &mut [f32]) {
 /// over a row (statistics, then output) that every normalization needs at least, with
 /// almost no arithmetic.
 fn floor_two_pass(x: &[f32], cols: usize, y: &mut [f32]) {
+    use brotensor_cpu::stream::StreamedIter;
     use rayon::prelude::*;
-    brotensor_cpu::stream::streaming(y.len(), 4, |stream| {
+    brotensor_cpu::stream::streaming(y.len(), 4, |streaming| {
         y.par_chunks_mut(cols)
             .zip(x.par_chunks(cols))
-            .for_each(|(y, x)| {
+            .for_each_streamed(streaming, |stream, (y, x)| {
                 brotensor_cpu::simd::wide(
                     #[inline(always)]
                     |_| {
