@@ -212,11 +212,18 @@ pub fn assert_rejects_wrong(tag: &str, want: &[f32], cols: usize, tol: (f32, f32
         }
         return;
     };
-    let zeros: Vec<f32> = want.iter().map(|w| if w.is_finite() { 0.0 } else { *w }).collect();
+    let zeros: Vec<f32> = want
+        .iter()
+        .map(|w| if w.is_finite() { 0.0 } else { *w })
+        .collect();
     let halved: Vec<f32> = want.iter().map(|w| w * 0.5).collect();
     let mut one_off = want.to_vec();
     one_off[big] += want[big].abs();
-    for (what, wrong) in [("zeros", zeros), ("a halved output", halved), ("one element off", one_off)] {
+    for (what, wrong) in [
+        ("zeros", zeros),
+        ("a halved output", halved),
+        ("one element off", one_off),
+    ] {
         assert!(
             check_close(want, &wrong, cols, tol).is_err(),
             "{tag}: harness self-test: the tolerance {tol:?} accepts {what}"
@@ -307,8 +314,8 @@ pub fn parity_with(
     }
     for &dtype in check.dtypes {
         let rounded: Vec<Vec<f32>> = data.iter().map(|d| round_through(dtype, d)).collect();
-        let reference = run(Device::Cpu, Dtype::F32, &rounded)
-            .and_then(|t| Ok((read_f32(&t)?, t.cols())));
+        let reference =
+            run(Device::Cpu, Dtype::F32, &rounded).and_then(|t| Ok((read_f32(&t)?, t.cols())));
         let (reference, cols) =
             reference.unwrap_or_else(|e| panic!("{case}: CPU reference failed: {e}"));
         // The comparison must be able to fail on this case's data, GPU or not.
@@ -322,7 +329,14 @@ pub fn parity_with(
             record(case, Device::Cpu, dtype);
         }
         for &device in &gpus {
-            compare_on(case, device, dtype, check, run(device, dtype, &data), &reference);
+            compare_on(
+                case,
+                device,
+                dtype,
+                check,
+                run(device, dtype, &data),
+                &reference,
+            );
         }
     }
 }
@@ -354,7 +368,14 @@ pub fn reference_with(
             .collect();
         let want: Vec<f32> = reference(&wide).into_iter().map(|v| v as f32).collect();
         for device in std::iter::once(Device::Cpu).chain(gpus.iter().copied()) {
-            compare_on(&case, device, dtype, check, run(device, dtype, &data), &want);
+            compare_on(
+                &case,
+                device,
+                dtype,
+                check,
+                run(device, dtype, &data),
+                &want,
+            );
         }
     }
 }

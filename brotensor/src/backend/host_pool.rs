@@ -53,10 +53,7 @@ pub(crate) fn take(op: &'static str, bytes: usize) -> Result<Vec<u64>> {
 }
 
 fn too_large(op: &'static str, bytes: usize) -> Error {
-    Error::invalid(
-        op,
-        format!("cannot allocate {bytes} bytes of host memory"),
-    )
+    Error::invalid(op, format!("cannot allocate {bytes} bytes of host memory"))
 }
 
 /// Returns a buffer to the pool (or frees it when the pool is full or it is small).
@@ -173,7 +170,11 @@ mod tests {
         // 2^60 bytes: the size class exists but no allocator can provide it.
         for bytes in [1usize << 60, usize::MAX - 7, usize::MAX] {
             let e = take("alloc", bytes).unwrap_err();
-            assert!(e.to_string().starts_with("brotensor: alloc: cannot allocate"), "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with("brotensor: alloc: cannot allocate"),
+                "{e}"
+            );
         }
     }
 }

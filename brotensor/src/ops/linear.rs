@@ -580,9 +580,7 @@ pub fn matmul_abt(
     if batch > 1 && stride_c < mn {
         return Err(shape_error(
             op,
-            format!(
-                "stride_c {stride_c} < m * n = {mn}: the {batch} outputs C[z] would overlap"
-            ),
+            format!("stride_c {stride_c} < m * n = {mn}: the {batch} outputs C[z] would overlap"),
         ));
     }
     let reach = |stride: usize, one: usize| {

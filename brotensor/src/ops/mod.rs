@@ -125,7 +125,12 @@ pub(crate) fn checked_product(op: &'static str, what: &str, factors: &[usize]) -
     factors
         .iter()
         .try_fold(1usize, |acc, &f| acc.checked_mul(f))
-        .ok_or_else(|| Error::shape(op, format!("{what} = {factors:?} multiplied overflows usize")))
+        .ok_or_else(|| {
+            Error::shape(
+                op,
+                format!("{what} = {factors:?} multiplied overflows usize"),
+            )
+        })
 }
 
 /// Adopts and sizes an output to `rows x cols` of `dtype` on `device`.

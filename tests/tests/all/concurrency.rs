@@ -127,7 +127,9 @@ fn sync_and_memory_figures_from_a_thread_that_launched_nothing_cover_the_others(
         from_worker.recv().unwrap();
         let in_use = std::thread::spawn(move || {
             brotensor::sync(device).unwrap();
-            let info = brotensor::memory_info(device).unwrap().expect("GPU memory figures");
+            let info = brotensor::memory_info(device)
+                .unwrap()
+                .expect("GPU memory figures");
             brotensor::memory_trim(device).unwrap();
             info.in_use
         })
@@ -140,6 +142,9 @@ fn sync_and_memory_figures_from_a_thread_that_launched_nothing_cover_the_others(
         );
         to_worker.send(()).unwrap();
         let v = worker.join().unwrap();
-        assert!(v.iter().all(|&x| x == 3.0), "{device}: contents after a foreign trim");
+        assert!(
+            v.iter().all(|&x| x == 3.0),
+            "{device}: contents after a foreign trim"
+        );
     }
 }

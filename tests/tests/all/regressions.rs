@@ -19,8 +19,12 @@ fn bf16_matmul_abt_leaves_gaps_between_batches_untouched() {
     let (batch, m, n, k) = (3usize, 2usize, 3usize, 4usize);
     let stride_c = m * n + 5;
     let c_len = stride_c * batch + 7;
-    let a: Vec<f32> = (0..batch * m * k).map(|i| ((i % 7) as f32 - 3.0) * 0.25).collect();
-    let b: Vec<f32> = (0..batch * n * k).map(|i| ((i % 5) as f32 - 2.0) * 0.5).collect();
+    let a: Vec<f32> = (0..batch * m * k)
+        .map(|i| ((i % 7) as f32 - 3.0) * 0.25)
+        .collect();
+    let b: Vec<f32> = (0..batch * n * k)
+        .map(|i| ((i % 5) as f32 - 2.0) * 0.5)
+        .collect();
     let sentinel = |i: usize| 100.0 + i as f32;
     let c0: Vec<f32> = (0..c_len).map(sentinel).collect();
     for d in devices() {
@@ -78,7 +82,10 @@ fn f16_l2_normalize_computes_in_fp32_inside() {
             let got = read_f32(&y).unwrap();
             let want = [0.6f32, 0.0, 0.8, 0.0];
             for (g, w) in got.iter().zip(want) {
-                assert!((g - w).abs() <= 4e-3, "{d} {dtype}: got {got:?}, want {want:?}");
+                assert!(
+                    (g - w).abs() <= 4e-3,
+                    "{d} {dtype}: got {got:?}, want {want:?}"
+                );
             }
         }
     }

@@ -92,11 +92,25 @@ fn matmul_abt_checks_products_strides_and_overlap() {
         // m * k, n * k, m * n wrap to small numbers without checks.
         shape_err(
             "m = 2^63",
-            ops::matmul_abt(&a, &b, &mut c, spec(1, HALF, 2, 2, 0, 0, 0), None, Act::None),
+            ops::matmul_abt(
+                &a,
+                &b,
+                &mut c,
+                spec(1, HALF, 2, 2, 0, 0, 0),
+                None,
+                Act::None,
+            ),
         );
         shape_err(
             "k = 2^63",
-            ops::matmul_abt(&a, &b, &mut c, spec(1, 2, 2, HALF, 0, 0, 0), None, Act::None),
+            ops::matmul_abt(
+                &a,
+                &b,
+                &mut c,
+                spec(1, 2, 2, HALF, 0, 0, 0),
+                None,
+                Act::None,
+            ),
         );
         // A batch whose outputs overlap would write C more than once (and with usize::MAX
         // batches, never finish).
@@ -110,7 +124,14 @@ fn matmul_abt_checks_products_strides_and_overlap() {
         );
         shape_err(
             "stride overflow",
-            ops::matmul_abt(&a, &b, &mut c, spec(3, 1, 1, 1, HALF, 0, 1), None, Act::None),
+            ops::matmul_abt(
+                &a,
+                &b,
+                &mut c,
+                spec(3, 1, 1, 1, HALF, 0, 1),
+                None,
+                Act::None,
+            ),
         );
     }
 }
@@ -211,15 +232,8 @@ fn norms_softmax_and_losses_refuse_wrapping_geometry() {
             ops::batch_norm_inference(&x, &g, &g, &g, &g, (0, MAX, 2, 1), 1e-5, &mut y),
         );
         let (mut p, mut dl, mut loss) = (Tensor::default(), Tensor::default(), Tensor::default());
-        let r = ops::softmax_xent_fused_batched(
-            &x,
-            &x,
-            None,
-            &[0, MAX],
-            &mut p,
-            &mut dl,
-            &mut loss,
-        );
+        let r =
+            ops::softmax_xent_fused_batched(&x, &x, None, &[0, MAX], &mut p, &mut dl, &mut loss);
         assert!(
             matches!(r, Err(Error::InvalidArgument { .. } | Error::Shape { .. })),
             "{r:?}"
