@@ -226,15 +226,18 @@ impl<'a> Cursor<'a> {
                 }
                 let elem = self.u32(what)?;
                 let n = self.u64(what)?;
-                // Every element takes at least one byte: a count beyond the bytes left is a lie,
-                // refused before anything is allocated.
+                // Every element takes at least its type's encoded size: a count beyond what the
+                // bytes left can hold is a lie, refused before anything is allocated.
                 let left = (self.bytes.len() - self.at) as u64;
-                if n > left {
+                let least = min_encoded_size(elem);
+                if n > left / least {
                     return Err(bad(format!(
-                        "{what}: array of {n} elements but {left} bytes left"
+                        "{what}: array of {n} elements of at least {least} bytes but {left} bytes left"
                     )));
                 }
-                let mut items = Vec::with_capacity(n as usize);
+                // Reserve no more than a small head start: the vector grows with the elements
+                // actually parsed, so memory follows the file's real contents, not its claims.
+                let mut items = Vec::with_capacity(n.min(ARRAY_RESERVE) as usize);
                 for _ in 0..n {
                     items.push(self.value(elem, what, depth + 1)?);
                 }
@@ -245,6 +248,22 @@ impl<'a> Cursor<'a> {
             12 => Value::F64(f64::from_le_bytes(self.array(what)?)),
             other => return Err(bad(format!("{what}: unknown value type {other}"))),
         })
+    }
+}
+
+/// Array elements reserved up front, before any is parsed.
+const ARRAY_RESERVE: u64 = 4096;
+
+/// The fewest bytes a metadata value of type `ty` takes in the file (an unknown type takes at
+/// least its first byte; parsing it then fails).
+fn min_encoded_size(ty: u32) -> u64 {
+    match ty {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        8 | 10..=12 => 8, // a string is at least its u64 length
+        9 => 12,          // an array is at least its u32 type and u64 count
+        _ => 1,
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod buffer_stability;
 mod cast_rounding;
+mod concurrency;
 mod coverage_gaps;
 mod default_device;
 mod dispatch;
@@ -17,7 +18,9 @@ mod reference_linear;
 mod reference_loss;
 mod reference_norm;
 mod reference_reduction;
+mod regressions;
 mod reshaped_views;
 mod safetensors;
+mod sizes;
 mod tensor_errors;
 mod zero_element;
