@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Fuzzes each model-file reader for SECONDS (default 600) with cargo fuzz (nightly), seeded
 # with the committed fixtures. Usage: fuzz/run.sh [SECONDS] [TARGET...]
-# Targets: safetensors, gguf, dequantize (all three when none is named). Crashes land in
+# Targets: safetensors, gguf, dequantize, api (all four when none is named). Crashes land in
 # fuzz/artifacts/<target>/; each one becomes a regression test in tests/tests/all/.
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors gguf dequantize)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors gguf dequantize api)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 fixtures=../tests/fixtures
 for t in "${targets[@]}"; do
@@ -20,6 +20,11 @@ for t in "${targets[@]}"; do
             # One seed per dtype: the dtype byte, then a few blocks from the quant fixture.
             for i in $(seq 0 20); do
                 { printf "\\x$(printf %02x "$i")"; head -c 2048 "$fixtures/quants.gguf"; } > "corpus/$t/seed-$i"
+            done ;;
+        api)
+            # A few programs: each byte picks an op, operands, sizes and scalars.
+            for i in $(seq 0 47); do
+                { head -c 64 /dev/zero | tr '\0' '\003'; printf "\\x$(printf %02x "$i")"; head -c 256 "$fixtures/quants.gguf"; } > "corpus/$t/seed-$i"
             done ;;
     esac
 done

@@ -5,10 +5,17 @@
 set -euo pipefail
 
 have_icd() {
-  ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json 2>/dev/null | grep -q .
+  # No pipeline: under pipefail, `ls` failing on one missing folder would hide the other.
+  local f
+  for f in /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json; do
+    [ -e "$f" ] && return 0
+  done
+  return 1
 }
 
-if ! have_icd || ! ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
+# `grep -c`, not `grep -q`: an early exit would kill ldconfig with SIGPIPE, and under
+# pipefail the pipeline would then read as "no loader" and reinstall on every run.
+if ! have_icd || [ "$(ldconfig -p 2>/dev/null | grep -c libvulkan.so.1)" = 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing the Mesa Vulkan drivers (software device for wgpu)"
     apt-get update -qq
