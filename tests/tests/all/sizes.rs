@@ -266,3 +266,117 @@ fn file_readers_refuse_claims_the_bytes_cannot_back() {
         other => panic!("expected a format error, got {other:?}"),
     }
 }
+
+/// Every tensor-only op of every family, on zero-element operands whose dims are near
+/// `2^63` and `usize::MAX`: `Ok` with an empty result of a consistent shape, or a clean
+/// shape or argument error; no panic and no wrapped size.
+#[test]
+fn every_tensor_op_with_huge_empty_operands() {
+    type Op = (
+        &'static str,
+        fn(&Tensor, &Tensor) -> brotensor::Result<Tensor>,
+    );
+    fn out1(f: impl FnOnce(&mut Tensor) -> brotensor::Result<()>) -> brotensor::Result<Tensor> {
+        let mut y = Tensor::default();
+        f(&mut y).map(|_| y)
+    }
+    let table: &[Op] = &[
+        ("add", |x, y| ops::add(x, y)),
+        ("sub", |x, y| ops::sub(x, y)),
+        ("mul", |x, y| ops::mul(x, y)),
+        ("div", |x, y| ops::div(x, y)),
+        ("add_scalar", |x, _| ops::add_scalar(x, 1.0)),
+        ("exp", |x, _| ops::exp(x)),
+        ("log", |x, _| ops::log(x)),
+        ("sin", |x, _| ops::sin(x)),
+        ("rsqrt", |x, _| ops::rsqrt(x)),
+        ("round", |x, _| ops::round(x)),
+        ("exp_backward", |x, y| out1(|o| ops::exp_backward(x, y, o))),
+        ("round_backward", |x, _| out1(|o| ops::round_backward(x, o))),
+        ("relu", |x, _| ops::relu(x)),
+        ("gelu_exact", |x, _| ops::gelu_exact(x)),
+        ("silu_backward", |x, y| {
+            out1(|o| ops::silu_backward(x, y, o))
+        }),
+        ("elu_forward", |x, _| out1(|o| ops::elu_forward(x, 1.0, o))),
+        ("leaky_relu_backward", |x, y| {
+            out1(|o| ops::leaky_relu_backward(x, y, 0.1, o))
+        }),
+        ("swiglu_forward", |x, _| out1(|o| ops::swiglu_forward(x, o))),
+        ("geglu_backward", |x, y| {
+            out1(|o| ops::geglu_backward(x, y, o))
+        }),
+        ("clamp_out", |x, _| {
+            out1(|o| ops::clamp_out(x, -1.0, 1.0, o))
+        }),
+        ("cast", |x, _| out1(|o| ops::cast(x, o, Dtype::F16))),
+        ("threshold_u8", |x, _| {
+            out1(|o| ops::threshold_u8(x, 0.0, o))
+        }),
+        ("sum_rows", |x, _| out1(|o| ops::sum_rows(x, o))),
+        ("sum_cols", |x, _| out1(|o| ops::sum_cols(x, o))),
+        ("argmax_rows", |x, _| out1(|o| ops::argmax_rows(x, o))),
+        ("rows_count_above", |x, _| {
+            out1(|o| ops::rows_count_above(x, 0.0, 1.0, o))
+        }),
+        ("matmul", |x, y| out1(|o| ops::matmul(x, y, o))),
+        ("linear_forward_batched", |x, y| {
+            out1(|o| ops::linear_forward_batched(x, None, y, o))
+        }),
+        ("linear_forward_batched_fp16", |x, y| {
+            out1(|o| ops::linear_forward_batched_fp16(x, None, y, o))
+        }),
+        ("softmax_forward", |x, _| {
+            out1(|o| ops::softmax_forward(x, o, None))
+        }),
+        ("softmax_backward", |x, y| {
+            out1(|o| ops::softmax_backward(x, y, o))
+        }),
+        ("mse_vec_backward", |x, y| {
+            out1(|o| ops::mse_vec_backward(x, y, o))
+        }),
+        ("softmax_xent_fused", |x, y| {
+            let (mut p, mut d) = (Tensor::default(), Tensor::default());
+            ops::softmax_xent_fused(x, y, None, &mut p, &mut d).map(|_| p)
+        }),
+        ("bce_with_logits_fused_batched", |x, y| {
+            let (mut p, mut d, mut l) = (Tensor::default(), Tensor::default(), Tensor::default());
+            ops::bce_with_logits_fused_batched(x, y, None, 1.0, &mut p, &mut d, &mut l).map(|_| p)
+        }),
+        ("layernorm_forward_inference_batched", |x, y| {
+            out1(|o| ops::layernorm_forward_inference_batched(x, y, y, o, 1e-5))
+        }),
+        ("rms_norm_forward", |x, y| {
+            out1(|o| ops::rms_norm_forward(x, y, 1e-6, o))
+        }),
+        ("pixel_norm_backward", |x, y| {
+            out1(|o| ops::pixel_norm_backward(x, y, 1e-6, o))
+        }),
+    ];
+    for d in devices() {
+        let shapes = [(HALF, 0), (0, HALF), (MAX, 0), (0, MAX)];
+        for &(xs, ys) in &[(0, 0), (0, 1), (1, 3), (2, 2), (3, 1)] {
+            for dtype in [Dtype::F32, Dtype::F16] {
+                let x = empty(d, shapes[xs].0, shapes[xs].1, dtype);
+                let y = empty(d, shapes[ys].0, shapes[ys].1, dtype);
+                for (name, op) in table {
+                    match op(&x, &y) {
+                        Ok(out) => assert_eq!(
+                            out.numel(),
+                            0,
+                            "{name} on {d} {dtype}: empty operands gave {:?}",
+                            out.shape()
+                        ),
+                        Err(
+                            Error::Shape { .. }
+                            | Error::InvalidArgument { .. }
+                            | Error::Dtype { .. }
+                            | Error::UnsupportedDtype { .. },
+                        ) => {}
+                        Err(e) => panic!("{name} on {d} {dtype}: unexpected error {e}"),
+                    }
+                }
+            }
+        }
+    }
+}
