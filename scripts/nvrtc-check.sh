@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Lowers the tensor-core matmul kernel (F16 and BF16) to CUDA C++ on the host and compiles it
-# to PTX with NVRTC from PyPI's NVIDIA wheels: catches CUDA code-generation errors on a
-# machine without a GPU. Usage: scripts/nvrtc-check.sh [ARCH] (default compute_90, H100/H200).
+# Lowers every GPU kernel, in every specialisation the library launches (dtypes, vector
+# sizes, instructions, comptime flags), to CUDA C++ on the host (the brotensor-kernels test
+# cuda_lowering::every_kernel_lowers_to_cuda, which also checks that its enumeration covers
+# every kernel, instruction and dtype in the sources) and compiles each unit to PTX with
+# NVRTC from PyPI's NVIDIA wheels, for every ARCH: catches CUDA code-generation errors on a
+# machine without a GPU. Needs the software Vulkan device (it builds the kernel
+# definitions) and pip or a filled cache. test.sh runs it.
+# Usage: scripts/nvrtc-check.sh [ARCH ...] (default: compute_90 compute_80, H100/H200 and A100)
+#   NVRTC_CACHE  where the wheels are unpacked (default /tmp/brotensor-nvrtc; kept between runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-arch="${1:-compute_90}"
+archs=("$@")
+[ ${#archs[@]} -gt 0 ] || archs=(compute_90 compute_80)
 cache="${NVRTC_CACHE:-/tmp/brotensor-nvrtc}"
 if [ ! -f "$cache/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
     mkdir -p "$cache/wheels"
@@ -14,7 +21,14 @@ if [ ! -f "$cache/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
 fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/xdg}"
 mkdir -p "$XDG_RUNTIME_DIR"
-src="$(mktemp)"
-trap 'rm -f "$src"' EXIT
-BROTENSOR_DUMP_CUDA=1 cargo test -q -p brotensor-kernels --lib tensor_core -- --nocapture >"$src" 2>/dev/null
-python3 scripts/nvrtc_check.py "$cache" "$arch" "$src"
+units="$(mktemp -d)"
+trap 'rm -rf "$units"' EXIT
+# --workspace: the same features as test.sh's build, so nothing is rebuilt there.
+if ! BROTENSOR_CUDA_DIR="$units/cu" BROTENSOR_REQUIRE_GPU=wgpu cargo test -q --workspace --lib \
+        every_kernel_lowers_to_cuda -- --nocapture >"$units/log" 2>&1; then
+    cat "$units/log"
+    echo "nvrtc-check: FAILED to lower the kernels to CUDA C++"
+    exit 1
+fi
+grep "^CUDA lowering: [0-9]" "$units/log" || { cat "$units/log"; echo "nvrtc-check: the lowering test did not run"; exit 1; }
+python3 scripts/nvrtc_check.py "$cache" "$units/cu" "${archs[@]}"

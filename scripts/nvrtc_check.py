@@ -1,48 +1,85 @@
 """Compiles CUDA C++ kernels with NVRTC (from PyPI wheels) to PTX, without a GPU.
 
-Usage: nvrtc_check.py NVRTC_ROOT ARCH SOURCES_FILE
-SOURCES_FILE holds one or more translation units, each starting with
-`#include <cuda_runtime.h>` (as CubeCL's CUDA compiler writes them); other lines before
-the first unit are ignored. Prints one line per unit and exits 1 if any fails to compile.
+Usage: nvrtc_check.py NVRTC_ROOT UNITS_DIR ARCH [ARCH ...]
+UNITS_DIR holds one translation unit per `.cu` file, as the test
+`cuda_lowering::every_kernel_lowers_to_cuda` (brotensor-kernels) writes them: two comment
+lines naming the kernel and its comptime values, then CubeCL's CUDA C++. Every unit is
+compiled for every ARCH (e.g. compute_90 compute_80) on all CPUs. Prints each failure with
+NVRTC's log and one summary line per arch; exits 1 if any unit fails, if a tensor-core unit
+has no mma instruction, or if UNITS_DIR holds no unit.
 """
 import ctypes
+import multiprocessing
+import os
 import sys
 
-root, arch, path = sys.argv[1], sys.argv[2], sys.argv[3]
-lib = ctypes.CDLL(f"{root}/nvidia/cuda_nvrtc/lib/libnvrtc.so.12")
-units, current = [], None
-for line in open(path):
-    if line.startswith("#include <cuda_runtime.h>"):
-        current = []
-        units.append(current)
-    if current is not None and not line.startswith(("test ", "running ", "test result")):
-        current.append(line)
-if not units:
-    sys.exit("no CUDA translation unit found in " + path)
-failed = 0
-for i, unit in enumerate(units):
-    src = "".join(unit).rstrip().rstrip(".").encode()
+LIB = None
+ROOT = None
+
+
+def init(root):
+    global LIB, ROOT
+    ROOT = root
+    LIB = ctypes.CDLL(f"{root}/nvidia/cuda_nvrtc/lib/libnvrtc.so.12")
+
+
+def compile_unit(job):
+    """Compiles one file for one arch; returns (path, arch, error or None)."""
+    path, arch = job
+    src = open(path, "rb").read()
     prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"kernel.cu", 0, None, None) == 0
+    if LIB.nvrtcCreateProgram(ctypes.byref(prog), src, b"kernel.cu", 0, None, None) != 0:
+        return path, arch, "nvrtcCreateProgram failed"
     opts = [
         f"--gpu-architecture={arch}".encode(),
-        f"-I{root}/nvidia/cuda_runtime/include".encode(),
-        f"-I{root}/nvidia/cuda_nvcc/include".encode(),
+        f"-I{ROOT}/nvidia/cuda_runtime/include".encode(),
+        f"-I{ROOT}/nvidia/cuda_nvcc/include".encode(),
         b"--std=c++17",
         b"-diag-suppress=177",
     ]
-    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-    ptx_len = ctypes.c_size_t()
-    lib.nvrtcGetPTXSize(prog, ctypes.byref(ptx_len))
-    ptx = ctypes.create_string_buffer(ptx_len.value)
-    lib.nvrtcGetPTX(prog, ptx)
-    mma = ptx.value.decode(errors="replace").count("mma.sync")
-    print(f"unit {i}: {'ok' if rc == 0 else 'FAILED'}, {ptx_len.value} bytes of PTX, {mma} mma instructions")
+    rc = LIB.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    error = None
     if rc != 0:
-        failed += 1
-        log_len = ctypes.c_size_t()
-        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(log_len))
-        log = ctypes.create_string_buffer(log_len.value)
-        lib.nvrtcGetProgramLog(prog, log)
-        print(log.value.decode(errors="replace"))
-sys.exit(1 if failed else 0)
+        size = ctypes.c_size_t()
+        LIB.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        LIB.nvrtcGetProgramLog(prog, log)
+        error = f"NVRTC error {rc}:\n" + log.value.decode(errors="replace")
+    elif "gemm_cmma_kernel" in os.path.basename(path):
+        size = ctypes.c_size_t()
+        LIB.nvrtcGetPTXSize(prog, ctypes.byref(size))
+        ptx = ctypes.create_string_buffer(size.value)
+        LIB.nvrtcGetPTX(prog, ptx)
+        if b"mma.sync" not in ptx.value:
+            error = "the tensor-core kernel's PTX has no mma instruction"
+    LIB.nvrtcDestroyProgram(ctypes.byref(prog))
+    return path, arch, error
+
+
+def main():
+    root, units_dir, archs = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if not archs:
+        sys.exit("usage: nvrtc_check.py NVRTC_ROOT UNITS_DIR ARCH [ARCH ...]")
+    files = sorted(
+        os.path.join(units_dir, f) for f in os.listdir(units_dir) if f.endswith(".cu")
+    )
+    if not files:
+        sys.exit(f"nvrtc-check: no CUDA translation unit found in {units_dir}")
+    jobs = [(f, arch) for arch in archs for f in files]
+    with multiprocessing.Pool(os.cpu_count(), initializer=init, initargs=(root,)) as pool:
+        results = pool.map(compile_unit, jobs, chunksize=8)
+    failed = {arch: 0 for arch in archs}
+    for path, arch, error in results:
+        if error is None:
+            continue
+        failed[arch] += 1
+        with open(path) as f:
+            header = "".join(next(f) for _ in range(2))
+        print(f"FAILED ({arch}): {os.path.basename(path)}\n{header}{error}\n")
+    for arch in archs:
+        print(f"nvrtc-check {arch}: {len(files) - failed[arch]} units compiled, {failed[arch]} failed")
+    sys.exit(1 if any(failed.values()) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,8 @@
 # cooperative matrices, so the tensor-core matmul kernel runs too (CI runs as root).
 #   BROTENSOR_CMMA_CHECK   1: that step must run (.ci/run sets it), 0: skip it,
 #                          auto (default): run it when root on a machine with apt-get
+# Last, scripts/nvrtc-check.sh lowers every kernel to CUDA C++ and compiles it with NVRTC
+# for compute_90 and compute_80 (BROTENSOR_NVRTC_CHECK, at the end).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -33,4 +35,18 @@ case "${BROTENSOR_CMMA_CHECK:-auto}" in
   auto) if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then scripts/cmma-check.sh
         else echo "cmma-check: NOT RUN (needs root and apt-get; the tensor-core matmul kernel was not tested)"; fi ;;
   *) scripts/cmma-check.sh ;;
+esac
+
+# Every kernel in every specialisation lowered to CUDA C++ and compiled to PTX with NVRTC
+# (compute_90 and compute_80; NVIDIA's wheels from PyPI, cached), no GPU needed.
+#   BROTENSOR_NVRTC_CHECK  1: must run, 0: skip, auto (default): run where pip or the cache
+#                          is there; under CI=true it must run
+echo
+nvrtc_ready() { [ -f "${NVRTC_CACHE:-/tmp/brotensor-nvrtc}/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ] || python3 -m pip --version >/dev/null 2>&1; }
+case "${BROTENSOR_NVRTC_CHECK:-auto}" in
+  0) echo "nvrtc-check: NOT RUN (BROTENSOR_NVRTC_CHECK=0)" ;;
+  auto) if nvrtc_ready; then scripts/nvrtc-check.sh
+        elif [ "${CI:-}" = true ]; then echo "nvrtc-check: CANNOT RUN under CI (needs python3 with pip)"; exit 1
+        else echo "nvrtc-check: NOT RUN (needs python3 with pip; CUDA code generation was not checked)"; fi ;;
+  *) scripts/nvrtc-check.sh ;;
 esac

@@ -328,3 +328,62 @@ pub fn launch_batch_norm_inference<R: Runtime, F: Float + CubeElement>(
     }
     Ok(())
 }
+
+/// Every kernel of this file in every specialisation the library can launch, lowered to
+/// CUDA C++ (see `crate::cuda_lowering`).
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
+    let c = l.client.clone();
+    let a = L::array;
+    let reduce = || L::settings(CubeDim::new_1d(REDUCE_UNITS));
+    for_floats!(|F| l.lower(
+        batch_norm_inference_kernel::BatchNormInferenceKernel::<F, Rt>::new(
+            L::settings_1d(),
+            c.clone(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+        )
+    ));
+    l.lower(batch_norm_kernel::BatchNormKernel::<Rt>::new(
+        reduce(),
+        c.clone(),
+        a(),
+        a(),
+        a(),
+        a(),
+        a(),
+        a(),
+        a(),
+        a(),
+        (),
+        (),
+        (),
+        (),
+        (),
+    ));
+    l.lower(
+        batch_norm_backward_kernel::BatchNormBackwardKernel::<Rt>::new(
+            reduce(),
+            c,
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+        ),
+    );
+}

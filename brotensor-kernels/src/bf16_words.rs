@@ -238,3 +238,44 @@ pub fn launch_float_to_words<R: Runtime, F: Float + CubeElement>(
     }
     Ok(())
 }
+
+/// Every kernel of this file in every specialisation the library can launch, lowered to
+/// CUDA C++ (see `crate::cuda_lowering`).
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
+    use crate::elementwise::*;
+    macro_rules! each_op {
+        ($($op:ident),* => |$O:ident| $body:expr) => {{$({
+            type $O = $op;
+            $body
+        })*}};
+    }
+    let c = l.client.clone();
+    let a = L::array;
+    for vs in L::vector_sizes() {
+        each_op!(Identity, AddScalar, SubScalar, MulScalar, DivScalar, Clamp, Exp, Log, Sin,
+            Cos, Rsqrt, Round, Relu, Tanh, Sigmoid, Silu, Gelu, GeluExact, QuickGelu, Elu,
+            LeakyRelu => |O| l.lower(unary_words_kernel::UnaryWordsKernel::<O, Rt>::new(
+                L::settings_1d(), c.clone(), a(), a(), (), (), vs)));
+        each_op!(Add, Sub, Mul, Div, Axpby, ExpBackward, LogBackward, SinBackward,
+            CosBackward, RsqrtBackward, ReluBackward, TanhBackward, SigmoidBackward,
+            SiluBackward, GeluBackward, GeluExactBackward, QuickGeluBackward, EluBackward,
+            LeakyReluBackward => |O| l.lower(binary_words_kernel::BinaryWordsKernel::<O, Rt>::new(
+                L::settings_1d(), c.clone(), a(), a(), a(), (), (), vs)));
+    }
+    for_floats!(|F| {
+        l.lower(words_to_float_kernel::WordsToFloatKernel::<F, Rt>::new(
+            L::settings_1d(),
+            c.clone(),
+            a(),
+            a(),
+        ));
+        l.lower(float_to_words_kernel::FloatToWordsKernel::<F, Rt>::new(
+            L::settings_1d(),
+            c.clone(),
+            a(),
+            a(),
+        ));
+    });
+}

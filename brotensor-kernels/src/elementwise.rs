@@ -67,7 +67,8 @@ macro_rules! binary_ops {
 /// `1 / (1 + e^-x)`.
 #[cube]
 pub fn sigmoid<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
-    Vector::new(1.0f32) / (Vector::new(1.0f32) + (-x).exp())
+    // `-1 * x`, not `-x`: CubeCL's CUDA output has no unary minus for 2- and 4-wide vectors.
+    Vector::new(1.0f32) / (Vector::new(1.0f32) + (Vector::new(-1.0f32) * x).exp())
 }
 
 /// The tanh-GELU `0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))`.
@@ -189,7 +190,7 @@ binary_ops! {
     /// d/dx sin x: `dy * cos x`.
     SinBackward => |x, y, a, b| y * x.cos();
     /// d/dx cos x: `-dy * sin x`.
-    CosBackward => |x, y, a, b| -y * x.sin();
+    CosBackward => |x, y, a, b| Vector::new(-1.0f32) * y * x.sin();
     /// d/dx x^(-1/2) from the forward output `x` = rsqrt(x0): `-0.5 * dy * x^3`.
     RsqrtBackward => |x, y, a, b| Vector::new(-0.5f32) * y * x * x * x;
     /// `dy` where the forward input `x > 0`, else 0.
@@ -675,4 +676,95 @@ pub fn launch_threshold_bytes<R: Runtime, F: Float + CubeElement>(
         );
     }
     Ok(())
+}
+
+/// Every kernel of this file in every specialisation the library can launch, lowered to
+/// CUDA C++ (see `crate::cuda_lowering`).
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
+    macro_rules! each_op {
+        ($($op:ident),* => |$O:ident| $body:expr) => {{$({
+            type $O = $op;
+            $body
+        })*}};
+    }
+    let c = l.client.clone();
+    let a = L::array;
+    for vs in L::vector_sizes() {
+        for_floats!(|F| {
+            each_op!(Identity, AddScalar, SubScalar, MulScalar, DivScalar, Clamp, Exp, Log, Sin,
+                Cos, Rsqrt, Round, Relu, Tanh, Sigmoid, Silu, Gelu, GeluExact, QuickGelu, Elu,
+                LeakyRelu => |O| l.lower(unary_kernel::UnaryKernel::<F, O, Rt>::new(
+                    L::settings_1d(), c.clone(), a(), a(), (), (), vs)));
+            each_op!(Add, Sub, Mul, Div, Axpby, ExpBackward, LogBackward, SinBackward,
+                CosBackward, RsqrtBackward, ReluBackward, TanhBackward, SigmoidBackward,
+                SiluBackward, GeluBackward, GeluExactBackward, QuickGeluBackward, EluBackward,
+                LeakyReluBackward => |O| l.lower(binary_kernel::BinaryKernel::<F, O, Rt>::new(
+                    L::settings_1d(), c.clone(), a(), a(), a(), (), (), vs)));
+            {
+                type I = F;
+                for_floats!(|O| l.lower(cast_kernel::CastKernel::<I, O, Rt>::new(
+                    L::settings_1d(),
+                    c.clone(),
+                    a(),
+                    a(),
+                    vs
+                )));
+            }
+            l.lower(fill_kernel::FillKernel::<F, Rt>::new(
+                L::settings_1d(),
+                c.clone(),
+                a(),
+                (),
+                vs,
+            ));
+        });
+        l.lower(fill_words_kernel::FillWordsKernel::<Rt>::new(
+            L::settings_1d(),
+            c.clone(),
+            a(),
+            (),
+            vs,
+        ));
+        l.lower(copy_kernel::CopyKernel::<u32, Rt>::new(
+            L::settings_1d(),
+            c.clone(),
+            a(),
+            a(),
+            vs,
+        ));
+    }
+    for_floats!(|F| {
+        for per_row in [false, true] {
+            for multiply in [false, true] {
+                l.lower(broadcast_kernel::BroadcastKernel::<F, Rt>::new(
+                    L::settings_1d(),
+                    c.clone(),
+                    a(),
+                    a(),
+                    (),
+                    (),
+                    per_row,
+                    multiply,
+                ));
+            }
+        }
+        l.lower(threshold_bytes_kernel::ThresholdBytesKernel::<F, Rt>::new(
+            L::settings_1d(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+        ));
+    });
+    l.lower(dequant_i8_rows_kernel::DequantI8RowsKernel::<Rt>::new(
+        L::settings_1d(),
+        c.clone(),
+        a(),
+        a(),
+        a(),
+        (),
+    ));
 }

@@ -183,3 +183,26 @@ pub fn launch_glu_backward<R: Runtime, F: Float + CubeElement, O: GluOp>(
     }
     Ok(())
 }
+
+/// Every kernel of this file in every specialisation the library can launch, lowered to
+/// CUDA C++ (see `crate::cuda_lowering`).
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
+    macro_rules! each_op {
+        ($($op:ident),* => |$O:ident| $body:expr) => {{$({
+            type $O = $op;
+            $body
+        })*}};
+    }
+    let c = l.client.clone();
+    let a = L::array;
+    for vs in L::vector_sizes() {
+        for_floats!(|F| each_op!(Geglu, GegluExact, Swiglu => |O| {
+            l.lower(glu_forward_kernel::GluForwardKernel::<F, O, Rt>::new(
+                L::settings_1d(), c.clone(), a(), a(), (), vs));
+            l.lower(glu_backward_kernel::GluBackwardKernel::<F, O, Rt>::new(
+                L::settings_1d(), c.clone(), a(), a(), a(), (), vs));
+        }));
+    }
+}

@@ -22,6 +22,8 @@
 
 pub mod batch_norm;
 pub mod bf16_words;
+#[cfg(test)]
+mod cuda_lowering;
 pub mod elementwise;
 pub mod glu;
 mod launch;

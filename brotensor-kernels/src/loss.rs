@@ -327,3 +327,55 @@ pub fn launch_squared_error_parts<R: Runtime>(
     }
     Ok(())
 }
+
+/// Every kernel of this file in every specialisation the library can launch, lowered to
+/// CUDA C++ (see `crate::cuda_lowering`).
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{Lowering as L, Rt};
+    let c = l.client.clone();
+    let a = L::array;
+    let reduce = || L::settings(CubeDim::new_1d(REDUCE_UNITS));
+    for masked in [false, true] {
+        l.lower(xent_kernel::XentKernel::<Rt>::new(
+            reduce(),
+            c.clone(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+            masked,
+        ));
+        l.lower(bce_kernel::BceKernel::<Rt>::new(
+            reduce(),
+            c.clone(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+            masked,
+        ));
+    }
+    l.lower(
+        squared_error_parts_kernel::SquaredErrorPartsKernel::<Rt>::new(
+            reduce(),
+            c,
+            a(),
+            a(),
+            a(),
+            (),
+            (),
+        ),
+    );
+}

@@ -803,6 +803,92 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     Ok(())
 }
 
+/// Every kernel of this file in every specialisation the library can launch on CUDA, lowered
+/// to CUDA C++ (see `crate::cuda_lowering`): every transpose, accumulate, bias and
+/// activation setting, and the tensor-core kernel for the 16-bit types with CUDA's warp of
+/// 32 and 16x16x16 fragments.
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
+    let c = l.client.clone();
+    let a = L::array;
+    let tiled = || L::settings(CubeDim::new_2d(UNITS as u32, UNITS as u32));
+    let (plane, frag) = (32, FRAGS[0]);
+    let cmma = || L::settings(CubeDim::new_1d(cmma_units(plane, frag) as u32));
+    let flags = [false, true];
+    for_floats!(|F| {
+        for accumulate in flags {
+            for bias in flags {
+                for act in 0..=5u32 {
+                    l.lower(gemm_v4_kernel::GemmV4Kernel::<F, Rt>::new(
+                        tiled(),
+                        c.clone(),
+                        a(),
+                        a(),
+                        a(),
+                        a(),
+                        (),
+                        (),
+                        (),
+                        (),
+                        (),
+                        (),
+                        accumulate,
+                        bias,
+                        act,
+                    ));
+                    for trans_a in flags {
+                        for trans_b in flags {
+                            l.lower(gemm_kernel::GemmKernel::<F, Rt>::new(
+                                tiled(),
+                                c.clone(),
+                                a(),
+                                a(),
+                                a(),
+                                a(),
+                                (),
+                                (),
+                                (),
+                                (),
+                                (),
+                                (),
+                                trans_a,
+                                trans_b,
+                                accumulate,
+                                bias,
+                                act,
+                            ));
+                            if core::mem::size_of::<F>() == 2 {
+                                l.lower(gemm_cmma_kernel::GemmCmmaKernel::<F, Rt>::new(
+                                    cmma(),
+                                    c.clone(),
+                                    a(),
+                                    a(),
+                                    a(),
+                                    a(),
+                                    (),
+                                    (),
+                                    (),
+                                    (),
+                                    (),
+                                    (),
+                                    trans_a,
+                                    trans_b,
+                                    accumulate,
+                                    bias,
+                                    act,
+                                    plane,
+                                    frag,
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -192,7 +192,7 @@ fn top_k_rows_kernel(
     k: usize,
 ) {
     // No infinity or NaN literals: WGSL rejects them, so "nothing found" is an index of
-    // u32::MAX and the NaN written for it is built from its bits.
+    // u32::MAX and the -inf and NaN the kernel needs are built from its bits.
     let none = u32::new(u32::MAX as i64);
     let row = CUBE_POS;
     if row < rows {
@@ -221,8 +221,10 @@ fn top_k_rows_kernel(
             }
             // Units that found nothing must lose every comparison: give them the lowest
             // value any real candidate can beat or tie (ties go to the smaller index).
+            // The bits come from `bi` (which is `none` here) rather than a literal: CUDA
+            // cannot reinterpret a literal (`reinterpret_cast` of an rvalue does not compile).
             if bi == none {
-                bv = f32::reinterpret(u32::new(0xFF80_0000_i64));
+                bv = f32::reinterpret(bi ^ u32::new(0x007F_FFFF_i64));
             }
             cube_argmax(bv, bi, &mut sv, &mut si);
             let v = sv[0];
@@ -230,7 +232,8 @@ fn top_k_rows_kernel(
             sync_cube();
             if UNIT_POS == 0 {
                 if i == none {
-                    vals[row * k + out] = f32::reinterpret(u32::new(0x7FC0_0000_i64));
+                    // A quiet NaN (0x7FC0_0000), from `i`'s bits as above.
+                    vals[row * k + out] = f32::reinterpret(i ^ u32::new(0x803F_FFFF_i64));
                     idx[row * k + out] = i32::new(-1);
                 } else {
                     vals[row * k + out] = v;
@@ -517,6 +520,90 @@ pub fn launch_rows_count_above<R: Runtime, F: Float + CubeElement>(
         );
     }
     Ok(())
+}
+
+/// Every kernel of this file in every specialisation the library can launch, lowered to
+/// CUDA C++ (see `crate::cuda_lowering`).
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
+    let c = l.client.clone();
+    let a = L::array;
+    let reduce = || L::settings(CubeDim::new_1d(REDUCE_UNITS));
+    for_floats!(|F| {
+        l.lower(sum_rows_kernel::SumRowsKernel::<F, Rt>::new(
+            reduce(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+        ));
+        for with_b in [false, true] {
+            for with_scale in [false, true] {
+                l.lower(column_partials_kernel::ColumnPartialsKernel::<F, Rt>::new(
+                    L::settings_1d(),
+                    c.clone(),
+                    a(),
+                    a(),
+                    a(),
+                    a(),
+                    (),
+                    (),
+                    (),
+                    with_b,
+                    with_scale,
+                ));
+            }
+        }
+        for accumulate in [false, true] {
+            l.lower(column_finish_kernel::ColumnFinishKernel::<F, Rt>::new(
+                L::settings_1d(),
+                c.clone(),
+                a(),
+                a(),
+                (),
+                (),
+                accumulate,
+            ));
+        }
+        l.lower(argmax_rows_kernel::ArgmaxRowsKernel::<F, i32, Rt>::new(
+            reduce(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+        ));
+        l.lower(argmax_rows_kernel::ArgmaxRowsKernel::<F, f32, Rt>::new(
+            reduce(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+        ));
+        l.lower(rows_count_above_kernel::RowsCountAboveKernel::<F, Rt>::new(
+            reduce(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+            (),
+        ));
+    });
+    l.lower(top_k_rows_kernel::TopKRowsKernel::<Rt>::new(
+        reduce(),
+        c,
+        a(),
+        a(),
+        a(),
+        (),
+        (),
+        (),
+    ));
 }
 
 #[cfg(test)]

@@ -1072,3 +1072,149 @@ pub fn launch_group_norm_backward<R: Runtime, F: Float + CubeElement>(
     }
     Ok(())
 }
+
+/// Every kernel of this file in every specialisation the library can launch, lowered to
+/// CUDA C++ (see `crate::cuda_lowering`).
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
+    let c = l.client.clone();
+    let a = L::array;
+    let s = || L::settings(CubeDim::new_1d(REDUCE_UNITS));
+    for_floats!(|F| {
+        for flag in [false, true] {
+            l.lower(softmax_kernel::SoftmaxKernel::<F, Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                flag,
+            ));
+            l.lower(softmax_parts_kernel::SoftmaxPartsKernel::<F, Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                (),
+                flag,
+            ));
+            l.lower(softmax_apply_kernel::SoftmaxApplyKernel::<F, Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                flag,
+            ));
+            l.lower(layernorm_kernel::LayernormKernel::<F, Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                (),
+                flag,
+            ));
+            l.lower(rms_norm_kernel::RmsNormKernel::<F, Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                (),
+                flag,
+            ));
+        }
+        l.lower(
+            softmax_backward_kernel::SoftmaxBackwardKernel::<F, Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+            ),
+        );
+        l.lower(softmax_backward_parts_kernel::SoftmaxBackwardPartsKernel::<
+            F,
+            Rt,
+        >::new(s(), c.clone(), a(), a(), a(), ()));
+        l.lower(softmax_backward_apply_kernel::SoftmaxBackwardApplyKernel::<
+            F,
+            Rt,
+        >::new(s(), c.clone(), a(), a(), a(), a(), ()));
+        l.lower(
+            layernorm_backward_kernel::LayernormBackwardKernel::<F, Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+            ),
+        );
+        l.lower(group_norm_kernel::GroupNormKernel::<F, Rt>::new(
+            s(),
+            c.clone(),
+            a(),
+            a(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+            (),
+            (),
+        ));
+        l.lower(
+            group_norm_backward_kernel::GroupNormBackwardKernel::<F, Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                (),
+                (),
+                (),
+            ),
+        );
+        l.lower(
+            rms_norm_backward_kernel::RmsNormBackwardKernel::<F, Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                (),
+            ),
+        );
+    });
+}

@@ -164,3 +164,34 @@ pub fn launch_snake_backward<R: Runtime>(
     }
     Ok(())
 }
+
+/// Every kernel of this file, lowered to CUDA C++ (see `crate::cuda_lowering`).
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{Lowering as L, Rt};
+    let c = l.client.clone();
+    let a = L::array;
+    l.lower(snake_forward_kernel::SnakeForwardKernel::<Rt>::new(
+        L::settings_1d(),
+        c.clone(),
+        a(),
+        a(),
+        a(),
+        a(),
+        (),
+        (),
+    ));
+    l.lower(snake_backward_kernel::SnakeBackwardKernel::<Rt>::new(
+        L::settings_1d(),
+        c,
+        a(),
+        a(),
+        a(),
+        a(),
+        a(),
+        a(),
+        a(),
+        (),
+        (),
+    ));
+}
