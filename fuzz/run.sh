@@ -28,8 +28,11 @@ for t in "${targets[@]}"; do
             done ;;
     esac
 done
+# Allocations over 2 GiB fail (return null) instead of aborting, so the library's own
+# handling of a failed allocation (an Err) is what runs; libFuzzer's own limit is set above it.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-allocator_may_return_null=1:max_allocation_size_mb=2048}"
 for t in "${targets[@]}"; do
     echo "== $t: ${seconds}s"
     cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$seconds" -max_len=65536 \
-        -print_final_stats=1 2>&1 | tee "/tmp/fuzz-$t.log" | grep -E "^(#[0-9]+ +DONE|stat::|==|SUMMARY|Done)" || true
+        -rss_limit_mb=6144 -malloc_limit_mb=4096 -print_final_stats=1 2>&1 | tee "/tmp/fuzz-$t.log" | grep -E "^(#[0-9]+ +DONE|stat::|==|SUMMARY|Done)" || true
 done

@@ -730,7 +730,12 @@ pub fn quantize_int8_per_row_host(
         ));
     }
     let mut q = vec![0i8; w.len()];
-    let mut scales = vec![0.0f32; rows];
+    // With `cols == 0`, `rows` is not bounded by `w`: allocate its scales fallibly.
+    let mut scales = Vec::new();
+    scales
+        .try_reserve_exact(rows)
+        .map_err(|_| shape_error(op, format!("{rows} row scales cannot be allocated")))?;
+    scales.resize(rows, 0.0f32);
     for r in 0..rows {
         let row = &w[r * cols..(r + 1) * cols];
         let max = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));

@@ -160,6 +160,12 @@ fn products_of_huge_empty_operands_are_refused_or_empty() {
             "quantize_int8_per_row_host",
             ops::quantize_int8_per_row_host(&[], HALF, 2),
         );
+        // No values, so no product overflows, but 2^63 row scales cannot exist (found by
+        // the API fuzz target: a capacity-overflow panic before the fix).
+        shape_err(
+            "quantize_int8_per_row_host 2^63 x 0",
+            ops::quantize_int8_per_row_host(&[], HALF, 0),
+        );
     }
 }
 
