@@ -16,7 +16,7 @@ cache="${NVRTC_CACHE:-/tmp/brotensor-nvrtc}"
 if [ ! -f "$cache/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
     mkdir -p "$cache/wheels"
     python3 -m pip download -q --no-deps -d "$cache/wheels" \
-        nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12
+        nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86
     for w in "$cache"/wheels/*.whl; do python3 -m zipfile -e "$w" "$cache"; done
 fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/xdg}"
