@@ -404,6 +404,35 @@ fn runner<'a>(
     }
 }
 
+/// With `BROTENSOR_TOL_REPORT=<file>`, appends `case<TAB>dtype<TAB>worst` where `worst` is
+/// the largest `|got - want|` over its row's scale: the `scale_tol` this result needed, for
+/// keeping tolerances tight.
+fn report_margin(case: &str, dtype: Dtype, want: &[f32], got: &[f32], cols: usize) {
+    let Ok(path) = std::env::var("BROTENSOR_TOL_REPORT") else {
+        return;
+    };
+    let cols = if cols <= 1 { want.len().max(1) } else { cols };
+    let mut worst = 0.0f32;
+    for (wr, gr) in want.chunks(cols).zip(got.chunks(cols)) {
+        let scale = wr
+            .iter()
+            .filter(|w| w.is_finite())
+            .fold(0.0f32, |m, w| m.max(w.abs()));
+        for (w, g) in wr.iter().zip(gr) {
+            if w.is_finite() && g.is_finite() && scale > 0.0 {
+                worst = worst.max((w - g).abs() / scale);
+            }
+        }
+    }
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = f.write_all(format!("{case}\t{dtype}\t{worst:e}\n").as_bytes());
+    }
+}
+
 /// Checks one device's result (or its refusal) against `reference` (FP32 values).
 fn compare_on(
     case: &str,
@@ -423,6 +452,7 @@ fn compare_on(
             }
             let got = read_f32(&out).unwrap_or_else(|e| panic!("{case}: read back: {e}"));
             let want = round_through(out.dtype(), reference);
+            report_margin(case, dtype, &want, &got, out.cols());
             assert_close_rows(
                 &format!("{case} on {device} {dtype}"),
                 &want,

@@ -3,19 +3,10 @@
 use brotensor::{ops, Device, Dtype, Error, Tensor};
 use brotensor_tests::{parity_with, Check, Input};
 
-/// Dot products of up to a few hundred terms, accumulated in FP32 in another order.
-fn dot_tol(d: Dtype) -> (f32, f32) {
-    match d {
-        Dtype::F32 => (1e-3, 1e-4),
-        Dtype::F16 => (5e-2, 1e-2),
-        _ => (2e-1, 2e-2),
-    }
-}
-
 const DOT: Check = Check {
     dtypes: &[Dtype::F32, Dtype::F16, Dtype::BF16],
     same_dtype: true,
-    tol: Some(dot_tol),
+    tol: None,
 };
 
 fn input(r: usize, c: usize) -> Input {
@@ -252,7 +243,7 @@ fn as_16(t: &Tensor) -> brotensor::Result<Tensor> {
 const HALF: Check = Check {
     dtypes: &[Dtype::F16, Dtype::BF16],
     same_dtype: true,
-    tol: Some(dot_tol),
+    tol: None,
 };
 
 #[test]
