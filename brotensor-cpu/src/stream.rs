@@ -59,6 +59,7 @@ impl<'scope> Streaming<'scope> {
         Fence {
             on: self.on,
             _thread: std::marker::PhantomData,
+            _scope: std::marker::PhantomData,
         }
     }
 }
@@ -73,7 +74,9 @@ impl<'scope> Streaming<'scope> {
 #[derive(Debug)]
 pub struct Fence<'scope> {
     on: bool,
-    _thread: std::marker::PhantomData<(*const (), fn(&'scope ()) -> &'scope ())>,
+    /// A raw pointer makes the guard neither `Send` nor `Sync`.
+    _thread: std::marker::PhantomData<*const ()>,
+    _scope: std::marker::PhantomData<fn(&'scope ()) -> &'scope ()>,
 }
 
 impl Fence<'_> {

@@ -43,7 +43,8 @@ pub enum Error {
         /// The dtype it got.
         found: Dtype,
     },
-    /// The device cannot compute in this dtype (e.g. BF16 on a WGSL device).
+    /// The device cannot compute in this dtype (e.g. F16 on an adapter without shader-f16,
+    /// or 16-bit arithmetic on the CPU).
     #[error("brotensor: {op}: {dtype:?} is not supported on {device}")]
     UnsupportedDtype {
         /// The op.

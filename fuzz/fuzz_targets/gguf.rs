@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     };
     assert!(file.alignment().is_power_of_two());
     for (key, value) in file.metadata() {
-        assert_eq!(file.find_meta(key).is_some(), true);
+        assert!(file.find_meta(key).is_some());
         let _ = format!("{value:?}");
     }
     for info in file.tensors() {

@@ -89,11 +89,7 @@ impl<R: Runtime> CubeBackend<R> {
     /// thread and leave the device unusable).
     fn capacity_for(&self, bytes: usize) -> Result<usize> {
         let max = self.max_buffer_bytes();
-        let capacity = bytes
-            .div_ceil(GPU_ALIGN)
-            .max(1)
-            .checked_mul(GPU_ALIGN)
-            .unwrap_or(usize::MAX);
+        let capacity = bytes.div_ceil(GPU_ALIGN).max(1).saturating_mul(GPU_ALIGN);
         if capacity as u64 > max {
             return Err(Error::invalid(
                 "alloc",

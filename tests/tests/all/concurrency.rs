@@ -49,8 +49,8 @@ fn eight_threads_share_a_device_and_each_others_tensors() {
     for device in devices() {
         // Every thread makes one operand and hands it to its neighbour.
         let barrier = Arc::new(Barrier::new(THREADS));
-        let made: Arc<Vec<std::sync::OnceLock<(Vec<f32>, Tensor)>>> =
-            Arc::new((0..THREADS).map(|_| std::sync::OnceLock::new()).collect());
+        type Made = Vec<std::sync::OnceLock<(Vec<f32>, Tensor)>>;
+        let made: Arc<Made> = Arc::new((0..THREADS).map(|_| std::sync::OnceLock::new()).collect());
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 let (barrier, made) = (barrier.clone(), made.clone());

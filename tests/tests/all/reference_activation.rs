@@ -130,10 +130,12 @@ type Bwd = fn(&Tensor, &Tensor, &mut Tensor) -> Result<()>;
 type F1 = fn(f64) -> f64;
 /// An input range.
 type Range = (f32, f32);
+/// A point-wise case: its name, its three forms, its f64 math and its input range.
+type PointwiseCase = (&'static str, (Fwd, Alloc, InPlace), F1, Range);
 
 #[test]
 fn pointwise_forward_all_forms() {
-    let cases: [(&str, (Fwd, Alloc, InPlace), F1, Range); 7] = [
+    let cases: [PointwiseCase; 7] = [
         (
             "relu",
             (ops::relu_forward, ops::relu, Tensor::relu_),
