@@ -7,7 +7,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, grid_1d, LaunchError};
+use crate::launch::{check_len, extent, grid_1d, LaunchError};
 use crate::reduce::{cube_sum, REDUCE_UNITS};
 use crate::rows::{arg, row_grid};
 
@@ -189,7 +189,7 @@ pub fn launch_batch_norm<R: Runtime>(
     eps: f32,
     momentum: f32,
 ) -> Result<(), LaunchError> {
-    let len = n * c * hw;
+    let len = extent("n * c * hw", &[n, c, hw])?;
     if len == 0 {
         return Ok(());
     }
@@ -241,7 +241,7 @@ pub fn launch_batch_norm_backward<R: Runtime>(
     (dx, dgamma, dbeta): (&Handle, &Handle, &Handle),
     (n, c, hw): (usize, usize, usize),
 ) -> Result<(), LaunchError> {
-    let len = n * c * hw;
+    let len = extent("n * c * hw", &[n, c, hw])?;
     if len == 0 {
         return Ok(());
     }

@@ -10,7 +10,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::elementwise::{BinaryOp, Source, UnaryOp};
-use crate::launch::{check_len, grid_1d, vector_size_for, LaunchError};
+use crate::launch::{check_len, extent, grid_1d, vector_size_for, LaunchError};
 
 /// The low bf16 of each word, widened to f32 (exact).
 #[cube]
@@ -196,8 +196,9 @@ pub fn launch_words_to_float<R: Runtime, F: Float + CubeElement>(
     if words == 0 {
         return Ok(());
     }
+    let halves = extent("2 * words", &[2, words])?;
     check_len("x", x, words, 4)?;
-    check_len("out", out, 2 * words, core::mem::size_of::<F>())?;
+    check_len("out", out, halves, core::mem::size_of::<F>())?;
     let (count, dim) = grid_1d(client, words)?;
     // SAFETY: as in `launch_unary_words`; `out` holds `2 * words` elements.
     unsafe {
@@ -206,7 +207,7 @@ pub fn launch_words_to_float<R: Runtime, F: Float + CubeElement>(
             count,
             dim,
             ArrayArg::from_raw_parts(x.clone(), words),
-            ArrayArg::from_raw_parts(out.clone(), 2 * words),
+            ArrayArg::from_raw_parts(out.clone(), halves),
         );
     }
     Ok(())
@@ -223,7 +224,8 @@ pub fn launch_float_to_words<R: Runtime, F: Float + CubeElement>(
     if words == 0 {
         return Ok(());
     }
-    check_len("x", x, 2 * words, core::mem::size_of::<F>())?;
+    let halves = extent("2 * words", &[2, words])?;
+    check_len("x", x, halves, core::mem::size_of::<F>())?;
     check_len("out", out, words, 4)?;
     let (count, dim) = grid_1d(client, words)?;
     // SAFETY: as in `launch_words_to_float`.
@@ -232,7 +234,7 @@ pub fn launch_float_to_words<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), 2 * words),
+            ArrayArg::from_raw_parts(x.clone(), halves),
             ArrayArg::from_raw_parts(out.clone(), words),
         );
     }

@@ -12,7 +12,7 @@ use cubecl::frontend::{
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, grid_1d, vector_size_for, LaunchError};
+use crate::launch::{check_len, extent, grid_1d, vector_size_for, LaunchError};
 
 /// The math of a one-input element-wise op: `out[i] = f(x[i]; a, b)`.
 #[cube]
@@ -502,13 +502,18 @@ pub fn launch_broadcast<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let bytes = core::mem::size_of::<F>();
-    check_len("y", y, len, bytes)?;
     let repeat = b.repeat.clamp(1, len.div_ceil(b.inner));
     let need = if b.per_row {
         b.v_len
     } else {
-        len.div_ceil(b.inner).div_ceil(repeat) * b.inner
+        extent(
+            "v rows * inner",
+            &[len.div_ceil(b.inner).div_ceil(repeat), b.inner],
+        )?
     };
+    // The kernel forms `inner * repeat` itself: it must not wrap there either.
+    extent("inner * repeat", &[b.inner, repeat])?;
+    check_len("y", y, len, bytes)?;
     check_len("v", v, need, bytes)?;
     let (count, dim) = grid_1d(client, len)?;
     // SAFETY: y holds `len` and v `need` elements (checked); per-row indices are taken modulo
@@ -605,7 +610,7 @@ pub fn launch_dequant_i8_rows<R: Runtime>(
     out: &Handle,
     (rows, cols): (usize, usize),
 ) -> Result<(), LaunchError> {
-    let len = rows * cols;
+    let len = extent("rows * cols", &[rows, cols])?;
     if len == 0 {
         return Ok(());
     }

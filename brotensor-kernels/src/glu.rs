@@ -8,7 +8,7 @@ use cubecl::server::Handle;
 use crate::elementwise::{
     gelu, gelu_derivative, gelu_exact, gelu_exact_derivative, silu, silu_derivative,
 };
-use crate::launch::{check_len, grid_1d, vector_size_for, LaunchError};
+use crate::launch::{check_len, extent, grid_1d, vector_size_for, LaunchError};
 
 /// The math of a gated unit on widened vectors.
 #[cube]
@@ -124,12 +124,13 @@ pub fn launch_glu_forward<R: Runtime, F: Float + CubeElement, O: GluOp>(
     rows: usize,
     d: usize,
 ) -> Result<(), LaunchError> {
-    let len = rows * d;
+    let len = extent("rows * d", &[rows, d])?;
     if len == 0 {
         return Ok(());
     }
+    let x_len = extent("2 * rows * d", &[2, len])?;
     let bytes = core::mem::size_of::<F>();
-    check_len("x", x, 2 * len, bytes)?;
+    check_len("x", x, x_len, bytes)?;
     check_len("y", y, len, bytes)?;
     let vs = vector_size_for(d, crate::MAX_VECTOR_SIZE);
     let (count, dim) = grid_1d(client, len / vs)?;
@@ -141,7 +142,7 @@ pub fn launch_glu_forward<R: Runtime, F: Float + CubeElement, O: GluOp>(
             count,
             dim,
             vs,
-            ArrayArg::from_raw_parts(x.clone(), 2 * len),
+            ArrayArg::from_raw_parts(x.clone(), x_len),
             ArrayArg::from_raw_parts(y.clone(), len),
             d / vs,
         );
@@ -158,14 +159,15 @@ pub fn launch_glu_backward<R: Runtime, F: Float + CubeElement, O: GluOp>(
     rows: usize,
     d: usize,
 ) -> Result<(), LaunchError> {
-    let len = rows * d;
+    let len = extent("rows * d", &[rows, d])?;
     if len == 0 {
         return Ok(());
     }
+    let x_len = extent("2 * rows * d", &[2, len])?;
     let bytes = core::mem::size_of::<F>();
-    check_len("x", x, 2 * len, bytes)?;
+    check_len("x", x, x_len, bytes)?;
     check_len("dy", dy, len, bytes)?;
-    check_len("dx", dx, 2 * len, bytes)?;
+    check_len("dx", dx, x_len, bytes)?;
     let vs = vector_size_for(d, crate::MAX_VECTOR_SIZE);
     let (count, dim) = grid_1d(client, len / vs)?;
     // SAFETY: as in `launch_glu_forward`.
@@ -175,9 +177,9 @@ pub fn launch_glu_backward<R: Runtime, F: Float + CubeElement, O: GluOp>(
             count,
             dim,
             vs,
-            ArrayArg::from_raw_parts(x.clone(), 2 * len),
+            ArrayArg::from_raw_parts(x.clone(), x_len),
             ArrayArg::from_raw_parts(dy.clone(), len),
-            ArrayArg::from_raw_parts(dx.clone(), 2 * len),
+            ArrayArg::from_raw_parts(dx.clone(), x_len),
             d / vs,
         );
     }

@@ -26,6 +26,13 @@ pub enum LaunchError {
         /// Vectors to process.
         vectors: usize,
     },
+    /// A size the launch computes from its arguments (an element count, a strided span, a
+    /// buffer length) does not fit in `usize`: a wrapped value would let a short buffer pass
+    /// validation, so the launch is refused instead.
+    Overflow {
+        /// Which size, as its formula (`"rows * cols"`).
+        what: &'static str,
+    },
 }
 
 impl core::fmt::Display for LaunchError {
@@ -42,6 +49,7 @@ impl core::fmt::Display for LaunchError {
             LaunchError::TooLarge { vectors } => {
                 write!(f, "{vectors} vectors exceed the device's launch grid")
             }
+            LaunchError::Overflow { what } => write!(f, "`{what}` overflows: sizes too large"),
         }
     }
 }
@@ -65,6 +73,37 @@ pub(crate) fn check_len(
         });
     }
     Ok(())
+}
+
+/// The product of `factors`, or [`LaunchError::Overflow`] naming `what` when it does not fit
+/// in `usize`. Zero when any factor is zero (the true product, however large the others).
+pub(crate) fn extent(what: &'static str, factors: &[usize]) -> Result<usize, LaunchError> {
+    if factors.contains(&0) {
+        return Ok(0);
+    }
+    factors
+        .iter()
+        .try_fold(1usize, |acc, &f| acc.checked_mul(f))
+        .ok_or(LaunchError::Overflow { what })
+}
+
+/// `a + b`, or [`LaunchError::Overflow`] naming `what` when it does not fit in `usize`.
+pub(crate) fn sum(what: &'static str, a: usize, b: usize) -> Result<usize, LaunchError> {
+    a.checked_add(b).ok_or(LaunchError::Overflow { what })
+}
+
+/// Elements that `count` blocks of `one` elements each, starting `stride` elements apart,
+/// reach: `(count - 1) stride + one` (0 when `count` is), checked as [`extent`] and [`sum`].
+pub(crate) fn strided_span(
+    what: &'static str,
+    count: usize,
+    stride: usize,
+    one: usize,
+) -> Result<usize, LaunchError> {
+    if count == 0 {
+        return Ok(0);
+    }
+    sum(what, extent(what, &[count - 1, stride])?, one)
 }
 
 /// The widest vector size, at most `max`, that divides `len` (1 always does).
@@ -98,11 +137,54 @@ pub(crate) fn grid_layers<R: Runtime>(
     let y = cubes.div_ceil(x);
     if y > max_y as usize || layers > max_z as usize {
         return Err(LaunchError::TooLarge {
-            vectors: units * layers,
+            vectors: units.saturating_mul(layers),
         });
     }
     Ok((
         CubeCount::Static(x as u32, y as u32, layers as u32),
         CubeDim::new_1d(CUBE_UNITS),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extents_are_checked_products() {
+        assert_eq!(extent("p", &[3, 5, 7]), Ok(105));
+        assert_eq!(extent("p", &[]), Ok(1));
+        // A zero factor makes the product zero, however large the others.
+        assert_eq!(extent("p", &[usize::MAX, usize::MAX, 0]), Ok(0));
+        assert_eq!(
+            extent("p", &[1 << 63, 2]),
+            Err(LaunchError::Overflow { what: "p" })
+        );
+        assert_eq!(
+            extent("p", &[(1 << 32) + 1, 1 << 32]),
+            Err(LaunchError::Overflow { what: "p" })
+        );
+        assert_eq!(sum("s", usize::MAX - 1, 1), Ok(usize::MAX));
+        assert_eq!(
+            sum("s", usize::MAX, 1),
+            Err(LaunchError::Overflow { what: "s" })
+        );
+    }
+
+    #[test]
+    fn strided_spans_are_checked() {
+        assert_eq!(strided_span("s", 0, usize::MAX, usize::MAX), Ok(0));
+        assert_eq!(strided_span("s", 1, usize::MAX, 6), Ok(6));
+        assert_eq!(strided_span("s", 3, 10, 6), Ok(26));
+        // (3 - 1) 2^63 + 1 and (2 - 1) usize::MAX + 1 would wrap to 1 and 0.
+        assert!(strided_span("s", 3, 1 << 63, 1).is_err());
+        assert!(strided_span("s", 2, usize::MAX, 1).is_err());
+        assert_eq!(
+            LaunchError::Overflow {
+                what: "rows * cols"
+            }
+            .to_string(),
+            "`rows * cols` overflows: sizes too large"
+        );
+    }
 }

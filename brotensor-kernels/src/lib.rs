@@ -3,7 +3,10 @@
 //! This crate owns kernel definitions and launch validation and nothing else: it knows no
 //! tensors, devices or dispatch. Every `launch_*` function checks that the buffers it is given
 //! hold at least the elements the launch will touch before the `unsafe` launch, so a wrong
-//! length is an [`LaunchError`], never an out-of-bounds access on the device.
+//! length is an [`LaunchError`], never an out-of-bounds access on the device. Every element
+//! count, strided span and buffer length a launch derives from its sizes is computed with
+//! checked arithmetic: one that does not fit in `usize` is [`LaunchError::Overflow`], never a
+//! wrapped count that a short buffer would pass.
 //!
 //! Kernels are generic over the storage element (`f32`, `f16`, `bf16`) and compute in `f32`,
 //! so 16-bit paths accumulate in FP32. The element-wise family is one kernel per arity, with

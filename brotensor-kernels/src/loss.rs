@@ -5,7 +5,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, grid_1d, LaunchError};
+use crate::launch::{check_len, extent, grid_1d, sum, LaunchError};
 use crate::reduce::{cube_sum, REDUCE_UNITS};
 use crate::rows::{cube_max, row_grid};
 
@@ -192,9 +192,13 @@ pub fn launch_xent<R: Runtime>(
     if rows == 0 || heads == 0 {
         return Ok(());
     }
-    check_common(&bufs, rows * cols, rows * heads)?;
-    check_len("offsets", offsets, heads + 1, 4)?;
-    let (count, _) = grid_1d(client, rows * heads * REDUCE_UNITS as usize)?;
+    let elems = extent("rows * cols", &[rows, cols])?;
+    let losses = extent("rows * heads", &[rows, heads])?;
+    let bounds = sum("heads + 1", heads, 1)?;
+    check_common(&bufs, elems, losses)?;
+    check_len("offsets", offsets, bounds, 4)?;
+    // One cube per (row, head); too many saturate into a grid the device refuses.
+    let (count, _) = grid_1d(client, losses.saturating_mul(REDUCE_UNITS as usize))?;
     let masked = bufs.mask.is_some();
     // SAFETY: lengths checked above; indices are `row * cols + j` with `j` inside a head's
     // range, which the caller keeps within `cols`; the mask is read only when given.
@@ -203,16 +207,16 @@ pub fn launch_xent<R: Runtime>(
             client,
             count,
             CubeDim::new_1d(REDUCE_UNITS),
-            ArrayArg::from_raw_parts(bufs.logits.clone(), rows * cols),
-            ArrayArg::from_raw_parts(bufs.target.clone(), rows * cols),
+            ArrayArg::from_raw_parts(bufs.logits.clone(), elems),
+            ArrayArg::from_raw_parts(bufs.target.clone(), elems),
             ArrayArg::from_raw_parts(
                 bufs.mask.unwrap_or(bufs.logits).clone(),
-                if masked { rows * cols } else { 1 },
+                if masked { elems } else { 1 },
             ),
-            ArrayArg::from_raw_parts(offsets.clone(), heads + 1),
-            ArrayArg::from_raw_parts(bufs.probs.clone(), rows * cols),
-            ArrayArg::from_raw_parts(bufs.dlogits.clone(), rows * cols),
-            ArrayArg::from_raw_parts(bufs.loss.clone(), rows * heads),
+            ArrayArg::from_raw_parts(offsets.clone(), bounds),
+            ArrayArg::from_raw_parts(bufs.probs.clone(), elems),
+            ArrayArg::from_raw_parts(bufs.dlogits.clone(), elems),
+            ArrayArg::from_raw_parts(bufs.loss.clone(), losses),
             rows,
             cols,
             heads,
@@ -232,8 +236,10 @@ pub fn launch_bce<R: Runtime>(
     if rows == 0 {
         return Ok(());
     }
-    check_common(&bufs, rows * cols, rows)?;
-    let (count, _) = grid_1d(client, rows * REDUCE_UNITS as usize)?;
+    let elems = extent("rows * cols", &[rows, cols])?;
+    check_common(&bufs, elems, rows)?;
+    // One cube per row; too many saturate into a grid the device refuses.
+    let (count, _) = grid_1d(client, rows.saturating_mul(REDUCE_UNITS as usize))?;
     let masked = bufs.mask.is_some();
     // SAFETY: as in `launch_xent`.
     unsafe {
@@ -241,14 +247,14 @@ pub fn launch_bce<R: Runtime>(
             client,
             count,
             CubeDim::new_1d(REDUCE_UNITS),
-            ArrayArg::from_raw_parts(bufs.logits.clone(), rows * cols),
-            ArrayArg::from_raw_parts(bufs.target.clone(), rows * cols),
+            ArrayArg::from_raw_parts(bufs.logits.clone(), elems),
+            ArrayArg::from_raw_parts(bufs.target.clone(), elems),
             ArrayArg::from_raw_parts(
                 bufs.mask.unwrap_or(bufs.logits).clone(),
-                if masked { rows * cols } else { 1 },
+                if masked { elems } else { 1 },
             ),
-            ArrayArg::from_raw_parts(bufs.probs.clone(), rows * cols),
-            ArrayArg::from_raw_parts(bufs.dlogits.clone(), rows * cols),
+            ArrayArg::from_raw_parts(bufs.probs.clone(), elems),
+            ArrayArg::from_raw_parts(bufs.dlogits.clone(), elems),
             ArrayArg::from_raw_parts(bufs.loss.clone(), rows),
             rows,
             cols,

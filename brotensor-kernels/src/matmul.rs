@@ -19,7 +19,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::elementwise::{gelu, gelu_exact, sigmoid, silu};
-use crate::launch::{check_len, LaunchError};
+use crate::launch::{check_len, extent, strided_span, LaunchError};
 
 const BM: usize = 64;
 const BN: usize = 64;
@@ -57,7 +57,9 @@ pub struct GemmSpec {
 }
 
 impl GemmSpec {
-    /// A single product of the given shape, no transposes, overwriting `C`.
+    /// A single product of the given shape, no transposes, overwriting `C`. The strides of a
+    /// single product are never used; a shape whose products do not fit saturates them, and
+    /// `launch_gemm` refuses it.
     pub fn new(m: usize, n: usize, k: usize) -> Self {
         GemmSpec {
             m,
@@ -67,7 +69,11 @@ impl GemmSpec {
             trans_b: false,
             accumulate: false,
             batch: 1,
-            strides: (m * k, k * n, m * n),
+            strides: (
+                m.saturating_mul(k),
+                k.saturating_mul(n),
+                m.saturating_mul(n),
+            ),
             bias: false,
             act: 0,
         }
@@ -683,11 +689,25 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let bytes = core::mem::size_of::<F>();
-    let span = |stride: usize, one: usize| (batch - 1) * stride + one;
     let (len_a, len_b, len_c) = (
-        span(strides.0, m * k),
-        span(strides.1, k * n),
-        span(strides.2, m * n),
+        strided_span(
+            "a: (batch - 1) * stride + m * k",
+            batch,
+            strides.0,
+            extent("m * k", &[m, k])?,
+        )?,
+        strided_span(
+            "b: (batch - 1) * stride + k * n",
+            batch,
+            strides.1,
+            extent("k * n", &[k, n])?,
+        )?,
+        strided_span(
+            "c: (batch - 1) * stride + m * n",
+            batch,
+            strides.2,
+            extent("m * n", &[m, n])?,
+        )?,
     );
     check_len("a", a, len_a, bytes)?;
     check_len("b", b, len_b, bytes)?;
@@ -697,7 +717,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
             "bias",
             bias.ok_or(LaunchError::BufferTooSmall {
                 arg: "bias",
-                needed: (n * bytes) as u64,
+                needed: (n as u64).saturating_mul(bytes as u64),
                 available: 0,
             })?,
             n,
@@ -708,7 +728,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     let max = client.properties().hardware.max_cube_count;
     if gx > max.0 as usize || gy > max.1 as usize || batch > max.2 as usize {
         return Err(LaunchError::TooLarge {
-            vectors: m * n * batch,
+            vectors: m.saturating_mul(n).saturating_mul(batch),
         });
     }
     let count = CubeCount::Static(gx as u32, gy as u32, batch as u32);

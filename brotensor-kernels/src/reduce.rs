@@ -9,7 +9,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, grid_1d, grid_layers, LaunchError};
+use crate::launch::{check_len, extent, grid_1d, grid_layers, LaunchError};
 
 /// Units per cube in row reductions (a power of two).
 pub const REDUCE_UNITS: u32 = 256;
@@ -284,12 +284,13 @@ fn rows_count_above_kernel<F: Float>(
     }
 }
 
-/// One cube per row, folded into two grid dimensions.
+/// One cube per row, folded into two grid dimensions (too many rows saturate into a grid the
+/// device refuses).
 fn row_grid<R: Runtime>(
     client: &ComputeClient<R>,
     rows: usize,
 ) -> Result<(CubeCount, CubeDim), LaunchError> {
-    let (count, _) = grid_1d(client, rows * REDUCE_UNITS as usize)?;
+    let (count, _) = grid_1d(client, rows.saturating_mul(REDUCE_UNITS as usize))?;
     Ok((count, CubeDim::new_1d(REDUCE_UNITS)))
 }
 
@@ -305,7 +306,8 @@ pub fn launch_sum_rows<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let b = core::mem::size_of::<F>();
-    check_len("x", x, rows * cols, b)?;
+    let len = extent("rows * cols", &[rows, cols])?;
+    check_len("x", x, len, b)?;
     check_len("y", y, rows, b)?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: x holds rows*cols and y rows elements (checked); cubes past `rows` return and
@@ -315,7 +317,7 @@ pub fn launch_sum_rows<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), rows * cols),
+            ArrayArg::from_raw_parts(x.clone(), len),
             ArrayArg::from_raw_parts(y.clone(), rows),
             rows,
             cols,
@@ -346,7 +348,9 @@ const MIN_CHUNK_ROWS: usize = 16;
 /// part but the last full, none empty. One unit per column per part; a short or wide input
 /// takes one part.
 fn column_parts(rows: usize, cols: usize) -> (usize, usize) {
-    let col_units = cols.div_ceil(REDUCE_UNITS as usize) * REDUCE_UNITS as usize;
+    let col_units = cols
+        .div_ceil(REDUCE_UNITS as usize)
+        .saturating_mul(REDUCE_UNITS as usize);
     let wanted = COLUMN_SUM_UNITS.div_ceil(col_units);
     let parts = wanted.min(rows / MIN_CHUNK_ROWS).max(1);
     let chunk = rows.div_ceil(parts).max(1);
@@ -368,10 +372,11 @@ pub fn launch_column_sums<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let e = core::mem::size_of::<F>();
-    check_len("a", a, rows * cols, e)?;
+    let len = extent("rows * cols", &[rows, cols])?;
+    check_len("a", a, len, e)?;
     check_len("out", out, cols, e)?;
     if let Some(b) = b {
-        check_len("b", b, rows * cols, e)?;
+        check_len("b", b, len, e)?;
     }
     if let Some(s) = scale {
         check_len("scale", s, rows, 4)?;
@@ -381,7 +386,9 @@ pub fn launch_column_sums<R: Runtime, F: Float + CubeElement>(
     } else {
         column_parts(rows, cols)
     };
-    let partials = client.empty((parts * cols).max(1) * 4);
+    // `parts <= rows`, so this fits whenever `rows * cols` does; checked all the same.
+    let partials_len = extent("parts * cols", &[parts, cols])?.max(1);
+    let partials = client.empty(extent("partials bytes", &[partials_len, 4])?);
     if parts > 0 {
         let (count, dim) = grid_layers(client, cols, parts)?;
         // SAFETY: lengths checked above; a unit reads `a` (and `b`) at `r * cols + c` with
@@ -393,16 +400,13 @@ pub fn launch_column_sums<R: Runtime, F: Float + CubeElement>(
                 client,
                 count,
                 dim,
-                ArrayArg::from_raw_parts(a.clone(), rows * cols),
-                ArrayArg::from_raw_parts(
-                    b.unwrap_or(a).clone(),
-                    if b.is_some() { rows * cols } else { 1 },
-                ),
+                ArrayArg::from_raw_parts(a.clone(), len),
+                ArrayArg::from_raw_parts(b.unwrap_or(a).clone(), if b.is_some() { len } else { 1 }),
                 ArrayArg::from_raw_parts(
                     scale.unwrap_or(a).clone(),
                     if scale.is_some() { rows } else { 1 },
                 ),
-                ArrayArg::from_raw_parts(partials.clone(), parts * cols),
+                ArrayArg::from_raw_parts(partials.clone(), partials_len),
                 rows,
                 cols,
                 chunk,
@@ -419,7 +423,7 @@ pub fn launch_column_sums<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(partials, (parts * cols).max(1)),
+            ArrayArg::from_raw_parts(partials, partials_len),
             ArrayArg::from_raw_parts(out.clone(), cols),
             parts,
             cols,
@@ -441,7 +445,8 @@ pub fn launch_argmax_rows<R: Runtime, F: Float + CubeElement, O: Numeric + CubeE
     if rows == 0 {
         return Ok(());
     }
-    check_len("x", x, rows * cols, core::mem::size_of::<F>())?;
+    let len = extent("rows * cols", &[rows, cols])?;
+    check_len("x", x, len, core::mem::size_of::<F>())?;
     check_len("idx", idx, rows, core::mem::size_of::<O>())?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: as in `launch_sum_rows`.
@@ -450,7 +455,7 @@ pub fn launch_argmax_rows<R: Runtime, F: Float + CubeElement, O: Numeric + CubeE
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), rows * cols),
+            ArrayArg::from_raw_parts(x.clone(), len),
             ArrayArg::from_raw_parts(idx.clone(), rows),
             rows,
             cols,
@@ -470,9 +475,11 @@ pub fn launch_top_k_rows<R: Runtime>(
     if rows == 0 || k == 0 {
         return Ok(());
     }
-    check_len("x", x, rows * cols, 4)?;
-    check_len("vals", vals, rows * k, 4)?;
-    check_len("idx", idx, rows * k, 4)?;
+    let len = extent("rows * cols", &[rows, cols])?;
+    let picked = extent("rows * k", &[rows, k])?;
+    check_len("x", x, len, 4)?;
+    check_len("vals", vals, picked, 4)?;
+    check_len("idx", idx, picked, 4)?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: as in `launch_sum_rows`; writes go to `row * k + out` with `out < k`.
     unsafe {
@@ -480,9 +487,9 @@ pub fn launch_top_k_rows<R: Runtime>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), rows * cols),
-            ArrayArg::from_raw_parts(vals.clone(), rows * k),
-            ArrayArg::from_raw_parts(idx.clone(), rows * k),
+            ArrayArg::from_raw_parts(x.clone(), len),
+            ArrayArg::from_raw_parts(vals.clone(), picked),
+            ArrayArg::from_raw_parts(idx.clone(), picked),
             rows,
             cols,
             k,
@@ -502,8 +509,10 @@ pub fn launch_rows_count_above<R: Runtime, F: Float + CubeElement>(
     if rows == 0 {
         return Ok(());
     }
-    check_len("x", x, rows * cols, core::mem::size_of::<F>())?;
-    check_len("counts", counts, rows * 2, 4)?;
+    let len = extent("rows * cols", &[rows, cols])?;
+    let pairs = extent("rows * 2", &[rows, 2])?;
+    check_len("x", x, len, core::mem::size_of::<F>())?;
+    check_len("counts", counts, pairs, 4)?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: as in `launch_sum_rows`.
     unsafe {
@@ -511,8 +520,8 @@ pub fn launch_rows_count_above<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), rows * cols),
-            ArrayArg::from_raw_parts(counts.clone(), rows * 2),
+            ArrayArg::from_raw_parts(x.clone(), len),
+            ArrayArg::from_raw_parts(counts.clone(), pairs),
             rows,
             cols,
             lo,

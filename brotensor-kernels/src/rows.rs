@@ -9,7 +9,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, grid_1d, LaunchError};
+use crate::launch::{check_len, extent, grid_1d, LaunchError};
 use crate::loss::is_valid;
 use crate::reduce::{cube_sum, REDUCE_UNITS};
 
@@ -663,17 +663,19 @@ fn split_grid<R: Runtime>(
     let (max_x, max_y, _) = client.properties().hardware.max_cube_count;
     if parts > max_x as usize || rows > max_y as usize {
         return Err(LaunchError::TooLarge {
-            vectors: rows * cols,
+            vectors: rows.saturating_mul(cols),
         });
     }
     Ok((CubeCount::Static(parts as u32, rows as u32, 1), parts))
 }
 
+/// One cube per row, folded into two grid dimensions (too many rows saturate into a grid the
+/// device refuses).
 pub(crate) fn row_grid<R: Runtime>(
     client: &ComputeClient<R>,
     rows: usize,
 ) -> Result<(CubeCount, CubeDim), LaunchError> {
-    let (count, _) = grid_1d(client, rows * REDUCE_UNITS as usize)?;
+    let (count, _) = grid_1d(client, rows.saturating_mul(REDUCE_UNITS as usize))?;
     Ok((count, CubeDim::new_1d(REDUCE_UNITS)))
 }
 
@@ -695,9 +697,10 @@ pub fn launch_softmax<R: Runtime, F: Float + CubeElement>(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
+    let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
-    check_len("x", x, rows * cols, b)?;
-    check_len("y", y, rows * cols, b)?;
+    check_len("x", x, len, b)?;
+    check_len("y", y, len, b)?;
     if let Some(m) = mask {
         check_len("mask", m, cols, 4)?;
     }
@@ -705,7 +708,8 @@ pub fn launch_softmax<R: Runtime, F: Float + CubeElement>(
     let mask_len = if mask.is_some() { cols } else { 1 };
     if splits_rows(rows, cols) {
         let (count, parts) = split_grid(client, rows, cols)?;
-        let partials = client.empty(2 * rows * parts * 4);
+        let stats = extent("2 * rows * parts", &[2, rows, parts])?;
+        let partials = client.empty(extent("partials bytes", &[stats, 4])?);
         // SAFETY: lengths checked above (the unmasked variant never reads `mask`). Cube
         // `(part, row)` has `part < parts = ceil(cols / LONG_PART)`, `row < rows`; it reads
         // `row * cols + j` and `mask[j]` with `j < cols`, and `partials` at
@@ -715,9 +719,9 @@ pub fn launch_softmax<R: Runtime, F: Float + CubeElement>(
                 client,
                 count.clone(),
                 CubeDim::new_1d(REDUCE_UNITS),
-                arg(x, rows * cols),
+                arg(x, len),
                 arg(mask_h, mask_len),
-                arg(&partials, 2 * rows * parts),
+                arg(&partials, stats),
                 cols,
                 mask.is_some(),
             );
@@ -725,10 +729,10 @@ pub fn launch_softmax<R: Runtime, F: Float + CubeElement>(
                 client,
                 count,
                 CubeDim::new_1d(REDUCE_UNITS),
-                arg(x, rows * cols),
+                arg(x, len),
                 arg(mask_h, mask_len),
-                arg(&partials, 2 * rows * parts),
-                arg(y, rows * cols),
+                arg(&partials, stats),
+                arg(y, len),
                 cols,
                 mask.is_some(),
             );
@@ -743,9 +747,9 @@ pub fn launch_softmax<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            arg(x, rows * cols),
+            arg(x, len),
             arg(mask_h, mask_len),
-            arg(y, rows * cols),
+            arg(y, len),
             rows,
             cols,
             mask.is_some(),
@@ -765,13 +769,15 @@ pub fn launch_softmax_backward<R: Runtime, F: Float + CubeElement>(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
+    let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
     for (name, h) in [("p", p), ("dp", dp), ("dl", dl)] {
-        check_len(name, h, rows * cols, b)?;
+        check_len(name, h, len, b)?;
     }
     if splits_rows(rows, cols) {
         let (count, parts) = split_grid(client, rows, cols)?;
-        let partials = client.empty(rows * parts * 4);
+        let dots = extent("rows * parts", &[rows, parts])?;
+        let partials = client.empty(extent("partials bytes", &[dots, 4])?);
         // SAFETY: as in `launch_softmax`'s split path; `partials` is read and written at
         // `row parts + q < rows parts`.
         unsafe {
@@ -779,19 +785,19 @@ pub fn launch_softmax_backward<R: Runtime, F: Float + CubeElement>(
                 client,
                 count.clone(),
                 CubeDim::new_1d(REDUCE_UNITS),
-                arg(p, rows * cols),
-                arg(dp, rows * cols),
-                arg(&partials, rows * parts),
+                arg(p, len),
+                arg(dp, len),
+                arg(&partials, dots),
                 cols,
             );
             softmax_backward_apply_kernel::launch_unchecked::<F, R>(
                 client,
                 count,
                 CubeDim::new_1d(REDUCE_UNITS),
-                arg(p, rows * cols),
-                arg(dp, rows * cols),
-                arg(&partials, rows * parts),
-                arg(dl, rows * cols),
+                arg(p, len),
+                arg(dp, len),
+                arg(&partials, dots),
+                arg(dl, len),
                 cols,
             );
         }
@@ -804,9 +810,9 @@ pub fn launch_softmax_backward<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            arg(p, rows * cols),
-            arg(dp, rows * cols),
-            arg(dl, rows * cols),
+            arg(p, len),
+            arg(dp, len),
+            arg(dl, len),
             rows,
             cols,
         );
@@ -838,17 +844,18 @@ pub fn launch_layernorm<R: Runtime, F: Float + CubeElement>(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
+    let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
-    check_len("x", bufs.x, rows * cols, b)?;
-    check_len("y", bufs.y, rows * cols, b)?;
+    check_len("x", bufs.x, len, b)?;
+    check_len("y", bufs.y, len, b)?;
     check_len("gamma", bufs.gamma, cols, b)?;
     check_len("beta", bufs.beta, cols, b)?;
     let (xhat, mean, rstd, clen, slen) = match bufs.caches {
         Some((xh, m, r)) => {
-            check_len("xhat", xh, rows * cols, b)?;
+            check_len("xhat", xh, len, b)?;
             check_len("mean", m, rows, 4)?;
             check_len("rstd", r, rows, 4)?;
-            (xh, m, r, rows * cols, rows)
+            (xh, m, r, len, rows)
         }
         // Without caches the kernel never touches these: pass `y` with a length of one.
         None => (bufs.y, bufs.y, bufs.y, 1, 1),
@@ -860,10 +867,10 @@ pub fn launch_layernorm<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            arg(bufs.x, rows * cols),
+            arg(bufs.x, len),
             arg(bufs.gamma, cols),
             arg(bufs.beta, cols),
-            arg(bufs.y, rows * cols),
+            arg(bufs.y, len),
             arg(xhat, clen),
             arg(mean, slen),
             arg(rstd, slen),
@@ -886,9 +893,10 @@ pub fn launch_layernorm_backward<R: Runtime, F: Float + CubeElement>(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
+    let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
     for (name, h) in [("dy", dy), ("xhat", xhat), ("dx", dx)] {
-        check_len(name, h, rows * cols, b)?;
+        check_len(name, h, len, b)?;
     }
     check_len("gamma", gamma, cols, b)?;
     check_len("rstd", rstd, rows, 4)?;
@@ -899,11 +907,11 @@ pub fn launch_layernorm_backward<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            arg(dy, rows * cols),
-            arg(xhat, rows * cols),
+            arg(dy, len),
+            arg(xhat, len),
             arg(gamma, cols),
             arg(rstd, rows),
-            arg(dx, rows * cols),
+            arg(dx, len),
             rows,
             cols,
         );
@@ -922,9 +930,10 @@ pub fn launch_rms_norm<R: Runtime, F: Float + CubeElement>(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
+    let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
-    check_len("x", x, rows * cols, b)?;
-    check_len("y", y, rows * cols, b)?;
+    check_len("x", x, len, b)?;
+    check_len("y", y, len, b)?;
     check_len("gamma", gamma, cols, b)?;
     if let Some(r) = rrms {
         check_len("rrms", r, rows, 4)?;
@@ -936,9 +945,9 @@ pub fn launch_rms_norm<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            arg(x, rows * cols),
+            arg(x, len),
             arg(gamma, cols),
-            arg(y, rows * cols),
+            arg(y, len),
             arg(rrms.unwrap_or(y), if rrms.is_some() { rows } else { 1 }),
             rows,
             cols,
@@ -962,9 +971,10 @@ pub fn launch_rms_norm_backward<R: Runtime, F: Float + CubeElement>(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
+    let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
     for (name, h) in [("x", x), ("dy", dy), ("dx", dx)] {
-        check_len(name, h, rows * cols, b)?;
+        check_len(name, h, len, b)?;
     }
     check_len("gamma", gamma, cols, b)?;
     check_len("rrms", rrms, rows, 4)?;
@@ -975,10 +985,10 @@ pub fn launch_rms_norm_backward<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            arg(x, rows * cols),
+            arg(x, len),
             arg(gamma, cols),
-            arg(dy, rows * cols),
-            arg(dx, rows * cols),
+            arg(dy, len),
+            arg(dx, len),
             arg(rrms, rows),
             rows,
             cols,
@@ -997,15 +1007,16 @@ pub fn launch_group_norm<R: Runtime, F: Float + CubeElement>(
     (groups, cpg, hw): (usize, usize, usize),
     eps: f32,
 ) -> Result<(), LaunchError> {
-    let len = rows * cpg * hw;
+    let len = extent("rows * cpg * hw", &[rows, cpg, hw])?;
     if len == 0 || groups == 0 {
         return Ok(());
     }
+    let channels = extent("groups * cpg", &[groups, cpg])?;
     let b = core::mem::size_of::<F>();
     check_len("x", x, len, b)?;
     check_len("y", y, len, b)?;
-    check_len("gamma", gamma, groups * cpg, b)?;
-    check_len("beta", beta, groups * cpg, b)?;
+    check_len("gamma", gamma, channels, b)?;
+    check_len("beta", beta, channels, b)?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: lengths checked above; every channel index is below `groups * cpg`.
     unsafe {
@@ -1014,8 +1025,8 @@ pub fn launch_group_norm<R: Runtime, F: Float + CubeElement>(
             count,
             dim,
             arg(x, len),
-            arg(gamma, groups * cpg),
-            arg(beta, groups * cpg),
+            arg(gamma, channels),
+            arg(beta, channels),
             arg(y, len),
             rows,
             groups,
@@ -1038,17 +1049,19 @@ pub fn launch_group_norm_backward<R: Runtime, F: Float + CubeElement>(
     (groups, cpg, hw): (usize, usize, usize),
     eps: f32,
 ) -> Result<(), LaunchError> {
-    let len = rows * cpg * hw;
+    let len = extent("rows * cpg * hw", &[rows, cpg, hw])?;
     if len == 0 || groups == 0 {
         return Ok(());
     }
+    let channels = extent("groups * cpg", &[groups, cpg])?;
+    let sums = extent("rows * cpg", &[rows, cpg])?;
     let b = core::mem::size_of::<F>();
     for (name, h) in [("x", x), ("dy", dy), ("dx", dx)] {
         check_len(name, h, len, b)?;
     }
-    check_len("part_g", part_g, rows * cpg, b)?;
-    check_len("part_b", part_b, rows * cpg, b)?;
-    check_len("gamma", gamma, groups * cpg, b)?;
+    check_len("part_g", part_g, sums, b)?;
+    check_len("part_b", part_b, sums, b)?;
+    check_len("gamma", gamma, channels, b)?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: lengths checked above; every channel index is below `groups * cpg` and every
     // partial-sum index below `rows * cpg`.
@@ -1058,11 +1071,11 @@ pub fn launch_group_norm_backward<R: Runtime, F: Float + CubeElement>(
             count,
             dim,
             arg(x, len),
-            arg(gamma, groups * cpg),
+            arg(gamma, channels),
             arg(dy, len),
             arg(dx, len),
-            arg(part_g, rows * cpg),
-            arg(part_b, rows * cpg),
+            arg(part_g, sums),
+            arg(part_b, sums),
             rows,
             groups,
             cpg,

@@ -142,3 +142,374 @@ fn aliased_in_place_launches_match_separate_buffers() {
     assert_eq!(read(&c, sep, data.len()), want);
     assert_eq!(read(&c, y, data.len()), want);
 }
+
+/// What every buffer of the overflow tests holds before the launch, and must still hold after.
+const SENTINEL: f32 = 7.0;
+
+/// `n` FP32 sentinels (their bytes also serve as `u32` and packed-word buffers).
+fn sentinels(c: &ComputeClient<WgpuRuntime>, n: usize) -> cubecl::server::Handle {
+    c.create_from_slice(f32::as_bytes(&vec![SENTINEL; n]))
+}
+
+/// `r` is a refusal for a size that overflows, and no buffer in `watched` was written: the
+/// launch never reached the device.
+#[track_caller]
+fn overflow_refused(
+    c: &ComputeClient<WgpuRuntime>,
+    case: &str,
+    r: Result<(), LaunchError>,
+    watched: &[&cubecl::server::Handle],
+) {
+    match r {
+        Err(LaunchError::Overflow { what }) => {
+            let msg = LaunchError::Overflow { what }.to_string();
+            assert!(msg.contains("overflows"), "{case}: message {msg:?}");
+        }
+        other => panic!("{case}: expected LaunchError::Overflow, got {other:?}"),
+    }
+    for (i, h) in watched.iter().enumerate() {
+        let bytes = c.read_one((*h).clone()).unwrap();
+        assert!(
+            f32::from_bytes(&bytes).iter().all(|&v| v == SENTINEL),
+            "{case}: buffer {i} was written"
+        );
+    }
+}
+
+/// A product of sizes that wraps: `(2^63 + 1) * 2 = 2 (mod 2^64)`.
+const WRAPS_TO_TWO: (usize, usize) = ((1 << 63) + 1, 2);
+
+#[test]
+fn elementwise_sizes_that_overflow_are_refused() {
+    use brotensor_kernels::elementwise::Broadcast;
+    let Some(c) = client() else { return };
+    let (q, scales, out) = (sentinels(&c, 4), sentinels(&c, 4), sentinels(&c, 4));
+    // rows * cols wraps to 2: the old check asked for 1 word, 2 scales and 2 outputs.
+    overflow_refused(
+        &c,
+        "dequant_i8_rows",
+        k::launch_dequant_i8_rows(&c, &q, &scales, &out, (2, WRAPS_TO_TWO.0)),
+        &[&out],
+    );
+    // The per-column broadcast vector, ceil(len / inner) rows of `inner`: 2^63 * 2.
+    let broadcast = Broadcast {
+        inner: 2,
+        v_len: 1,
+        per_row: false,
+        repeat: 1,
+        multiply: false,
+    };
+    overflow_refused(
+        &c,
+        "broadcast",
+        k::launch_broadcast::<_, f32>(&c, &out, &scales, usize::MAX, broadcast),
+        &[&out],
+    );
+    // launch_unary forms no product: a length past memory is a short buffer (check_len
+    // saturates its byte count).
+    assert!(matches!(
+        k::launch_unary::<_, f32, k::Exp>(&c, Source::Buffer(&q), &out, usize::MAX, 0.0, 0.0),
+        Err(LaunchError::BufferTooSmall { arg: "x", .. })
+    ));
+}
+
+#[test]
+fn bf16_word_sizes_that_overflow_are_refused() {
+    let Some(c) = client() else { return };
+    let (x, out) = (sentinels(&c, 4), sentinels(&c, 4));
+    // usize::MAX elements: 2^63 words, 2 * 2^63 halves.
+    overflow_refused(
+        &c,
+        "words_to_float",
+        bf16_words::launch_words_to_float::<_, f32>(&c, &x, &out, usize::MAX),
+        &[&out],
+    );
+    overflow_refused(
+        &c,
+        "float_to_words",
+        bf16_words::launch_float_to_words::<_, f32>(&c, &x, &out, usize::MAX),
+        &[&out],
+    );
+}
+
+#[test]
+fn glu_sizes_that_overflow_are_refused() {
+    use brotensor_kernels::glu::{self, Geglu};
+    let Some(c) = client() else { return };
+    let (x, y, dx) = (sentinels(&c, 8), sentinels(&c, 8), sentinels(&c, 8));
+    let (rows, d) = WRAPS_TO_TWO;
+    overflow_refused(
+        &c,
+        "glu_forward",
+        glu::launch_glu_forward::<_, f32, Geglu>(&c, &x, &y, rows, d),
+        &[&y],
+    );
+    overflow_refused(
+        &c,
+        "glu_backward",
+        glu::launch_glu_backward::<_, f32, Geglu>(&c, &x, &y, &dx, rows, d),
+        &[&dx],
+    );
+}
+
+#[test]
+fn reduce_sizes_that_overflow_are_refused() {
+    use brotensor_kernels::reduce;
+    let Some(c) = client() else { return };
+    let (x, y, idx) = (sentinels(&c, 8), sentinels(&c, 8), sentinels(&c, 8));
+    // rows * cols = 2 * 2^63 wraps to 0, and only `rows` outputs were asked for.
+    let (rows, cols) = (2, 1usize << 63);
+    overflow_refused(
+        &c,
+        "sum_rows",
+        reduce::launch_sum_rows::<_, f32>(&c, &x, &y, rows, cols),
+        &[&y],
+    );
+    overflow_refused(
+        &c,
+        "argmax_rows",
+        reduce::launch_argmax_rows::<_, f32, i32>(&c, &x, &idx, rows, cols),
+        &[&idx],
+    );
+    overflow_refused(
+        &c,
+        "rows_count_above",
+        reduce::launch_rows_count_above::<_, f32>(&c, &x, &idx, (rows, cols), (0.0, 1.0)),
+        &[&idx],
+    );
+    // top-k: rows * k wraps to 0 with one column per row; then rows * cols.
+    overflow_refused(
+        &c,
+        "top_k_rows (k)",
+        reduce::launch_top_k_rows(&c, &x, &y, &idx, (2, 1, 1 << 63)),
+        &[&y, &idx],
+    );
+    overflow_refused(
+        &c,
+        "top_k_rows (cols)",
+        reduce::launch_top_k_rows(&c, &x, &y, &idx, (rows, cols, 1)),
+        &[&y, &idx],
+    );
+    // Column sums: 2^63 rows of 2 columns wrap to 0 elements, and `out` holds its 2 columns.
+    overflow_refused(
+        &c,
+        "sum_cols",
+        reduce::launch_sum_cols::<_, f32>(&c, &x, &y, 1 << 63, 2),
+        &[&y],
+    );
+    overflow_refused(
+        &c,
+        "column_sums",
+        reduce::launch_column_sums::<_, f32>(&c, (&x, Some(&x), None), &y, (1 << 63, 2), true),
+        &[&y],
+    );
+}
+
+#[test]
+fn row_op_sizes_that_overflow_are_refused() {
+    use brotensor_kernels::rows::{self, LayerNormBuffers};
+    let Some(c) = client() else { return };
+    let (x, g, y, dx) = (
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+    );
+    // Softmax with 256 rows (one cube per row, not split) of 2^56 columns: 2^64 elements.
+    let wide = (256, 1usize << 56);
+    overflow_refused(
+        &c,
+        "softmax",
+        rows::launch_softmax::<_, f32>(&c, &x, None, &y, wide),
+        &[&y],
+    );
+    overflow_refused(
+        &c,
+        "softmax_backward",
+        rows::launch_softmax_backward::<_, f32>(&c, &x, &x, &dx, wide),
+        &[&dx],
+    );
+    // The norms: 2^63 rows of 2 columns (gamma and beta hold their 2 values).
+    let tall = (1usize << 63, 2);
+    let ln = LayerNormBuffers {
+        x: &x,
+        gamma: &g,
+        beta: &g,
+        y: &y,
+        caches: None,
+    };
+    overflow_refused(
+        &c,
+        "layernorm",
+        rows::launch_layernorm::<_, f32>(&c, ln, tall, 1e-5),
+        &[&y],
+    );
+    overflow_refused(
+        &c,
+        "layernorm_backward",
+        rows::launch_layernorm_backward::<_, f32>(&c, (&x, &x, &g, &g), &dx, (2, 1 << 63)),
+        &[&dx],
+    );
+    overflow_refused(
+        &c,
+        "rms_norm",
+        rows::launch_rms_norm::<_, f32>(&c, (&x, &g, &y), None, tall, 1e-5),
+        &[&y],
+    );
+    overflow_refused(
+        &c,
+        "rms_norm_backward",
+        rows::launch_rms_norm_backward::<_, f32>(&c, (&x, &g, &x), &dx, &y, (2, 1 << 63), 1e-5),
+        &[&dx, &y],
+    );
+    // GroupNorm: 2 rows of (2^63 + 1) elements wrap to 2; then 2^63 groups of 2 channels.
+    let (hw, _) = WRAPS_TO_TWO;
+    overflow_refused(
+        &c,
+        "group_norm (rows * cpg * hw)",
+        rows::launch_group_norm::<_, f32>(&c, (&x, &g, &g, &y), 2, (1, 1, hw), 1e-5),
+        &[&y],
+    );
+    overflow_refused(
+        &c,
+        "group_norm (groups * cpg)",
+        rows::launch_group_norm::<_, f32>(&c, (&x, &g, &g, &y), 1, (1 << 63, 2, 1), 1e-5),
+        &[&y],
+    );
+    overflow_refused(
+        &c,
+        "group_norm_backward",
+        rows::launch_group_norm_backward::<_, f32>(
+            &c,
+            (&x, &g, &x),
+            (&dx, &y, &y),
+            2,
+            (1, 1, hw),
+            1e-5,
+        ),
+        &[&dx, &y],
+    );
+}
+
+#[test]
+fn gemm_spans_that_overflow_are_refused() {
+    use brotensor_kernels::matmul::{launch_gemm, GemmSpec};
+    let Some(c) = client() else { return };
+    let (a, b, out) = (sentinels(&c, 4), sentinels(&c, 4), sentinels(&c, 4));
+    // Three 1x1 products 2^63 elements apart: (3 - 1) 2^63 + 1 wraps to 1.
+    let spec = GemmSpec {
+        batch: 3,
+        strides: (1 << 63, 1 << 63, 1 << 63),
+        ..GemmSpec::new(1, 1, 1)
+    };
+    overflow_refused(
+        &c,
+        "gemm (batch - 1) * stride",
+        launch_gemm::<_, f32>(&c, &a, &b, None, &out, spec),
+        &[&out],
+    );
+    // Two products usize::MAX elements apart: (2 - 1) usize::MAX + 1 wraps to 0.
+    let spec = GemmSpec {
+        batch: 2,
+        strides: (usize::MAX, 1, 1),
+        ..GemmSpec::new(1, 1, 1)
+    };
+    overflow_refused(
+        &c,
+        "gemm ... + m * k",
+        launch_gemm::<_, f32>(&c, &a, &b, None, &out, spec),
+        &[&out],
+    );
+    // m * k wraps to 0 (2^32 x 2^32); GemmSpec::new saturates its unused strides.
+    overflow_refused(
+        &c,
+        "gemm m * k",
+        launch_gemm::<_, f32>(&c, &a, &b, None, &out, GemmSpec::new(1 << 32, 1, 1 << 32)),
+        &[&out],
+    );
+}
+
+#[test]
+fn loss_sizes_that_overflow_are_refused() {
+    use brotensor_kernels::loss::{self, LossBuffers};
+    let Some(c) = client() else { return };
+    let (x, probs, dl, l, offsets) = (
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+    );
+    let bufs = || LossBuffers {
+        logits: &x,
+        target: &x,
+        mask: None,
+        probs: &probs,
+        dlogits: &dl,
+        loss: &l,
+    };
+    // 2^63 rows of 2 columns and 2 heads: both products wrap to 0.
+    overflow_refused(
+        &c,
+        "xent",
+        loss::launch_xent(&c, bufs(), &offsets, (1 << 63, 2, 2)),
+        &[&probs, &dl, &l],
+    );
+    // `heads + 1` offsets wrap to 0.
+    overflow_refused(
+        &c,
+        "xent (heads + 1)",
+        loss::launch_xent(&c, bufs(), &offsets, (1, 0, usize::MAX)),
+        &[&probs, &dl, &l],
+    );
+    overflow_refused(
+        &c,
+        "bce",
+        loss::launch_bce(&c, bufs(), (2, 1 << 63), 1.0),
+        &[&probs, &dl, &l],
+    );
+}
+
+#[test]
+fn batch_norm_sizes_that_overflow_are_refused() {
+    use brotensor_kernels::batch_norm::{self, BatchNormStats};
+    let Some(c) = client() else { return };
+    let (x, p, y, dx) = (
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+    );
+    // (2^63 + 1) samples of one channel of 2 values: n c hw wraps to 2.
+    let (n, hw) = WRAPS_TO_TWO;
+    let stats = BatchNormStats {
+        running_mean: &p,
+        running_var: &p,
+        saved_mean: &p,
+        saved_rstd: &p,
+    };
+    overflow_refused(
+        &c,
+        "batch_norm",
+        batch_norm::launch_batch_norm(&c, (&x, &p, &p, &y), stats, (n, 1, hw), 1e-5, 0.1),
+        &[&y, &p],
+    );
+    overflow_refused(
+        &c,
+        "batch_norm_backward",
+        batch_norm::launch_batch_norm_backward(&c, (&x, &p, &p, &p, &x), (&dx, &p, &p), (n, 1, hw)),
+        &[&dx, &p],
+    );
+}
+
+#[test]
+fn snake_lengths_past_memory_are_refused() {
+    use brotensor_kernels::snake;
+    let Some(c) = client() else { return };
+    let (x, p, y) = (sentinels(&c, 8), sentinels(&c, 8), sentinels(&c, 8));
+    // Snake forms no product of its sizes: a length past memory is a short buffer.
+    assert!(matches!(
+        snake::launch_snake_forward(&c, &x, &p, &p, &y, usize::MAX, 1, 1),
+        Err(LaunchError::BufferTooSmall { arg: "x", .. })
+    ));
+}
