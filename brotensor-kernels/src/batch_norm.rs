@@ -7,7 +7,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, grid_1d, LaunchError};
+use crate::launch::{check_divisors, check_len, extent, grid_1d, LaunchError};
 use crate::reduce::{cube_sum, REDUCE_UNITS};
 use crate::rows::{arg, row_grid};
 
@@ -294,6 +294,7 @@ pub fn launch_batch_norm_inference<R: Runtime, F: Float + CubeElement>(
     if len == 0 {
         return Ok(());
     }
+    check_divisors(&[("c", c), ("hw", hw)])?;
     let b = core::mem::size_of::<F>();
     check_len("x", x, len, b)?;
     check_len("y", y, len, b)?;
@@ -309,7 +310,7 @@ pub fn launch_batch_norm_inference<R: Runtime, F: Float + CubeElement>(
     }
     let (count, dim) = grid_1d(client, len)?;
     // SAFETY: lengths checked above; units past `len` return and channel indices are `% c`
-    // (`c` and `hw` are nonzero whenever `len` is).
+    // (`c` and `hw` are nonzero: checked).
     unsafe {
         batch_norm_inference_kernel::launch_unchecked::<F, R>(
             client,

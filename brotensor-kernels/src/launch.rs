@@ -33,6 +33,12 @@ pub enum LaunchError {
         /// Which size, as its formula (`"rows * cols"`).
         what: &'static str,
     },
+    /// A divisor of the launch's index arithmetic (a channel count, a channel length) is
+    /// zero while there are elements to process.
+    ZeroDivisor {
+        /// Which argument.
+        what: &'static str,
+    },
 }
 
 impl core::fmt::Display for LaunchError {
@@ -50,11 +56,23 @@ impl core::fmt::Display for LaunchError {
                 write!(f, "{vectors} vectors exceed the device's launch grid")
             }
             LaunchError::Overflow { what } => write!(f, "`{what}` overflows: sizes too large"),
+            LaunchError::ZeroDivisor { what } => {
+                write!(f, "`{what}` is zero but the launch has elements to process")
+            }
         }
     }
 }
 
 impl std::error::Error for LaunchError {}
+
+/// Errors unless every `(name, value)` is nonzero: divisors of a non-empty launch's index
+/// arithmetic.
+pub(crate) fn check_divisors(divisors: &[(&'static str, usize)]) -> Result<(), LaunchError> {
+    match divisors.iter().find(|(_, v)| *v == 0) {
+        Some(&(what, _)) => Err(LaunchError::ZeroDivisor { what }),
+        None => Ok(()),
+    }
+}
 
 /// Checks that `handle` holds `elems` elements of `elem_bytes` bytes each.
 pub(crate) fn check_len(

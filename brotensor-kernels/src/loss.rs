@@ -38,8 +38,13 @@ fn xent_kernel(
     if cube < rows * heads {
         let row = cube / heads;
         let h = cube % heads;
-        let start = row * cols + offsets[h] as usize;
-        let end = row * cols + offsets[h + 1] as usize;
+        // Offsets live on the device and are not validated on the host: clamp them into
+        // the row (and the end to at least the start) so a bad one cannot reach another row
+        // or past the buffer.
+        let lo = cols.min(offsets[h] as usize);
+        let hi = cols.min(offsets[h + 1] as usize).max(lo);
+        let start = row * cols + lo;
+        let end = row * cols + hi;
         let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
         let mut m = f32::new(-1e30f32);
         let mut i = start + UNIT_POS as usize;
@@ -182,7 +187,8 @@ fn check_common(b: &LossBuffers<'_>, elems: usize, losses: usize) -> Result<(), 
 }
 
 /// Masked softmax cross-entropy for each row and each head `[offsets[h], offsets[h+1])`
-/// (`offsets`: `heads + 1` u32 values, non-decreasing, at most `cols`; not checked here).
+/// (`offsets`: `heads + 1` u32 values, non-decreasing, at most `cols`; the kernel clamps
+/// each head into its row, so bad offsets give wrong values, never an access outside it).
 pub fn launch_xent<R: Runtime>(
     client: &ComputeClient<R>,
     bufs: LossBuffers<'_>,

@@ -7,7 +7,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, grid_1d, LaunchError};
+use crate::launch::{check_divisors, check_len, grid_1d, LaunchError};
 
 /// `1 / guard(d)`: `|d|` floored at 1e-9, its sign kept (0 counts as positive).
 #[cube]
@@ -99,10 +99,11 @@ pub fn launch_snake_forward<R: Runtime>(
     if len == 0 {
         return Ok(());
     }
+    check_divisors(&[("c", c), ("l", l)])?;
     check_snake(&[("x", x), ("y", y)], &[("alpha", alpha), ("d", d)], len, c)?;
     let (count, dim) = grid_1d(client, len)?;
     // SAFETY: x and y hold `len` floats, alpha and d `c` (checked); units past `len` return,
-    // and every channel index is `% c`. `l` and `c` are nonzero whenever `len` is.
+    // and every channel index is `% c`; `l` and `c` are nonzero (checked).
     unsafe {
         snake_forward_kernel::launch_unchecked::<R>(
             client,
@@ -137,6 +138,7 @@ pub fn launch_snake_backward<R: Runtime>(
     if len == 0 {
         return Ok(());
     }
+    check_divisors(&[("c", c), ("l", l)])?;
     check_snake(
         &[("x", x), ("dy", dy), ("dx", dx), ("ga", ga), ("gb", gb)],
         &[("alpha", alpha), ("d", d)],

@@ -513,3 +513,77 @@ fn snake_lengths_past_memory_are_refused() {
         Err(LaunchError::BufferTooSmall { arg: "x", .. })
     ));
 }
+
+#[test]
+fn zero_divisors_of_a_non_empty_launch_are_refused() {
+    use brotensor_kernels::{batch_norm, snake};
+    let Some(c) = client() else { return };
+    let (x, p, y) = (sentinels(&c, 8), sentinels(&c, 8), sentinels(&c, 8));
+    let zero = |r: Result<(), LaunchError>, case: &str| {
+        assert!(
+            matches!(r, Err(LaunchError::ZeroDivisor { .. })),
+            "{case}: expected ZeroDivisor, got {r:?}"
+        );
+        assert!(
+            read(&c, y.clone(), 8).iter().all(|&v| v == SENTINEL),
+            "{case}: y written"
+        );
+    };
+    zero(
+        snake::launch_snake_forward(&c, &x, &p, &p, &y, 8, 0, 2),
+        "snake c = 0",
+    );
+    zero(
+        snake::launch_snake_forward(&c, &x, &p, &p, &y, 8, 2, 0),
+        "snake l = 0",
+    );
+    zero(
+        batch_norm::launch_batch_norm_inference::<_, f32>(
+            &c,
+            (&x, &y),
+            (&p, &p, &p, &p),
+            (8, 2, 0),
+            1e-5,
+        ),
+        "batch_norm_inference hw = 0",
+    );
+}
+
+/// Head offsets past the row (they live on the device and are not checked on the host)
+/// are clamped by the kernel: nothing outside the row is read or written.
+#[test]
+fn cross_entropy_offsets_past_the_row_stay_inside_it() {
+    use brotensor_kernels::loss::{self, LossBuffers};
+    let Some(c) = client() else { return };
+    // Two rows of 4; the buffers have 4 spare sentinel floats after them.
+    let logits = c.create_from_slice(f32::as_bytes(&[
+        0.0f32, 1.0, 2.0, 3.0, 3.0, 2.0, 1.0, 0.0, 9.0, 9.0, 9.0, 9.0,
+    ]));
+    let target = c.create_from_slice(f32::as_bytes(&[
+        0.0f32, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+    ]));
+    let (probs, dl, l) = (sentinels(&c, 12), sentinels(&c, 12), sentinels(&c, 2));
+    // One head claiming columns [1, 1000): clamped to [1, 4).
+    let offsets = c.create_from_slice(u32::as_bytes(&[1u32, 1000]));
+    let bufs = LossBuffers {
+        logits: &logits,
+        target: &target,
+        mask: None,
+        probs: &probs,
+        dlogits: &dl,
+        loss: &l,
+    };
+    loss::launch_xent(&c, bufs, &offsets, (2, 4, 1)).unwrap();
+    let p = read(&c, probs, 12);
+    assert_eq!(p[0], SENTINEL, "column 0 is outside the head");
+    assert!(
+        p[8..].iter().all(|&v| v == SENTINEL),
+        "written past the rows: {p:?}"
+    );
+    let row0: f32 = p[1..4].iter().sum();
+    let row1: f32 = p[5..8].iter().sum();
+    assert!(
+        (row0 - 1.0).abs() < 1e-5 && (row1 - 1.0).abs() < 1e-5,
+        "{p:?}"
+    );
+}
