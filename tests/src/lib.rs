@@ -9,6 +9,8 @@
 
 use std::io::Write;
 
+pub mod reference;
+
 use brotensor::{Device, Dtype, Result, Tensor};
 use half::{bf16, f16};
 

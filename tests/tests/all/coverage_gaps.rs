@@ -5,6 +5,7 @@
 
 use brotensor::ops::{self, AbtSpec, Act};
 use brotensor::{Device, Dtype, Error, Tensor};
+use brotensor_tests::reference::epilogue;
 use brotensor_tests::{assert_close, gpu_devices, read_f32, round_through, tensor, SplitMix64};
 
 /// `(atol, rtol)` for a result stored in `dtype`, on values scaled so that the largest
@@ -205,37 +206,6 @@ fn single_vector_layernorm_and_gradient_against_f64() {
     }
 }
 
-/// `erf` in f64 (Abramowitz and Stegun 7.1.26, error below 1.5e-7: far below 16-bit output
-/// rounding).
-fn erf(x: f64) -> f64 {
-    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
-    let poly = t
-        * (0.254_829_592
-            + t * (-0.284_496_736
-                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-    let r = 1.0 - poly * (-x * x).exp();
-    if x < 0.0 {
-        -r
-    } else {
-        r
-    }
-}
-
-fn act_f64(act: Act, v: f64) -> f64 {
-    let sigmoid = |z: f64| 1.0 / (1.0 + (-z).exp());
-    match act {
-        Act::None => v,
-        Act::Relu => v.max(0.0),
-        Act::Gelu => {
-            let c = (2.0 / std::f64::consts::PI).sqrt();
-            0.5 * v * (1.0 + (c * (v + 0.044_715 * v * v * v)).tanh())
-        }
-        Act::GeluExact => 0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2)),
-        Act::Silu => v * sigmoid(v),
-        Act::QuickGelu => v * sigmoid(1.702 * v),
-    }
-}
-
 /// `act(A (m, k) . B (n, k)^T + bias)` in f64, row-major `(m, n)`.
 fn abt_f64(
     a: &[f64],
@@ -248,7 +218,7 @@ fn abt_f64(
     for i in 0..m {
         for j in 0..n {
             let dot: f64 = (0..k).map(|p| a[i * k + p] * b[j * k + p]).sum();
-            c[i * n + j] = act_f64(act, dot + bias.map_or(0.0, |b| b[j]));
+            c[i * n + j] = epilogue(act, dot + bias.map_or(0.0, |b| b[j]));
         }
     }
     c

@@ -5,6 +5,9 @@
 use std::f64::consts::PI;
 
 use brotensor::{ops, Dtype, Result, Tensor};
+use brotensor_tests::reference::{
+    all_forms, erf, map1, one, stale, Alloc, Fwd, InPlace, Reference,
+};
 use brotensor_tests::{reference_with, Check, Input};
 
 /// Not a multiple of the vector width: the scalar path.
@@ -12,51 +15,14 @@ const ODD: (usize, usize) = (33, 21);
 /// A multiple of 4 spanning a few cubes: the vectorized path.
 const VEC: (usize, usize) = (8, 128);
 
-type Reference = Box<dyn Fn(&[Vec<f64>]) -> Vec<f64>>;
-
-fn one((r, c): (usize, usize), lo: f32, hi: f32) -> [Input; 1] {
-    [Input::new(r, c, lo, hi)]
-}
-
 /// The forward input (or output) in `[lo, hi)` and an upstream gradient in `[-1, 1)`.
 fn with_grad((r, c): (usize, usize), lo: f32, hi: f32) -> [Input; 2] {
     [Input::new(r, c, lo, hi), Input::new(r, c, -1.0, 1.0)]
 }
 
-fn map1(f: impl Fn(f64) -> f64 + 'static) -> Reference {
-    Box::new(move |v| v[0].iter().map(|&x| f(x)).collect())
-}
-
 /// `dy * f'(x)` for gradients: `df(x)` times the second input.
 fn chain(df: impl Fn(f64) -> f64 + 'static) -> Reference {
     Box::new(move |v| v[0].iter().zip(&v[1]).map(|(&x, &g)| g * df(x)).collect())
-}
-
-/// A committed destination larger than the result and full of 7s: an op must resize it and
-/// overwrite every element of the result.
-fn stale(like: &Tensor) -> Result<Tensor> {
-    let mut t = Tensor::zeros_on(
-        like.device(),
-        like.rows() + 2,
-        like.cols() + 3,
-        like.dtype(),
-    )?;
-    ops::fill(&mut t, 7.0)?;
-    Ok(t)
-}
-
-/// erf by its series `2/sqrt(pi) e^(-x^2) sum_n 2^n x^(2n+1) / (1 3 5 ... (2n+1))`, whose
-/// terms are all of `x`'s sign (no cancellation): f64-accurate for the `|x| < 6` used here.
-fn erf(x: f64) -> f64 {
-    let mut term = x;
-    let mut sum = x;
-    let mut n = 0.0;
-    while term.abs() > 1e-17 * sum.abs() {
-        n += 1.0;
-        term *= 2.0 * x * x / (2.0 * n + 1.0);
-        sum += term;
-    }
-    2.0 / PI.sqrt() * (-x * x).exp() * sum
 }
 
 fn sigmoid(x: f64) -> f64 {
@@ -122,9 +88,6 @@ fn erf_of_the_reference_is_right() {
     }
 }
 
-type Fwd = fn(&Tensor, &mut Tensor) -> Result<()>;
-type Alloc = fn(&Tensor) -> Result<Tensor>;
-type InPlace = fn(&mut Tensor) -> Result<()>;
 type Bwd = fn(&Tensor, &Tensor, &mut Tensor) -> Result<()>;
 /// A scalar function in f64.
 type F1 = fn(f64) -> f64;
@@ -187,40 +150,9 @@ fn pointwise_forward_all_forms() {
             (-5.0, 5.0),
         ),
     ];
-    for (i, (name, (fwd, alloc, inplace), f, (lo, hi))) in cases.into_iter().enumerate() {
+    for (i, (name, forms, f, range)) in cases.into_iter().enumerate() {
         let seed = 0x6000 + 0x10 * i as u64;
-        reference_with(
-            &format!("{name}_forward"),
-            seed,
-            &one(VEC, lo, hi),
-            Check::default(),
-            move |t| {
-                let mut y = stale(&t[0])?;
-                fwd(&t[0], &mut y)?;
-                Ok(y)
-            },
-            map1(f),
-        );
-        reference_with(
-            name,
-            seed + 1,
-            &one(ODD, lo, hi),
-            Check::default(),
-            move |t| alloc(&t[0]),
-            map1(f),
-        );
-        reference_with(
-            &format!("{name}_"),
-            seed + 2,
-            &one(VEC, lo, hi),
-            Check::default(),
-            move |t| {
-                let mut y = t[0].clone();
-                inplace(&mut y)?;
-                Ok(y)
-            },
-            map1(f),
-        );
+        all_forms(name, seed, (VEC, ODD), range, forms, f, Check::default());
     }
     let batched: [(&str, Fwd, F1, Range); 2] = [
         (

@@ -3,6 +3,7 @@
 //! allocating one, `_out` / `_forward` into a stale destination, and in place.
 
 use brotensor::{ops, Dtype, Result, Tensor};
+use brotensor_tests::reference::{all_forms, map1, one, stale, Reference};
 use brotensor_tests::{reference_with, Check, Input};
 
 /// Not a multiple of the vector width: the scalar path.
@@ -10,37 +11,13 @@ const ODD: (usize, usize) = (37, 19);
 /// A multiple of 4 spanning a few cubes: the vectorized path.
 const VEC: (usize, usize) = (16, 64);
 
-type Reference = Box<dyn Fn(&[Vec<f64>]) -> Vec<f64>>;
-
-fn one((r, c): (usize, usize), lo: f32, hi: f32) -> [Input; 1] {
-    [Input::new(r, c, lo, hi)]
-}
-
 fn two((r, c): (usize, usize), (lo, hi): (f32, f32), (lo2, hi2): (f32, f32)) -> [Input; 2] {
     [Input::new(r, c, lo, hi), Input::new(r, c, lo2, hi2)]
-}
-
-/// `f` applied to every element of the first input.
-fn map1(f: impl Fn(f64) -> f64 + 'static) -> Reference {
-    Box::new(move |v| v[0].iter().map(|&x| f(x)).collect())
 }
 
 /// `f` applied to the elements of the first two inputs, pairwise.
 fn map2(f: impl Fn(f64, f64) -> f64 + 'static) -> Reference {
     Box::new(move |v| v[0].iter().zip(&v[1]).map(|(&a, &b)| f(a, b)).collect())
-}
-
-/// A committed destination larger than `like` and full of 7s: an op must resize it and
-/// overwrite every element of the result.
-fn stale(like: &Tensor) -> Result<Tensor> {
-    let mut t = Tensor::zeros_on(
-        like.device(),
-        like.rows() + 2,
-        like.cols() + 3,
-        like.dtype(),
-    )?;
-    ops::fill(&mut t, 7.0)?;
-    Ok(t)
 }
 
 /// Equality: the op's result is exactly representable in every dtype.
@@ -275,91 +252,49 @@ fn tensor_scalar_arithmetic_all_forms() {
     }
 }
 
-type Fwd = fn(&Tensor, &mut Tensor) -> Result<()>;
-type Alloc = fn(&Tensor) -> Result<Tensor>;
-type InPlace = fn(&mut Tensor) -> Result<()>;
-
-/// The three forms of a math function against `f`, on inputs in `[lo, hi)`.
-fn math_forms(
-    name: &str,
-    seed: u64,
-    (lo, hi): (f32, f32),
-    (fwd, alloc, inplace): (Fwd, Alloc, InPlace),
-    f: fn(f64) -> f64,
-    check: Check,
-) {
-    reference_with(
-        &format!("{name}_forward"),
-        seed,
-        &one(VEC, lo, hi),
-        check,
-        move |t| {
-            let mut y = stale(&t[0])?;
-            fwd(&t[0], &mut y)?;
-            Ok(y)
-        },
-        map1(f),
-    );
-    reference_with(
-        name,
-        seed + 1,
-        &one(ODD, lo, hi),
-        check,
-        move |t| alloc(&t[0]),
-        map1(f),
-    );
-    reference_with(
-        &format!("{name}_"),
-        seed + 2,
-        &one(VEC, lo, hi),
-        check,
-        move |t| {
-            let mut y = t[0].clone();
-            inplace(&mut y)?;
-            Ok(y)
-        },
-        map1(f),
-    );
-}
-
 #[test]
 fn math_functions_all_forms() {
     let d = Check::default();
-    math_forms(
+    all_forms(
         "exp",
         0x5400,
+        (VEC, ODD),
         (-4.0, 4.0),
         (ops::exp_forward, ops::exp, Tensor::exp_),
         f64::exp,
         d,
     );
-    math_forms(
+    all_forms(
         "log",
         0x5410,
+        (VEC, ODD),
         (0.05, 8.0),
         (ops::log_forward, ops::log, Tensor::log_),
         f64::ln,
         d,
     );
-    math_forms(
+    all_forms(
         "sin",
         0x5420,
+        (VEC, ODD),
         (-6.0, 6.0),
         (ops::sin_forward, ops::sin, Tensor::sin_),
         f64::sin,
         d,
     );
-    math_forms(
+    all_forms(
         "cos",
         0x5430,
+        (VEC, ODD),
         (-6.0, 6.0),
         (ops::cos_forward, ops::cos, Tensor::cos_),
         f64::cos,
         d,
     );
-    math_forms(
+    all_forms(
         "rsqrt",
         0x5440,
+        (VEC, ODD),
         (0.05, 9.0),
         (ops::rsqrt_forward, ops::rsqrt, Tensor::rsqrt_),
         |x| 1.0 / x.sqrt(),
@@ -367,9 +302,10 @@ fn math_functions_all_forms() {
     );
     // In [-20, 20) the 16-bit grids hold many exact halves (BF16 steps by 1/8 above 16), so
     // ties to even are exercised; the result is an integer, exact in every dtype.
-    math_forms(
+    all_forms(
         "round",
         0x5450,
+        (VEC, ODD),
         (-20.0, 20.0),
         (ops::round_forward, ops::round, Tensor::round_),
         f64::round_ties_even,

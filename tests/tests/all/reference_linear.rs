@@ -5,6 +5,7 @@
 
 use brotensor::ops::{self, AbtSpec, Act};
 use brotensor::{Dtype, Result, Tensor};
+use brotensor_tests::reference::{as_row, epilogue, erf};
 use brotensor_tests::{reference_with, Check, Input, SplitMix64};
 
 const ALL: Check = Check {
@@ -51,52 +52,6 @@ fn plus_row(y: &[f64], bias: &[f64]) -> Vec<f64> {
         .enumerate()
         .map(|(i, v)| v + bias[i % bias.len()])
         .collect()
-}
-
-/// `t` seen as one row (a column vector's elements then share one scale in the comparison).
-fn row(mut t: Tensor) -> Result<Tensor> {
-    let n = t.numel();
-    t.reshape(1, n)?;
-    Ok(t)
-}
-
-/// `erf(x)`: the Maclaurin series for `|x| <= 3`, the continued fraction of `erfc` beyond.
-fn erf(x: f64) -> f64 {
-    if x.abs() > 3.0 {
-        let a = x.abs();
-        let mut t = a;
-        for k in (1..=80).rev() {
-            t = a + (k as f64 / 2.0) / t;
-        }
-        let erfc = (-a * a).exp() / (std::f64::consts::PI.sqrt() * t);
-        return (1.0 - erfc).copysign(x);
-    }
-    let (mut term, mut sum) = (x, x);
-    for n in 1..200 {
-        term *= -x * x / n as f64;
-        let add = term / (2 * n + 1) as f64;
-        sum += add;
-        if add.abs() < 1e-18 {
-            break;
-        }
-    }
-    sum * 2.0 / std::f64::consts::PI.sqrt()
-}
-
-/// The activation epilogues from their definitions (C++ codes 0-5).
-fn act_f64(act: Act, x: f64) -> f64 {
-    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
-    match act {
-        Act::None => x,
-        Act::Relu => x.max(0.0),
-        Act::Gelu => {
-            let c = (2.0 / std::f64::consts::PI).sqrt();
-            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
-        }
-        Act::GeluExact => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
-        Act::Silu => x * sigmoid(x),
-        Act::QuickGelu => x * sigmoid(1.702 * x),
-    }
 }
 
 const ACTS: [Act; 6] = [
@@ -218,7 +173,7 @@ fn linear_single_vs_f64() {
                 };
                 ops::linear_forward(&t[0], &t[1], &t[2], &mut y)?;
                 assert_eq!(y.shape(), (out, 1));
-                row(y)
+                as_row(y)
             },
             |x| plus(&mm(&x[0], &x[2], out, inp, 1), &x[1]),
         );
@@ -239,9 +194,9 @@ fn linear_single_vs_f64() {
                 (t[3].try_clone()?, t[4].try_clone()?, t[5].try_clone()?);
             ops::linear_backward(&t[0], &t[1], &t[2], &mut dx, &mut dw, &mut db)?;
             match which {
-                "dx" => row(dx),
+                "dx" => as_row(dx),
                 "dw" => Ok(dw),
-                _ => row(db),
+                _ => as_row(db),
             }
         }
     };
@@ -328,7 +283,7 @@ fn linear_batched_vs_f64() {
             match which {
                 "dx" => Ok(dx),
                 "dw" => Ok(dw),
-                _ => row(db),
+                _ => as_row(db),
             }
         }
     };
@@ -401,7 +356,7 @@ fn matmul_abt_vs_f64() {
                     let b = &x[1][z * spec.stride_b + j * k..][..k];
                     let dot: f64 = a.iter().zip(b).map(|(p, q)| p * q).sum();
                     let pre = dot + if bias { x[2][j] } else { 0.0 };
-                    c[z * spec.stride_c + i * n + j] = act_f64(act, pre);
+                    c[z * spec.stride_c + i * n + j] = epilogue(act, pre);
                 }
             }
         }
@@ -443,7 +398,7 @@ fn matmul_abt_vs_f64() {
             for z in 0..batch {
                 for i in 0..m {
                     for j in 0..n {
-                        c[z * spec.stride_c + i * n + j] = act_f64(Act::Silu, x[2][j]);
+                        c[z * spec.stride_c + i * n + j] = epilogue(Act::Silu, x[2][j]);
                     }
                 }
             }
@@ -484,7 +439,7 @@ fn linear_forward_batched_fp16_vs_f64() {
     let reference = move |x: &[Vec<f64>], batch: usize, act: Act, bias: bool| {
         let y = mm(&x[2], &tr(&x[0], out, inp), batch, inp, out);
         let y = if bias { plus_row(&y, &x[1]) } else { y };
-        y.into_iter().map(|v| act_f64(act, v)).collect::<Vec<_>>()
+        y.into_iter().map(|v| epilogue(act, v)).collect::<Vec<_>>()
     };
     let ins = |batch| {
         [

@@ -4,6 +4,7 @@
 //! is checked; a mask entry below 0.5 drops its entry.
 
 use brotensor::{ops, Dtype, Result, Tensor};
+use brotensor_tests::reference::as_row;
 use brotensor_tests::{assert_close_rows, read_f32, reference_with, Check, Input, SplitMix64};
 
 const ALL: Check = Check {
@@ -17,13 +18,6 @@ const F32_ONLY: Check = Check {
     same_dtype: true,
     tol: None,
 };
-
-/// `t` seen as one row (a column vector's elements then share one scale in the comparison).
-fn row(mut t: Tensor) -> Result<Tensor> {
-    let n = t.numel();
-    t.reshape(1, n)?;
-    Ok(t)
-}
 
 /// `t`'s values mapped on the host into a new F32 tensor of its shape on its device (input
 /// preparation without any library op).
@@ -185,7 +179,7 @@ fn mse_vs_f64() {
                 let (mut d, mut l) = (t[1].try_clone()?, Tensor::default());
                 ops::mse_vec_per_sample(&t[0], &t[1], &mut d, &mut l)?;
                 assert_eq!(l.shape(), (64, 1));
-                row(if which == "dpred" { d } else { l })
+                as_row(if which == "dpred" { d } else { l })
             },
             |x| {
                 let d = x[0].iter().zip(&x[1]).map(|(p, q)| p - q);
@@ -334,7 +328,7 @@ fn batched_losses_vs_f64() {
                 )?;
                 assert_eq!(loss.shape(), (b, 1));
                 match which {
-                    "loss" => row(loss),
+                    "loss" => as_row(loss),
                     "probs" => Ok(p),
                     _ => Ok(d),
                 }
@@ -417,7 +411,7 @@ fn batched_losses_vs_f64() {
                     match which {
                         "probs" => Ok(p),
                         "dlogits" => Ok(d),
-                        _ => row(loss),
+                        _ => as_row(loss),
                     }
                 },
                 |x| bce(x, masked)[k].clone(),

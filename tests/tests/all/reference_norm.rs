@@ -5,6 +5,7 @@
 //! is checked.
 
 use brotensor::{ops, Dtype, Result, Tensor};
+use brotensor_tests::reference::as_row;
 use brotensor_tests::{reference_with, Check, Input};
 
 const ALL: Check = Check {
@@ -26,13 +27,6 @@ const STATS: Check = Check {
 };
 
 const EPS: f64 = 1e-5;
-
-/// `t` seen as one row (a column vector's elements then share one scale in the comparison).
-fn row(mut t: Tensor) -> Result<Tensor> {
-    let n = t.numel();
-    t.reshape(1, n)?;
-    Ok(t)
-}
 
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
@@ -144,8 +138,8 @@ fn batched_layernorm_vs_f64() {
             match which {
                 "y" => Ok(y),
                 "xhat" => Ok(xh),
-                "mean" => row(m),
-                _ => row(rs),
+                "mean" => as_row(m),
+                _ => as_row(rs),
             }
         }
     };
@@ -205,8 +199,8 @@ fn batched_layernorm_vs_f64() {
             )?;
             match which {
                 "dx" => Ok(dx),
-                "dgamma" => row(dg),
-                _ => row(db),
+                "dgamma" => as_row(dg),
+                _ => as_row(db),
             }
         }
     };
@@ -298,8 +292,8 @@ fn single_vector_layernorm_vs_f64() {
             assert_eq!(dx.shape(), (r, c));
             match which {
                 "dx" => Ok(dx),
-                "dgamma" => row(dg),
-                _ => row(db),
+                "dgamma" => as_row(dg),
+                _ => as_row(db),
             }
         }
     };
@@ -388,7 +382,7 @@ fn rms_pixel_and_l2_norms_vs_f64() {
                 assert_eq!(dx.shape(), (b, d));
                 Ok(dx)
             } else {
-                row(dg)
+                as_row(dg)
             }
         }
     };
@@ -576,8 +570,8 @@ fn group_norm_vs_f64() {
             )?;
             match which {
                 "dx" => Ok(dx),
-                "dgamma" => row(dg),
-                _ => row(db),
+                "dgamma" => as_row(dg),
+                _ => as_row(db),
             }
         }
     };
@@ -651,10 +645,10 @@ fn batch_norm_vs_f64() {
             )?;
             match which {
                 "y" => Ok(y),
-                "saved_mean" => row(sm),
-                "saved_rstd" => row(sr),
-                "running_mean" => row(rm),
-                _ => row(rv),
+                "saved_mean" => as_row(sm),
+                "saved_rstd" => as_row(sr),
+                "running_mean" => as_row(rm),
+                _ => as_row(rv),
             }
         }
     };
@@ -733,8 +727,8 @@ fn batch_norm_vs_f64() {
             )?;
             match which {
                 "dx" => Ok(dx),
-                "dgamma" => row(dg),
-                _ => row(db),
+                "dgamma" => as_row(dg),
+                _ => as_row(db),
             }
         }
     };
