@@ -80,8 +80,7 @@ impl std::fmt::Debug for Tensor {
 
 /// Elements of a `rows x cols` tensor, or an error naming `op` if the product overflows.
 pub(crate) fn checked_numel(op: &'static str, rows: usize, cols: usize) -> Result<usize> {
-    rows.checked_mul(cols)
-        .ok_or_else(|| Error::shape(op, format!("{rows} x {cols} elements overflow usize")))
+    crate::ops::checked_product(op, "rows x cols", &[rows, cols])
 }
 
 /// The most elements a tensor may hold on a GPU: kernels index elements with 32 bits.

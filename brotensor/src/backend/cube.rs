@@ -216,9 +216,23 @@ impl<R: Runtime> Backend for CubeBackend<R> {
     }
 
     fn note_thread(&self) {
-        let id = StreamId::current();
-        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-        streams.insert(id);
+        // Every op looks its backend up: take the lock only on a thread's first use of this
+        // device, not on every op.
+        thread_local! {
+            static NOTED: std::cell::RefCell<Vec<Device>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let first = NOTED.with(|noted| {
+            let mut noted = noted.borrow_mut();
+            let first = !noted.contains(&self.device);
+            if first {
+                noted.push(self.device);
+            }
+            first
+        });
+        if first {
+            let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+            streams.insert(StreamId::current());
+        }
     }
 
     fn sync(&self) -> Result<()> {
