@@ -15,3 +15,4 @@ pub mod quant;
 pub mod reduction;
 pub mod simd;
 pub mod stream;
+pub mod strided;

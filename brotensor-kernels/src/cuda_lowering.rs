@@ -215,6 +215,7 @@ fn every_kernel_lowers_to_cuda() {
     crate::reduce::lower_for_cuda(&mut l);
     crate::rows::lower_for_cuda(&mut l);
     crate::snake::lower_for_cuda(&mut l);
+    crate::strided::lower_for_cuda(&mut l);
     assert!(
         l.failures.is_empty(),
         "kernels CubeCL cannot lower to CUDA C++:\n{}",

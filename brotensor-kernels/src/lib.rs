@@ -35,5 +35,6 @@ pub mod matmul;
 pub mod reduce;
 pub mod rows;
 pub mod snake;
+pub mod strided;
 
 pub use launch::{LaunchError, MAX_VECTOR_SIZE};

@@ -21,20 +21,23 @@ mod device;
 mod dtype;
 mod error;
 pub mod io;
+mod layout;
 pub mod ops;
 mod runtime;
 mod tensor;
+mod view;
 
 pub use device::Device;
 pub use dtype::Dtype;
 pub use error::{Error, Result};
+pub use layout::MAX_RANK;
 pub use runtime::{
     available_devices, compute_dtype, compute_dtype_on, default_device, device_name, init,
     is_available, is_software, matmul_uses_matrix_units, max_buffer_bytes, memory_info,
     memory_trim, set_default_device, supports_dtype, sync, sync_all, DeviceScope, MemoryInfo,
     DEFAULT_DEVICE_ENV,
 };
-pub use tensor::{Element, Reshaped, Tensor, GPU_MAX_ELEMENTS};
+pub use tensor::{Element, Tensor, GPU_MAX_ELEMENTS};
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../../README.md")]

@@ -1,8 +1,12 @@
-//! The one tensor type: rank 2, row-major, with a runtime dtype and device.
+//! The one tensor type: N-d (rank 0 to 8) with a runtime dtype and device; views share
+//! their base's storage.
 
 use half::{bf16, f16};
 
+use std::sync::{Arc, OnceLock};
+
 use crate::backend::Storage;
+use crate::layout::{checked_dims, Layout};
 use crate::runtime::{backend, default_device};
 use crate::{Device, Dtype, Error, Result};
 
@@ -31,18 +35,26 @@ impl Element for f64 {
     const DTYPE: Dtype = Dtype::F64;
 }
 
-/// A rank-2 row-major `(rows, cols)` buffer with a dtype and a device.
+/// An N-d tensor (rank 0 to [`MAX_RANK`]) with a dtype and a device.
 ///
-/// Rank 1 is `(n, 1)`; higher ranks are flattened by each op's shape contract. A tensor owns
-/// its storage: [`Clone`] is a device-preserving deep copy. A [`Default`] tensor is
-/// *uncommitted*: it has no storage, and as an op output it is a wildcard the op allocates
+/// A fresh tensor is row-major and dense. Views ([`Tensor::permute`], [`Tensor::slice`],
+/// [`Tensor::broadcast_to`], [`Tensor::reshape`], ...) are tensors that share their base's
+/// storage under another layout, with no copy. [`rows`](Tensor::rows) and
+/// [`cols`](Tensor::cols) are the matrix view every C++-contract op works on: all leading
+/// dims folded into rows, the last dim as cols.
+///
+/// A tensor owns its storage (shared with its views): [`Clone`] is a device-preserving deep
+/// copy. An op writes only into a tensor that holds its storage alone and is dense; writing
+/// into a view, or into a tensor while a view of it lives, is an error. A [`Default`] tensor
+/// is *uncommitted*: it has no storage, and as an op output it is a wildcard the op allocates
 /// on the op's device. A committed tensor with zero elements is valid and distinct from it.
 pub struct Tensor {
-    rows: usize,
-    cols: usize,
+    layout: Layout,
     dtype: Dtype,
     device: Device,
-    storage: Option<Storage>,
+    storage: Option<Arc<Storage>>,
+    /// A dense copy of a non-dense view, made once by the first op that reads the view.
+    dense: OnceLock<Storage>,
     /// Identifies the current allocation (0 when uncommitted); changes only on reallocation.
     allocation: u64,
 }
@@ -57,11 +69,11 @@ impl Default for Tensor {
     /// An uncommitted `0 x 0` F32 tensor tagged with the CPU.
     fn default() -> Self {
         Tensor {
-            rows: 0,
-            cols: 0,
+            layout: Layout::dense("default", &[0, 0]).expect("a 0 x 0 shape is valid"),
             dtype: Dtype::F32,
             device: Device::Cpu,
             storage: None,
+            dense: OnceLock::new(),
             allocation: 0,
         }
     }
@@ -70,17 +82,24 @@ impl Default for Tensor {
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tensor")
-            .field("shape", &(self.rows, self.cols))
+            .field("dims", &self.dims())
             .field("dtype", &self.dtype)
             .field("device", &self.device)
             .field("committed", &self.is_committed())
+            .field("dense", &self.layout.is_dense())
             .finish()
     }
 }
 
-/// Elements of a `rows x cols` tensor, or an error naming `op` if the product overflows.
-pub(crate) fn checked_numel(op: &'static str, rows: usize, cols: usize) -> Result<usize> {
-    crate::ops::checked_product(op, "rows x cols", &[rows, cols])
+/// `dims` as `2 x 3 x 4` (`scalar` for rank 0), for messages.
+pub(crate) fn show_dims(dims: &[usize]) -> String {
+    if dims.is_empty() {
+        return "scalar".into();
+    }
+    dims.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(" x ")
 }
 
 /// The most elements a tensor may hold on a GPU: kernels index elements with 32 bits.
@@ -100,27 +119,27 @@ fn check_device_extent(op: &'static str, device: Device, numel: usize) -> Result
     Ok(())
 }
 
-/// Storage bytes of a `rows x cols` `dtype` tensor on `device`, checked for overflow, whole
+/// Storage bytes of a dense `dims` `dtype` tensor on `device`, checked for overflow, whole
 /// blocks and the device's index range.
 fn device_bytes_for(
     op: &'static str,
     device: Device,
-    rows: usize,
-    cols: usize,
+    dims: &[usize],
     dtype: Dtype,
 ) -> Result<usize> {
-    let bytes = storage_bytes_for(op, rows, cols, dtype)?;
-    check_device_extent(op, device, rows * cols)?;
+    let bytes = storage_bytes_for(op, dims, dtype)?;
+    check_device_extent(op, device, dims.iter().product())?;
     Ok(bytes)
 }
 
-fn storage_bytes_for(op: &'static str, rows: usize, cols: usize, dtype: Dtype) -> Result<usize> {
-    let numel = checked_numel(op, rows, cols)?;
+fn storage_bytes_for(op: &'static str, dims: &[usize], dtype: Dtype) -> Result<usize> {
+    let numel = checked_dims(op, dims)?;
+    let cols = dims.last().copied().unwrap_or(1);
     if dtype.is_quant() && !cols.is_multiple_of(dtype.block_size()) {
         return Err(Error::shape(
             op,
             format!(
-                "{dtype} rows must hold whole blocks: cols {cols} is not a multiple of {}",
+                "{dtype} rows must hold whole blocks: the last dim {cols} is not a multiple of {}",
                 dtype.block_size()
             ),
         ));
@@ -132,50 +151,64 @@ fn storage_bytes_for(op: &'static str, rows: usize, cols: usize, dtype: Dtype) -
 }
 
 impl Tensor {
-    fn committed(
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-        device: Device,
-        storage: Storage,
-    ) -> Tensor {
+    fn committed(layout: Layout, dtype: Dtype, device: Device, storage: Storage) -> Tensor {
         Tensor {
-            rows,
-            cols,
+            layout,
             dtype,
             device,
-            storage: Some(storage),
+            storage: Some(Arc::new(storage)),
+            dense: OnceLock::new(),
             allocation: next_allocation(),
         }
     }
 
     /// A zero-filled `rows x cols` tensor on the default device.
     pub fn zeros(rows: usize, cols: usize, dtype: Dtype) -> Result<Tensor> {
-        Tensor::zeros_on(default_device(), rows, cols, dtype)
+        Tensor::zeros_nd_on(default_device(), &[rows, cols], dtype)
     }
 
     /// A zero-filled `rows x cols` tensor on `device`.
     pub fn zeros_on(device: Device, rows: usize, cols: usize, dtype: Dtype) -> Result<Tensor> {
-        let mut t = Tensor::empty_on(device, rows, cols, dtype)?;
+        Tensor::zeros_nd_on(device, &[rows, cols], dtype)
+    }
+
+    /// A zero-filled tensor of shape `dims` on the default device.
+    pub fn zeros_nd(dims: &[usize], dtype: Dtype) -> Result<Tensor> {
+        Tensor::zeros_nd_on(default_device(), dims, dtype)
+    }
+
+    /// A zero-filled tensor of shape `dims` on `device`.
+    pub fn zeros_nd_on(device: Device, dims: &[usize], dtype: Dtype) -> Result<Tensor> {
+        let mut t = Tensor::empty_nd_on(device, dims, dtype)?;
         t.zero()?;
         Ok(t)
     }
 
     /// A `rows x cols` tensor on the default device; contents undefined.
     pub fn empty(rows: usize, cols: usize, dtype: Dtype) -> Result<Tensor> {
-        Tensor::empty_on(default_device(), rows, cols, dtype)
+        Tensor::empty_nd_on(default_device(), &[rows, cols], dtype)
     }
 
     /// A `rows x cols` tensor on `device`; contents undefined.
     pub fn empty_on(device: Device, rows: usize, cols: usize, dtype: Dtype) -> Result<Tensor> {
-        let bytes = device_bytes_for("empty", device, rows, cols, dtype)?;
+        Tensor::empty_nd_on(device, &[rows, cols], dtype)
+    }
+
+    /// A tensor of shape `dims` on `device`; contents undefined.
+    pub fn empty_nd_on(device: Device, dims: &[usize], dtype: Dtype) -> Result<Tensor> {
+        let bytes = device_bytes_for("empty", device, dims, dtype)?;
         let storage = backend("empty", device)?.alloc(bytes)?;
-        Ok(Tensor::committed(rows, cols, dtype, device, storage))
+        Ok(Tensor::committed(
+            Layout::dense("empty", dims)?,
+            dtype,
+            device,
+            storage,
+        ))
     }
 
     /// A `rows x cols` tensor on the default device holding `data` (row-major).
     pub fn from_slice<T: Element>(data: &[T], rows: usize, cols: usize) -> Result<Tensor> {
-        Tensor::from_slice_on(default_device(), data, rows, cols)
+        Tensor::from_slice_nd_on(default_device(), data, &[rows, cols])
     }
 
     /// A `rows x cols` tensor on `device` holding `data` (row-major); `data.len()` must be
@@ -186,19 +219,45 @@ impl Tensor {
         rows: usize,
         cols: usize,
     ) -> Result<Tensor> {
-        let numel = checked_numel("from_slice", rows, cols)?;
+        Tensor::from_slice_nd_on(device, data, &[rows, cols])
+    }
+
+    /// A tensor of shape `dims` on the default device holding `data` (row-major).
+    pub fn from_slice_nd<T: Element>(data: &[T], dims: &[usize]) -> Result<Tensor> {
+        Tensor::from_slice_nd_on(default_device(), data, dims)
+    }
+
+    /// A tensor of shape `dims` on `device` holding `data` (row-major); `data.len()` must be
+    /// the product of `dims` (1 for rank 0).
+    ///
+    /// ```
+    /// use brotensor::{Device, Tensor};
+    /// let x = Tensor::from_slice_nd_on(Device::Cpu, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 1, 3])?;
+    /// assert_eq!((x.rank(), x.dims()), (3, &[2, 1, 3][..]));
+    /// assert_eq!(x.shape(), (2, 3)); // the matrix view: leading dims folded
+    /// # Ok::<(), brotensor::Error>(())
+    /// ```
+    pub fn from_slice_nd_on<T: Element>(
+        device: Device,
+        data: &[T],
+        dims: &[usize],
+    ) -> Result<Tensor> {
+        let numel = checked_dims("from_slice", dims)?;
         if data.len() != numel {
             return Err(Error::shape(
                 "from_slice",
-                format!("{} elements given for a {rows} x {cols} tensor", data.len()),
+                format!(
+                    "{} elements given for a {} tensor",
+                    data.len(),
+                    show_dims(dims)
+                ),
             ));
         }
         Tensor::upload(
             "from_slice",
             device,
             bytemuck::cast_slice(data),
-            rows,
-            cols,
+            dims,
             T::DTYPE,
         )
     }
@@ -207,7 +266,13 @@ impl Tensor {
     /// GGUF block carriers; `bytes.len()` must equal the dtype's storage size for
     /// `rows * cols` elements, and block dtypes need `cols` to be a whole number of blocks.
     pub fn from_raw_bytes(bytes: &[u8], rows: usize, cols: usize, dtype: Dtype) -> Result<Tensor> {
-        Tensor::from_raw_bytes_on(default_device(), bytes, rows, cols, dtype)
+        Tensor::upload(
+            "from_raw_bytes",
+            default_device(),
+            bytes,
+            &[rows, cols],
+            dtype,
+        )
     }
 
     /// [`Tensor::from_raw_bytes`] on `device`.
@@ -218,49 +283,87 @@ impl Tensor {
         cols: usize,
         dtype: Dtype,
     ) -> Result<Tensor> {
-        Tensor::upload("from_raw_bytes", device, bytes, rows, cols, dtype)
+        Tensor::upload("from_raw_bytes", device, bytes, &[rows, cols], dtype)
+    }
+
+    /// [`Tensor::from_raw_bytes_on`] for a tensor of shape `dims` (block dtypes need the last
+    /// dim to be a whole number of blocks).
+    pub fn from_raw_bytes_nd_on(
+        device: Device,
+        bytes: &[u8],
+        dims: &[usize],
+        dtype: Dtype,
+    ) -> Result<Tensor> {
+        Tensor::upload("from_raw_bytes", device, bytes, dims, dtype)
     }
 
     fn upload(
         op: &'static str,
         device: Device,
         bytes: &[u8],
-        rows: usize,
-        cols: usize,
+        dims: &[usize],
         dtype: Dtype,
     ) -> Result<Tensor> {
-        let expected = device_bytes_for(op, device, rows, cols, dtype)?;
+        let expected = device_bytes_for(op, device, dims, dtype)?;
         if bytes.len() != expected {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "{} bytes given; a {rows} x {cols} {dtype} tensor takes {expected}",
-                    bytes.len()
+                    "{} bytes given; a {} {dtype} tensor takes {expected}",
+                    bytes.len(),
+                    show_dims(dims)
                 ),
             ));
         }
         let storage = backend(op, device)?.upload(bytes)?;
-        Ok(Tensor::committed(rows, cols, dtype, device, storage))
+        Ok(Tensor::committed(
+            Layout::dense(op, dims)?,
+            dtype,
+            device,
+            storage,
+        ))
     }
 
-    /// Rows.
+    /// The dims (empty for rank 0).
+    pub fn dims(&self) -> &[usize] {
+        self.layout.dims()
+    }
+
+    /// The number of dims (0 to [`MAX_RANK`]).
+    pub fn rank(&self) -> usize {
+        self.layout.dims().len()
+    }
+
+    /// Each dim's step through the storage, in elements (0 for a broadcast dim, negative for
+    /// a flipped one). A fresh tensor's strides are row-major.
+    pub fn strides(&self) -> &[isize] {
+        self.layout.strides()
+    }
+
+    /// Whether the elements lie row-major and gap-free in the storage (fresh tensors and
+    /// reshapes of them; see [`Tensor::contiguous`]).
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+
+    /// Rows of the matrix view: the product of every dim but the last (1 for rank 0 and 1).
     pub fn rows(&self) -> usize {
-        self.rows
+        self.layout.rows_cols().0
     }
 
-    /// Columns.
+    /// Columns of the matrix view: the last dim (1 for rank 0).
     pub fn cols(&self) -> usize {
-        self.cols
+        self.layout.rows_cols().1
     }
 
-    /// `(rows, cols)`.
+    /// The matrix view `(rows, cols)`; [`Tensor::dims`] gives the full shape.
     pub fn shape(&self) -> (usize, usize) {
-        (self.rows, self.cols)
+        self.layout.rows_cols()
     }
 
-    /// Elements (`rows * cols`).
+    /// Elements (the product of the dims).
     pub fn numel(&self) -> usize {
-        self.rows * self.cols
+        self.layout.numel()
     }
 
     /// The element type.
@@ -279,7 +382,7 @@ impl Tensor {
         self.storage.is_some()
     }
 
-    /// Bytes the contents occupy.
+    /// Bytes the elements occupy when dense.
     pub fn storage_bytes(&self) -> usize {
         // The shape was validated when the storage was sized, so this cannot fail.
         self.dtype
@@ -290,29 +393,27 @@ impl Tensor {
     /// Bytes the allocation can hold (the high-water mark of [`Tensor::resize`]); 0 when
     /// uncommitted.
     pub fn capacity_bytes(&self) -> usize {
-        self.storage.as_ref().map_or(0, Storage::capacity)
+        self.storage.as_deref().map_or(0, Storage::capacity)
     }
 
     /// An identity of the current allocation, unique in the process: it changes only when
-    /// the tensor is reallocated (`None` when uncommitted). Lets a caller check that a loop of
-    /// `_out` / in-place ops keeps reusing one buffer.
+    /// the tensor is reallocated (`None` when uncommitted); views share their base's. Lets a
+    /// caller check that a loop of `_out` / in-place ops keeps reusing one buffer.
     pub fn allocation_id(&self) -> Option<u64> {
         self.storage.as_ref().map(|_| self.allocation)
     }
 
-    /// Views the same elements as `rows x cols` (row-major order unchanged). Errors unless
-    /// `rows * cols` equals the element count (and, for block dtypes, `cols` holds whole
-    /// blocks).
-    pub fn reshape(&mut self, rows: usize, cols: usize) -> Result<()> {
-        self.check_reshape("reshape", rows, cols)?;
-        self.rows = rows;
-        self.cols = cols;
+    /// Gives this tensor the shape `dims` in place, keeping its elements in row-major order.
+    /// Errors unless `dims` holds exactly the tensor's elements and its layout allows it
+    /// without moving them (else call [`Tensor::contiguous`] first).
+    pub fn reshape_(&mut self, dims: &[usize]) -> Result<()> {
+        self.layout = self.reshaped_layout("reshape", dims)?;
+        self.dense = OnceLock::new();
         Ok(())
     }
 
-    /// The same elements seen as `rows x cols`, borrowed without a copy: the view reads this
-    /// tensor's buffer and derefs to `&Tensor`, so it can be any op's input while `self`
-    /// stays untouched. Errors as [`Tensor::reshape`] does.
+    /// A view of the same elements as `rows x cols` (row-major order unchanged); see
+    /// [`Tensor::reshape`].
     ///
     /// ```
     /// use brotensor::{ops, Device, Tensor};
@@ -324,93 +425,137 @@ impl Tensor {
     /// assert_eq!(x.shape(), (2, 3));
     /// # Ok::<(), brotensor::Error>(())
     /// ```
-    pub fn reshaped(&self, rows: usize, cols: usize) -> Result<Reshaped<'_>> {
-        self.check_reshape("reshaped", rows, cols)?;
-        // SAFETY: the alias is a bitwise copy of `self` that is never dropped (ManuallyDrop),
-        // so its buffer is released once, by `self`. It is reachable only as `&Tensor`
-        // (`Reshaped` has `Deref` and no `DerefMut`), and the `'_` borrow keeps `self`
-        // shared and alive while it exists, so the buffer is neither written nor freed
-        // under it. A tensor has no interior mutability, so the two cannot drift apart.
-        let mut alias = std::mem::ManuallyDrop::new(unsafe { std::ptr::read(self) });
-        alias.rows = rows;
-        alias.cols = cols;
-        Ok(Reshaped {
-            alias,
-            _source: std::marker::PhantomData,
-        })
+    pub fn reshaped(&self, rows: usize, cols: usize) -> Result<Tensor> {
+        let layout = self.reshaped_layout("reshaped", &[rows, cols])?;
+        Ok(self.view(layout))
     }
 
-    /// Errors unless `rows x cols` holds exactly this tensor's elements in its dtype.
-    fn check_reshape(&self, op: &'static str, rows: usize, cols: usize) -> Result<()> {
-        let numel = checked_numel(op, rows, cols)?;
-        if numel != self.numel() {
-            return Err(Error::shape(
+    /// The layout of this tensor under `dims`, or an error when the sizes differ or the
+    /// strides need a copy.
+    pub(crate) fn reshaped_layout(&self, op: &'static str, dims: &[usize]) -> Result<Layout> {
+        let layout = self.layout.reshape(op, dims)?.ok_or_else(|| {
+            Error::shape(
                 op,
                 format!(
-                    "{}x{} has {} elements, not {rows}x{cols}",
-                    self.rows,
-                    self.cols,
-                    self.numel()
+                    "the {:?} view with strides {:?} cannot be seen as {dims:?} without a \
+                     copy: call contiguous() first",
+                    self.dims(),
+                    self.strides()
                 ),
-            ));
-        }
-        storage_bytes_for(op, rows, cols, self.dtype)?;
-        Ok(())
+            )
+        })?;
+        storage_bytes_for(op, dims, self.dtype)?;
+        Ok(layout)
     }
 
-    /// Reshapes to `rows x cols` of `dtype`. Contents are undefined afterwards. The
-    /// allocation is kept while the new size fits in it, so a buffer reused in a loop never
-    /// moves; an uncommitted tensor is allocated on its device.
+    /// Reshapes to `rows x cols` of `dtype`; see [`Tensor::resize_nd`].
     pub fn resize(&mut self, rows: usize, cols: usize, dtype: Dtype) -> Result<()> {
-        let bytes = device_bytes_for("resize", self.device, rows, cols, dtype)?;
-        let fits = self.storage.as_ref().is_some_and(|s| s.capacity() >= bytes);
+        self.resize_nd(&[rows, cols], dtype)
+    }
+
+    /// Gives this tensor the shape `dims` and `dtype`, dense. Contents are undefined
+    /// afterwards. The allocation is kept while the new size fits in it, so a buffer reused in
+    /// a loop never moves; an uncommitted tensor is allocated on its device. Errors when the
+    /// tensor is a view or has live views (see [`Tensor`]).
+    pub fn resize_nd(&mut self, dims: &[usize], dtype: Dtype) -> Result<()> {
+        self.resize_for("resize", dims, dtype)
+    }
+
+    /// [`Tensor::resize_nd`] as part of `op` (an op sizing its output).
+    pub(crate) fn resize_for(
+        &mut self,
+        op: &'static str,
+        dims: &[usize],
+        dtype: Dtype,
+    ) -> Result<()> {
+        let bytes = device_bytes_for(op, self.device, dims, dtype)?;
+        let layout = Layout::dense(op, dims)?;
+        let fits = match &self.storage {
+            Some(s) => {
+                self.check_writable(op, "out")?;
+                s.capacity() >= bytes
+            }
+            None => false,
+        };
         if !fits {
-            self.storage = Some(backend("resize", self.device)?.alloc(bytes)?);
+            self.storage = Some(Arc::new(backend(op, self.device)?.alloc(bytes)?));
             self.allocation = next_allocation();
         }
-        self.rows = rows;
-        self.cols = cols;
+        self.layout = layout;
+        self.dense = OnceLock::new();
         self.dtype = dtype;
         Ok(())
     }
 
-    /// Sets every byte to zero (commits a `0 x 0` buffer if uncommitted).
+    /// Errors unless an op may write this tensor's elements in place: it owns its storage
+    /// alone (no live view shares it) and is dense.
+    pub(crate) fn check_writable(&self, op: &'static str, name: &'static str) -> Result<()> {
+        let Some(storage) = &self.storage else {
+            return Ok(());
+        };
+        if !self.layout.is_dense() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "`{name}` is a view (dims {:?}, strides {:?}); ops do not write through \
+                     views: write into a fresh tensor, or make this one with contiguous()",
+                    self.dims(),
+                    self.strides()
+                ),
+            ));
+        }
+        if Arc::strong_count(storage) > 1 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "`{name}` shares its storage with a live view; drop the views (or write \
+                     into a copy) first"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sets every byte to zero (commits a `0 x 0` buffer if uncommitted). Errors on a view
+    /// or a tensor with live views.
     pub fn zero(&mut self) -> Result<()> {
         let bytes = self.storage_bytes();
         let be = backend("zero", self.device)?;
-        match self.storage.as_mut() {
-            Some(s) => be.zero(s, bytes),
+        self.check_writable("zero", "self")?;
+        match self.storage.as_mut().map(Arc::get_mut) {
+            Some(Some(s)) => be.zero(s, bytes),
+            Some(None) => unreachable!("check_writable refused shared storage"),
             None => {
-                self.storage = Some(be.alloc(0)?);
+                self.storage = Some(Arc::new(be.alloc(0)?));
                 self.allocation = next_allocation();
                 Ok(())
             }
         }
     }
 
-    /// A copy on `device` (a deep copy when it is the tensor's own device). Crossing
+    /// A copy on `device` (a deep copy when it is the tensor's own device), dense. Crossing
     /// runtimes bounces through host memory. An uncommitted tensor stays uncommitted.
     pub fn to(&self, device: Device) -> Result<Tensor> {
-        let Some(storage) = &self.storage else {
+        if self.storage.is_none() {
             return Ok(Tensor {
                 device,
                 ..Tensor::default()
             });
-        };
+        }
         let bytes = self.storage_bytes();
         check_device_extent("to", device, self.numel())?;
+        let layout = Layout::dense("to", self.dims())?;
+        let src = self.dense_storage("to")?;
         let storage = if device == self.device {
             let be = backend("to", device)?;
             let mut dst = be.alloc(bytes)?;
-            be.copy(storage, &mut dst, bytes)?;
+            be.copy(src, &mut dst, bytes)?;
             dst
         } else {
-            let host = backend("to", self.device)?.download(storage, bytes)?;
+            let host = backend("to", self.device)?.download(src, bytes)?;
             backend("to", device)?.upload(&host)?
         };
-        Ok(Tensor::committed(
-            self.rows, self.cols, self.dtype, device, storage,
-        ))
+        Ok(Tensor::committed(layout, self.dtype, device, storage))
     }
 
     /// A device-preserving deep copy; the fallible form of [`Clone::clone`].
@@ -418,8 +563,9 @@ impl Tensor {
         self.to(self.device)
     }
 
-    /// The contents as a host vector of `T` (whose dtype must be the tensor's). Waits for
-    /// every queued write to the tensor. An uncommitted tensor reads as empty.
+    /// The elements in row-major order of [`dims`](Tensor::dims) as a host vector of `T`
+    /// (whose dtype must be the tensor's). Waits for every queued write to the tensor. An
+    /// uncommitted tensor reads as empty.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype {
             return Err(Error::Dtype {
@@ -437,22 +583,78 @@ impl Tensor {
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
-    /// The raw contents (`storage_bytes()` bytes). Waits for queued writes.
+    /// The raw contents in row-major order (`storage_bytes()` bytes). Waits for queued
+    /// writes.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        match &self.storage {
-            None => Ok(Vec::new()),
-            Some(s) => backend("to_bytes", self.device)?.download(s, self.storage_bytes()),
+        if self.storage.is_none() {
+            return Ok(Vec::new());
+        }
+        let src = self.dense_storage("to_bytes")?;
+        backend("to_bytes", self.device)?.download(src, self.storage_bytes())
+    }
+
+    // ---- crate-internal access for the views, ops and backends ----
+
+    /// A tensor sharing this one's storage under `layout`.
+    pub(crate) fn view(&self, layout: Layout) -> Tensor {
+        Tensor {
+            layout,
+            dtype: self.dtype,
+            device: self.device,
+            storage: self.storage.clone(),
+            dense: OnceLock::new(),
+            allocation: self.allocation,
         }
     }
 
-    // ---- crate-internal access for the ops and backends ----
-
-    pub(crate) fn storage(&self) -> Option<&Storage> {
-        self.storage.as_ref()
+    /// The storage this tensor (or the base it views) owns, whatever the layout.
+    pub(crate) fn base_storage(&self) -> Option<&Storage> {
+        self.storage.as_deref()
     }
 
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The elements as dense storage: the tensor's own when it is dense, else a copy made
+    /// once by the strided-copy kernel and kept with the view.
+    pub(crate) fn dense_storage(&self, op: &'static str) -> Result<&Storage> {
+        let base = self
+            .storage
+            .as_deref()
+            .ok_or_else(|| Error::invalid(op, "the tensor has no storage"))?;
+        if self.layout.is_dense() {
+            return Ok(base);
+        }
+        if let Some(s) = self.dense.get() {
+            return Ok(s);
+        }
+        let be = backend(op, self.device)?;
+        let mut dst = be.alloc(self.storage_bytes())?;
+        be.strided_copy(op, base, &self.layout, self.dtype, &mut dst)?;
+        // Another thread may have won the race; either copy holds the same elements.
+        let _ = self.dense.set(dst);
+        Ok(self.dense.get().expect("set above"))
+    }
+
+    /// The tensor's storage for a backend: dense storage (after [`Tensor::dense_storage`]
+    /// ran in dispatch), `None` when uncommitted or not yet materialised.
+    pub(crate) fn storage(&self) -> Option<&Storage> {
+        let base = self.storage.as_deref()?;
+        if self.layout.is_dense() {
+            Some(base)
+        } else {
+            self.dense.get()
+        }
+    }
+
+    /// The storage for writing: `None` unless committed, dense and not shared (ops check
+    /// [`Tensor::check_writable`] first).
     pub(crate) fn storage_mut(&mut self) -> Option<&mut Storage> {
-        self.storage.as_mut()
+        if !self.layout.is_dense() {
+            return None;
+        }
+        self.storage.as_mut().and_then(Arc::get_mut)
     }
 
     /// Makes an uncommitted tensor take `device` (an op's output adoption).
@@ -462,44 +664,26 @@ impl Tensor {
         }
     }
 
-    /// The CPU contents as `&[T]`. Callers guarantee a committed host tensor of `T`.
+    /// The CPU contents as `&[T]`. Callers guarantee a committed host tensor of `T` whose
+    /// dense storage dispatch made.
     pub(crate) fn host<T: Element>(&self) -> &[T] {
         debug_assert_eq!(T::DTYPE, self.dtype);
         let n = self.numel();
-        match &self.storage {
+        match self.storage() {
             Some(Storage::Host(h)) => &bytemuck::cast_slice(h.bytes())[..n],
-            _ => panic!("host(): not a committed CPU tensor"),
+            _ => panic!("host(): not a committed dense CPU tensor"),
         }
     }
 
-    /// The CPU contents as `&mut [T]`. Callers guarantee a committed host tensor of `T`.
+    /// The CPU contents as `&mut [T]`. Callers guarantee a committed, writable host tensor
+    /// of `T` (see [`Tensor::check_writable`]).
     pub(crate) fn host_mut<T: Element>(&mut self) -> &mut [T] {
         debug_assert_eq!(T::DTYPE, self.dtype);
         let n = self.numel();
-        match &mut self.storage {
+        match self.storage_mut() {
             Some(Storage::Host(h)) => &mut bytemuck::cast_slice_mut(h.bytes_mut())[..n],
-            _ => panic!("host_mut(): not a committed CPU tensor"),
+            _ => panic!("host_mut(): not a committed writable CPU tensor"),
         }
-    }
-}
-
-/// A tensor borrowed under another shape, from [`Tensor::reshaped`]; derefs to `&Tensor`.
-pub struct Reshaped<'a> {
-    alias: std::mem::ManuallyDrop<Tensor>,
-    _source: std::marker::PhantomData<&'a Tensor>,
-}
-
-impl std::ops::Deref for Reshaped<'_> {
-    type Target = Tensor;
-
-    fn deref(&self) -> &Tensor {
-        &self.alias
-    }
-}
-
-impl std::fmt::Debug for Reshaped<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Reshaped").field(&*self.alias).finish()
     }
 }
 

@@ -36,7 +36,7 @@ pub fn stale(like: &Tensor) -> Result<Tensor> {
 /// `t` seen as one row, so that a column vector's elements share one scale in the comparison.
 pub fn as_row(mut t: Tensor) -> Result<Tensor> {
     let n = t.numel();
-    t.reshape(1, n)?;
+    t.reshape_(&[1, n])?;
     Ok(t)
 }
 

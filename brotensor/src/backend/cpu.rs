@@ -2,6 +2,7 @@
 
 use brotensor_cpu::linear::{self as lin, Mat};
 use brotensor_cpu::simd::MulAdd;
+use brotensor_cpu::strided;
 use brotensor_cpu::{
     activation as act, cast as cpu_cast, elementwise as ew, loss as ls, norm as nm,
     reduction as red,
@@ -15,6 +16,7 @@ use super::{
     LayerNormCaches, LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps,
     SnakeGrads, Src, Storage, Unary,
 };
+use crate::layout::Layout;
 use crate::{Device, Dtype, Error, Result, Tensor};
 
 /// The host backend. It needs no initialization and is always available.
@@ -77,6 +79,43 @@ impl Backend for CpuBackend {
             &mut host_mut(dst).bytes_mut()[..bytes],
             &host(src).bytes()[..bytes],
         );
+        Ok(())
+    }
+
+    fn strided_copy(
+        &self,
+        op: &'static str,
+        src: &Storage,
+        layout: &Layout,
+        dtype: Dtype,
+        dst: &mut Storage,
+    ) -> Result<()> {
+        let width = super::gather_width(op, dtype)?;
+        let (dims, strides, offset) = (layout.dims(), layout.strides(), layout.offset());
+        let (src, dst) = (host(src).bytes(), host_mut(dst).bytes_mut());
+        let n = layout.numel();
+        let inside = strided::span(dims, strides, offset)
+            .is_none_or(|(lo, hi)| lo >= 0 && (hi as usize) < src.len() / width);
+        if !inside || dst.len() / width < n {
+            return Err(Error::invalid(op, "the layout reaches outside its storage"));
+        }
+        macro_rules! go {
+            ($t:ty) => {
+                strided::gather::<$t>(
+                    bytemuck::cast_slice(src),
+                    dims,
+                    strides,
+                    offset,
+                    &mut bytemuck::cast_slice_mut(dst)[..n],
+                )
+            };
+        }
+        match width {
+            1 => go!(u8),
+            2 => go!(u16),
+            4 => go!(u32),
+            _ => go!(u64),
+        }
         Ok(())
     }
 

@@ -19,6 +19,7 @@ use super::{
     LayerNormCaches, LinearOps, LossIo, LossOps, MemoryInfo, NormOps, OnDevice, ReductionOps,
     SnakeGrads, Src, Storage, Unary,
 };
+use crate::layout::Layout;
 use crate::{Device, Dtype, Error, Result, Tensor};
 
 /// GPU buffers are sized in multiples of this many bytes (at least one), so that word-wise
@@ -207,6 +208,42 @@ impl<R: Runtime> Backend for CubeBackend<R> {
         let words = bytes.div_ceil(4);
         k::launch_copy_words(&self.client, gpu(src), gpu(dst), words)
             .map_err(|e| self.launch_error("copy", e))
+    }
+
+    fn strided_copy(
+        &self,
+        op: &'static str,
+        src: &Storage,
+        layout: &Layout,
+        dtype: Dtype,
+        dst: &mut Storage,
+    ) -> Result<()> {
+        let width = super::gather_width(op, dtype)?;
+        let (mut dims, mut strides) = (layout.dims().to_vec(), layout.strides().to_vec());
+        let mut offset = layout.offset();
+        // 64-bit elements move as pairs of 32-bit words: one more dim, in words.
+        if width == 8 {
+            let too_large = || Error::invalid(op, "the layout's word indices overflow");
+            for s in strides.iter_mut() {
+                *s = s.checked_mul(2).ok_or_else(too_large)?;
+            }
+            dims.push(2);
+            strides.push(1);
+            offset = offset.checked_mul(2).ok_or_else(too_large)?;
+        }
+        let gather = brotensor_kernels::strided::GatherLayout {
+            dims: &dims,
+            strides: &strides,
+            offset,
+        };
+        brotensor_kernels::strided::launch_strided_gather(
+            &self.client,
+            gpu(src),
+            gather,
+            width.min(4),
+            gpu(dst),
+        )
+        .map_err(|e| self.launch_error(op, e))
     }
 
     fn zero(&self, dst: &mut Storage, bytes: usize) -> Result<()> {

@@ -28,7 +28,8 @@ pub(crate) use norm::{BatchNormStats, LayerNormCaches, NormOps};
 pub(crate) use reduction::ReductionOps;
 pub(crate) use storage::Storage;
 
-use crate::{Device, Dtype, Result};
+use crate::layout::Layout;
+use crate::{Device, Dtype, Error, Result};
 
 /// Memory figures of a device, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +86,16 @@ pub(crate) trait Backend:
     fn download(&self, src: &Storage, bytes: usize) -> Result<Vec<u8>>;
     /// Copies the first `bytes` bytes of `src` into `dst` (same device).
     fn copy(&self, src: &Storage, dst: &mut Storage, bytes: usize) -> Result<()>;
+    /// Gathers the elements of `layout` over `src` (elements of `dtype`, which has a size)
+    /// densely, in row-major order, into `dst`. Errors when the layout reaches outside `src`.
+    fn strided_copy(
+        &self,
+        op: &'static str,
+        src: &Storage,
+        layout: &Layout,
+        dtype: Dtype,
+        dst: &mut Storage,
+    ) -> Result<()>;
     /// Sets the first `bytes` bytes of `dst` to zero.
     fn zero(&self, dst: &mut Storage, bytes: usize) -> Result<()>;
     /// Notes that the calling thread is about to queue work on the device, so that
@@ -97,4 +108,14 @@ pub(crate) trait Backend:
     fn memory_info(&self) -> Result<Option<MemoryInfo>>;
     /// Synchronizes, then returns pooled memory that no tensor uses to the device.
     fn trim(&self) -> Result<()>;
+}
+
+/// The element width of `dtype` for a strided copy, or an error for block dtypes.
+pub(crate) fn gather_width(op: &'static str, dtype: Dtype) -> Result<usize> {
+    dtype.size_bytes().ok_or_else(|| {
+        Error::invalid(
+            op,
+            format!("{dtype} is stored in blocks: only dense tensors of it can be copied"),
+        )
+    })
 }

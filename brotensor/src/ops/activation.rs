@@ -138,7 +138,7 @@ fn glu_forward(name: &'static str, op: Glu, x: &Tensor, y: &mut Tensor) -> Resul
     let be = dispatch(name, &[("x", x), ("y", y)])?;
     check_float(name, "x", x, be)?;
     let d = glu_half(name, x)?;
-    prepare_out(y, be.device(), (x.rows(), d), x.dtype())?;
+    prepare_out(y, be.device(), [x.rows(), d], x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
     }
@@ -169,7 +169,7 @@ fn glu_backward(
         ));
     }
     super::check_dtypes_match(name, ("x", x), &[("dy", dy)])?;
-    prepare_out(dx, be.device(), x.shape(), x.dtype())?;
+    prepare_out(dx, be.device(), x.dims(), x.dtype())?;
     if dx.numel() == 0 {
         return Ok(());
     }
@@ -270,7 +270,7 @@ pub fn snake_forward(
     )?;
     snake_check(op, x, (n, c, l))?;
     let d = snake_params(op, alpha, beta, c)?;
-    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    prepare_out(y, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -329,7 +329,7 @@ pub fn snake_backward(
         }
     }
     let d = snake_params(op, alpha, beta, c)?;
-    prepare_out(dx, be.device(), x.shape(), x.dtype())?;
+    prepare_out(dx, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -344,13 +344,13 @@ pub fn snake_backward(
     };
     be.snake_backward(op, x, alpha, d, dy, l, grads)?;
     let channel = |t: &mut Tensor| -> Result<Tensor> {
-        t.reshape(n * c, l)?;
+        t.reshape_(&[n * c, l])?;
         let mut per_sample = Tensor::default();
         super::sum_rows(t, &mut per_sample)?;
-        per_sample.reshape(n, c)?;
+        per_sample.reshape_(&[n, c])?;
         let mut out = Tensor::default();
         super::sum_cols(&per_sample, &mut out)?;
-        out.reshape(c, 1)?;
+        out.reshape_(&[c, 1])?;
         Ok(out)
     };
     match dbeta {

@@ -6,7 +6,7 @@
 //! arithmetic dtype is F32; GPUs also compute F16 and BF16 (where
 //! [`supports_dtype`](crate::supports_dtype) says so), with FP32 math inside.
 
-use super::{check_float, check_same, dispatch, prepare_out};
+use super::{check_float, check_same, dispatch, dispatch_inplace, prepare_out};
 use crate::backend::{Binary, Src, Unary};
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -20,7 +20,7 @@ pub(crate) fn unary_out(
 ) -> Result<()> {
     let be = dispatch(name, &[("x", x), ("out", out)])?;
     check_float(name, "x", x, be)?;
-    prepare_out(out, be.device(), x.shape(), x.dtype())?;
+    prepare_out(out, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -34,7 +34,7 @@ pub(crate) fn unary_inplace(
     y: &mut Tensor,
     (a, b): (f32, f32),
 ) -> Result<()> {
-    let be = dispatch(name, &[("y", y)])?;
+    let be = dispatch_inplace(name, ("y", y), &[])?;
     check_float(name, "y", y, be)?;
     if y.numel() == 0 {
         return Ok(());
@@ -54,7 +54,7 @@ pub(crate) fn binary_out(
     let be = dispatch(name, &[(xn, x), (yn, y), ("out", out)])?;
     check_float(name, xn, x, be)?;
     check_same(name, (yn, y), (xn, x))?;
-    prepare_out(out, be.device(), x.shape(), x.dtype())?;
+    prepare_out(out, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -69,7 +69,7 @@ fn binary_inplace(
     x: &Tensor,
     (a, b): (f32, f32),
 ) -> Result<()> {
-    let be = dispatch(name, &[("y", y), ("x", x)])?;
+    let be = dispatch_inplace(name, ("y", y), &[("x", x)])?;
     check_float(name, "y", y, be)?;
     check_same(name, ("x", x), ("y", y))?;
     if y.numel() == 0 {
@@ -248,7 +248,7 @@ pub fn clamp_out(x: &Tensor, lo: f32, hi: f32, out: &mut Tensor) -> Result<()> {
 
 /// Sets every element of `y` to `value` (converted to `y`'s float dtype).
 pub fn fill(y: &mut Tensor, value: f32) -> Result<()> {
-    let be = dispatch("fill", &[("y", y)])?;
+    let be = dispatch_inplace("fill", ("y", y), &[])?;
     check_float("fill", "y", y, be)?;
     if y.numel() == 0 {
         return Ok(());
@@ -262,7 +262,7 @@ pub fn fill(y: &mut Tensor, value: f32) -> Result<()> {
 pub fn cast(src: &Tensor, dst: &mut Tensor, dtype: Dtype) -> Result<()> {
     let be = dispatch("cast", &[("src", src), ("dst", dst)])?;
     if src.dtype() == dtype {
-        prepare_out(dst, be.device(), src.shape(), dtype)?;
+        prepare_out(dst, be.device(), src.dims(), dtype)?;
         let bytes = src.storage_bytes();
         return match (src.storage(), dst.storage_mut()) {
             (Some(s), Some(d)) => be.copy(s, d, bytes),
@@ -286,7 +286,7 @@ pub fn cast(src: &Tensor, dst: &mut Tensor, dtype: Dtype) -> Result<()> {
             });
         }
     }
-    prepare_out(dst, be.device(), src.shape(), dtype)?;
+    prepare_out(dst, be.device(), src.dims(), dtype)?;
     if src.numel() == 0 {
         return Ok(());
     }
@@ -306,7 +306,7 @@ impl Tensor {
 /// elements (C++ `add_channel_bias_inplace`).
 pub fn add_channel_bias_inplace(y: &mut Tensor, bias: &Tensor, c: usize, l: usize) -> Result<()> {
     let op = "add_channel_bias_inplace";
-    let be = dispatch(op, &[("y", y), ("bias", bias)])?;
+    let be = dispatch_inplace(op, ("y", y), &[("bias", bias)])?;
     check_float(op, "y", y, be)?;
     let cl = c
         .checked_mul(l)
@@ -353,7 +353,7 @@ pub fn threshold_u8(x: &Tensor, t: f32, y: &mut Tensor) -> Result<()> {
     if x.dtype() == Dtype::F16 && be.device().is_gpu() {
         check_float(op, "x", x, be)?;
     }
-    prepare_out(y, be.device(), x.shape(), Dtype::I8)?;
+    prepare_out(y, be.device(), x.dims(), Dtype::I8)?;
     if x.numel() == 0 {
         return Ok(());
     }

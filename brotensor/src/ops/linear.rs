@@ -41,6 +41,7 @@ fn check_sized(
     shape: (usize, usize),
     like: &Tensor,
 ) -> Result<()> {
+    t.check_writable(op, name)?;
     if !t.is_committed() || t.shape() != shape {
         return Err(shape_error(
             op,
@@ -76,6 +77,7 @@ fn product(
     c: &mut Tensor,
     g: Gemm,
 ) -> Result<()> {
+    c.check_writable(op, "c")?;
     if c.numel() == 0 {
         return Ok(());
     }
@@ -114,7 +116,7 @@ pub fn matmul(a: &Tensor, b: &Tensor, c: &mut Tensor) -> Result<()> {
             ),
         ));
     }
-    prepare_out(c, be.device(), (a.rows(), b.cols()), a.dtype())?;
+    prepare_out(c, be.device(), [a.rows(), b.cols()], a.dtype())?;
     product(be, op, a, b, c, NN)
 }
 
@@ -159,7 +161,7 @@ pub fn matmul_backward(
 }
 
 /// `v` as an `(n, 1)` column, borrowed.
-fn as_column(v: &Tensor) -> Result<crate::Reshaped<'_>> {
+fn as_column(v: &Tensor) -> Result<Tensor> {
     v.reshaped(v.numel(), 1)
 }
 
@@ -191,8 +193,8 @@ pub fn linear_forward(w: &Tensor, b: &Tensor, x: &Tensor, y: &mut Tensor) -> Res
         ));
     }
     check_dtypes_match(op, ("w", w), &[("b", b), ("x", x)])?;
-    prepare_out(y, be.device(), (w.rows(), 1), w.dtype())?;
-    product(be, op, w, &*as_column(x)?, y, NN)?;
+    prepare_out(y, be.device(), [w.rows(), 1], w.dtype())?;
+    product(be, op, w, &as_column(x)?, y, NN)?;
     if y.numel() > 0 {
         be.broadcast(
             op,
@@ -248,7 +250,7 @@ pub fn linear_backward(
     check_sized(op, "dw", dw, w.shape(), w)?;
     check_sized(op, "db", db, (w.rows(), 1), w)?;
     let (x, dy) = (as_column(x)?, as_column(dy)?);
-    prepare_out(dx, be.device(), (w.cols(), 1), w.dtype())?;
+    prepare_out(dx, be.device(), [w.cols(), 1], w.dtype())?;
     product(
         be,
         op,
@@ -328,7 +330,7 @@ pub fn linear_forward_batched(
         ));
     }
     let w = in_dtype(w, x.dtype())?;
-    prepare_out(y, be.device(), (x.rows(), w.rows()), x.dtype())?;
+    prepare_out(y, be.device(), [x.rows(), w.rows()], x.dtype())?;
     product(
         be,
         op,
@@ -397,7 +399,7 @@ pub fn linear_backward_batched(
     check_dtypes_match(op, ("w", w), &[("x", x), ("dy", dy)])?;
     check_sized(op, "dw", dw, (out, inp), w)?;
     check_sized(op, "db", db, (out, 1), w)?;
-    prepare_out(dx, be.device(), (batch, inp), w.dtype())?;
+    prepare_out(dx, be.device(), [batch, inp], w.dtype())?;
     product(be, op, dy, w, dx, NN)?;
     product(
         be,
@@ -413,7 +415,7 @@ pub fn linear_backward_batched(
     )?;
     let mut col_sums = Tensor::default();
     super::sum_cols(dy, &mut col_sums)?;
-    col_sums.reshape(out, 1)?;
+    col_sums.reshape_(&[out, 1])?;
     super::add_inplace(db, &col_sums)
 }
 
@@ -507,6 +509,7 @@ fn product_16bit(
     c: &mut Tensor,
     g: Gemm,
 ) -> Result<()> {
+    c.check_writable(op, "c")?;
     if be.supports(a.dtype()) {
         return be.gemm(op, a, b, bias, c, g);
     }
@@ -676,7 +679,7 @@ pub fn linear_forward_batched_fp16_act(
         ));
     }
     let (batch, out, inp) = (x.rows(), w.rows(), w.cols());
-    prepare_out(y, be.device(), (batch, out), x.dtype())?;
+    prepare_out(y, be.device(), [batch, out], x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
     }

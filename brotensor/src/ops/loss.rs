@@ -16,7 +16,7 @@ pub fn softmax_rows_forward(x: &Tensor, y: &mut Tensor, rows: usize, cols: usize
     let be = dispatch(op, &[("x", x), ("y", y)])?;
     check_float(op, "x", x, be)?;
     check_rows(op, x, rows, cols)?;
-    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    prepare_out(y, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -27,7 +27,7 @@ impl Tensor {
     /// [`softmax_rows_forward`] in place.
     pub fn softmax_rows_(&mut self, rows: usize, cols: usize) -> Result<()> {
         let op = "softmax_rows_";
-        let be = dispatch(op, &[("x", self)])?;
+        let be = super::dispatch_inplace(op, ("x", self), &[])?;
         check_float(op, "x", self, be)?;
         check_rows(op, self, rows, cols)?;
         if self.numel() == 0 {
@@ -84,7 +84,7 @@ pub fn softmax_forward(logits: &Tensor, probs: &mut Tensor, mask: Option<&Tensor
             });
         }
     }
-    prepare_out(probs, be.device(), logits.shape(), logits.dtype())?;
+    prepare_out(probs, be.device(), logits.dims(), logits.dtype())?;
     if logits.numel() == 0 {
         return Ok(());
     }
@@ -101,7 +101,7 @@ pub fn softmax_backward(probs: &Tensor, dprobs: &Tensor, dlogits: &mut Tensor) -
     )?;
     check_float(op, "probs", probs, be)?;
     check_same(op, ("dprobs", dprobs), ("probs", probs))?;
-    prepare_out(dlogits, be.device(), probs.shape(), probs.dtype())?;
+    prepare_out(dlogits, be.device(), probs.dims(), probs.dtype())?;
     if probs.numel() == 0 {
         return Ok(());
     }
@@ -151,7 +151,7 @@ pub fn mse_vec_backward(pred: &Tensor, target: &Tensor, dpred: &mut Tensor) -> R
     let op = "mse_vec_backward";
     dispatch(op, &[("pred", pred), ("target", target), ("dpred", dpred)])?;
     check_pair(op, pred, target)?;
-    super::sub_out(pred, &*target.reshaped(pred.rows(), pred.cols())?, dpred)?;
+    super::sub_out(pred, &target.reshaped(pred.rows(), pred.cols())?, dpred)?;
     if pred.numel() > 0 {
         dpred.mul_scalar_(2.0 / pred.numel() as f32)?;
     }
@@ -183,12 +183,12 @@ pub fn mse_vec_per_sample(
         ],
     )?;
     check_pair(op, pred, target)?;
-    super::sub_out(pred, &*target.reshaped(pred.rows(), pred.cols())?, dpred)?;
+    super::sub_out(pred, &target.reshaped(pred.rows(), pred.cols())?, dpred)?;
     super::mul_out(dpred, dpred, loss)?;
     if loss.numel() > 0 {
         loss.mul_scalar_(0.5)?;
     }
-    loss.reshape(pred.numel(), 1)
+    loss.reshape_(&[pred.numel(), 1])
 }
 
 /// Checks F32 loss operands against `logits` and sizes the outputs; returns the backend.
@@ -238,14 +238,14 @@ fn prepare_loss<'a>(
             ));
         }
     }
-    prepare_out(probs, be.device(), logits.shape(), Dtype::F32)?;
-    prepare_out(dlogits, be.device(), logits.shape(), Dtype::F32)?;
-    prepare_out(loss, be.device(), loss_shape, Dtype::F32)?;
+    prepare_out(probs, be.device(), logits.dims(), Dtype::F32)?;
+    prepare_out(dlogits, be.device(), logits.dims(), Dtype::F32)?;
+    prepare_out(loss, be.device(), [loss_shape.0, loss_shape.1], Dtype::F32)?;
     Ok(be)
 }
 
 /// `logits` as a 1-row matrix (the flat softmax of the unbatched losses).
-fn flat(t: &Tensor) -> Result<crate::Reshaped<'_>> {
+fn flat(t: &Tensor) -> Result<Tensor> {
     t.reshaped(1, t.numel())
 }
 
@@ -297,19 +297,19 @@ fn flat_xent(
     let shape = logits.shape();
     let (fl, ft) = (flat(logits)?, flat(target)?);
     let fm = mask.map(flat).transpose()?;
-    probs.reshape(1, n)?;
-    dlogits.reshape(1, n)?;
+    probs.reshape_(&[1, n])?;
+    dlogits.reshape_(&[1, n])?;
     let io = crate::backend::LossIo {
         logits: &fl,
         target: &ft,
-        mask: fm.as_deref(),
+        mask: fm.as_ref(),
         probs,
         dlogits,
         loss: &mut loss,
     };
     be.xent(io, &[0, n])?;
-    probs.reshape(shape.0, shape.1)?;
-    dlogits.reshape(shape.0, shape.1)?;
+    probs.reshape_(&[shape.0, shape.1])?;
+    dlogits.reshape_(&[shape.0, shape.1])?;
     Ok(loss.to_vec::<f32>()?[0])
 }
 
@@ -370,7 +370,7 @@ pub fn softmax_xent_fused_batched(
             format!("head offsets {head_offsets:?} must be non-decreasing and end within {l}"),
         ));
     }
-    prepare_out(loss_per_sample, be.device(), (b, 1), Dtype::F32)?;
+    prepare_out(loss_per_sample, be.device(), [b, 1], Dtype::F32)?;
     if b == 0 || heads == 0 {
         return loss_per_sample.zero();
     }

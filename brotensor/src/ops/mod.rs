@@ -17,6 +17,7 @@ pub mod loss;
 pub mod norm;
 pub mod reduction;
 
+pub use crate::view::copy_into;
 pub use activation::*;
 pub use elementwise::*;
 pub use linear::*;
@@ -48,12 +49,33 @@ pub(crate) fn resolve(op: &'static str, operands: &[(&'static str, &Tensor)]) ->
     Ok(device)
 }
 
-/// The backend an op runs on, after device resolution.
+/// The backend an op runs on, after device resolution. Every operand that is a view
+/// without a dense layout gets its one dense copy here (kept with the view), so backends
+/// always see dense storage.
 pub(crate) fn dispatch(
     op: &'static str,
     operands: &[(&'static str, &Tensor)],
 ) -> Result<&'static dyn Backend> {
-    backend(op, resolve(op, operands)?)
+    let be = backend(op, resolve(op, operands)?)?;
+    for (_, t) in operands {
+        if t.is_committed() && !t.layout().is_dense() {
+            t.dense_storage(op)?;
+        }
+    }
+    Ok(be)
+}
+
+/// [`dispatch`] for an op that writes `target` in place: `target` must own its storage
+/// alone and be dense.
+pub(crate) fn dispatch_inplace(
+    op: &'static str,
+    (name, target): (&'static str, &Tensor),
+    inputs: &[(&'static str, &Tensor)],
+) -> Result<&'static dyn Backend> {
+    target.check_writable(op, name)?;
+    let mut operands = vec![(name, target)];
+    operands.extend_from_slice(inputs);
+    dispatch(op, &operands)
 }
 
 /// Checks that `t` is a float the backend computes in.
@@ -133,13 +155,38 @@ pub(crate) fn checked_product(op: &'static str, what: &str, factors: &[usize]) -
         })
 }
 
-/// Adopts and sizes an output to `rows x cols` of `dtype` on `device`.
+/// An output shape: `(rows, cols)` or N-d dims.
+pub(crate) trait OutDims {
+    /// The dims.
+    fn out_dims(&self) -> &[usize];
+}
+
+impl OutDims for [usize; 2] {
+    fn out_dims(&self) -> &[usize] {
+        self
+    }
+}
+
+impl OutDims for &[usize] {
+    fn out_dims(&self) -> &[usize] {
+        self
+    }
+}
+
+impl OutDims for Vec<usize> {
+    fn out_dims(&self) -> &[usize] {
+        self
+    }
+}
+
+/// Adopts and sizes an output to `dims` of `dtype` on `device` (errors when it is a view
+/// or has live views: ops never write through views).
 pub(crate) fn prepare_out(
     out: &mut Tensor,
     device: Device,
-    (rows, cols): (usize, usize),
+    dims: impl OutDims,
     dtype: Dtype,
 ) -> Result<()> {
     out.adopt(device);
-    out.resize(rows, cols, dtype)
+    out.resize_for("resize", dims.out_dims(), dtype)
 }

@@ -34,6 +34,7 @@ fn check_grad(
     x: &Tensor,
     d: usize,
 ) -> Result<()> {
+    g.check_writable(op, name)?;
     if !g.is_committed() || g.numel() != d {
         return Err(Error::shape(
             op,
@@ -75,12 +76,12 @@ fn layernorm_rows(
 ) -> Result<()> {
     check_float(op, "x", x, be)?;
     check_params(op, x, x.cols(), &[("gamma", gamma), ("beta", beta)])?;
-    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    prepare_out(y, be.device(), x.dims(), x.dtype())?;
     let caches = match caches {
         Some((xhat, mean, rstd)) => {
-            prepare_out(xhat, be.device(), x.shape(), x.dtype())?;
-            prepare_out(mean, be.device(), (x.rows(), 1), Dtype::F32)?;
-            prepare_out(rstd, be.device(), (x.rows(), 1), Dtype::F32)?;
+            prepare_out(xhat, be.device(), x.dims(), x.dtype())?;
+            prepare_out(mean, be.device(), [x.rows(), 1], Dtype::F32)?;
+            prepare_out(rstd, be.device(), [x.rows(), 1], Dtype::F32)?;
             Some(LayerNormCaches { xhat, mean, rstd })
         }
         None => None,
@@ -171,7 +172,7 @@ pub fn layernorm_backward_batched_with_caches(
     }
     check_grad(op, "dgamma", dgamma, dy, d)?;
     check_grad(op, "dbeta", dbeta, dy, d)?;
-    prepare_out(dx, be.device(), (r, d), dy.dtype())?;
+    prepare_out(dx, be.device(), [r, d], dy.dtype())?;
     if dy.numel() == 0 {
         return Ok(());
     }
@@ -212,8 +213,8 @@ pub fn layernorm_forward(
         y,
         Some((xhat, &mut mean, &mut rstd)),
     )?;
-    y.reshape(shape.0, shape.1)?;
-    xhat.reshape(shape.0, shape.1)?;
+    y.reshape_(&[shape.0, shape.1])?;
+    xhat.reshape_(&[shape.0, shape.1])?;
     if x.numel() == 0 {
         return Ok((0.0, 0.0));
     }
@@ -240,16 +241,8 @@ pub fn layernorm_backward(
     let flat = |t| Tensor::reshaped(t, 1, t.numel());
     let r = Tensor::from_slice_on(device, &[rstd], 1, 1)?;
     let shape = dy.shape();
-    layernorm_backward_batched_with_caches(
-        &*flat(dy)?,
-        &*flat(xhat)?,
-        gamma,
-        &r,
-        dx,
-        dgamma,
-        dbeta,
-    )?;
-    dx.reshape(shape.0, shape.1)
+    layernorm_backward_batched_with_caches(&flat(dy)?, &flat(xhat)?, gamma, &r, dx, dgamma, dbeta)?;
+    dx.reshape_(&[shape.0, shape.1])
 }
 
 /// `Y = X gamma / sqrt(mean(X^2) + eps)` per row of `X (B, D)`; `Y` is resized.
@@ -258,7 +251,7 @@ pub fn rms_norm_forward(x: &Tensor, gamma: &Tensor, eps: f32, y: &mut Tensor) ->
     let be = dispatch(op, &[("x", x), ("gamma", gamma), ("y", y)])?;
     check_float(op, "x", x, be)?;
     check_params(op, x, x.cols(), &[("gamma", gamma)])?;
-    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    prepare_out(y, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -303,7 +296,7 @@ fn rms_backward_rows(
     dx: &mut Tensor,
     dgamma: Option<&mut Tensor>,
 ) -> Result<()> {
-    prepare_out(dx, be.device(), x.shape(), x.dtype())?;
+    prepare_out(dx, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -380,12 +373,12 @@ pub fn l2_norm_forward(
         x.dtype(),
     )?;
     rms_norm_forward(
-        &*x.reshaped(rows, head_dim)?,
+        &x.reshaped(rows, head_dim)?,
         &scale,
         eps / head_dim as f32,
         y,
     )?;
-    y.reshape(x.rows(), x.cols())
+    y.reshape_(&[x.rows(), x.cols()])
 }
 
 /// Gradient of [`l2_norm_forward`] (reads `X`): `dX = n (dY - x (x . dY) n^2)`,
@@ -413,7 +406,7 @@ pub fn l2_norm_backward(
     super::check_dtypes_match(op, ("x", x), &[("dy", dy)])?;
     let (xr, dyr) = (x.reshaped(rows, head_dim)?, dy.reshaped(rows, head_dim)?);
     rms_backward_rows(be, (&xr, &scale, &dyr), eps / head_dim as f32, dx, None)?;
-    dx.reshape(x.rows(), x.cols())
+    dx.reshape_(&[x.rows(), x.cols()])
 }
 
 /// Checks an NCHW tensor `(N, C*H*W)` and returns `(n, c, hw)`.
@@ -477,7 +470,7 @@ pub fn group_norm_forward(
         ));
     }
     check_channels(op, x, c, &[("gamma", gamma), ("beta", beta)])?;
-    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    prepare_out(y, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -525,7 +518,7 @@ pub fn group_norm_backward(
     check_params(op, x, dy.numel(), &[("dy", dy)])?;
     check_grad(op, "dgamma", dgamma, x, c)?;
     check_grad(op, "dbeta", dbeta, x, c)?;
-    prepare_out(dx, be.device(), x.shape(), x.dtype())?;
+    prepare_out(dx, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -548,7 +541,7 @@ pub fn group_norm_backward(
 /// `acc += v` for a `(C, 1)` `v` and a caller-shaped `acc` of `C` elements.
 fn accumulate_into(acc: &mut Tensor, v: &Tensor) -> Result<()> {
     let (rows, cols) = acc.shape();
-    super::add_inplace(acc, &*v.reshaped(rows, cols)?)
+    super::add_inplace(acc, &v.reshaped(rows, cols)?)
 }
 
 fn check_f32(op: &'static str, tensors: &[(&'static str, &Tensor)]) -> Result<()> {
@@ -585,6 +578,8 @@ pub fn batch_norm_forward(
     saved_rstd: &mut Tensor,
 ) -> Result<()> {
     let op = "batch_norm_forward";
+    running_mean.check_writable(op, "running_mean")?;
+    running_var.check_writable(op, "running_var")?;
     let be = dispatch(
         op,
         &[
@@ -618,9 +613,9 @@ pub fn batch_norm_forward(
             ("running_var", running_var),
         ],
     )?;
-    prepare_out(y, be.device(), x.shape(), Dtype::F32)?;
-    prepare_out(saved_mean, be.device(), (c, 1), Dtype::F32)?;
-    prepare_out(saved_rstd, be.device(), (c, 1), Dtype::F32)?;
+    prepare_out(y, be.device(), x.dims(), Dtype::F32)?;
+    prepare_out(saved_mean, be.device(), [c, 1], Dtype::F32)?;
+    prepare_out(saved_rstd, be.device(), [c, 1], Dtype::F32)?;
     let m = n * hw;
     if m == 0 || c == 0 {
         return Ok(());
@@ -672,7 +667,7 @@ pub fn batch_norm_inference(
             ("running_var", running_var),
         ],
     )?;
-    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    prepare_out(y, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -731,7 +726,7 @@ pub fn batch_norm_backward(
     check_shape(op, "dy", dy, x.shape())?;
     check_grad(op, "dgamma", dgamma, x, c)?;
     check_grad(op, "dbeta", dbeta, x, c)?;
-    prepare_out(dx, be.device(), x.shape(), Dtype::F32)?;
+    prepare_out(dx, be.device(), x.dims(), Dtype::F32)?;
     let m = n * hw;
     if m == 0 || c == 0 {
         return Ok(());
@@ -782,7 +777,7 @@ pub fn l2_normalize_nchw_forward(
     let be = dispatch(op, &[("x", x), ("y", y)])?;
     check_float(op, "x", x, be)?;
     let (n, c, hw) = nchw(op, x, dims.0, dims.1, dims.2, dims.3)?;
-    prepare_out(y, be.device(), x.shape(), x.dtype())?;
+    prepare_out(y, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }

@@ -12,7 +12,7 @@ use crate::{Dtype, Error, Result, Tensor};
 pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
     let be = dispatch("sum_rows", &[("x", x), ("y", y)])?;
     check_float("sum_rows", "x", x, be)?;
-    prepare_out(y, be.device(), (x.rows(), 1), x.dtype())?;
+    prepare_out(y, be.device(), [x.rows(), 1], x.dtype())?;
     if x.cols() == 0 {
         return y.zero();
     }
@@ -26,7 +26,7 @@ pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
 pub fn sum_cols(x: &Tensor, y: &mut Tensor) -> Result<()> {
     let be = dispatch("sum_cols", &[("x", x), ("y", y)])?;
     check_float("sum_cols", "x", x, be)?;
-    prepare_out(y, be.device(), (1, x.cols()), x.dtype())?;
+    prepare_out(y, be.device(), [1, x.cols()], x.dtype())?;
     if x.rows() == 0 {
         return y.zero();
     }
@@ -46,7 +46,7 @@ pub fn argmax_rows(x: &Tensor, idx: &mut Tensor) -> Result<()> {
     } else {
         Dtype::F32
     };
-    prepare_out(idx, be.device(), (x.rows(), 1), dtype)?;
+    prepare_out(idx, be.device(), [x.rows(), 1], dtype)?;
     if x.cols() == 0 {
         return idx.zero();
     }
@@ -78,8 +78,8 @@ pub fn top_k_rows(x: &Tensor, k: usize, vals: &mut Tensor, idx: &mut Tensor) -> 
             format!("k = {k} must be <= C (per-row length {})", x.cols()),
         ));
     }
-    prepare_out(vals, be.device(), (x.rows(), k), Dtype::F32)?;
-    prepare_out(idx, be.device(), (x.rows(), k), Dtype::I32)?;
+    prepare_out(vals, be.device(), [x.rows(), k], Dtype::F32)?;
+    prepare_out(idx, be.device(), [x.rows(), k], Dtype::I32)?;
     if x.rows() == 0 {
         return Ok(());
     }
@@ -101,7 +101,7 @@ pub fn rows_count_above(x: &Tensor, t_lo: f32, t_hi: f32, counts: &mut Tensor) -
     if x.dtype() == Dtype::F16 && be.device().is_gpu() {
         check_float(op, "x", x, be)?;
     }
-    prepare_out(counts, be.device(), (x.rows(), 2), Dtype::I32)?;
+    prepare_out(counts, be.device(), [x.rows(), 2], Dtype::I32)?;
     if x.cols() == 0 {
         return counts.zero();
     }

@@ -517,7 +517,7 @@ fn snake_case(name: &str, seed: u64, with_beta: bool, alpha: (f32, f32), out: Sn
                 _ => dbeta,
             };
             // One row: the channels share a scale (a channel's sum may cancel to near 0).
-            g.reshape(1, C)?;
+            g.reshape_(&[1, C])?;
             Ok(g)
         },
         move |v| {

@@ -46,7 +46,7 @@ fn factories_reshapes_and_transfers_refuse_wrapping_shapes() {
             Tensor::from_raw_bytes_on(d, &[], HALF, 64, Dtype::Q8_0),
         );
         let mut t = empty(d, 0, 4, Dtype::F32);
-        shape_err("reshape", t.reshape(HALF, 2));
+        shape_err("reshape", t.reshape_(&[HALF, 2]));
         shape_err("reshaped", t.reshaped(2, HALF).map(|_| ()));
         shape_err("resize", t.resize(MAX, MAX, Dtype::F32));
         // Legal zero-element shapes with huge dims survive every transfer.

@@ -1,0 +1,197 @@
+//! One strided gather: the elements of any layout (dims, strides and an offset, all run-time
+//! values in a small metadata buffer) into a dense row-major buffer. Every view (transpose,
+//! permute, stepped or negative slice, broadcast, flip) is a layout, so this one kernel
+//! materialises all of them; only the rank and the element width are comptime, so a new
+//! shape never compiles a new kernel.
+//!
+//! Buffers are addressed as 32-bit words (WGSL has no 8- or 16-bit storage type): each unit
+//! writes one destination word, gathering the `pack` elements it holds (four bytes, two
+//! 16-bit halves, or one word). 64-bit elements are gathered as pairs of words: the caller
+//! appends a dim of 2 with stride 1 and doubles the other strides and the offset.
+//!
+//! Index arithmetic is done in `u32` with wrapping: a negative stride is passed as its two's
+//! complement, and since every element's final index is in range (checked on the host),
+//! the wrapped partial sums land on it exactly.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::launch::{check_len, grid_1d, LaunchError};
+
+/// The highest rank the kernel takes: a tensor's 8 dims plus the word pair of a 64-bit
+/// element.
+pub const MAX_GATHER_RANK: usize = 9;
+
+/// The storage index (in elements) of row-major element `e`. `meta` holds the offset, then
+/// `rank` dims, then `rank` strides (two's complement).
+#[cube]
+fn source_index(e: u32, meta: &Array<u32>, #[comptime] rank: usize) -> u32 {
+    let mut rest = e;
+    let mut at = meta[0];
+    #[unroll]
+    for i in 0..rank {
+        let d = rank - 1 - i;
+        let n = meta[1 + d];
+        at += (rest % n) * meta[1 + rank + d];
+        rest /= n;
+    }
+    at
+}
+
+#[cube(launch_unchecked)]
+fn strided_gather_kernel(
+    src: &Array<u32>,
+    meta: &Array<u32>,
+    out: &mut Array<u32>,
+    numel: u32,
+    #[comptime] rank: usize,
+    #[comptime] pack: u32,
+) {
+    let w = ABSOLUTE_POS;
+    if w < out.len() {
+        if comptime!(pack == 1) {
+            out[w] = src[source_index(u32::cast_from(w), meta, rank) as usize];
+        } else {
+            let bits = comptime!(32 / pack);
+            let mask = comptime!(u32::MAX >> (32 - 32 / pack));
+            let mut word = 0u32;
+            #[unroll]
+            for j in 0..pack {
+                let e = u32::cast_from(w) * pack + j;
+                if e < numel {
+                    let s = source_index(e, meta, rank);
+                    let v = (src[(s / pack) as usize] >> ((s % pack) * bits)) & mask;
+                    word |= v << (j * bits);
+                }
+            }
+            out[w] = word;
+        }
+    }
+}
+
+/// A layout for [`launch_strided_gather`]: dims, strides (in elements, negative allowed) and
+/// the offset of the first element.
+#[derive(Debug, Clone, Copy)]
+pub struct GatherLayout<'a> {
+    /// The dims (at most [`MAX_GATHER_RANK`]).
+    pub dims: &'a [usize],
+    /// One stride per dim, in elements.
+    pub strides: &'a [isize],
+    /// The storage index of element 0.
+    pub offset: usize,
+}
+
+/// The `(lowest, highest)` element index `layout` reaches, `None` when it is empty, or an
+/// overflow error.
+fn reach(layout: &GatherLayout<'_>) -> Result<Option<(i64, i64)>, LaunchError> {
+    let overflow = LaunchError::Overflow {
+        what: "strided layout",
+    };
+    if layout.dims.contains(&0) {
+        return Ok(None);
+    }
+    let mut lo = i64::try_from(layout.offset).map_err(|_| overflow.clone())?;
+    let mut hi = lo;
+    for (&n, &s) in layout.dims.iter().zip(layout.strides) {
+        let n = i64::try_from(n).map_err(|_| overflow.clone())?;
+        let s = i64::try_from(s).map_err(|_| overflow.clone())?;
+        let r = (n - 1).checked_mul(s).ok_or(overflow.clone())?;
+        if r < 0 {
+            lo = lo.checked_add(r).ok_or(overflow.clone())?;
+        } else {
+            hi = hi.checked_add(r).ok_or(overflow.clone())?;
+        }
+    }
+    Ok(Some((lo, hi)))
+}
+
+/// Gathers the elements of `layout` over `src` into `out`, row-major, for elements of
+/// `elem_bytes` bytes (1, 2 or 4; 64-bit elements as word pairs, see the module docs).
+///
+/// Errors (no launch) when the rank is above [`MAX_GATHER_RANK`], dims and strides differ
+/// in length, the element width is not 1, 2 or 4, an index needs more than 32 bits, the
+/// layout reaches outside `src`, or `out` is too small.
+pub fn launch_strided_gather<R: Runtime>(
+    client: &ComputeClient<R>,
+    src: &Handle,
+    layout: GatherLayout<'_>,
+    elem_bytes: usize,
+    out: &Handle,
+) -> Result<(), LaunchError> {
+    let pack = match elem_bytes {
+        1 => 4usize,
+        2 => 2,
+        4 => 1,
+        _ => {
+            return Err(LaunchError::Overflow {
+                what: "element width (1, 2 or 4 bytes)",
+            })
+        }
+    };
+    let rank = layout.dims.len();
+    if rank > MAX_GATHER_RANK || layout.strides.len() != rank {
+        return Err(LaunchError::Overflow {
+            what: "rank (one stride per dim, at most 9)",
+        });
+    }
+    let numel = crate::launch::extent("numel", layout.dims)?;
+    let Some((lo, hi)) = reach(&layout)? else {
+        return Ok(());
+    };
+    let in_u32 = |v: i64| u32::try_from(v).is_ok();
+    if lo < 0 || !in_u32(hi) || u32::try_from(numel).is_err() {
+        return Err(LaunchError::Overflow {
+            what: "strided layout (indices must lie in 0..2^32)",
+        });
+    }
+    let words = numel.div_ceil(pack);
+    check_len("src", src, (hi as usize) / pack + 1, 4)?;
+    check_len("out", out, words, 4)?;
+    // Strides modulo 2^32 (two's complement for negative ones): every element's true index
+    // is below 2^32 (checked above), so the kernel's wrapping sums land on it exactly. The
+    // offset and dims fit: `lo <= offset <= hi` and each dim is at most `numel`.
+    let mut meta = Vec::with_capacity(1 + 2 * rank);
+    meta.push(layout.offset as u32);
+    meta.extend(layout.dims.iter().map(|&n| n as u32));
+    meta.extend(layout.strides.iter().map(|&s| s as u32));
+    let meta_handle = client.create_from_slice(u32::as_bytes(&meta));
+    let (count, dim) = grid_1d(client, words)?;
+    // SAFETY: `out` holds `words` words and the kernel writes only word `w < words`; every
+    // element index the layout reaches lies in `lo..=hi`, checked to be inside `src`'s
+    // words, and the kernel reads word `index / pack` of those only; `meta` holds exactly
+    // `1 + 2 * rank` words, which is what a rank-`rank` kernel reads.
+    unsafe {
+        strided_gather_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(src.clone(), (hi as usize) / pack + 1),
+            ArrayArg::from_raw_parts(meta_handle, meta.len()),
+            ArrayArg::from_raw_parts(out.clone(), words),
+            numel as u32,
+            rank,
+            pack as u32,
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{Lowering as L, Rt};
+    let a = L::array;
+    for rank in 0..=MAX_GATHER_RANK {
+        for pack in [1u32, 2, 4] {
+            l.lower(strided_gather_kernel::StridedGatherKernel::<Rt>::new(
+                L::settings_1d(),
+                l.client.clone(),
+                a(),
+                a(),
+                a(),
+                (),
+                rank,
+                pack,
+            ));
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! Shapes and strided layouts. A tensor's elements are addressed by a rank-0 to rank-8 shape,
+//! one stride per dim (in elements, negative for flipped dims, 0 for broadcast dims) and an
+//! offset into its storage. A fresh tensor is row-major with offset 0 (*dense*); views are
+//! other layouts over the same storage.
+
+use crate::{Error, Result};
+
+/// The highest rank a tensor may have.
+pub const MAX_RANK: usize = 8;
+
+/// A shape, strides and offset (all in elements).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Layout {
+    rank: usize,
+    dims: [usize; MAX_RANK],
+    strides: [isize; MAX_RANK],
+    offset: usize,
+}
+
+/// Errors unless `dims` has at most [`MAX_RANK`] dims whose product fits in `usize` (and in
+/// `isize`, so that every stride and offset does too); returns the element count.
+pub(crate) fn checked_dims(op: &'static str, dims: &[usize]) -> Result<usize> {
+    if dims.len() > MAX_RANK {
+        return Err(Error::shape(
+            op,
+            format!(
+                "rank {} ({dims:?}) is above the maximum rank {MAX_RANK}",
+                dims.len()
+            ),
+        ));
+    }
+    let numel = crate::ops::checked_product(op, "the dims", dims)?;
+    if numel > isize::MAX as usize {
+        return Err(Error::shape(
+            op,
+            format!("{dims:?} holds more than isize::MAX elements"),
+        ));
+    }
+    Ok(numel)
+}
+
+/// Row-major strides of `dims`. Callers have checked the dims with [`checked_dims`], so no
+/// partial product overflows.
+fn row_major(dims: &[usize]) -> [isize; MAX_RANK] {
+    let mut strides = [0isize; MAX_RANK];
+    let mut step = 1usize;
+    for d in (0..dims.len()).rev() {
+        strides[d] = step as isize;
+        step = step.saturating_mul(dims[d]);
+    }
+    strides
+}
+
+/// The shape numpy broadcasting gives two operands: dims aligned at the end, each pair equal
+/// or one of them 1.
+pub(crate) fn broadcast_dims(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let at = |d: &[usize], i: usize| (i + d.len()).checked_sub(rank).map_or(1, |j| d[j]);
+    (0..rank)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y => Ok(x),
+            (1, y) => Ok(y),
+            (x, 1) => Ok(x),
+            (x, y) => Err(Error::shape(
+                op,
+                format!("shapes {a:?} and {b:?} do not broadcast: dim {i} is {x} vs {y}"),
+            )),
+        })
+        .collect()
+}
+
+impl Layout {
+    /// A dense row-major layout of `dims`.
+    pub(crate) fn dense(op: &'static str, dims: &[usize]) -> Result<Layout> {
+        checked_dims(op, dims)?;
+        let mut d = [0usize; MAX_RANK];
+        d[..dims.len()].copy_from_slice(dims);
+        Ok(Layout {
+            rank: dims.len(),
+            dims: d,
+            strides: row_major(dims),
+            offset: 0,
+        })
+    }
+
+    /// The dims.
+    pub(crate) fn dims(&self) -> &[usize] {
+        &self.dims[..self.rank]
+    }
+
+    /// The strides, in elements.
+    pub(crate) fn strides(&self) -> &[isize] {
+        &self.strides[..self.rank]
+    }
+
+    /// The storage index of the first element.
+    pub(crate) fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Elements (checked at construction).
+    pub(crate) fn numel(&self) -> usize {
+        self.dims().iter().product()
+    }
+
+    /// The matrix view: every leading dim folded into rows, the last dim as cols (rank 0 is
+    /// `1 x 1`).
+    pub(crate) fn rows_cols(&self) -> (usize, usize) {
+        match self.dims().split_last() {
+            None => (1, 1),
+            Some((&cols, lead)) => (lead.iter().product(), cols),
+        }
+    }
+
+    /// Whether the elements are row-major and gap-free (size-1 dims may have any stride).
+    pub(crate) fn is_contiguous(&self) -> bool {
+        if self.numel() == 0 {
+            return true;
+        }
+        let mut step = 1isize;
+        for d in (0..self.rank).rev() {
+            if self.dims[d] != 1 && self.strides[d] != step {
+                return false;
+            }
+            step *= self.dims[d] as isize;
+        }
+        true
+    }
+
+    /// Whether this is the layout of a fresh tensor: contiguous from storage index 0.
+    pub(crate) fn is_dense(&self) -> bool {
+        self.offset == 0 && self.is_contiguous()
+    }
+
+    fn check_dim(&self, op: &'static str, dim: usize) -> Result<()> {
+        if dim >= self.rank {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "dim {dim} is out of range for rank {} {:?}",
+                    self.rank,
+                    self.dims()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The dims reordered: output dim `i` is input dim `perm[i]`.
+    pub(crate) fn permute(&self, op: &'static str, perm: &[usize]) -> Result<Layout> {
+        let mut seen = [false; MAX_RANK];
+        let valid = perm.len() == self.rank
+            && perm
+                .iter()
+                .all(|&p| p < self.rank && !std::mem::replace(&mut seen[p], true));
+        if !valid {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{perm:?} is not a permutation of the {} dims of {:?}",
+                    self.rank,
+                    self.dims()
+                ),
+            ));
+        }
+        let mut out = *self;
+        for (i, &p) in perm.iter().enumerate() {
+            out.dims[i] = self.dims[p];
+            out.strides[i] = self.strides[p];
+        }
+        Ok(out)
+    }
+
+    /// Every `step`-th index of `dim` in `start..end`, walked backwards from the range's last
+    /// index when `step` is negative (numpy's `x[start:end][::step]`).
+    pub(crate) fn slice(
+        &self,
+        op: &'static str,
+        dim: usize,
+        start: usize,
+        end: usize,
+        step: isize,
+    ) -> Result<Layout> {
+        self.check_dim(op, dim)?;
+        let n = self.dims[dim];
+        if start > end || end > n {
+            return Err(Error::shape(
+                op,
+                format!("range {start}..{end} is out of bounds for dim {dim} of size {n}"),
+            ));
+        }
+        if step == 0 {
+            return Err(Error::invalid(op, "the step must not be 0"));
+        }
+        let len = end - start;
+        let mag = step.unsigned_abs();
+        let count = len.div_ceil(mag);
+        let mut out = *self;
+        out.dims[dim] = count;
+        if count == 0 {
+            return Ok(out);
+        }
+        let first = if step > 0 { start } else { end - 1 };
+        // In range: `first < n` and the layout's span covers every index of `dim`.
+        out.offset = (self.offset as isize + first as isize * self.strides[dim]) as usize;
+        out.strides[dim] = self.strides[dim] * step;
+        Ok(out)
+    }
+
+    /// The dims (rank at least 1) broadcast to `dims` by numpy's rules: new leading dims and
+    /// size-1 dims repeat with stride 0.
+    pub(crate) fn broadcast_to(&self, op: &'static str, dims: &[usize]) -> Result<Layout> {
+        checked_dims(op, dims)?;
+        let fits = broadcast_dims(op, self.dims(), dims).map(|b| b == dims);
+        if !matches!(fits, Ok(true)) {
+            return Err(Error::shape(
+                op,
+                format!("{:?} cannot be broadcast to {dims:?}", self.dims()),
+            ));
+        }
+        let lead = dims.len() - self.rank;
+        let mut out = Layout {
+            rank: dims.len(),
+            dims: [0; MAX_RANK],
+            strides: [0; MAX_RANK],
+            offset: self.offset,
+        };
+        out.dims[..dims.len()].copy_from_slice(dims);
+        for i in 0..self.rank {
+            out.strides[lead + i] = if self.dims[i] == dims[lead + i] {
+                self.strides[i]
+            } else {
+                0
+            };
+        }
+        Ok(out)
+    }
+
+    /// `dims` reversed.
+    pub(crate) fn flip(&self, op: &'static str, dims: &[usize]) -> Result<Layout> {
+        let mut out = *self;
+        let mut seen = [false; MAX_RANK];
+        for &d in dims {
+            self.check_dim(op, d)?;
+            if std::mem::replace(&mut seen[d], true) {
+                return Err(Error::shape(op, format!("dim {d} is listed twice")));
+            }
+            out = out.slice(op, d, 0, self.dims[d], -1)?;
+        }
+        Ok(out)
+    }
+
+    /// A size-1 dim inserted before `dim` (`dim == rank` appends).
+    pub(crate) fn unsqueeze(&self, op: &'static str, dim: usize) -> Result<Layout> {
+        if dim > self.rank || self.rank == MAX_RANK {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "cannot insert dim {dim} into rank {} {:?}",
+                    self.rank,
+                    self.dims()
+                ),
+            ));
+        }
+        let mut out = *self;
+        out.rank += 1;
+        for i in (dim + 1..out.rank).rev() {
+            out.dims[i] = self.dims[i - 1];
+            out.strides[i] = self.strides[i - 1];
+        }
+        out.dims[dim] = 1;
+        out.strides[dim] = if dim < self.rank {
+            self.strides[dim] * self.dims[dim] as isize
+        } else {
+            1
+        };
+        Ok(out)
+    }
+
+    /// `dim` (of size 1) removed.
+    pub(crate) fn squeeze(&self, op: &'static str, dim: usize) -> Result<Layout> {
+        self.check_dim(op, dim)?;
+        if self.dims[dim] != 1 {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "dim {dim} of {:?} has size {}, not 1",
+                    self.dims(),
+                    self.dims[dim]
+                ),
+            ));
+        }
+        let mut out = *self;
+        out.rank -= 1;
+        for i in dim..out.rank {
+            out.dims[i] = self.dims[i + 1];
+            out.strides[i] = self.strides[i + 1];
+        }
+        out.dims[out.rank] = 0;
+        out.strides[out.rank] = 0;
+        Ok(out)
+    }
+
+    /// The same elements in row-major order under `dims`, without moving them, where the
+    /// strides allow it; `Ok(None)` where only a copy can give that shape.
+    pub(crate) fn reshape(&self, op: &'static str, dims: &[usize]) -> Result<Option<Layout>> {
+        let numel = checked_dims(op, dims)?;
+        if numel != self.numel() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{:?} has {} elements, {dims:?} has {numel}",
+                    self.dims(),
+                    self.numel()
+                ),
+            ));
+        }
+        let mut out = Layout::dense(op, dims)?;
+        out.offset = self.offset;
+        if self.is_contiguous() {
+            return Ok(Some(out));
+        }
+        // Size-1 dims never move an address: drop them. Split the rest into runs that are
+        // contiguous among themselves; each run must be covered exactly by consecutive new
+        // dims, which then take strides inside the run.
+        let (old_dims, old_strides): (Vec<usize>, Vec<isize>) = self
+            .dims()
+            .iter()
+            .zip(self.strides())
+            .filter(|(&n, _)| n != 1)
+            .map(|(&n, &s)| (n, s))
+            .unzip();
+        let mut new_at = dims.len();
+        let mut end = old_dims.len();
+        while end > 0 {
+            let inner = old_strides[end - 1];
+            let mut run = old_dims[end - 1];
+            let mut begin = end - 1;
+            while begin > 0 && old_strides[begin - 1] == inner * run as isize {
+                begin -= 1;
+                run *= old_dims[begin];
+            }
+            let mut covered = 1usize;
+            while new_at > 0 && (covered < run || dims[new_at - 1] == 1) {
+                new_at -= 1;
+                out.strides[new_at] = inner * covered as isize;
+                covered *= dims[new_at];
+            }
+            if covered != run {
+                return Ok(None);
+            }
+            end = begin;
+        }
+        // Leading size-1 new dims left over take any stride.
+        Ok(Some(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dense(d: &[usize]) -> Layout {
+        Layout::dense("t", d).unwrap()
+    }
+
+    #[test]
+    fn row_major_strides_and_matrix_view() {
+        let l = dense(&[2, 3, 4]);
+        assert_eq!(l.strides(), [12, 4, 1]);
+        assert_eq!(l.rows_cols(), (6, 4));
+        assert_eq!(dense(&[]).rows_cols(), (1, 1));
+        assert_eq!(dense(&[0, 5]).rows_cols(), (0, 5));
+        assert!(Layout::dense("t", &[1; 9]).is_err());
+        assert!(Layout::dense("t", &[usize::MAX, 2]).is_err());
+    }
+
+    #[test]
+    fn views_compose() {
+        let l = dense(&[4, 6]);
+        let t = l.permute("t", &[1, 0]).unwrap();
+        assert_eq!((t.dims(), t.strides()), (&[6, 4][..], &[1isize, 6][..]));
+        assert!(!t.is_contiguous());
+        let s = l.slice("t", 1, 1, 6, 2).unwrap();
+        assert_eq!(
+            (s.dims(), s.strides(), s.offset()),
+            (&[4, 3][..], &[6isize, 2][..], 1)
+        );
+        let r = l.slice("t", 1, 0, 5, -2).unwrap();
+        assert_eq!((r.dims()[1], r.strides()[1], r.offset()), (3, -2, 4));
+        let b = dense(&[3, 1]).broadcast_to("t", &[2, 3, 5]).unwrap();
+        assert_eq!(b.strides(), [0, 1, 0]);
+        assert!(dense(&[3, 2]).broadcast_to("t", &[3, 4]).is_err());
+        let u = l.unsqueeze("t", 1).unwrap();
+        assert_eq!(
+            (u.dims(), u.strides()),
+            (&[4, 1, 6][..], &[6isize, 6, 1][..])
+        );
+        assert_eq!(u.squeeze("t", 1).unwrap(), l);
+        assert!(l.permute("t", &[0, 0]).is_err());
+        assert!(l.slice("t", 2, 0, 1, 1).is_err());
+        assert!(l.slice("t", 0, 2, 5, 1).is_err());
+    }
+
+    #[test]
+    fn reshape_views_where_strides_allow() {
+        // A transposed matrix cannot be flattened without a copy...
+        let t = dense(&[4, 6]).permute("t", &[1, 0]).unwrap();
+        assert_eq!(t.reshape("t", &[24]).unwrap(), None);
+        // ...but its dims can be split.
+        let s = t.reshape("t", &[2, 3, 4]).unwrap().unwrap();
+        assert_eq!(s.strides(), [3, 1, 6]);
+        // Row slices stay reshapeable when the rows are whole.
+        let rows = dense(&[4, 6]).slice("t", 0, 1, 3, 1).unwrap();
+        let flat = rows.reshape("t", &[12]).unwrap().unwrap();
+        assert_eq!((flat.strides(), flat.offset()), (&[1isize][..], 6));
+        assert!(dense(&[4, 6]).reshape("t", &[5, 5]).is_err());
+    }
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        assert_eq!(broadcast_dims("t", &[3, 1], &[4]).unwrap(), [3, 4]);
+        assert_eq!(broadcast_dims("t", &[], &[2, 2]).unwrap(), [2, 2]);
+        assert!(broadcast_dims("t", &[3], &[4]).is_err());
+    }
+}
