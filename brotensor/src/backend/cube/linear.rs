@@ -1,0 +1,60 @@
+//! GPU glue of the GEMM.
+
+use brotensor_kernels::matmul::{self as mm, GemmSpec};
+use cubecl::prelude::*;
+use half::{bf16, f16};
+
+use super::{out_handle, with_float, CubeBackend};
+use crate::backend::{ElementwiseOps, Gemm, LinearOps};
+use crate::{Dtype, Result, Tensor};
+
+impl<R: Runtime> LinearOps for CubeBackend<R> {
+    fn gemm(
+        &self,
+        name: &'static str,
+        a: &Tensor,
+        b: &Tensor,
+        bias: Option<&Tensor>,
+        c: &mut Tensor,
+        g: Gemm,
+    ) -> Result<()> {
+        if self.words(a.dtype()) {
+            let (wa, wb) = (self.widened(a)?, self.widened(b)?);
+            let wbias = bias.map(|t| self.widened(t)).transpose()?;
+            // The product writes every element of `c` only when its batches tile it with no
+            // gap; otherwise the elements it skips must come back unchanged, so widen them too.
+            let mn = g.m * g.n;
+            let tiles_c = (g.batch == 1 || g.strides.2 == mn) && g.batch * mn == c.numel();
+            let mut wc = if g.accumulate || !tiles_c {
+                self.widened(c)?
+            } else {
+                Tensor::empty_on(self.device, c.rows(), c.cols(), Dtype::F32)?
+            };
+            self.gemm(name, &wa, &wb, wbias.as_ref(), &mut wc, g)?;
+            return self.cast(&wc, c);
+        }
+        let spec = GemmSpec {
+            m: g.m,
+            n: g.n,
+            k: g.k,
+            trans_a: g.trans_a,
+            trans_b: g.trans_b,
+            accumulate: g.accumulate,
+            batch: g.batch,
+            strides: g.strides,
+            bias: bias.is_some(),
+            act: g.act,
+        };
+        let (ah, bh, ch) = (out_handle(a), out_handle(b), out_handle(c));
+        let biash = bias.map(out_handle);
+        with_float!(a.dtype(), |F| mm::launch_gemm::<R, F>(
+            &self.client,
+            &ah,
+            &bh,
+            biash.as_ref(),
+            &ch,
+            spec
+        ))
+        .map_err(|e| self.launch_error(name, e))
+    }
+}
