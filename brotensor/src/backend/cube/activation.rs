@@ -4,7 +4,7 @@ use brotensor_kernels::glu as gl;
 use cubecl::prelude::*;
 use half::{bf16, f16};
 
-use super::{out_handle, with_float, CubeBackend};
+use super::{out_handle, with_float, CubeBackend, Narrowed};
 use crate::backend::{ActivationOps, Glu, SnakeGrads};
 use crate::{Dtype, Result, Tensor};
 
@@ -31,7 +31,9 @@ macro_rules! with_glu {
 impl<R: Runtime> ActivationOps for CubeBackend<R> {
     fn glu_forward(&self, name: &'static str, op: Glu, x: &Tensor, y: &mut Tensor) -> Result<()> {
         if self.words(x.dtype()) {
-            return self.via_f32(&[x], y, |w, tmp| self.glu_forward(name, op, &w[0], tmp));
+            return self.through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
+                self.glu_forward(name, op, &w[0], &mut o[0])
+            });
         }
         let (xh, yh) = (out_handle(x), out_handle(y));
         let (rows, d) = y.shape();
@@ -50,8 +52,8 @@ impl<R: Runtime> ActivationOps for CubeBackend<R> {
         dx: &mut Tensor,
     ) -> Result<()> {
         if self.words(x.dtype()) {
-            return self.via_f32(&[x, dy], dx, |w, tmp| {
-                self.glu_backward(name, op, &w[0], &w[1], tmp)
+            return self.through_f32(&[x, dy], &mut [Narrowed::written(dx)], |w, o| {
+                self.glu_backward(name, op, &w[0], &w[1], &mut o[0])
             });
         }
         let (xh, dyh, dxh) = (out_handle(x), out_handle(dy), out_handle(dx));

@@ -5,7 +5,7 @@ use brotensor_kernels::elementwise as k;
 use cubecl::prelude::*;
 use half::{bf16, f16};
 
-use super::{out_handle, source, src_handle, with_float, CubeBackend};
+use super::{out_handle, source, src_handle, with_float, CubeBackend, Narrowed};
 use crate::backend::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 use crate::{Dtype, Result, Tensor};
 
@@ -296,10 +296,9 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
         b: Broadcast,
     ) -> Result<()> {
         if self.words(y.dtype()) {
-            let wv = self.widened(v)?;
-            let mut wy = self.widened(y)?;
-            self.broadcast(name, &mut wy, &wv, b)?;
-            return self.cast(&wy, y);
+            return self.through_f32(&[v], &mut [Narrowed::updated(y)], |w, o| {
+                self.broadcast(name, &mut o[0], &w[0], b)
+            });
         }
         let (yh, vh) = (out_handle(y), out_handle(v));
         let len = y.numel();

@@ -4,8 +4,8 @@ use brotensor_kernels::matmul::{self as mm, GemmSpec};
 use cubecl::prelude::*;
 use half::{bf16, f16};
 
-use super::{out_handle, with_float, CubeBackend};
-use crate::backend::{ElementwiseOps, Gemm, LinearOps};
+use super::{out_handle, with_float, CubeBackend, Narrowed};
+use crate::backend::{Gemm, LinearOps};
 use crate::{Dtype, Result, Tensor};
 
 impl<R: Runtime> LinearOps for CubeBackend<R> {
@@ -19,19 +19,19 @@ impl<R: Runtime> LinearOps for CubeBackend<R> {
         g: Gemm,
     ) -> Result<()> {
         if self.words(a.dtype()) {
-            let (wa, wb) = (self.widened(a)?, self.widened(b)?);
-            let wbias = bias.map(|t| self.widened(t)).transpose()?;
             // The product writes every element of `c` only when its batches tile it with no
             // gap; otherwise the elements it skips must come back unchanged, so widen them too.
             let mn = g.m * g.n;
             let tiles_c = (g.batch == 1 || g.strides.2 == mn) && g.batch * mn == c.numel();
-            let mut wc = if g.accumulate || !tiles_c {
-                self.widened(c)?
+            let wc = if g.accumulate || !tiles_c {
+                Narrowed::updated(c)
             } else {
-                Tensor::empty_on(self.device, c.rows(), c.cols(), Dtype::F32)?
+                Narrowed::written(c)
             };
-            self.gemm(name, &wa, &wb, wbias.as_ref(), &mut wc, g)?;
-            return self.cast(&wc, c);
+            let inputs: Vec<&Tensor> = [a, b].into_iter().chain(bias).collect();
+            return self.through_f32(&inputs, &mut [wc], |w, o| {
+                self.gemm(name, &w[0], &w[1], w.get(2), &mut o[0], g)
+            });
         }
         let spec = GemmSpec {
             m: g.m,

@@ -3,6 +3,7 @@
 //! family shares; each family's glue is in its own file.
 
 mod activation;
+mod dtype_policy;
 mod elementwise;
 mod linear;
 mod loss;
@@ -17,8 +18,9 @@ use cubecl::server::Handle;
 use cubecl::stream_id::StreamId;
 use half::{bf16, f16};
 
+use self::dtype_policy::{with_float, DtypePolicy, Narrowed};
 use super::storage::GpuBuffer;
-use super::{Backend, ElementwiseOps, MemoryInfo, OnDevice, Src, Storage};
+use super::{Backend, MemoryInfo, OnDevice, Src, Storage};
 use crate::{Device, Dtype, Error, Result, Tensor};
 
 /// GPU buffers are sized in multiples of this many bytes (at least one), so that word-wise
@@ -152,8 +154,7 @@ impl<R: Runtime> Backend for CubeBackend<R> {
 
     fn matmul_on_matrix_units(&self, dtype: Dtype) -> bool {
         // BF16 stored as packed words multiplies through FP32 copies, never on matrix units.
-        self.supports(dtype)
-            && !self.words(dtype)
+        self.policy(dtype) == DtypePolicy::Native
             && match dtype {
                 Dtype::F16 => mm::matrix_unit_shape::<R, f16>(&self.client).is_some(),
                 Dtype::BF16 => mm::matrix_unit_shape::<R, bf16>(&self.client).is_some(),
@@ -162,13 +163,8 @@ impl<R: Runtime> Backend for CubeBackend<R> {
     }
 
     fn supports(&self, dtype: Dtype) -> bool {
-        match dtype {
-            Dtype::F32 => true,
-            Dtype::F16 => self.f16,
-            // Natively, or as packed 16-bit words widened in the kernels.
-            Dtype::BF16 => true,
-            _ => false,
-        }
+        // Natively, or (BF16) as packed 16-bit words.
+        self.policy(dtype) != DtypePolicy::Unsupported
     }
 
     fn max_buffer_bytes(&self) -> u64 {
@@ -268,59 +264,5 @@ impl<R: Runtime> Backend for CubeBackend<R> {
             Ok(())
         })?;
         Ok(())
-    }
-}
-
-/// Calls `$body` with `$F` bound to the storage type of a float dtype.
-macro_rules! with_float {
-    ($dtype:expr, |$F:ident| $body:expr) => {
-        match $dtype {
-            Dtype::F32 => {
-                type $F = f32;
-                $body
-            }
-            Dtype::F16 => {
-                type $F = f16;
-                $body
-            }
-            Dtype::BF16 => {
-                type $F = bf16;
-                $body
-            }
-            other => unreachable!("non-float dtype {other:?} reached a float kernel"),
-        }
-    };
-}
-pub(crate) use with_float;
-
-impl<R: Runtime> CubeBackend<R> {
-    /// Whether `dtype` runs as packed bf16 words on this device.
-    fn words(&self, dtype: Dtype) -> bool {
-        dtype == Dtype::BF16 && !self.bf16
-    }
-
-    /// An F32 copy of `t` on this device: the way kernels without a packed-word form run on
-    /// BF16 tensors stored as words (FP32 math either way).
-    fn widened(&self, t: &Tensor) -> Result<Tensor> {
-        let mut w = Tensor::empty_on(self.device, t.rows(), t.cols(), Dtype::F32)?;
-        self.cast(t, &mut w)?;
-        Ok(w)
-    }
-
-    /// Runs `f` on F32 copies of `inputs` writing an F32 `out`-shaped temporary, then
-    /// narrows the temporary into `out` (for packed-word BF16).
-    fn via_f32(
-        &self,
-        inputs: &[&Tensor],
-        out: &mut Tensor,
-        f: impl FnOnce(&[Tensor], &mut Tensor) -> Result<()>,
-    ) -> Result<()> {
-        let wide = inputs
-            .iter()
-            .map(|t| self.widened(t))
-            .collect::<Result<Vec<_>>>()?;
-        let mut tmp = Tensor::empty_on(self.device, out.rows(), out.cols(), Dtype::F32)?;
-        f(&wide, &mut tmp)?;
-        self.cast(&tmp, out)
     }
 }

@@ -6,8 +6,8 @@ use brotensor_kernels::LaunchError;
 use cubecl::prelude::*;
 use half::{bf16, f16};
 
-use super::{out_handle, src_handle, with_float, CubeBackend};
-use crate::backend::{BatchNormStats, ElementwiseOps, LayerNormCaches, NormOps, Src};
+use super::{out_handle, src_handle, with_float, CubeBackend, Narrowed};
+use crate::backend::{BatchNormStats, LayerNormCaches, NormOps, Src};
 use crate::{Dtype, Result, Tensor};
 
 impl<R: Runtime> CubeBackend<R> {
@@ -26,14 +26,15 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         cols: usize,
     ) -> Result<()> {
         if self.words(out.dtype()) {
-            let mut wide = self.widened(out)?;
-            match x {
-                Src::Tensor(x) => {
-                    self.softmax(Src::Tensor(&self.widened(x)?), mask, &mut wide, cols)?
-                }
-                Src::Out => self.softmax(Src::Out, mask, &mut wide, cols)?,
-            }
-            return self.cast(&wide, out);
+            // The mask is F32 whatever the data's dtype.
+            let inputs: Vec<&Tensor> = match x {
+                Src::Tensor(x) => vec![x],
+                Src::Out => vec![],
+            };
+            return self.through_f32(&inputs, &mut [Narrowed::updated(out)], |w, o| {
+                let x = w.first().map_or(Src::Out, Src::Tensor);
+                self.softmax(x, mask, &mut o[0], cols)
+            });
         }
         let oh = out_handle(out);
         let xh = src_handle(x).unwrap_or_else(|| oh.clone());
@@ -57,8 +58,8 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         cols: usize,
     ) -> Result<()> {
         if self.words(p.dtype()) {
-            return self.via_f32(&[p, dp], dl, |w, tmp| {
-                self.softmax_backward(&w[0], &w[1], tmp, cols)
+            return self.through_f32(&[p, dp], &mut [Narrowed::written(dl)], |w, o| {
+                self.softmax_backward(&w[0], &w[1], &mut o[0], cols)
             });
         }
         let (ph, dph, dlh) = (out_handle(p), out_handle(dp), out_handle(dl));
@@ -83,23 +84,25 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         caches: Option<LayerNormCaches<'_>>,
     ) -> Result<()> {
         if self.words(x.dtype()) {
-            let (wx, wg, wb) = (self.widened(x)?, self.widened(gamma)?, self.widened(beta)?);
-            let mut wy = Tensor::empty_on(self.device, y.rows(), y.cols(), Dtype::F32)?;
+            let inputs = [x, gamma, beta];
             return match caches {
-                None => {
-                    self.layernorm(&wx, &wg, &wb, eps, &mut wy, None)?;
-                    self.cast(&wy, y)
-                }
-                Some(c) => {
-                    let mut wxh = Tensor::empty_on(self.device, y.rows(), y.cols(), Dtype::F32)?;
-                    let wc = LayerNormCaches {
-                        xhat: &mut wxh,
-                        mean: c.mean,
-                        rstd: c.rstd,
-                    };
-                    self.layernorm(&wx, &wg, &wb, eps, &mut wy, Some(wc))?;
-                    self.cast(&wy, y)?;
-                    self.cast(&wxh, c.xhat)
+                None => self.through_f32(&inputs, &mut [Narrowed::written(y)], |w, o| {
+                    self.layernorm(&w[0], &w[1], &w[2], eps, &mut o[0], None)
+                }),
+                // The mean and rstd caches are F32 whatever the data's dtype.
+                Some(LayerNormCaches { xhat, mean, rstd }) => {
+                    let mut outputs = [Narrowed::written(y), Narrowed::written(xhat)];
+                    self.through_f32(&inputs, &mut outputs, |w, o| {
+                        let [wy, wxhat] = o else {
+                            unreachable!("two outputs")
+                        };
+                        let wc = LayerNormCaches {
+                            xhat: wxhat,
+                            mean,
+                            rstd,
+                        };
+                        self.layernorm(&w[0], &w[1], &w[2], eps, wy, Some(wc))
+                    })
                 }
             };
         }
@@ -138,13 +141,18 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         dbeta: &mut Tensor,
     ) -> Result<()> {
         if self.words(dy.dtype()) {
-            let (wdy, wxh, wg) = (self.widened(dy)?, self.widened(xhat)?, self.widened(gamma)?);
-            let mut wdx = Tensor::empty_on(self.device, dx.rows(), dx.cols(), Dtype::F32)?;
-            let (mut wdg, mut wdb) = (self.widened(dgamma)?, self.widened(dbeta)?);
-            self.layernorm_backward(&wdy, &wxh, &wg, rstd, &mut wdx, &mut wdg, &mut wdb)?;
-            self.cast(&wdx, dx)?;
-            self.cast(&wdg, dgamma)?;
-            return self.cast(&wdb, dbeta);
+            // rstd is F32 whatever the data's dtype; the parameter gradients accumulate.
+            let mut outputs = [
+                Narrowed::written(dx),
+                Narrowed::updated(dgamma),
+                Narrowed::updated(dbeta),
+            ];
+            return self.through_f32(&[dy, xhat, gamma], &mut outputs, |w, o| {
+                let [wdx, wdg, wdb] = o else {
+                    unreachable!("three outputs")
+                };
+                self.layernorm_backward(&w[0], &w[1], &w[2], rstd, wdx, wdg, wdb)
+            });
         }
         let hs = (
             out_handle(dy),
@@ -208,9 +216,19 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
     ) -> Result<()> {
         let (gamma, beta, mean, var) = params;
         if self.words(x.dtype()) {
-            return self.via_f32(&[x, gamma, beta, mean, var], y, |w, tmp| {
-                self.batch_norm_inference(&w[0], (&w[1], &w[2], &w[3], &w[4]), hw, eps, tmp)
-            });
+            return self.through_f32(
+                &[x, gamma, beta, mean, var],
+                &mut [Narrowed::written(y)],
+                |w, o| {
+                    self.batch_norm_inference(
+                        &w[0],
+                        (&w[1], &w[2], &w[3], &w[4]),
+                        hw,
+                        eps,
+                        &mut o[0],
+                    )
+                },
+            );
         }
         let h = [x, y, gamma, beta, mean, var].map(out_handle);
         let shape = (x.numel(), gamma.numel(), hw);
@@ -257,8 +275,8 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         y: &mut Tensor,
     ) -> Result<()> {
         if self.words(x.dtype()) {
-            return self.via_f32(&[x, gamma, beta], y, |w, tmp| {
-                self.group_norm(&w[0], &w[1], &w[2], (groups, hw), eps, tmp)
+            return self.through_f32(&[x, gamma, beta], &mut [Narrowed::written(y)], |w, o| {
+                self.group_norm(&w[0], &w[1], &w[2], (groups, hw), eps, &mut o[0])
             });
         }
         let h = [x, gamma, beta, y].map(out_handle);
@@ -285,14 +303,18 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         (part_g, part_b): (&mut Tensor, &mut Tensor),
     ) -> Result<()> {
         if self.words(x.dtype()) {
-            let (wx, wg, wdy) = (self.widened(x)?, self.widened(gamma)?, self.widened(dy)?);
-            let wide = |t: &Tensor| Tensor::empty_on(self.device, t.rows(), t.cols(), Dtype::F32);
-            let (mut wdx, mut wpg, mut wpb) = (wide(dx)?, wide(part_g)?, wide(part_b)?);
-            let wparts = (&mut wpg, &mut wpb);
-            self.group_norm_backward(&wx, &wg, &wdy, (groups, hw), eps, &mut wdx, wparts)?;
-            self.cast(&wdx, dx)?;
-            self.cast(&wpg, part_g)?;
-            return self.cast(&wpb, part_b);
+            let mut outputs = [
+                Narrowed::written(dx),
+                Narrowed::written(part_g),
+                Narrowed::written(part_b),
+            ];
+            return self.through_f32(&[x, gamma, dy], &mut outputs, |w, o| {
+                let [wdx, wpg, wpb] = o else {
+                    unreachable!("three outputs")
+                };
+                let parts = (wpg, wpb);
+                self.group_norm_backward(&w[0], &w[1], &w[2], (groups, hw), eps, wdx, parts)
+            });
         }
         let h = [x, gamma, dy, dx, part_g, part_b].map(out_handle);
         let cpg = gamma.numel() / groups.max(1);
@@ -310,8 +332,8 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
 
     fn rms_norm(&self, x: &Tensor, gamma: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
         if self.words(x.dtype()) {
-            return self.via_f32(&[x, gamma], y, |w, tmp| {
-                self.rms_norm(&w[0], &w[1], eps, tmp)
+            return self.through_f32(&[x, gamma], &mut [Narrowed::written(y)], |w, o| {
+                self.rms_norm(&w[0], &w[1], eps, &mut o[0])
             });
         }
         let (xh, gh, yh) = (out_handle(x), out_handle(gamma), out_handle(y));
@@ -335,15 +357,14 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         dgamma: Option<&mut Tensor>,
     ) -> Result<()> {
         if self.words(x.dtype()) {
-            let (wx, wg, wdy) = (self.widened(x)?, self.widened(gamma)?, self.widened(dy)?);
-            let mut wdx = Tensor::empty_on(self.device, dx.rows(), dx.cols(), Dtype::F32)?;
-            let mut wdg = dgamma.as_deref().map(|d| self.widened(d)).transpose()?;
-            self.rms_norm_backward(&wx, &wg, &wdy, eps, &mut wdx, wdg.as_mut())?;
-            self.cast(&wdx, dx)?;
-            return match (wdg, dgamma) {
-                (Some(wdg), Some(dgamma)) => self.cast(&wdg, dgamma),
-                _ => Ok(()),
-            };
+            // The gamma gradient accumulates.
+            let mut outputs: Vec<Narrowed<'_>> = std::iter::once(Narrowed::written(dx))
+                .chain(dgamma.map(Narrowed::updated))
+                .collect();
+            return self.through_f32(&[x, gamma, dy], &mut outputs, |w, o| {
+                let (wdx, wdg) = o.split_first_mut().expect("dx is an output");
+                self.rms_norm_backward(&w[0], &w[1], &w[2], eps, wdx, wdg.first_mut())
+            });
         }
         let rrms = self.scratch(x.rows())?;
         let (xh, gh, dyh) = (out_handle(x), out_handle(gamma), out_handle(dy));

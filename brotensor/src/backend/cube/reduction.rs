@@ -4,14 +4,16 @@ use brotensor_kernels::reduce as rd;
 use cubecl::prelude::*;
 use half::{bf16, f16};
 
-use super::{out_handle, with_float, CubeBackend};
+use super::{out_handle, with_float, CubeBackend, Narrowed};
 use crate::backend::ReductionOps;
 use crate::{Dtype, Result, Tensor};
 
 impl<R: Runtime> ReductionOps for CubeBackend<R> {
     fn sum_rows(&self, x: &Tensor, y: &mut Tensor) -> Result<()> {
         if self.words(x.dtype()) {
-            return self.via_f32(&[x], y, |w, tmp| self.sum_rows(&w[0], tmp));
+            return self.through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
+                self.sum_rows(&w[0], &mut o[0])
+            });
         }
         let (xh, yh) = (out_handle(x), out_handle(y));
         // The split comes from `y`: rows = y's elements (callers may sum a reshaped view).
@@ -29,7 +31,9 @@ impl<R: Runtime> ReductionOps for CubeBackend<R> {
 
     fn sum_cols(&self, x: &Tensor, y: &mut Tensor) -> Result<()> {
         if self.words(x.dtype()) {
-            return self.via_f32(&[x], y, |w, tmp| self.sum_cols(&w[0], tmp));
+            return self.through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
+                self.sum_cols(&w[0], &mut o[0])
+            });
         }
         let (xh, yh) = (out_handle(x), out_handle(y));
         let cols = y.numel();
@@ -46,7 +50,8 @@ impl<R: Runtime> ReductionOps for CubeBackend<R> {
 
     fn argmax_rows(&self, x: &Tensor, idx: &mut Tensor) -> Result<()> {
         if self.words(x.dtype()) {
-            return self.argmax_rows(&self.widened(x)?, idx);
+            // The indices are not a float output: nothing to narrow.
+            return self.through_f32(&[x], &mut [], |w, _| self.argmax_rows(&w[0], idx));
         }
         let (xh, ih) = (out_handle(x), out_handle(idx));
         let (rows, cols) = x.shape();
