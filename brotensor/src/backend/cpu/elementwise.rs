@@ -3,7 +3,6 @@
 use brotensor_cpu::simd::MulAdd;
 use brotensor_cpu::{activation as act, cast as cpu_cast, elementwise as ew};
 use half::{bf16, f16};
-use rayon::prelude::*;
 
 use super::CpuBackend;
 use crate::backend::{Binary, Broadcast, ElementwiseOps, Src, Unary};
@@ -233,26 +232,14 @@ impl ElementwiseOps for CpuBackend {
     fn threshold_u8(&self, x: &Tensor, t: f32, out: &mut Tensor) -> Result<()> {
         let o = out.host_mut::<i8>();
         match x.dtype() {
-            Dtype::F16 => o
-                .iter_mut()
-                .zip(x.host::<f16>())
-                .for_each(|(o, v)| *o = i8::from(v.to_f32() > t)),
-            _ => o
-                .iter_mut()
-                .zip(x.host::<f32>())
-                .for_each(|(o, &v)| *o = i8::from(v > t)),
+            Dtype::F16 => ew::threshold(x.host::<f16>(), t, o),
+            _ => ew::threshold(x.host::<f32>(), t, o),
         }
         Ok(())
     }
 
     fn dequant_i8_rows(&self, q: &Tensor, scales: &Tensor, out: &mut Tensor) -> Result<()> {
-        let cols = q.cols().max(1);
-        let s = scales.host::<f32>();
-        out.host_mut::<f32>()
-            .par_chunks_mut(cols)
-            .zip(q.host::<i8>().par_chunks(cols))
-            .zip(s.par_iter())
-            .for_each(|((o, q), &sc)| o.iter_mut().zip(q).for_each(|(o, &v)| *o = v as f32 * sc));
+        ew::dequant_i8_rows(q.host(), scales.host(), q.cols(), out.host_mut());
         Ok(())
     }
 
@@ -263,29 +250,8 @@ impl ElementwiseOps for CpuBackend {
         v: &Tensor,
         b: Broadcast,
     ) -> Result<()> {
-        let v = v.host::<f32>();
-        let inner = b.inner.max(1);
-        let combine = |x: &mut f32, w: f32| {
-            if b.multiply {
-                *x *= w
-            } else {
-                *x += w
-            }
-        };
-        y.host_mut::<f32>()
-            .par_chunks_mut(inner)
-            .enumerate()
-            .for_each(|(r, row)| {
-                if b.per_row {
-                    let w = v[r % b.v_len];
-                    row.iter_mut().for_each(|x| combine(x, w));
-                } else {
-                    let at = r / b.repeat.max(1) * inner;
-                    row.iter_mut()
-                        .zip(&v[at..at + inner])
-                        .for_each(|(x, &w)| combine(x, w));
-                }
-            });
+        let (y, v) = (y.host_mut(), v.host());
+        ew::broadcast(y, v, b.inner, b.per_row, b.v_len, b.repeat, b.multiply);
         Ok(())
     }
 }

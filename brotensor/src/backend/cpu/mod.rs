@@ -9,7 +9,6 @@ mod norm;
 mod reduction;
 
 use brotensor_cpu::cast as cpu_cast;
-use rayon::prelude::*;
 
 use super::storage::HostBuffer;
 use super::{Backend, MemoryInfo, OnDevice, Storage};
@@ -79,9 +78,7 @@ impl Backend for CpuBackend {
     }
 
     fn zero(&self, dst: &mut Storage, bytes: usize) -> Result<()> {
-        host_mut(dst).bytes_mut()[..bytes]
-            .par_chunks_mut(FILL_CHUNK)
-            .for_each(|c| c.fill(0));
+        cpu_cast::zero(&mut host_mut(dst).bytes_mut()[..bytes]);
         Ok(())
     }
 
@@ -98,6 +95,3 @@ impl Backend for CpuBackend {
         Ok(())
     }
 }
-
-/// Bytes per parallel task of host fills.
-const FILL_CHUNK: usize = 1 << 18;

@@ -1,6 +1,6 @@
 //! CPU glue of the row and column reductions.
 
-use brotensor_cpu::reduction as red;
+use brotensor_cpu::{cast as cpu_cast, reduction as red};
 use half::f16;
 
 use super::CpuBackend;
@@ -20,19 +20,10 @@ impl ReductionOps for CpuBackend {
     }
 
     fn argmax_rows(&self, x: &Tensor, idx: &mut Tensor) -> Result<()> {
-        let mut at = vec![0usize; x.rows()];
-        red::argmax_rows(x.host(), x.cols(), &mut at);
+        let shape = (x.rows(), x.cols());
         match idx.dtype() {
-            Dtype::I32 => idx
-                .host_mut::<i32>()
-                .iter_mut()
-                .zip(&at)
-                .for_each(|(o, &i)| *o = i as i32),
-            _ => idx
-                .host_mut::<f32>()
-                .iter_mut()
-                .zip(&at)
-                .for_each(|(o, &i)| *o = i as f32),
+            Dtype::I32 => red::argmax_rows_into(x.host(), shape, idx.host_mut(), |i| i as i32),
+            _ => red::argmax_rows_into(x.host(), shape, idx.host_mut(), |i| i as f32),
         }
         Ok(())
     }
@@ -46,11 +37,9 @@ impl ReductionOps for CpuBackend {
         let wide;
         let values: &[f32] = match x.dtype() {
             Dtype::F16 => {
-                wide = x
-                    .host::<f16>()
-                    .iter()
-                    .map(|v| v.to_f32())
-                    .collect::<Vec<_>>();
+                let mut w = vec![0.0f32; x.numel()];
+                cpu_cast::convert(x.host::<f16>(), &mut w);
+                wide = w;
                 &wide
             }
             _ => x.host(),

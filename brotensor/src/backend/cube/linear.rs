@@ -33,18 +33,7 @@ impl<R: Runtime> LinearOps for CubeBackend<R> {
                 self.gemm(name, &w[0], &w[1], w.get(2), &mut o[0], g)
             });
         }
-        let spec = GemmSpec {
-            m: g.m,
-            n: g.n,
-            k: g.k,
-            trans_a: g.trans_a,
-            trans_b: g.trans_b,
-            accumulate: g.accumulate,
-            batch: g.batch,
-            strides: g.strides,
-            bias: bias.is_some(),
-            act: g.act,
-        };
+        let spec = kernel_spec(g, bias.is_some());
         let (ah, bh, ch) = (out_handle(a), out_handle(b), out_handle(c));
         let biash = bias.map(out_handle);
         with_float!(a.dtype(), |F| mm::launch_gemm::<R, F>(
@@ -56,5 +45,22 @@ impl<R: Runtime> LinearOps for CubeBackend<R> {
             spec
         ))
         .map_err(|e| self.launch_error(name, e))
+    }
+}
+
+/// The kernel crate's launch descriptor of a [`Gemm`]: the same fields, plus whether a bias
+/// is bound, and the epilogue as the kernel's comptime code (the C++ code, [`crate::ops::Act::code`]).
+fn kernel_spec(g: Gemm, bias: bool) -> GemmSpec {
+    GemmSpec {
+        m: g.m,
+        n: g.n,
+        k: g.k,
+        trans_a: g.trans_a,
+        trans_b: g.trans_b,
+        accumulate: g.accumulate,
+        batch: g.batch,
+        strides: g.strides,
+        bias,
+        act: g.act.code(),
     }
 }
