@@ -79,6 +79,14 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
     });
 }
 
+/// Bytes per parallel task of [`zero`].
+const ZERO_CHUNK: usize = 1 << 18;
+
+/// `dst[i] = 0`.
+pub fn zero(dst: &mut [u8]) {
+    dst.par_chunks_mut(ZERO_CHUNK).for_each(|c| c.fill(0));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -159,6 +159,59 @@ pub fn fill(out: &mut [f32], value: f32) {
     out.par_chunks_mut(CHUNK).for_each(|c| c.fill(value));
 }
 
+/// `out[i] = 1` where `x[i] > t`, else `0` (NaN gives 0), widening 16-bit inputs exactly.
+pub fn threshold<T: Copy>(x: &[T], t: f32, out: &mut [i8])
+where
+    f32: From<T>,
+{
+    out.iter_mut()
+        .zip(x)
+        .for_each(|(o, &v)| *o = i8::from(f32::from(v) > t));
+}
+
+/// `out[r, j] = q[r, j] * scales[r]`: int8 weights of `cols` per row, one scale per row.
+pub fn dequant_i8_rows(q: &[i8], scales: &[f32], cols: usize, out: &mut [f32]) {
+    let cols = cols.max(1);
+    out.par_chunks_mut(cols)
+        .zip(q.par_chunks(cols))
+        .zip(scales.par_iter())
+        .for_each(|((o, q), &sc)| o.iter_mut().zip(q).for_each(|(o, &v)| *o = v as f32 * sc));
+}
+
+/// `y (+|*)= v` broadcast over rows of `inner` elements of `y`: with `per_row`, row `r`
+/// combines with the one value `v[r % v_len]`; otherwise row `r` combines element-wise with
+/// row `r / repeat` of `v` (`v` holding rows of `inner` values). Multiplies when `multiply`,
+/// else adds.
+pub fn broadcast(
+    y: &mut [f32],
+    v: &[f32],
+    inner: usize,
+    per_row: bool,
+    v_len: usize,
+    repeat: usize,
+    multiply: bool,
+) {
+    let inner = inner.max(1);
+    let combine = |x: &mut f32, w: f32| {
+        if multiply {
+            *x *= w
+        } else {
+            *x += w
+        }
+    };
+    y.par_chunks_mut(inner).enumerate().for_each(|(r, row)| {
+        if per_row {
+            let w = v[r % v_len];
+            row.iter_mut().for_each(|x| combine(x, w));
+        } else {
+            let at = r / repeat.max(1) * inner;
+            row.iter_mut()
+                .zip(&v[at..at + inner])
+                .for_each(|(x, &w)| combine(x, w));
+        }
+    });
+}
+
 /// `lo` if `x < lo`, `hi` if `x > hi`, else `x`. Comparisons, not min/max, so NaN passes
 /// through and `lo > hi` yields `hi`.
 #[inline]

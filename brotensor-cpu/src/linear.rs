@@ -3,6 +3,8 @@
 
 use gemm::Parallelism;
 
+use crate::activation as act;
+
 /// A row-major matrix operand, possibly read transposed. Its fields are private so that
 /// `data` always holds exactly `rows * cols` elements ([`Mat::new`] checks it), which
 /// [`matmul`]'s unsafe call relies on.
@@ -128,6 +130,117 @@ pub fn add_row_bias(y: &mut [f32], bias: &[f32]) {
     }
     for row in y.chunks_mut(bias.len()) {
         row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+    }
+}
+
+/// The activation fused after a product (the C++ epilogue codes 0-5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Act {
+    /// No activation (code 0; also what any unknown code means).
+    #[default]
+    None,
+    /// `max(x, 0)` (code 1).
+    Relu,
+    /// tanh-GELU (code 2).
+    Gelu,
+    /// erf-GELU (code 3).
+    GeluExact,
+    /// `x sigmoid(x)` (code 4).
+    Silu,
+    /// `x sigmoid(1.702 x)` (code 5).
+    QuickGelu,
+}
+
+impl Act {
+    /// The C++ epilogue code.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The activation of a C++ epilogue code; unknown codes are [`Act::None`], as there.
+    pub fn from_code(code: u32) -> Act {
+        match code {
+            1 => Act::Relu,
+            2 => Act::Gelu,
+            3 => Act::GeluExact,
+            4 => Act::Silu,
+            5 => Act::QuickGelu,
+            _ => Act::None,
+        }
+    }
+
+    /// The activation of one value.
+    pub fn apply(self, v: f32) -> f32 {
+        match self {
+            Act::None => v,
+            Act::Relu => act::relu(v),
+            Act::Gelu => act::gelu(v),
+            Act::GeluExact => act::gelu_exact(v),
+            Act::Silu => act::silu(v),
+            Act::QuickGelu => act::quick_gelu(v),
+        }
+    }
+}
+
+/// `C[z] = act(op(A[z]) . op(B[z]) (+ C[z]) + bias)` for `z < batch`: `op(A)` is `m x k`,
+/// `op(B)` is `k x n`; stored operands are read transposed when asked; batch entries sit
+/// `strides` elements apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gemm {
+    /// Rows of `C` (and of `op(A)`).
+    pub m: usize,
+    /// Columns of `C` (and of `op(B)`).
+    pub n: usize,
+    /// The inner dimension.
+    pub k: usize,
+    /// `A` is stored `k x m` and read transposed.
+    pub trans_a: bool,
+    /// `B` is stored `n x k` and read transposed.
+    pub trans_b: bool,
+    /// `C += ...` instead of `C = ...`.
+    pub accumulate: bool,
+    /// Independent products.
+    pub batch: usize,
+    /// Element strides between consecutive batch entries of `A`, `B`, `C`.
+    pub strides: (usize, usize, usize),
+    /// The activation applied last.
+    pub act: Act,
+}
+
+/// Rows of `d` from `at` as a stored `rows x cols` matrix, read transposed when `trans`.
+fn view(d: &[f32], at: usize, (rows, cols): (usize, usize), trans: bool) -> Mat<'_> {
+    let m = Mat::new(&d[at..at + rows * cols], rows, cols);
+    if trans {
+        m.t()
+    } else {
+        m
+    }
+}
+
+/// The product [`Gemm`] describes, with an optional bias of `n` elements added to every row
+/// before the activation.
+///
+/// # Panics
+/// When a batch entry the dimensions and strides reach lies outside its slice.
+pub fn gemm(a: &[f32], b: &[f32], bias: Option<&[f32]>, c: &mut [f32], g: Gemm) {
+    let (m, n, k) = (g.m, g.n, g.k);
+    let stored =
+        |trans: bool, rows: usize, cols: usize| if trans { (cols, rows) } else { (rows, cols) };
+    let (a_shape, b_shape) = (stored(g.trans_a, m, k), stored(g.trans_b, k, n));
+    for z in 0..g.batch {
+        let out = &mut c[z * g.strides.2..z * g.strides.2 + m * n];
+        matmul(
+            view(a, z * g.strides.0, a_shape, g.trans_a),
+            view(b, z * g.strides.1, b_shape, g.trans_b),
+            out,
+            g.accumulate,
+        );
+        if let Some(b) = bias {
+            add_row_bias(out, b);
+        }
+        if g.act != Act::None {
+            out.iter_mut().for_each(|v| *v = g.act.apply(*v));
+        }
     }
 }
 

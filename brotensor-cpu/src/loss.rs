@@ -130,6 +130,40 @@ fn xent_segment_in(
     )
 }
 
+/// [`xent_batched`] one head at a time, so that the losses come out per row and head:
+/// `loss[row * heads + h]` for the `heads = offsets.len() - 1` heads of `offsets`.
+#[allow(clippy::too_many_arguments)]
+pub fn xent_heads(
+    logits: &[f32],
+    target: &[f32],
+    mask: Option<&[f32]>,
+    (rows, cols): (usize, usize),
+    offsets: &[usize],
+    probs: &mut [f32],
+    dlogits: &mut [f32],
+    loss: &mut [f32],
+) {
+    let heads = offsets.len().saturating_sub(1);
+    let mut per_head = vec![0.0f32; rows * heads];
+    for h in 0..heads {
+        let mut one = vec![0.0f32; rows];
+        xent_batched(
+            logits,
+            target,
+            mask,
+            cols,
+            &offsets[h..h + 2],
+            probs,
+            dlogits,
+            &mut one,
+        );
+        for (r, v) in one.into_iter().enumerate() {
+            per_head[r * heads + h] = v;
+        }
+    }
+    loss.copy_from_slice(&per_head);
+}
+
 /// Per row of `(rows, cols)`, [`xent_segment`] on each head's columns
 /// `[offsets[h], offsets[h + 1])`; `loss[row] = sum over heads`. Columns outside every head
 /// are left untouched. `offsets` must be non-decreasing and end within `cols`.

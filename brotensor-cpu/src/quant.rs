@@ -54,8 +54,9 @@ const IQ4_VALUES: [i8; 16] = [
 const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 impl Block {
-    /// `(elements, bytes)` per block.
-    pub fn size(self) -> (usize, usize) {
+    /// `(elements, bytes)` per block: the one block layout table (the GGUF reader and the
+    /// block dtypes take their sizes from it). Sizes follow ggml.
+    pub const fn size(self) -> (usize, usize) {
         match self {
             Block::Q4_0 => (32, 18),
             Block::Q4_1 => (32, 20),

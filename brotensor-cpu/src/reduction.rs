@@ -373,6 +373,19 @@ fn top_k_offer(vals: &mut [f32], idx: &mut [i32], kept: usize, v: f32, i: usize)
     (kept + 1).min(k)
 }
 
+/// [`argmax_rows`] over `rows` rows, each index stored as `from(index)` (an `i32`, or an `f32`
+/// where the C++ API returns indices as floats).
+pub fn argmax_rows_into<T>(
+    x: &[f32],
+    (rows, cols): (usize, usize),
+    idx: &mut [T],
+    from: impl Fn(usize) -> T,
+) {
+    let mut at = vec![0usize; rows];
+    argmax_rows(x, cols, &mut at);
+    idx.iter_mut().zip(&at).for_each(|(o, &i)| *o = from(i));
+}
+
 /// `counts[r] = (#{x > lo}, #{x > hi})` per row (strict comparisons).
 pub fn rows_count_above(x: &[f32], cols: usize, lo: f32, hi: f32, counts: &mut [i32]) {
     assert!(

@@ -8,8 +8,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::launch::{check_divisors, check_len, extent, grid_1d, LaunchError};
-use crate::reduce::{cube_sum, REDUCE_UNITS};
-use crate::rows::{arg, row_grid};
+use crate::primitives::{arg, cube_sum, row_grid, REDUCE_UNITS};
 
 /// The index of channel `ch`'s `t`-th value.
 #[cube]

@@ -3,7 +3,7 @@
 //!
 //! Each kernel file has a `lower_for_cuda` function (under `cfg(test)`) that builds its
 //! kernels' definitions for the whole launch domain: every float storage type the backend
-//! dispatches to (`with_float!` in `brotensor/src/backend/cube.rs`), every vector size that
+//! dispatches to (`with_float!` in `brotensor/src/backend/cube/`), every vector size that
 //! [`crate::launch::vector_size_for`] can return, every instruction type, and every value of
 //! each comptime flag. A new comptime parameter breaks the build of these functions (the
 //! kernel constructors are positional); a new kernel, instruction or dtype fails
@@ -244,7 +244,18 @@ fn every_kernel_lowers_to_cuda() {
         }
     }
     let elementwise = read("src/elementwise.rs");
-    let cube = read("../brotensor/src/backend/cube.rs");
+    // The GPU glue, one file per op family: scanned as one text.
+    let glue = "../brotensor/src/backend/cube";
+    let mut glue_files: Vec<String> = std::fs::read_dir(format!("{root}/{glue}"))
+        .expect("the GPU glue folder")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .filter(|n| n.ends_with(".rs"))
+        .collect();
+    glue_files.sort();
+    let cube: String = glue_files
+        .iter()
+        .map(|n| read(&format!("{glue}/{n}")))
+        .collect();
     let mut ops: Vec<(String, &[&str])> = Vec::new();
     for op in op_names(&elementwise, "unary_ops") {
         ops.push((op, &["::unary_kernel::", "::unary_words_kernel::"]));

@@ -32,6 +32,7 @@ pub mod glu;
 mod launch;
 pub mod loss;
 pub mod matmul;
+mod primitives;
 pub mod reduce;
 pub mod rows;
 pub mod snake;

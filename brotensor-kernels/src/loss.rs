@@ -6,17 +6,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::launch::{check_len, extent, grid_1d, sum, LaunchError};
-use crate::reduce::{cube_sum, REDUCE_UNITS};
-use crate::rows::{cube_max, row_grid};
-
-#[cube]
-pub(crate) fn is_valid(mask: &Array<f32>, at: usize, #[comptime] masked: bool) -> bool {
-    let mut v = true;
-    if comptime!(masked) {
-        v = mask[at] >= 0.5;
-    }
-    v
-}
+use crate::primitives::{cube_max, cube_sum, is_valid, row_grid, REDUCE_UNITS};
 
 /// Cube `row * heads + h` handles row `row`, columns `[offsets[h], offsets[h + 1])`.
 #[cube(launch_unchecked)]

@@ -9,34 +9,9 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, grid_1d, LaunchError};
-use crate::loss::is_valid;
-use crate::reduce::{cube_sum, REDUCE_UNITS};
-
-/// The largest `v` over the cube; all units receive it. Every unit must call it.
-#[cube]
-pub fn cube_max(v: f32, smem: &mut SharedMemory<f32>) -> f32 {
-    let u = UNIT_POS as usize;
-    smem[u] = v;
-    sync_cube();
-    let mut stride = usize::new((REDUCE_UNITS / 2) as i64);
-    loop {
-        if stride == 0 {
-            break;
-        }
-        if u < stride {
-            let o = smem[u + stride];
-            if o > smem[u] {
-                smem[u] = o;
-            }
-        }
-        sync_cube();
-        stride /= 2;
-    }
-    let m = smem[0];
-    sync_cube();
-    m
-}
+use crate::launch::{check_len, extent, LaunchError};
+pub use crate::primitives::cube_max;
+use crate::primitives::{arg, cube_sum, is_valid, row_grid, REDUCE_UNITS};
 
 /// This unit's largest unmasked `x[base + j]` over `j` in `[from, to)` (strided by the
 /// cube), at least `-1e30` (the C++ original's starting value).
@@ -667,23 +642,6 @@ fn split_grid<R: Runtime>(
         });
     }
     Ok((CubeCount::Static(parts as u32, rows as u32, 1), parts))
-}
-
-/// One cube per row, folded into two grid dimensions (too many rows saturate into a grid the
-/// device refuses).
-pub(crate) fn row_grid<R: Runtime>(
-    client: &ComputeClient<R>,
-    rows: usize,
-) -> Result<(CubeCount, CubeDim), LaunchError> {
-    let (count, _) = grid_1d(client, rows.saturating_mul(REDUCE_UNITS as usize))?;
-    Ok((count, CubeDim::new_1d(REDUCE_UNITS)))
-}
-
-/// # Safety
-/// The caller checked that `h` holds `len` elements.
-pub(crate) unsafe fn arg<R: Runtime>(h: &Handle, len: usize) -> ArrayArg<R> {
-    // SAFETY: forwarded.
-    unsafe { ArrayArg::from_raw_parts(h.clone(), len) }
 }
 
 /// Softmax of each row of `x` into `y` (`y` may be `x`), with an optional per-column mask.

@@ -1,5 +1,7 @@
 //! Element types: the arithmetic floats, the storage carriers and the GGUF block carriers.
 
+use brotensor_cpu::quant::Block;
+
 use crate::{Error, Result};
 
 /// What a tensor's bytes are.
@@ -92,50 +94,45 @@ impl Dtype {
         }
     }
 
+    /// The GGUF block format a block carrier holds, `None` for the other dtypes.
+    pub(crate) const fn block(self) -> Option<Block> {
+        Some(match self {
+            Dtype::Q4_0 => Block::Q4_0,
+            Dtype::Q4_1 => Block::Q4_1,
+            Dtype::Q5_0 => Block::Q5_0,
+            Dtype::Q5_1 => Block::Q5_1,
+            Dtype::Q8_0 => Block::Q8_0,
+            Dtype::Q8_1 => Block::Q8_1,
+            Dtype::Q2_K => Block::Q2_K,
+            Dtype::Q3_K => Block::Q3_K,
+            Dtype::Q4_K => Block::Q4_K,
+            Dtype::Q5_K => Block::Q5_K,
+            Dtype::Q6_K => Block::Q6_K,
+            Dtype::Q8_K => Block::Q8_K,
+            Dtype::IQ4_NL => Block::IQ4_NL,
+            Dtype::IQ4_XS => Block::IQ4_XS,
+            Dtype::MXFP4 => Block::MXFP4,
+            Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::I8 | Dtype::I32 | Dtype::F64 => {
+                return None
+            }
+        })
+    }
+
     /// Elements per block: 32 for the legacy GGUF blocks, 256 for K-quants, 1 otherwise.
     pub const fn block_size(self) -> usize {
-        match self {
-            Dtype::Q4_0
-            | Dtype::Q4_1
-            | Dtype::Q5_0
-            | Dtype::Q5_1
-            | Dtype::Q8_0
-            | Dtype::Q8_1
-            | Dtype::IQ4_NL
-            | Dtype::MXFP4 => 32,
-            Dtype::Q2_K
-            | Dtype::Q3_K
-            | Dtype::Q4_K
-            | Dtype::Q5_K
-            | Dtype::Q6_K
-            | Dtype::Q8_K
-            | Dtype::IQ4_XS => 256,
-            _ => 1,
+        match self.block() {
+            Some(b) => b.size().0,
+            None => 1,
         }
     }
 
-    /// Bytes per block (the element size for non-block dtypes). Sizes follow ggml.
+    /// Bytes per block (the element size for non-block dtypes). Block sizes come from
+    /// brotensor-cpu's block table ([`Block::size`]), which follows ggml.
     pub const fn block_bytes(self) -> usize {
-        match self {
-            Dtype::F32 | Dtype::I32 => 4,
-            Dtype::F16 | Dtype::BF16 => 2,
-            Dtype::I8 => 1,
-            Dtype::F64 => 8,
-            Dtype::Q4_0 => 18,
-            Dtype::Q4_1 => 20,
-            Dtype::Q5_0 => 22,
-            Dtype::Q5_1 => 24,
-            Dtype::Q8_0 => 34,
-            Dtype::Q8_1 => 36,
-            Dtype::Q2_K => 84,
-            Dtype::Q3_K => 110,
-            Dtype::Q4_K => 144,
-            Dtype::Q5_K => 176,
-            Dtype::Q6_K => 210,
-            Dtype::Q8_K => 292,
-            Dtype::IQ4_NL => 18,
-            Dtype::IQ4_XS => 136,
-            Dtype::MXFP4 => 17,
+        match (self.block(), self.size_bytes()) {
+            (Some(b), _) => b.size().1,
+            (None, Some(bytes)) => bytes,
+            (None, None) => panic!("a dtype is either a block carrier or has an element size"),
         }
     }
 

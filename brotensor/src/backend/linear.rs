@@ -4,22 +4,7 @@
 use super::OnDevice;
 use crate::{Error, Result, Tensor};
 
-/// `C[z] = act(op(A[z]) . op(B[z]) (+ C[z]) + bias)` for `z < batch`: `op(A)` is `m x k`,
-/// `op(B)` is `k x n`; stored operands are read transposed when asked; batch entries sit
-/// `strides` elements apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Gemm {
-    pub(crate) m: usize,
-    pub(crate) n: usize,
-    pub(crate) k: usize,
-    pub(crate) trans_a: bool,
-    pub(crate) trans_b: bool,
-    pub(crate) accumulate: bool,
-    pub(crate) batch: usize,
-    pub(crate) strides: (usize, usize, usize),
-    /// The C++ epilogue code: 0 none, 1 relu, 2 tanh-GELU, 3 erf-GELU, 4 SiLU, 5 quick-GELU.
-    pub(crate) act: u32,
-}
+pub(crate) use brotensor_cpu::linear::Gemm;
 
 /// Callers guarantee: operands on this device in one float dtype the device computes in;
 /// every batch entry the dimensions and strides reach lies inside its tensor; `C` committed.

@@ -59,69 +59,73 @@ pub enum Value {
     F64(f64),
 }
 
-/// The ggml tensor types: their id, name, block size and block bytes.
-const GGML_TYPES: &[(u32, &str, usize, usize)] = &[
-    (0, "F32", 1, 4),
-    (1, "F16", 1, 2),
-    (2, "Q4_0", 32, 18),
-    (3, "Q4_1", 32, 20),
-    (6, "Q5_0", 32, 22),
-    (7, "Q5_1", 32, 24),
-    (8, "Q8_0", 32, 34),
-    (9, "Q8_1", 32, 36),
-    (10, "Q2_K", 256, 84),
-    (11, "Q3_K", 256, 110),
-    (12, "Q4_K", 256, 144),
-    (13, "Q5_K", 256, 176),
-    (14, "Q6_K", 256, 210),
-    (15, "Q8_K", 256, 292),
-    (16, "IQ2_XXS", 256, 66),
-    (17, "IQ2_XS", 256, 74),
-    (18, "IQ3_XXS", 256, 98),
-    (19, "IQ1_S", 256, 50),
-    (20, "IQ4_NL", 32, 18),
-    (21, "IQ3_S", 256, 110),
-    (22, "IQ2_S", 256, 82),
-    (23, "IQ4_XS", 256, 136),
-    (24, "I8", 1, 1),
-    (25, "I16", 1, 2),
-    (26, "I32", 1, 4),
-    (27, "I64", 1, 8),
-    (28, "F64", 1, 8),
-    (29, "IQ1_M", 256, 56),
-    (30, "BF16", 1, 2),
-    (34, "TQ1_0", 256, 54),
-    (35, "TQ2_0", 256, 66),
-    (39, "MXFP4", 32, 17),
-];
-
-/// The brotensor dtype that carries a ggml type unchanged, where there is one.
-fn ggml_dtype(id: u32) -> Option<Dtype> {
-    Some(match id {
-        0 => Dtype::F32,
-        1 => Dtype::F16,
-        2 => Dtype::Q4_0,
-        3 => Dtype::Q4_1,
-        6 => Dtype::Q5_0,
-        7 => Dtype::Q5_1,
-        8 => Dtype::Q8_0,
-        9 => Dtype::Q8_1,
-        10 => Dtype::Q2_K,
-        11 => Dtype::Q3_K,
-        12 => Dtype::Q4_K,
-        13 => Dtype::Q5_K,
-        14 => Dtype::Q6_K,
-        15 => Dtype::Q8_K,
-        24 => Dtype::I8,
-        26 => Dtype::I32,
-        28 => Dtype::F64,
-        30 => Dtype::BF16,
-        20 => Dtype::IQ4_NL,
-        23 => Dtype::IQ4_XS,
-        39 => Dtype::MXFP4,
-        _ => return None,
-    })
+/// A ggml tensor type: its id, its name, the brotensor dtype that carries it unchanged where
+/// there is one, and its block size and block bytes.
+struct GgmlType {
+    id: u32,
+    name: &'static str,
+    carrier: Option<Dtype>,
+    block: usize,
+    block_bytes: usize,
 }
+
+/// A ggml type that a brotensor dtype carries: its layout is the dtype's (one block table).
+const fn carried(id: u32, name: &'static str, dtype: Dtype) -> GgmlType {
+    GgmlType {
+        id,
+        name,
+        carrier: Some(dtype),
+        block: dtype.block_size(),
+        block_bytes: dtype.block_bytes(),
+    }
+}
+
+/// A ggml type no brotensor dtype carries (its bytes are sized, never read as a tensor).
+const fn raw(id: u32, name: &'static str, block: usize, block_bytes: usize) -> GgmlType {
+    GgmlType {
+        id,
+        name,
+        carrier: None,
+        block,
+        block_bytes,
+    }
+}
+
+/// The ggml tensor types.
+const GGML_TYPES: &[GgmlType] = &[
+    carried(0, "F32", Dtype::F32),
+    carried(1, "F16", Dtype::F16),
+    carried(2, "Q4_0", Dtype::Q4_0),
+    carried(3, "Q4_1", Dtype::Q4_1),
+    carried(6, "Q5_0", Dtype::Q5_0),
+    carried(7, "Q5_1", Dtype::Q5_1),
+    carried(8, "Q8_0", Dtype::Q8_0),
+    carried(9, "Q8_1", Dtype::Q8_1),
+    carried(10, "Q2_K", Dtype::Q2_K),
+    carried(11, "Q3_K", Dtype::Q3_K),
+    carried(12, "Q4_K", Dtype::Q4_K),
+    carried(13, "Q5_K", Dtype::Q5_K),
+    carried(14, "Q6_K", Dtype::Q6_K),
+    carried(15, "Q8_K", Dtype::Q8_K),
+    raw(16, "IQ2_XXS", 256, 66),
+    raw(17, "IQ2_XS", 256, 74),
+    raw(18, "IQ3_XXS", 256, 98),
+    raw(19, "IQ1_S", 256, 50),
+    carried(20, "IQ4_NL", Dtype::IQ4_NL),
+    raw(21, "IQ3_S", 256, 110),
+    raw(22, "IQ2_S", 256, 82),
+    carried(23, "IQ4_XS", Dtype::IQ4_XS),
+    carried(24, "I8", Dtype::I8),
+    raw(25, "I16", 1, 2),
+    carried(26, "I32", Dtype::I32),
+    raw(27, "I64", 1, 8),
+    carried(28, "F64", Dtype::F64),
+    raw(29, "IQ1_M", 256, 56),
+    carried(30, "BF16", Dtype::BF16),
+    raw(34, "TQ1_0", 256, 54),
+    raw(35, "TQ2_0", 256, 66),
+    carried(39, "MXFP4", Dtype::MXFP4),
+];
 
 /// One tensor's entry.
 #[derive(Debug, Clone)]
@@ -427,11 +431,16 @@ fn tensor_info(
         .iter()
         .try_fold(1u64, |a, &d| a.checked_mul(d))
         .ok_or_else(|| bad(format!("`{name}`: element count of {shape:?} overflows")))?;
-    let known = GGML_TYPES.iter().find(|t| t.0 == ggml_type);
-    let type_name = known.map_or_else(|| format!("unknown({ggml_type})"), |t| t.1.to_string());
+    let known = GGML_TYPES.iter().find(|t| t.id == ggml_type);
+    let type_name = known.map_or_else(|| format!("unknown({ggml_type})"), |t| t.name.to_string());
     let nbytes = match known {
         None => 0,
-        Some(&(_, tname, block, block_bytes)) => {
+        Some(&GgmlType {
+            name: tname,
+            block,
+            block_bytes,
+            ..
+        }) => {
             if numel % block as u64 != 0 {
                 return Err(bad(format!(
                     "`{name}`: {numel} elements is not a whole number of {tname} blocks of {block}"
@@ -458,7 +467,7 @@ fn tensor_info(
         shape,
         ggml_type,
         type_name,
-        dtype: ggml_dtype(ggml_type),
+        dtype: known.and_then(|t| t.carrier),
         numel,
         offset: begin as usize,
         nbytes: nbytes as usize,
@@ -531,25 +540,11 @@ pub fn upload_raw_on(
 /// Q8_K, IQ4_NL, IQ4_XS, MXFP4) with ggml's reference arithmetic, and F16 / BF16 / F32 by conversion. `bytes` must
 /// be a whole number of blocks.
 pub fn dequantize(dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
-    use brotensor_cpu::quant::{self, Block};
+    use brotensor_cpu::quant;
     let op = "gguf::dequantize";
-    let kind = match dtype {
-        Dtype::Q4_0 => Block::Q4_0,
-        Dtype::Q4_1 => Block::Q4_1,
-        Dtype::Q5_0 => Block::Q5_0,
-        Dtype::Q5_1 => Block::Q5_1,
-        Dtype::Q8_0 => Block::Q8_0,
-        Dtype::Q8_1 => Block::Q8_1,
-        Dtype::Q2_K => Block::Q2_K,
-        Dtype::Q3_K => Block::Q3_K,
-        Dtype::Q4_K => Block::Q4_K,
-        Dtype::Q5_K => Block::Q5_K,
-        Dtype::Q6_K => Block::Q6_K,
-        Dtype::Q8_K => Block::Q8_K,
-        Dtype::IQ4_NL => Block::IQ4_NL,
-        Dtype::IQ4_XS => Block::IQ4_XS,
-        Dtype::MXFP4 => Block::MXFP4,
-        Dtype::F32 | Dtype::F16 | Dtype::BF16 => {
+    let kind = match (dtype.block(), dtype) {
+        (Some(kind), _) => kind,
+        (None, Dtype::F32 | Dtype::F16 | Dtype::BF16) => {
             let size = dtype.block_bytes();
             if !bytes.len().is_multiple_of(size) {
                 return Err(Error::invalid(
@@ -560,7 +555,7 @@ pub fn dequantize(dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
             let t = Tensor::from_raw_bytes_on(Device::Cpu, bytes, bytes.len() / size, 1, dtype)?;
             return t.to_dtype(Dtype::F32)?.to_vec::<f32>();
         }
-        other => {
+        (None, other) => {
             return Err(Error::invalid(
                 op,
                 format!("{other} is not a float or block format"),

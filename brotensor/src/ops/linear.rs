@@ -22,7 +22,7 @@ const NN: Gemm = Gemm {
     accumulate: false,
     batch: 1,
     strides: (0, 0, 0),
-    act: 0,
+    act: Act::None,
 };
 
 fn shape_error(op: &'static str, what: String) -> Error {
@@ -419,42 +419,9 @@ pub fn linear_backward_batched(
     super::add_inplace(db, &col_sums)
 }
 
-/// The activation fused after a product (the C++ epilogue codes 0-5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Act {
-    /// No activation (code 0; also what any unknown code means).
-    #[default]
-    None,
-    /// `max(x, 0)` (code 1).
-    Relu,
-    /// tanh-GELU (code 2).
-    Gelu,
-    /// erf-GELU (code 3).
-    GeluExact,
-    /// `x sigmoid(x)` (code 4).
-    Silu,
-    /// `x sigmoid(1.702 x)` (code 5).
-    QuickGelu,
-}
-
-impl Act {
-    /// The C++ epilogue code.
-    pub fn code(self) -> u32 {
-        self as u32
-    }
-
-    /// The activation of a C++ epilogue code; unknown codes are [`Act::None`], as there.
-    pub fn from_code(code: u32) -> Act {
-        match code {
-            1 => Act::Relu,
-            2 => Act::Gelu,
-            3 => Act::GeluExact,
-            4 => Act::Silu,
-            5 => Act::QuickGelu,
-            _ => Act::None,
-        }
-    }
-}
+// The epilogue activation is defined beside the CPU GEMM that applies it, so that the
+// backends share the one enum.
+pub use brotensor_cpu::linear::Act;
 
 /// The shape of a batched `A . B^T` product ([`matmul_abt`]): `batch` products of
 /// `A[z] (m, k)` and `B[z] (n, k)` into `C[z] (m, n)`, entries `stride_*` elements apart.
@@ -619,7 +586,7 @@ pub fn matmul_abt(
             trans_b: true,
             batch,
             strides: (0, 0, stride_c),
-            act: act.code(),
+            act,
             ..NN
         };
         return product_16bit(be, op, (&zeros_a, &zeros_b, bias), c, g);
@@ -631,7 +598,7 @@ pub fn matmul_abt(
         trans_b: true,
         batch,
         strides: (stride_a, stride_b, stride_c),
-        act: act.code(),
+        act,
         ..NN
     };
     product_16bit(be, op, (a, b, bias), c, g)
@@ -701,7 +668,7 @@ pub fn linear_forward_batched_fp16_act(
         k: inp,
         trans_b: true,
         strides: (0, 0, 0),
-        act: act.code(),
+        act,
         ..NN
     };
     product_16bit(be, op, (x, w, bias), y, g)

@@ -803,7 +803,7 @@ pub fn l2_normalize_nchw_forward(
         accumulate: false,
         batch: n,
         strides: (0, c * hw, hw),
-        act: 0,
+        act: super::Act::None,
     };
     be.gemm(op, &ones, &sq, None, &mut ss, g)?;
     let mut inv = super::rsqrt(&ss)?;

@@ -1,0 +1,314 @@
+//! GPU glue of the elementwise ops: instruction launches, casts, fills, broadcasts.
+
+use brotensor_kernels::bf16_words as w;
+use brotensor_kernels::elementwise as k;
+use cubecl::prelude::*;
+use half::{bf16, f16};
+
+use super::{out_handle, source, src_handle, with_float, CubeBackend, Narrowed};
+use crate::backend::{Binary, Broadcast, ElementwiseOps, Src, Unary};
+use crate::{Dtype, Result, Tensor};
+
+/// Calls `$body` with `$O` bound to the kernel instruction of a [`Unary`].
+macro_rules! with_unary {
+    ($op:expr, |$O:ident| $body:expr) => {
+        match $op {
+            Unary::Identity => {
+                type $O = k::Identity;
+                $body
+            }
+            Unary::AddScalar => {
+                type $O = k::AddScalar;
+                $body
+            }
+            Unary::SubScalar => {
+                type $O = k::SubScalar;
+                $body
+            }
+            Unary::MulScalar => {
+                type $O = k::MulScalar;
+                $body
+            }
+            Unary::DivScalar => {
+                type $O = k::DivScalar;
+                $body
+            }
+            Unary::Clamp => {
+                type $O = k::Clamp;
+                $body
+            }
+            Unary::Exp => {
+                type $O = k::Exp;
+                $body
+            }
+            Unary::Log => {
+                type $O = k::Log;
+                $body
+            }
+            Unary::Sin => {
+                type $O = k::Sin;
+                $body
+            }
+            Unary::Cos => {
+                type $O = k::Cos;
+                $body
+            }
+            Unary::Rsqrt => {
+                type $O = k::Rsqrt;
+                $body
+            }
+            Unary::Round => {
+                type $O = k::Round;
+                $body
+            }
+            Unary::Relu => {
+                type $O = k::Relu;
+                $body
+            }
+            Unary::Tanh => {
+                type $O = k::Tanh;
+                $body
+            }
+            Unary::Sigmoid => {
+                type $O = k::Sigmoid;
+                $body
+            }
+            Unary::Silu => {
+                type $O = k::Silu;
+                $body
+            }
+            Unary::Gelu => {
+                type $O = k::Gelu;
+                $body
+            }
+            Unary::GeluExact => {
+                type $O = k::GeluExact;
+                $body
+            }
+            Unary::QuickGelu => {
+                type $O = k::QuickGelu;
+                $body
+            }
+            Unary::Elu => {
+                type $O = k::Elu;
+                $body
+            }
+            Unary::LeakyRelu => {
+                type $O = k::LeakyRelu;
+                $body
+            }
+        }
+    };
+}
+
+/// Calls `$body` with `$O` bound to the kernel instruction of a [`Binary`].
+macro_rules! with_binary {
+    ($op:expr, |$O:ident| $body:expr) => {
+        match $op {
+            Binary::Add => {
+                type $O = k::Add;
+                $body
+            }
+            Binary::Sub => {
+                type $O = k::Sub;
+                $body
+            }
+            Binary::Mul => {
+                type $O = k::Mul;
+                $body
+            }
+            Binary::Div => {
+                type $O = k::Div;
+                $body
+            }
+            Binary::Axpby => {
+                type $O = k::Axpby;
+                $body
+            }
+            Binary::ExpBackward => {
+                type $O = k::ExpBackward;
+                $body
+            }
+            Binary::LogBackward => {
+                type $O = k::LogBackward;
+                $body
+            }
+            Binary::SinBackward => {
+                type $O = k::SinBackward;
+                $body
+            }
+            Binary::CosBackward => {
+                type $O = k::CosBackward;
+                $body
+            }
+            Binary::RsqrtBackward => {
+                type $O = k::RsqrtBackward;
+                $body
+            }
+            Binary::ReluBackward => {
+                type $O = k::ReluBackward;
+                $body
+            }
+            Binary::TanhBackward => {
+                type $O = k::TanhBackward;
+                $body
+            }
+            Binary::SigmoidBackward => {
+                type $O = k::SigmoidBackward;
+                $body
+            }
+            Binary::SiluBackward => {
+                type $O = k::SiluBackward;
+                $body
+            }
+            Binary::GeluBackward => {
+                type $O = k::GeluBackward;
+                $body
+            }
+            Binary::GeluExactBackward => {
+                type $O = k::GeluExactBackward;
+                $body
+            }
+            Binary::QuickGeluBackward => {
+                type $O = k::QuickGeluBackward;
+                $body
+            }
+            Binary::EluBackward => {
+                type $O = k::EluBackward;
+                $body
+            }
+            Binary::LeakyReluBackward => {
+                type $O = k::LeakyReluBackward;
+                $body
+            }
+        }
+    };
+}
+
+impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
+    fn unary(
+        &self,
+        name: &'static str,
+        op: Unary,
+        x: Src<'_>,
+        out: &mut Tensor,
+        a: f32,
+        b: f32,
+    ) -> Result<()> {
+        let xh = src_handle(x);
+        let oh = out_handle(out);
+        let (c, len, x) = (&self.client, out.numel(), source(&xh));
+        let words = self.words(out.dtype());
+        with_unary!(op, |O| if words {
+            w::launch_unary_words::<R, O>(c, x, &oh, len, a, b)
+        } else {
+            with_float!(out.dtype(), |F| k::launch_unary::<R, F, O>(
+                c, x, &oh, len, a, b
+            ))
+        })
+        .map_err(|e| self.launch_error(name, e))
+    }
+
+    fn binary(
+        &self,
+        name: &'static str,
+        op: Binary,
+        x: Src<'_>,
+        y: Src<'_>,
+        out: &mut Tensor,
+        a: f32,
+        b: f32,
+    ) -> Result<()> {
+        let (xh, yh) = (src_handle(x), src_handle(y));
+        let oh = out_handle(out);
+        let (c, len, x, y) = (&self.client, out.numel(), source(&xh), source(&yh));
+        let words = self.words(out.dtype());
+        with_binary!(op, |O| if words {
+            w::launch_binary_words::<R, O>(c, x, y, &oh, len, a, b)
+        } else {
+            with_float!(out.dtype(), |F| k::launch_binary::<R, F, O>(
+                c, x, y, &oh, len, a, b
+            ))
+        })
+        .map_err(|e| self.launch_error(name, e))
+    }
+
+    fn cast(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
+        let xh = out_handle(x);
+        let oh = out_handle(out);
+        let (c, len) = (&self.client, out.numel());
+        match (self.words(x.dtype()), self.words(out.dtype())) {
+            (false, false) => with_float!(x.dtype(), |I| with_float!(out.dtype(), |O| {
+                k::launch_cast::<R, I, O>(c, &xh, &oh, len)
+            })),
+            (true, false) => with_float!(out.dtype(), |O| {
+                w::launch_words_to_float::<R, O>(c, &xh, &oh, len)
+            }),
+            (false, true) => with_float!(x.dtype(), |I| {
+                w::launch_float_to_words::<R, I>(c, &xh, &oh, len)
+            }),
+            (true, true) => unreachable!("a same-dtype cast is a copy"),
+        }
+        .map_err(|e| self.launch_error("cast", e))
+    }
+
+    fn fill(&self, out: &mut Tensor, value: f32) -> Result<()> {
+        let oh = out_handle(out);
+        let len = out.numel();
+        if self.words(out.dtype()) {
+            let bits = u32::from(bf16::from_f32(value).to_bits());
+            return k::launch_fill_words(&self.client, &oh, w::words_for(len), bits | bits << 16)
+                .map_err(|e| self.launch_error("fill", e));
+        }
+        with_float!(out.dtype(), |F| k::launch_fill::<R, F>(
+            &self.client,
+            &oh,
+            len,
+            value
+        ))
+        .map_err(|e| self.launch_error("fill", e))
+    }
+
+    fn threshold_u8(&self, x: &Tensor, t: f32, out: &mut Tensor) -> Result<()> {
+        let (xh, oh) = (out_handle(x), out_handle(out));
+        let len = x.numel();
+        with_float!(x.dtype(), |F| k::launch_threshold_bytes::<R, F>(
+            &self.client,
+            &xh,
+            &oh,
+            len,
+            t
+        ))
+        .map_err(|e| self.launch_error("threshold_u8", e))
+    }
+
+    fn dequant_i8_rows(&self, q: &Tensor, scales: &Tensor, out: &mut Tensor) -> Result<()> {
+        let (qh, sh, oh) = (out_handle(q), out_handle(scales), out_handle(out));
+        k::launch_dequant_i8_rows(&self.client, &qh, &sh, &oh, q.shape())
+            .map_err(|e| self.launch_error("linear_forward_batched_int8w_fp16", e))
+    }
+
+    fn broadcast(
+        &self,
+        name: &'static str,
+        y: &mut Tensor,
+        v: &Tensor,
+        b: Broadcast,
+    ) -> Result<()> {
+        if self.words(y.dtype()) {
+            return self.through_f32(&[v], &mut [Narrowed::updated(y)], |w, o| {
+                self.broadcast(name, &mut o[0], &w[0], b)
+            });
+        }
+        let (yh, vh) = (out_handle(y), out_handle(v));
+        let len = y.numel();
+        with_float!(y.dtype(), |F| k::launch_broadcast::<R, F>(
+            &self.client,
+            &yh,
+            &vh,
+            len,
+            b
+        ))
+        .map_err(|e| self.launch_error(name, e))
+    }
+}
