@@ -22,6 +22,7 @@ mod dtype;
 mod error;
 pub mod io;
 mod layout;
+mod methods;
 pub mod ops;
 mod runtime;
 mod tensor;

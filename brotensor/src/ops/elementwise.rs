@@ -78,25 +78,61 @@ fn binary_inplace(
     be.binary(name, op, Src::Out, Src::Tensor(x), y, a, b)
 }
 
+/// `out = op(a, b)` with numpy broadcasting: operands of different dims are broadcast to
+/// their common shape (as stride-0 views, read without copying the smaller operand's
+/// elements into a full-size buffer first where the device reads views directly).
+fn arith_out(
+    name: &'static str,
+    op: Binary,
+    a: &Tensor,
+    b: &Tensor,
+    out: &mut Tensor,
+) -> Result<()> {
+    if a.dims() == b.dims() {
+        return binary_out(name, op, ("a", a), ("b", b), out, (0.0, 0.0));
+    }
+    let dims = crate::layout::broadcast_dims(name, a.dims(), b.dims())?;
+    let (a, b) = (a.broadcast_to(&dims)?, b.broadcast_to(&dims)?);
+    binary_out(name, op, ("a", &a), ("b", &b), out, (0.0, 0.0))
+}
+
+/// `a = op(a, b)` in place, `b` broadcast to `a`'s dims (numpy rules).
+fn arith_inplace(name: &'static str, op: Binary, a: &mut Tensor, b: &Tensor) -> Result<()> {
+    if a.dims() == b.dims() {
+        return binary_inplace(name, op, a, b, (0.0, 0.0));
+    }
+    let b = b.broadcast_to(a.dims()).map_err(|_| {
+        Error::shape(
+            name,
+            format!(
+                "{:?} does not broadcast to the in-place operand's {:?}",
+                b.dims(),
+                a.dims()
+            ),
+        )
+    })?;
+    binary_inplace(name, op, a, &b, (0.0, 0.0))
+}
+
 /// Defines the three forms of a tensor-tensor arithmetic op.
 macro_rules! tensor_tensor {
     ($($math:literal: $alloc:ident, $out:ident, $inplace:ident => $op:ident;)*) => {$(
-        #[doc = concat!("`", $math, "` into a new tensor on the operands' device. Shapes and dtypes must match.")]
+        #[doc = concat!("`", $math, "` into a new tensor on the operands' device. Dtypes must match; dims broadcast by numpy's rules (aligned at the end, each pair equal or 1).")]
         pub fn $alloc(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             let mut out = Tensor::default();
             $out(a, b, &mut out)?;
             Ok(out)
         }
 
-        #[doc = concat!("`", $math, "` into `out`, which is resized to `a` and keeps its allocation when it fits.")]
+        #[doc = concat!("`", $math, "` into `out`, which is resized to the broadcast dims of `a` and `b` and keeps its allocation when it fits.")]
         pub fn $out(a: &Tensor, b: &Tensor, out: &mut Tensor) -> Result<()> {
-            binary_out(stringify!($out), Binary::$op, ("a", a), ("b", b), out, (0.0, 0.0))
+            arith_out(stringify!($out), Binary::$op, a, b, out)
         }
 
         impl Tensor {
-            #[doc = concat!("`", $math, "` in place on `self` (`a`); `b` must match its shape and dtype.")]
+            #[doc = concat!("`", $math, "` in place on `self` (`a`); `b` must match its dtype and broadcast to its dims.")]
             pub fn $inplace(&mut self, b: &Tensor) -> Result<()> {
-                binary_inplace(stringify!($inplace), Binary::$op, self, b, (0.0, 0.0))
+                arith_inplace(stringify!($inplace), Binary::$op, self, b)
             }
         }
     )*};

@@ -23,4 +23,5 @@ mod reshaped_views;
 mod safetensors;
 mod sizes;
 mod tensor_errors;
+mod views;
 mod zero_element;

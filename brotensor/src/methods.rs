@@ -1,0 +1,156 @@
+//! The tensor API in the peers' style: `t.matmul(&u)?`, `t.add(&u)?`, `t.exp()?`,
+//! `t.softmax(dim)?`, `t.sum(dim)?`. Each method allocates its result and delegates to the
+//! C++-named op in [`crate::ops`], which stays the contract (shapes, accumulation, errors).
+//!
+//! ```
+//! use brotensor::{Device, Tensor};
+//! let x = Tensor::from_slice_nd_on(Device::Cpu, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+//! let w = Tensor::from_slice_nd_on(Device::Cpu, &[1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2])?;
+//! let y = x.matmul(&w)?.add(&Tensor::from_slice_nd_on(Device::Cpu, &[10.0f32, 20.0], &[2])?)?;
+//! assert_eq!(y.to_vec::<f32>()?, [14.0, 25.0, 20.0, 31.0]);
+//! assert_eq!(x.sum(0)?.to_vec::<f32>()?, [5.0, 7.0, 9.0]);
+//! let p = x.softmax(1)?;
+//! assert!((p.sum(1)?.to_vec::<f32>()?[0] - 1.0).abs() < 1e-6);
+//! # Ok::<(), brotensor::Error>(())
+//! ```
+
+use crate::{ops, Error, Result, Tensor};
+
+/// Allocating element-wise methods, one per op in [`crate::ops`].
+macro_rules! unary_methods {
+    ($($name:ident => $op:path;)*) => {
+        impl Tensor {$(
+            #[doc = concat!("[`", stringify!($op), "`] of this tensor, into a new tensor of its dims.")]
+            pub fn $name(&self) -> Result<Tensor> {
+                $op(self)
+            }
+        )*}
+    };
+}
+
+unary_methods! {
+    exp => ops::exp;
+    log => ops::log;
+    sin => ops::sin;
+    cos => ops::cos;
+    rsqrt => ops::rsqrt;
+    round => ops::round;
+    relu => ops::relu;
+    sigmoid => ops::sigmoid;
+    silu => ops::silu;
+    gelu => ops::gelu;
+    gelu_exact => ops::gelu_exact;
+}
+
+/// Allocating binary methods with numpy broadcasting.
+macro_rules! binary_methods {
+    ($($name:ident => $op:path;)*) => {
+        impl Tensor {$(
+            #[doc = concat!("[`", stringify!($op), "`]`(self, rhs)`: dims broadcast by numpy's rules; a new tensor.")]
+            pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
+                $op(self, rhs)
+            }
+        )*}
+    };
+}
+
+binary_methods! {
+    add => ops::add;
+    sub => ops::sub;
+    mul => ops::mul;
+    div => ops::div;
+}
+
+impl Tensor {
+    /// Errors unless `dim < rank`.
+    fn check_axis(&self, op: &'static str, dim: usize) -> Result<()> {
+        if dim >= self.rank() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "dim {dim} is out of range for rank {} {:?}",
+                    self.rank(),
+                    self.dims()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A view with `dim` moved to the end (the other dims keep their order), and the
+    /// permutation that puts it back.
+    fn with_axis_last(&self, dim: usize) -> Result<(Tensor, Vec<usize>)> {
+        let rank = self.rank();
+        let mut perm: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
+        perm.push(dim);
+        let mut back = vec![0; rank];
+        for (i, &p) in perm.iter().enumerate() {
+            back[p] = i;
+        }
+        Ok((self.permute(&perm)?, back))
+    }
+
+    /// `self (.., M, K) . rhs (K, N)`: a matrix product over the last two dims, the leading
+    /// dims of `self` kept (`(.., M, N)`); `rhs` must be rank 2. See [`ops::matmul`].
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        if self.rank() < 2 || rhs.rank() != 2 {
+            return Err(Error::shape(
+                "matmul",
+                format!(
+                    "expected (.., M, K) . (K, N), got {:?} . {:?}",
+                    self.dims(),
+                    rhs.dims()
+                ),
+            ));
+        }
+        let mut out = Tensor::default();
+        ops::matmul(self, rhs, &mut out)?;
+        let mut dims = self.dims().to_vec();
+        *dims.last_mut().expect("rank >= 2") = rhs.cols();
+        out.reshape_(&dims)?;
+        Ok(out)
+    }
+
+    /// A view of a matrix transposed (the last two dims swapped; rank at least 2).
+    pub fn t(&self) -> Result<Tensor> {
+        let rank = self.rank();
+        if rank < 2 {
+            return Err(Error::shape(
+                "t",
+                format!("a transpose needs rank 2 or more, got {:?}", self.dims()),
+            ));
+        }
+        self.transpose(rank - 2, rank - 1)
+    }
+
+    /// The softmax along `dim` (each slice along it sums to 1), into a new tensor of this
+    /// tensor's dims. See [`ops::softmax_rows_forward`].
+    pub fn softmax(&self, dim: usize) -> Result<Tensor> {
+        self.check_axis("softmax", dim)?;
+        let (x, back) = self.with_axis_last(dim)?;
+        let mut y = Tensor::default();
+        ops::softmax_rows_forward(&x, &mut y, x.rows(), x.cols())?;
+        y.reshape_(x.dims())?;
+        y.permute(&back)?.contiguous()
+    }
+
+    /// The sum along `dim`, which is removed from the dims. See [`ops::sum_rows`].
+    pub fn sum(&self, dim: usize) -> Result<Tensor> {
+        self.check_axis("sum", dim)?;
+        let (x, _) = self.with_axis_last(dim)?;
+        let mut y = Tensor::default();
+        ops::sum_rows(&x, &mut y)?;
+        let mut dims = self.dims().to_vec();
+        dims.remove(dim);
+        y.reshape_(&dims)?;
+        Ok(y)
+    }
+
+    /// The mean along `dim`, which is removed from the dims.
+    pub fn mean(&self, dim: usize) -> Result<Tensor> {
+        let n = self.dims().get(dim).copied().unwrap_or(1);
+        let mut y = self.sum(dim)?;
+        y.div_scalar_(n as f32)?;
+        Ok(y)
+    }
+}
