@@ -12,14 +12,15 @@
 #[macro_use]
 pub mod elementwise;
 pub mod activation;
+pub mod layout;
 pub mod linear;
 pub mod loss;
 pub mod norm;
 pub mod reduction;
 
-pub use crate::view::copy_into;
 pub use activation::*;
 pub use elementwise::*;
+pub use layout::*;
 pub use linear::*;
 pub use loss::*;
 pub use norm::*;

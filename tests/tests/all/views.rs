@@ -260,6 +260,10 @@ fn binary_ops_broadcast_like_numpy() {
                 }
             }
         }
+        // expand is broadcast_to: (2, 1, 3) repeated along dim 1.
+        let ex = ta.expand(&[2, 4, 3]).unwrap().to_vec::<f32>().unwrap();
+        let rep: Vec<f32> = (0..24).map(|n| a[(n / 12) * 3 + n % 3]).collect();
+        assert_eq!(ex, rep, "{device}");
         let sum = ops::add(&ta, &tb).unwrap();
         assert_eq!(sum.dims(), [2, 4, 3], "{device}");
         assert_eq!(sum.to_vec::<f32>().unwrap(), want, "{device}");
@@ -308,6 +312,14 @@ fn peer_style_methods_follow_numpy() {
             &format!("{device} sum(1)"),
             &want,
             &s.to_vec::<f32>().unwrap(),
+            tolerance(Dtype::F32),
+        );
+        let means: Vec<f32> = want.iter().map(|&v| v / 3.0).collect();
+        let m = t.mean(1).unwrap().to_vec::<f32>().unwrap();
+        assert_close(
+            &format!("{device} mean(1)"),
+            &means,
+            &m,
             tolerance(Dtype::F32),
         );
         // softmax over dim 0: pairs (x[j], x[12 + j]).
