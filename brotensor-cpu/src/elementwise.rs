@@ -96,6 +96,115 @@ pub fn map_binary(
     map_binary_fitted(x, y, out, |_| true, f, |_, _| f32::NAN);
 }
 
+/// One operand of [`map_binary_rows`], read row by row over an output of `cols`-wide rows
+/// (numpy broadcasting's common shapes, read in place instead of copied to full size).
+#[derive(Clone, Copy, Debug)]
+pub enum RowOperand<'a> {
+    /// Every element: output row `r` reads `v[r * cols..(r + 1) * cols]`.
+    Dense(&'a [f32]),
+    /// One row of `cols` values, read by every output row.
+    Row(&'a [f32]),
+    /// One value per output row, repeated along it: row `r` reads `v[r]`.
+    PerRow(&'a [f32]),
+    /// One value for every element.
+    Scalar(f32),
+}
+
+/// What one output row reads of an operand.
+#[derive(Clone, Copy)]
+enum RowValues<'a> {
+    Slice(&'a [f32]),
+    Value(f32),
+}
+
+impl<'a> RowOperand<'a> {
+    /// Whether the operand holds what `rows` rows of `cols` read.
+    fn fits(&self, rows: usize, cols: usize) -> bool {
+        match *self {
+            RowOperand::Dense(v) => rows.checked_mul(cols) == Some(v.len()),
+            RowOperand::Row(v) => v.len() == cols,
+            RowOperand::PerRow(v) => v.len() == rows,
+            RowOperand::Scalar(_) => true,
+        }
+    }
+
+    #[inline(always)]
+    fn row(&self, r: usize, cols: usize) -> RowValues<'a> {
+        match *self {
+            RowOperand::Dense(v) => RowValues::Slice(&v[r * cols..(r + 1) * cols]),
+            RowOperand::Row(v) => RowValues::Slice(v),
+            RowOperand::PerRow(v) => RowValues::Value(v[r]),
+            RowOperand::Scalar(v) => RowValues::Value(v),
+        }
+    }
+}
+
+/// `out[r, c] = f(m, x[r, c], y[r, c])` over `cols`-wide rows of `out`, each operand read as
+/// its [`RowOperand`] says, streaming a large `out` like [`map_binary`].
+///
+/// # Panics
+/// If `cols` is 0 while `out` is not empty, `out` is not whole rows, or an operand does not
+/// hold what the rows read.
+pub fn map_binary_rows(
+    x: RowOperand<'_>,
+    y: RowOperand<'_>,
+    out: &mut [f32],
+    cols: usize,
+    f: impl Fn(MulAdd, f32, f32) -> f32 + Sync,
+) {
+    if out.is_empty() {
+        return;
+    }
+    assert!(
+        cols > 0 && out.len() % cols == 0,
+        "map_binary_rows: whole rows"
+    );
+    let rows = out.len() / cols;
+    assert!(
+        x.fits(rows, cols) && y.fits(rows, cols),
+        "map_binary_rows: an operand does not cover the rows"
+    );
+    let rows_per_job = (CHUNK / cols).max(1);
+    streaming(out.len(), 4, |streaming| {
+        out.par_chunks_mut(rows_per_job * cols)
+            .enumerate()
+            .for_each_streamed(streaming, |stream, (job, o)| {
+                wide(
+                    #[inline(always)]
+                    |m| {
+                        for (i, orow) in o.chunks_mut(cols).enumerate() {
+                            let r = job * rows_per_job + i;
+                            match (x.row(r, cols), y.row(r, cols)) {
+                                (RowValues::Slice(a), RowValues::Slice(b)) => write_zip(
+                                    stream,
+                                    orow,
+                                    (a, b),
+                                    #[inline(always)]
+                                    |a, b| f(m, a, b),
+                                ),
+                                (RowValues::Slice(a), RowValues::Value(b)) => write_map(
+                                    stream,
+                                    orow,
+                                    a,
+                                    #[inline(always)]
+                                    |a| f(m, a, b),
+                                ),
+                                (RowValues::Value(a), RowValues::Slice(b)) => write_map(
+                                    stream,
+                                    orow,
+                                    b,
+                                    #[inline(always)]
+                                    |b| f(m, a, b),
+                                ),
+                                (RowValues::Value(a), RowValues::Value(b)) => orow.fill(f(m, a, b)),
+                            }
+                        }
+                    },
+                )
+            });
+    });
+}
+
 /// [`map_binary`] for a function whose vector form `fast` holds only where `fits(x)` (its
 /// first operand): each chunk whose `x` all fit runs `fast` on the vector path, any other
 /// chunk `exact` element by element. Panics if the lengths differ.
@@ -456,6 +565,51 @@ pub fn rsqrt_backward(y: f32, dy: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn row_broadcasts_match_the_definition() {
+        let (rows, cols) = (37, 1500); // more than one job of rows, rows longer than a job
+        let dense: Vec<f32> = (0..rows * cols).map(|i| (i % 97) as f32 - 48.0).collect();
+        let row: Vec<f32> = (0..cols).map(|c| c as f32 * 0.5).collect();
+        let per_row: Vec<f32> = (0..rows).map(|r| 1.0 + r as f32).collect();
+        let operands = [
+            RowOperand::Dense(&dense),
+            RowOperand::Row(&row),
+            RowOperand::PerRow(&per_row),
+            RowOperand::Scalar(-3.0),
+        ];
+        let at = |o: RowOperand<'_>, r: usize, c: usize| match o {
+            RowOperand::Dense(v) => v[r * cols + c],
+            RowOperand::Row(v) => v[c],
+            RowOperand::PerRow(v) => v[r],
+            RowOperand::Scalar(v) => v,
+        };
+        for x in operands {
+            for y in operands {
+                let mut out = vec![0.0f32; rows * cols];
+                map_binary_rows(x, y, &mut out, cols, |_, a, b| a - 2.0 * b);
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let want = at(x, r, c) - 2.0 * at(y, r, c);
+                        assert_eq!(out[r * cols + c], want, "{x:?} {y:?} at ({r}, {c})");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "does not cover")]
+    fn a_short_row_operand_is_refused() {
+        let mut out = vec![0.0f32; 6];
+        map_binary_rows(
+            RowOperand::Row(&[1.0, 2.0]),
+            RowOperand::Scalar(1.0),
+            &mut out,
+            3,
+            |_, a, b| a + b,
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -356,6 +356,60 @@ impl Layout {
     }
 }
 
+/// How an operand of an element-wise op is read row by row, over output rows of a width it
+/// may fix (see [`Layout::row_pattern`]). Offsets are storage indices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RowPattern {
+    /// Contiguous elements from `offset`, row-major like the output (any row width).
+    Dense { offset: usize },
+    /// One row of `cols` contiguous values from `offset`, read by every output row.
+    Row { offset: usize, cols: usize },
+    /// One value per output row of `cols` (consecutive storage values from `offset`).
+    PerRow { offset: usize, cols: usize },
+    /// One value for every element (any row width).
+    Scalar { offset: usize },
+}
+
+impl RowPattern {
+    /// The output row width this pattern needs, if it fixes one.
+    pub(crate) fn cols(&self) -> Option<usize> {
+        match *self {
+            RowPattern::Row { cols, .. } | RowPattern::PerRow { cols, .. } => Some(cols),
+            RowPattern::Dense { .. } | RowPattern::Scalar { .. } => None,
+        }
+    }
+}
+
+impl Layout {
+    /// This layout as a [`RowPattern`], when it is one (after size-1 dims are dropped and
+    /// contiguous neighbours merged); `None` for other strides, which need a copy.
+    pub(crate) fn row_pattern(&self) -> Option<RowPattern> {
+        let offset = self.offset;
+        if self.is_contiguous() {
+            return Some(RowPattern::Dense { offset });
+        }
+        let mut merged: Vec<(usize, isize)> = Vec::with_capacity(self.rank);
+        for (&n, &s) in self.dims().iter().zip(self.strides()) {
+            if n == 1 {
+                continue;
+            }
+            match merged.last_mut() {
+                Some((pn, ps)) if *ps == s * n as isize => {
+                    *pn *= n;
+                    *ps = s;
+                }
+                _ => merged.push((n, s)),
+            }
+        }
+        match merged[..] {
+            [(_, 0)] => Some(RowPattern::Scalar { offset }),
+            [(_, 0), (cols, 1)] => Some(RowPattern::Row { offset, cols }),
+            [(_, 1), (cols, 0)] => Some(RowPattern::PerRow { offset, cols }),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +469,42 @@ mod tests {
         let flat = rows.reshape("t", &[12]).unwrap().unwrap();
         assert_eq!((flat.strides(), flat.offset()), (&[1isize][..], 6));
         assert!(dense(&[4, 6]).reshape("t", &[5, 5]).is_err());
+    }
+
+    #[test]
+    fn row_patterns_of_broadcasts() {
+        let out = [4, 3, 5];
+        let row = dense(&[5]).broadcast_to("t", &out).unwrap();
+        assert_eq!(
+            row.row_pattern(),
+            Some(RowPattern::Row { offset: 0, cols: 5 })
+        );
+        let plane = dense(&[3, 5]).broadcast_to("t", &out).unwrap();
+        assert_eq!(
+            plane.row_pattern(),
+            Some(RowPattern::Row {
+                offset: 0,
+                cols: 15
+            })
+        );
+        let col = dense(&[4, 3, 1]).broadcast_to("t", &out).unwrap();
+        assert_eq!(
+            col.row_pattern(),
+            Some(RowPattern::PerRow { offset: 0, cols: 5 })
+        );
+        let one = dense(&[1]).broadcast_to("t", &out).unwrap();
+        assert_eq!(one.row_pattern(), Some(RowPattern::Scalar { offset: 0 }));
+        assert_eq!(
+            dense(&out).row_pattern(),
+            Some(RowPattern::Dense { offset: 0 })
+        );
+        // A middle-dim broadcast repeats neither one row nor one value per row.
+        let mid = dense(&[4, 1, 5]).broadcast_to("t", &out).unwrap();
+        assert_eq!(mid.row_pattern(), None);
+        assert_eq!(
+            dense(&[3, 4]).permute("t", &[1, 0]).unwrap().row_pattern(),
+            None
+        );
     }
 
     #[test]

@@ -675,6 +675,16 @@ impl Tensor {
         }
     }
 
+    /// The CPU storage of this tensor's base as `&[T]`, whatever the layout (for backends
+    /// that read views in place). Callers guarantee a committed host tensor of `T`.
+    pub(crate) fn base_host<T: Element>(&self) -> &[T] {
+        debug_assert_eq!(T::DTYPE, self.dtype);
+        match self.storage.as_deref() {
+            Some(Storage::Host(h)) => bytemuck::cast_slice(h.bytes()),
+            _ => panic!("base_host(): not a committed CPU tensor"),
+        }
+    }
+
     /// The CPU contents as `&mut [T]`. Callers guarantee a committed, writable host tensor
     /// of `T` (see [`Tensor::check_writable`]).
     pub(crate) fn host_mut<T: Element>(&mut self) -> &mut [T] {

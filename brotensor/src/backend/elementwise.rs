@@ -7,6 +7,7 @@
 pub(crate) use brotensor_kernels::elementwise::Broadcast;
 
 use super::OnDevice;
+use crate::layout::RowPattern;
 use crate::{Error, Result, Tensor};
 
 /// One-input element-wise instructions: `out = f(x; a, b)`.
@@ -157,6 +158,21 @@ pub(crate) trait ElementwiseOps: OnDevice {
     /// `out (F32) = q (I8, rows x cols) * scales[row]` (weight-only INT8 dequantization).
     fn dequant_i8_rows(&self, _q: &Tensor, _scales: &Tensor, _out: &mut Tensor) -> Result<()> {
         Err(not_implemented("dequant_i8_rows", self))
+    }
+
+    /// `out = op(x, y)` (add, sub, mul or div) for operands that are views of `out`'s dims,
+    /// read in place row by row as their patterns say, over `cols`-wide rows of `out`;
+    /// `Ok(false)` where this backend reads such views only through dense copies.
+    fn binary_rows(
+        &self,
+        _name: &'static str,
+        _op: Binary,
+        _x: (&Tensor, RowPattern),
+        _y: (&Tensor, RowPattern),
+        _out: &mut Tensor,
+        _cols: usize,
+    ) -> Result<bool> {
+        Ok(false)
     }
 
     /// `y (+|*)= v` broadcast as `b` says (per row cycling through `v`, or per column), over

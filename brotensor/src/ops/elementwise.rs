@@ -88,12 +88,50 @@ fn arith_out(
     b: &Tensor,
     out: &mut Tensor,
 ) -> Result<()> {
-    if a.dims() == b.dims() {
+    let dense = |t: &Tensor| !t.is_committed() || t.layout().is_dense();
+    if a.dims() == b.dims() && dense(a) && dense(b) {
         return binary_out(name, op, ("a", a), ("b", b), out, (0.0, 0.0));
     }
     let dims = crate::layout::broadcast_dims(name, a.dims(), b.dims())?;
     let (a, b) = (a.broadcast_to(&dims)?, b.broadcast_to(&dims)?);
+    if arith_rows(name, op, &a, &b, out)? {
+        return Ok(());
+    }
     binary_out(name, op, ("a", &a), ("b", &b), out, (0.0, 0.0))
+}
+
+/// [`arith_out`] on operands of one dims that the backend reads in place row by row (a
+/// broadcast row, one value per row, a scalar, or contiguous elements); `Ok(false)` when the
+/// layouts or the backend need dense copies instead.
+fn arith_rows(
+    name: &'static str,
+    op: Binary,
+    a: &Tensor,
+    b: &Tensor,
+    out: &mut Tensor,
+) -> Result<bool> {
+    let (Some(pa), Some(pb)) = (a.layout().row_pattern(), b.layout().row_pattern()) else {
+        return Ok(false);
+    };
+    let cols = match (pa.cols(), pb.cols()) {
+        (Some(x), Some(y)) if x != y => return Ok(false),
+        (Some(c), _) | (_, Some(c)) => c,
+        (None, None) => a.cols(),
+    };
+    if !a.is_committed() || !b.is_committed() {
+        return Ok(false);
+    }
+    let be = crate::runtime::backend(
+        name,
+        super::resolve(name, &[("a", a), ("b", b), ("out", out)])?,
+    )?;
+    check_float(name, "a", a, be)?;
+    super::check_dtypes_match(name, ("a", a), &[("b", b)])?;
+    prepare_out(out, be.device(), a.dims(), a.dtype())?;
+    if a.numel() == 0 {
+        return Ok(true);
+    }
+    be.binary_rows(name, op, (a, pa), (b, pb), out, cols)
 }
 
 /// `a = op(a, b)` in place, `b` broadcast to `a`'s dims (numpy rules).

@@ -294,6 +294,100 @@ fn binary_ops_broadcast_like_numpy() {
 }
 
 #[test]
+fn broadcast_shapes_give_numpy_results_for_every_op() {
+    // (left dims, right dims): a broadcast row, one value per row, a scalar, an outer
+    // product, a broadcast plane, a middle-dim broadcast and a transposed operand.
+    let pairs: [(&[usize], &[usize]); 7] = [
+        (&[5, 7], &[7]),
+        (&[5, 7], &[5, 1]),
+        (&[5, 7], &[1]),
+        (&[5, 1], &[1, 7]),
+        (&[2, 5, 7], &[5, 7]),
+        (&[2, 5, 7], &[2, 1, 7]),
+        (&[7, 5], &[7, 5]),
+    ];
+    let value = |i: usize, salt: usize| ((i * 13 + salt * 7) % 23) as f64 / 4.0 + 0.5;
+    for device in devices() {
+        for (n, &(ld, rd)) in pairs.iter().enumerate() {
+            let (ln, rn) = (ld.iter().product::<usize>(), rd.iter().product::<usize>());
+            let lv: Vec<f64> = (0..ln).map(|i| value(i, 1)).collect();
+            let rv: Vec<f64> = (0..rn).map(|i| value(i, 2)).collect();
+            let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
+            let l = Tensor::from_slice_nd_on(device, &to32(&lv), ld).unwrap();
+            // The last pair reads the right operand through a transposed view.
+            let r = if n == 6 {
+                let base: Vec<f64> = (0..rn).map(|i| rv[(i % 7) * 5 + i / 7]).collect();
+                Tensor::from_slice_nd_on(device, &to32(&base), &[5, 7])
+                    .unwrap()
+                    .t()
+                    .unwrap()
+            } else {
+                Tensor::from_slice_nd_on(device, &to32(&rv), rd).unwrap()
+            };
+            // numpy's rules, in float64 here.
+            let dims: Vec<usize> = {
+                let rank = ld.len().max(rd.len());
+                let at =
+                    |d: &[usize], i: usize| (i + d.len()).checked_sub(rank).map_or(1, |j| d[j]);
+                (0..rank).map(|i| at(ld, i).max(at(rd, i))).collect()
+            };
+            let index = |d: &[usize], flat: usize| {
+                let mut rest = flat;
+                let mut idx = 0;
+                let mut step = 1;
+                for k in (0..dims.len()).rev() {
+                    let coord = rest % dims[k];
+                    rest /= dims[k];
+                    if let Some(j) = (k + d.len()).checked_sub(dims.len()) {
+                        if d[j] != 1 {
+                            idx += coord * step;
+                        }
+                        step *= d[j];
+                    }
+                }
+                idx
+            };
+            let total: usize = dims.iter().product();
+            let ops: [(
+                &str,
+                fn(&Tensor, &Tensor) -> brotensor::Result<Tensor>,
+                fn(f64, f64) -> f64,
+            ); 4] = [
+                ("add", ops::add, |a, b| a + b),
+                ("sub", ops::sub, |a, b| a - b),
+                ("mul", ops::mul, |a, b| a * b),
+                ("div", ops::div, |a, b| a / b),
+            ];
+            for (name, f, math) in ops {
+                let want: Vec<f32> = (0..total)
+                    .map(|i| math(lv[index(ld, i)], rv[index(rd, i)]) as f32)
+                    .collect();
+                let got = f(&l, &r).unwrap();
+                assert_eq!(got.dims(), dims, "{device} {name} {ld:?} {rd:?}");
+                let tag = format!("{device} {name} {ld:?} {rd:?}");
+                assert_close(
+                    &tag,
+                    &want,
+                    &got.to_vec::<f32>().unwrap(),
+                    tolerance(Dtype::F32),
+                );
+                // Swapped operands too: the pattern may be on either side.
+                let want: Vec<f32> = (0..total)
+                    .map(|i| math(rv[index(rd, i)], lv[index(ld, i)]) as f32)
+                    .collect();
+                let got = f(&r, &l).unwrap();
+                assert_close(
+                    &format!("{tag} swapped"),
+                    &want,
+                    &got.to_vec::<f32>().unwrap(),
+                    tolerance(Dtype::F32),
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn peer_style_methods_follow_numpy() {
     for device in devices() {
         let x: Vec<f32> = (0..24).map(|i| (i as f32 - 11.0) / 4.0).collect();

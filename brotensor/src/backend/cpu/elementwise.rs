@@ -6,6 +6,7 @@ use half::{bf16, f16};
 
 use super::CpuBackend;
 use crate::backend::{Binary, Broadcast, ElementwiseOps, Src, Unary};
+use crate::layout::RowPattern;
 use crate::{Device, Dtype, Error, Result, Tensor};
 
 /// Runs `$go!(f)` with `f` the scalar math of a unary instruction, one monomorphic map per
@@ -243,6 +244,35 @@ impl ElementwiseOps for CpuBackend {
         Ok(())
     }
 
+    fn binary_rows(
+        &self,
+        _name: &'static str,
+        op: Binary,
+        (x, px): (&Tensor, RowPattern),
+        (y, py): (&Tensor, RowPattern),
+        out: &mut Tensor,
+        cols: usize,
+    ) -> Result<bool> {
+        let rows = out.numel() / cols;
+        let (xo, yo) = (
+            row_operand(x, px, rows, cols),
+            row_operand(y, py, rows, cols),
+        );
+        macro_rules! go {
+            ($f:expr) => {
+                ew::map_binary_rows(xo, yo, out.host_mut::<f32>(), cols, $f)
+            };
+        }
+        match op {
+            Binary::Add => go!(|_, a, b| a + b),
+            Binary::Sub => go!(|_, a, b| a - b),
+            Binary::Mul => go!(|_, a, b| a * b),
+            Binary::Div => go!(|_, a, b| a / b),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
     fn broadcast(
         &self,
         _name: &'static str,
@@ -261,5 +291,17 @@ fn cast_error(dtype: Dtype) -> Error {
         op: "cast",
         dtype,
         device: Device::Cpu,
+    }
+}
+
+/// A view's elements as [`ew::RowOperand`] over `rows` rows of `cols`, read from its base's
+/// storage in place.
+fn row_operand(t: &Tensor, p: RowPattern, rows: usize, cols: usize) -> ew::RowOperand<'_> {
+    let v = t.base_host::<f32>();
+    match p {
+        RowPattern::Dense { offset } => ew::RowOperand::Dense(&v[offset..offset + rows * cols]),
+        RowPattern::Row { offset, cols } => ew::RowOperand::Row(&v[offset..offset + cols]),
+        RowPattern::PerRow { offset, .. } => ew::RowOperand::PerRow(&v[offset..offset + rows]),
+        RowPattern::Scalar { offset } => ew::RowOperand::Scalar(v[offset]),
     }
 }
