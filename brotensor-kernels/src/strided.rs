@@ -16,6 +16,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use crate::elementwise::BinaryOp;
 use crate::launch::{check_len, grid_1d, LaunchError};
 
 /// The highest rank the kernel takes: a tensor's 8 dims plus the word pair of a 64-bit
@@ -176,10 +177,159 @@ pub fn launch_strided_gather<R: Runtime>(
     Ok(())
 }
 
+/// The storage indices of row-major element `e` in two layouts over the same dims. `meta`
+/// holds the two offsets, `rank` dims, then each layout's `rank` strides (two's complement).
+#[cube]
+fn source_pair(e: u32, meta: &Array<u32>, #[comptime] rank: usize) -> (u32, u32) {
+    let mut rest = e;
+    let mut ax = meta[0];
+    let mut ay = meta[1];
+    #[unroll]
+    for i in 0..rank {
+        let d = rank - 1 - i;
+        let n = meta[2 + d];
+        let c = rest % n;
+        rest /= n;
+        ax += c * meta[2 + rank + d];
+        ay += c * meta[2 + 2 * rank + d];
+    }
+    (ax, ay)
+}
+
+#[cube(launch_unchecked)]
+fn strided_binary_kernel<F: Float, O: BinaryOp>(
+    x: &Array<F>,
+    y: &Array<F>,
+    meta: &Array<u32>,
+    out: &mut Array<F>,
+    a: f32,
+    b: f32,
+    #[comptime] rank: usize,
+) {
+    let i = ABSOLUTE_POS;
+    if i < out.len() {
+        let (ix, iy) = source_pair(u32::cast_from(i), meta, rank);
+        let vx = Vector::<f32, Const<1>>::new(f32::cast_from(x[ix as usize]));
+        let vy = Vector::<f32, Const<1>>::new(f32::cast_from(y[iy as usize]));
+        out[i] = F::cast_from(f32::cast_from(O::apply::<Const<1>>(vx, vy, a, b)));
+    }
+}
+
+/// Checks `layout` for a strided launch over buffer `h` of `elem_bytes`-byte elements: the
+/// rank, one stride per dim, 32-bit indices and every reached element inside `h`. Returns
+/// the number of elements to bind (the highest index reached plus one; 0 when empty).
+fn check_layout(
+    arg: &'static str,
+    h: &Handle,
+    layout: &GatherLayout<'_>,
+    elem_bytes: usize,
+) -> Result<usize, LaunchError> {
+    if layout.dims.len() > MAX_GATHER_RANK || layout.strides.len() != layout.dims.len() {
+        return Err(LaunchError::Overflow {
+            what: "rank (one stride per dim, at most 9)",
+        });
+    }
+    let Some((lo, hi)) = reach(layout)? else {
+        return Ok(0);
+    };
+    if lo < 0 || u32::try_from(hi).is_err() {
+        return Err(LaunchError::Overflow {
+            what: "strided layout (indices must lie in 0..2^32)",
+        });
+    }
+    check_len(arg, h, hi as usize + 1, elem_bytes)?;
+    Ok(hi as usize + 1)
+}
+
+/// `out[i] = O(x[layout_x(i)], y[layout_y(i)]; a, b)` for every row-major index `i` of the
+/// layouts' common dims, reading `x` and `y` where their strides say (broadcast, transposed,
+/// sliced or flipped views) with no copy; `out` is dense. Float math in f32.
+///
+/// Errors (no launch) when the layouts' dims differ, a rank is above [`MAX_GATHER_RANK`], an
+/// index needs more than 32 bits, a layout reaches outside its buffer, or `out` is too small.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_strided_binary<R: Runtime, F: Float + CubeElement, O: BinaryOp>(
+    client: &ComputeClient<R>,
+    (x, lx): (&Handle, GatherLayout<'_>),
+    (y, ly): (&Handle, GatherLayout<'_>),
+    out: &Handle,
+    a: f32,
+    b: f32,
+) -> Result<(), LaunchError> {
+    if lx.dims != ly.dims {
+        return Err(LaunchError::Overflow {
+            what: "strided operands (their dims must match)",
+        });
+    }
+    let bytes = core::mem::size_of::<F>();
+    let numel = crate::launch::extent("numel", lx.dims)?;
+    let nx = check_layout("x", x, &lx, bytes)?;
+    let ny = check_layout("y", y, &ly, bytes)?;
+    if numel == 0 {
+        return Ok(());
+    }
+    if u32::try_from(numel).is_err() {
+        return Err(LaunchError::Overflow {
+            what: "numel (must fit in 32 bits)",
+        });
+    }
+    check_len("out", out, numel, bytes)?;
+    let rank = lx.dims.len();
+    // Offsets, dims and strides modulo 2^32, as in `launch_strided_gather`.
+    let mut meta = Vec::with_capacity(2 + 3 * rank);
+    meta.extend([lx.offset as u32, ly.offset as u32]);
+    meta.extend(lx.dims.iter().map(|&n| n as u32));
+    meta.extend(lx.strides.iter().map(|&s| s as u32));
+    meta.extend(ly.strides.iter().map(|&s| s as u32));
+    let meta_handle = client.create_from_slice(u32::as_bytes(&meta));
+    let (count, dim) = grid_1d(client, numel)?;
+    // SAFETY: `out` holds `numel` elements and unit `i < numel` writes element `i` only;
+    // every index either layout reaches is below `nx` / `ny`, checked to lie inside `x` /
+    // `y`; `meta` holds the `2 + 3 * rank` words a rank-`rank` kernel reads.
+    unsafe {
+        strided_binary_kernel::launch_unchecked::<F, O, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), nx),
+            ArrayArg::from_raw_parts(y.clone(), ny),
+            ArrayArg::from_raw_parts(meta_handle, meta.len()),
+            ArrayArg::from_raw_parts(out.clone(), numel),
+            a,
+            b,
+            rank,
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
-    use crate::cuda_lowering::{Lowering as L, Rt};
+    use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
+    use crate::elementwise::{Add, Div, Mul, Sub};
     let a = L::array;
+    // The broadcasting arithmetic (`ops::add` etc. on views) in every float type and rank.
+    macro_rules! each_op {
+        ($($op:ident),* => |$O:ident| $body:expr) => {{$({
+            type $O = $op;
+            $body
+        })*}};
+    }
+    for rank in 0..=8 {
+        for_floats!(|F| each_op!(Add, Sub, Mul, Div => |O| l.lower(
+            strided_binary_kernel::StridedBinaryKernel::<F, O, Rt>::new(
+                L::settings_1d(),
+                l.client.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                rank,
+            )
+        )));
+    }
     for rank in 0..=MAX_GATHER_RANK {
         for pack in [1u32, 2, 4] {
             l.lower(strided_gather_kernel::StridedGatherKernel::<Rt>::new(

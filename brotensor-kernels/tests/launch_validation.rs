@@ -587,3 +587,66 @@ fn cross_entropy_offsets_past_the_row_stay_inside_it() {
         "{p:?}"
     );
 }
+
+#[test]
+fn strided_launches_refuse_layouts_outside_their_buffers() {
+    use brotensor_kernels::strided::{launch_strided_binary, launch_strided_gather, GatherLayout};
+    let Some(c) = client() else { return };
+    let src = c.create_from_slice(f32::as_bytes(&[1.0f32; 12]));
+    let out = c.empty(12 * 4);
+    let layout = |dims: &'static [usize], strides: &'static [isize], offset| GatherLayout {
+        dims,
+        strides,
+        offset,
+    };
+    // In bounds: a (3, 4) transpose of 12 elements.
+    launch_strided_gather(&c, &src, layout(&[4, 3], &[1, 4], 0), 4, &out).unwrap();
+    // One element past the end (offset 1), a negative reach and a 33-bit index.
+    let past = launch_strided_gather(&c, &src, layout(&[4, 3], &[1, 4], 1), 4, &out);
+    assert!(
+        matches!(past, Err(LaunchError::BufferTooSmall { arg: "src", .. })),
+        "{past:?}"
+    );
+    let below = launch_strided_gather(&c, &src, layout(&[4], &[-1], 2), 4, &out);
+    assert!(
+        matches!(below, Err(LaunchError::Overflow { .. })),
+        "{below:?}"
+    );
+    let huge = launch_strided_gather(&c, &src, layout(&[2], &[1 << 33], 0), 4, &out);
+    assert!(
+        matches!(huge, Err(LaunchError::Overflow { .. })),
+        "{huge:?}"
+    );
+    let width = launch_strided_gather(&c, &src, layout(&[4], &[1], 0), 8, &out);
+    assert!(
+        matches!(width, Err(LaunchError::Overflow { .. })),
+        "{width:?}"
+    );
+    let rank = launch_strided_gather(&c, &src, layout(&[1; 10], &[1; 10], 0), 4, &out);
+    assert!(
+        matches!(rank, Err(LaunchError::Overflow { .. })),
+        "{rank:?}"
+    );
+    // The binary form checks both operands, the output and that the dims agree.
+    let ok = (&src, layout(&[3, 4], &[4, 1], 0));
+    let row = (&src, layout(&[3, 4], &[0, 1], 8)); // one row of 4 from element 8: fits
+    launch_strided_binary::<_, f32, k::Add>(&c, ok, row, &out, 0.0, 0.0).unwrap();
+    let late = (&src, layout(&[3, 4], &[0, 1], 9));
+    let e = launch_strided_binary::<_, f32, k::Add>(&c, ok, late, &out, 0.0, 0.0);
+    assert!(
+        matches!(e, Err(LaunchError::BufferTooSmall { arg: "y", .. })),
+        "{e:?}"
+    );
+    let other = (&src, layout(&[4, 3], &[3, 1], 0));
+    let e = launch_strided_binary::<_, f32, k::Add>(&c, ok, other, &out, 0.0, 0.0);
+    assert!(matches!(e, Err(LaunchError::Overflow { .. })), "{e:?}");
+    let small = c.empty(4 * 4);
+    let e = launch_strided_binary::<_, f32, k::Add>(&c, ok, ok, &small, 0.0, 0.0);
+    assert!(
+        matches!(e, Err(LaunchError::BufferTooSmall { arg: "out", .. })),
+        "{e:?}"
+    );
+    // What ran is right: x + row (row = elements 8..12 of all-ones) is all twos.
+    launch_strided_binary::<_, f32, k::Add>(&c, ok, row, &out, 0.0, 0.0).unwrap();
+    assert_eq!(read(&c, out, 12), [2.0f32; 12]);
+}

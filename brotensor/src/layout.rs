@@ -63,10 +63,25 @@ pub(crate) fn broadcast_dims(op: &'static str, a: &[usize], b: &[usize]) -> Resu
             (x, 1) => Ok(x),
             (x, y) => Err(Error::shape(
                 op,
-                format!("shapes {a:?} and {b:?} do not broadcast: dim {i} is {x} vs {y}"),
+                format!(
+                    "shapes {} and {} do not broadcast: dim {i} is {x} vs {y}",
+                    compact(a),
+                    compact(b)
+                ),
             )),
         })
         .collect()
+}
+
+/// `dims` as `2x3x4` (`scalar` for rank 0), for messages.
+pub(crate) fn compact(dims: &[usize]) -> String {
+    if dims.is_empty() {
+        return "scalar".into();
+    }
+    dims.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join("x")
 }
 
 impl Layout {
@@ -378,6 +393,21 @@ impl RowPattern {
             RowPattern::Dense { .. } | RowPattern::Scalar { .. } => None,
         }
     }
+}
+
+/// The row patterns of two operands of one dims and the output row width they share, or
+/// `None` when either needs a copy or they fix different widths.
+pub(crate) fn shared_row_patterns(
+    x: &Layout,
+    y: &Layout,
+) -> Option<(RowPattern, RowPattern, usize)> {
+    let (px, py) = (x.row_pattern()?, y.row_pattern()?);
+    let cols = match (px.cols(), py.cols()) {
+        (Some(a), Some(b)) if a != b => return None,
+        (Some(c), _) | (_, Some(c)) => c,
+        (None, None) => x.rows_cols().1,
+    };
+    Some((px, py, cols))
 }
 
 impl Layout {

@@ -35,7 +35,7 @@ impl Element for f64 {
     const DTYPE: Dtype = Dtype::F64;
 }
 
-/// An N-d tensor (rank 0 to [`MAX_RANK`]) with a dtype and a device.
+/// An N-d tensor (rank 0 to [`MAX_RANK`](crate::MAX_RANK)) with a dtype and a device.
 ///
 /// A fresh tensor is row-major and dense. Views ([`Tensor::permute`], [`Tensor::slice`],
 /// [`Tensor::broadcast_to`], [`Tensor::reshape`], ...) are tensors that share their base's
@@ -329,7 +329,7 @@ impl Tensor {
         self.layout.dims()
     }
 
-    /// The number of dims (0 to [`MAX_RANK`]).
+    /// The number of dims (0 to [`MAX_RANK`](crate::MAX_RANK)).
     pub fn rank(&self) -> usize {
         self.layout.dims().len()
     }

@@ -7,7 +7,6 @@
 pub(crate) use brotensor_kernels::elementwise::Broadcast;
 
 use super::OnDevice;
-use crate::layout::RowPattern;
 use crate::{Error, Result, Tensor};
 
 /// One-input element-wise instructions: `out = f(x; a, b)`.
@@ -160,17 +159,17 @@ pub(crate) trait ElementwiseOps: OnDevice {
         Err(not_implemented("dequant_i8_rows", self))
     }
 
-    /// `out = op(x, y)` (add, sub, mul or div) for operands that are views of `out`'s dims,
-    /// read in place row by row as their patterns say, over `cols`-wide rows of `out`;
-    /// `Ok(false)` where this backend reads such views only through dense copies.
-    fn binary_rows(
+    /// `out = op(x, y)` (add, sub, mul or div) for operands that are views (broadcast,
+    /// strided) of `out`'s dims, read where their layouts say, with no dense copy;
+    /// `Ok(false)` (nothing done) where this backend cannot read these layouts or this dtype
+    /// in place, and the caller makes dense copies instead.
+    fn binary_views(
         &self,
         _name: &'static str,
         _op: Binary,
-        _x: (&Tensor, RowPattern),
-        _y: (&Tensor, RowPattern),
+        _x: &Tensor,
+        _y: &Tensor,
         _out: &mut Tensor,
-        _cols: usize,
     ) -> Result<bool> {
         Ok(false)
     }

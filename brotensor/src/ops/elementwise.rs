@@ -94,30 +94,21 @@ fn arith_out(
     }
     let dims = crate::layout::broadcast_dims(name, a.dims(), b.dims())?;
     let (a, b) = (a.broadcast_to(&dims)?, b.broadcast_to(&dims)?);
-    if arith_rows(name, op, &a, &b, out)? {
+    if arith_views(name, op, &a, &b, out)? {
         return Ok(());
     }
     binary_out(name, op, ("a", &a), ("b", &b), out, (0.0, 0.0))
 }
 
-/// [`arith_out`] on operands of one dims that the backend reads in place row by row (a
-/// broadcast row, one value per row, a scalar, or contiguous elements); `Ok(false)` when the
-/// layouts or the backend need dense copies instead.
-fn arith_rows(
+/// [`arith_out`] on views of one dims that the backend reads in place (broadcast rows,
+/// strided layouts); `Ok(false)` when it needs dense copies instead.
+fn arith_views(
     name: &'static str,
     op: Binary,
     a: &Tensor,
     b: &Tensor,
     out: &mut Tensor,
 ) -> Result<bool> {
-    let (Some(pa), Some(pb)) = (a.layout().row_pattern(), b.layout().row_pattern()) else {
-        return Ok(false);
-    };
-    let cols = match (pa.cols(), pb.cols()) {
-        (Some(x), Some(y)) if x != y => return Ok(false),
-        (Some(c), _) | (_, Some(c)) => c,
-        (None, None) => a.cols(),
-    };
     if !a.is_committed() || !b.is_committed() {
         return Ok(false);
     }
@@ -131,7 +122,7 @@ fn arith_rows(
     if a.numel() == 0 {
         return Ok(true);
     }
-    be.binary_rows(name, op, (a, pa), (b, pb), out, cols)
+    be.binary_views(name, op, a, b, out)
 }
 
 /// `a = op(a, b)` in place, `b` broadcast to `a`'s dims (numpy rules).
@@ -143,9 +134,9 @@ fn arith_inplace(name: &'static str, op: Binary, a: &mut Tensor, b: &Tensor) -> 
         Error::shape(
             name,
             format!(
-                "{:?} does not broadcast to the in-place operand's {:?}",
-                b.dims(),
-                a.dims()
+                "`b` ({}) does not broadcast to the in-place operand's {}",
+                crate::layout::compact(b.dims()),
+                crate::layout::compact(a.dims())
             ),
         )
     })?;

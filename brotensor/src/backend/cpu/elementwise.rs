@@ -6,7 +6,7 @@ use half::{bf16, f16};
 
 use super::CpuBackend;
 use crate::backend::{Binary, Broadcast, ElementwiseOps, Src, Unary};
-use crate::layout::RowPattern;
+use crate::layout::{shared_row_patterns, RowPattern};
 use crate::{Device, Dtype, Error, Result, Tensor};
 
 /// Runs `$go!(f)` with `f` the scalar math of a unary instruction, one monomorphic map per
@@ -244,15 +244,20 @@ impl ElementwiseOps for CpuBackend {
         Ok(())
     }
 
-    fn binary_rows(
+    fn binary_views(
         &self,
         _name: &'static str,
         op: Binary,
-        (x, px): (&Tensor, RowPattern),
-        (y, py): (&Tensor, RowPattern),
+        x: &Tensor,
+        y: &Tensor,
         out: &mut Tensor,
-        cols: usize,
     ) -> Result<bool> {
+        let Some((px, py, cols)) = shared_row_patterns(x.layout(), y.layout()) else {
+            return Ok(false);
+        };
+        if cols == 0 {
+            return Ok(true);
+        }
         let rows = out.numel() / cols;
         let (xo, yo) = (
             row_operand(x, px, rows, cols),

@@ -2,10 +2,11 @@
 
 use brotensor_kernels::bf16_words as w;
 use brotensor_kernels::elementwise as k;
+use brotensor_kernels::strided as k_strided;
 use cubecl::prelude::*;
 use half::{bf16, f16};
 
-use super::{out_handle, source, src_handle, with_float, CubeBackend, Narrowed};
+use super::{gpu, out_handle, source, src_handle, with_float, CubeBackend, Narrowed};
 use crate::backend::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 use crate::{Dtype, Result, Tensor};
 
@@ -233,6 +234,39 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
         .map_err(|e| self.launch_error(name, e))
     }
 
+    fn binary_views(
+        &self,
+        name: &'static str,
+        op: Binary,
+        x: &Tensor,
+        y: &Tensor,
+        out: &mut Tensor,
+    ) -> Result<bool> {
+        // Packed BF16 words hold two elements each: such views go through dense copies.
+        if self.words(out.dtype())
+            || !matches!(op, Binary::Add | Binary::Sub | Binary::Mul | Binary::Div)
+        {
+            return Ok(false);
+        }
+        let (Some(xs), Some(ys)) = (x.base_storage(), y.base_storage()) else {
+            return Ok(false);
+        };
+        let (xh, yh, oh) = (gpu(xs), gpu(ys), out_handle(out));
+        let c = &self.client;
+        with_binary!(op, |O| with_float!(out.dtype(), |F| {
+            k_strided::launch_strided_binary::<R, F, O>(
+                c,
+                (xh, gather_layout(x)),
+                (yh, gather_layout(y)),
+                &oh,
+                0.0,
+                0.0,
+            )
+        }))
+        .map_err(|e| self.launch_error(name, e))?;
+        Ok(true)
+    }
+
     fn cast(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
         let xh = out_handle(x);
         let oh = out_handle(out);
@@ -310,5 +344,14 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
             b
         ))
         .map_err(|e| self.launch_error(name, e))
+    }
+}
+
+/// A tensor's layout as the strided kernels take it.
+fn gather_layout(t: &Tensor) -> k_strided::GatherLayout<'_> {
+    k_strided::GatherLayout {
+        dims: t.layout().dims(),
+        strides: t.layout().strides(),
+        offset: t.layout().offset(),
     }
 }
