@@ -183,6 +183,112 @@ fn custom_kernel_reads_views_as_dense() {
             rows,
             tolerance(Dtype::F32),
         );
+        // A contiguous view that starts past its storage's first element.
+        let tail = base.narrow(0, 2, rows - 2).unwrap();
+        let ut = tensor(device, &u[..(rows - 2) * cols], rows - 2, cols, Dtype::F32).unwrap();
+        let y = silu_gate(&tail, &ut).unwrap();
+        let want = reference(&g[2 * cols..], &u[..(rows - 2) * cols]);
+        let tag = format!("silu_gate of a narrowed view on {device}");
+        assert_close_rows(
+            &tag,
+            &want,
+            &read_f32(&y).unwrap(),
+            cols,
+            tolerance(Dtype::F32),
+        );
+    }
+}
+
+/// `s = silu(g)` and `y = s * u`: two outputs from one kernel.
+#[cube(launch_unchecked)]
+fn silu_split_kernel(g: &Array<f32>, u: &Array<f32>, s: &mut Array<f32>, y: &mut Array<f32>) {
+    let i = ABSOLUTE_POS;
+    if i < y.len() {
+        let v = g[i];
+        let a = v / (1.0 + (-v).exp());
+        s[i] = a;
+        y[i] = a * u[i];
+    }
+}
+
+/// Inputs `g`, `u` (F32, same dims), outputs `s` and `y` of their dims.
+struct SiluSplit;
+
+impl CustomKernel for SiluSplit {
+    const NAME: &'static str = "silu_split";
+    const INPUTS: usize = 2;
+    const OUTPUTS: usize = 2;
+
+    fn cpu(&self, inputs: &[HostIn<'_>], outputs: &mut [HostOut<'_>]) -> Result<()> {
+        let (g, u) = (inputs[0].slice::<f32>()?, inputs[1].slice::<f32>()?);
+        let [s, y] = outputs else {
+            unreachable!("OUTPUTS is checked by launch")
+        };
+        let (s, y) = (s.slice_mut::<f32>()?, y.slice_mut::<f32>()?);
+        for (i, (&g, &u)) in g.iter().zip(u).enumerate() {
+            s[i] = g / (1.0 + (-g).exp());
+            y[i] = s[i] * u;
+        }
+        Ok(())
+    }
+
+    fn gpu<R: Runtime>(&self, launch: &GpuLaunch<'_, R>) -> Result<()> {
+        let ([g, u], [s, y]) = (launch.inputs(), launch.outputs()) else {
+            unreachable!("INPUTS and OUTPUTS are checked by launch")
+        };
+        let (count, dim) = launch.grid_1d(y.numel())?;
+        // SAFETY: brotensor checked that each buffer holds `numel` F32 elements; all four
+        // have the same dims.
+        unsafe {
+            silu_split_kernel::launch_unchecked::<R>(
+                launch.client(),
+                count,
+                dim,
+                ArrayArg::from_raw_parts(g.handle().clone(), g.numel()),
+                ArrayArg::from_raw_parts(u.handle().clone(), u.numel()),
+                ArrayArg::from_raw_parts(s.handle().clone(), s.numel()),
+                ArrayArg::from_raw_parts(y.handle().clone(), y.numel()),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn custom_kernel_writes_two_outputs() {
+    let (rows, cols) = (17, 300);
+    let mut rng = SplitMix64::new(11);
+    let g = rng.uniform(rows * cols, -6.0, 6.0);
+    let u = rng.uniform(rows * cols, -2.0, 2.0);
+    let want_s = reference(&g, &vec![1.0; rows * cols]);
+    let want_y = reference(&g, &u);
+    for device in devices() {
+        let gt = tensor(device, &g, rows, cols, Dtype::F32).unwrap();
+        let ut = tensor(device, &u, rows, cols, Dtype::F32).unwrap();
+        let (mut s, mut y) = (Tensor::default(), Tensor::default());
+        custom::launch(
+            &SiluSplit,
+            &[
+                Input::new("g", &gt, Dtype::F32),
+                Input::new("u", &ut, Dtype::F32),
+            ],
+            &mut [
+                Output::new("s", &mut s, gt.dims(), Dtype::F32),
+                Output::new("y", &mut y, gt.dims(), Dtype::F32),
+            ],
+        )
+        .unwrap();
+        assert_ne!(s.allocation_id(), y.allocation_id());
+        for (what, want, got) in [("s", &want_s, &s), ("y", &want_y, &y)] {
+            let tag = format!("silu_split output {what} on {device}");
+            assert_close_rows(
+                &tag,
+                want,
+                &read_f32(got).unwrap(),
+                cols,
+                tolerance(Dtype::F32),
+            );
+        }
     }
 }
 
