@@ -303,7 +303,9 @@ impl<'a> GpuOperand<'a> {
             .expect("sizes were checked at launch")
     }
     /// The device buffer. Clone it into `ArrayArg::from_raw_parts(handle, numel())` with the
-    /// dtype's element type.
+    /// dtype's element type, for launches queued inside [`CustomKernel::gpu`]: after it
+    /// returns, the tensor owns the buffer again (a kept clone does not stop a later op from
+    /// writing or reusing it).
     pub fn handle(&self) -> &'a Handle {
         self.handle
     }
@@ -371,7 +373,9 @@ impl<'a, R: Runtime> GpuLaunch<'a, R> {
 
 /// Runs `kernel` on `inputs`, writing `outputs`, on the device of the first committed operand
 /// (inputs first, then outputs; see [`crate::ops`] for the dispatch rules): `K::cpu` on
-/// [`Device::Cpu`], `K::gpu` with the device's runtime on a CUDA or wgpu device.
+/// [`Device::Cpu`], `K::gpu` with the device's runtime on a CUDA or wgpu device. With no
+/// committed operand it runs on the first operand's device tag (a [`Tensor::default`] is
+/// tagged CPU; `Tensor::default().to(device)` is an uncommitted tensor tagged `device`).
 ///
 /// Shape contract: `inputs.len() == K::INPUTS`, `outputs.len() == K::OUTPUTS`; each output is
 /// resized to its dims and dtype before the kernel runs. Errors (`brotensor: <K::NAME>:
