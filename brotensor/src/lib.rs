@@ -17,6 +17,7 @@
 //! [`Error`]s with messages of the form `brotensor: <op>: <reason>`.
 
 mod backend;
+pub mod custom;
 mod device;
 mod dtype;
 mod error;
@@ -28,6 +29,9 @@ mod runtime;
 mod tensor;
 mod view;
 
+/// The CubeCL version brotensor is built on, for writing your own `#[cube]` kernels (see
+/// [`custom`]).
+pub use cubecl;
 pub use device::Device;
 pub use dtype::Dtype;
 pub use error::{Error, Result};

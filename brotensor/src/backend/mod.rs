@@ -108,6 +108,11 @@ pub(crate) trait Backend:
     fn memory_info(&self) -> Result<Option<MemoryInfo>>;
     /// Synchronizes, then returns pooled memory that no tensor uses to the device.
     fn trim(&self) -> Result<()>;
+    /// The concrete backend behind this trait object, for code that needs the runtime
+    /// itself (user kernels reach a `CubeBackend<R>` through it); `None` on the CPU.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// The element width of `dtype` for a strided copy, or an error for block dtypes.

@@ -4,6 +4,7 @@ mod buffer_stability;
 mod cast_rounding;
 mod concurrency;
 mod coverage_gaps;
+mod custom_kernel;
 mod default_device;
 mod dispatch;
 mod gguf;

@@ -109,6 +109,11 @@ impl<R: Runtime> CubeBackend<R> {
     fn launch_error(&self, op: &'static str, e: LaunchError) -> Error {
         self.gpu_error(op, e)
     }
+
+    /// The CubeCL client of this device (user kernels launch on it).
+    pub(crate) fn client(&self) -> &ComputeClient<R> {
+        &self.client
+    }
 }
 
 fn gpu(storage: &Storage) -> &Handle {
@@ -268,6 +273,10 @@ impl<R: Runtime> Backend for CubeBackend<R> {
                 reserved: sum.reserved + u.bytes_reserved,
             },
         )))
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn trim(&self) -> Result<()> {
