@@ -23,6 +23,8 @@ python3 scripts/coverage-check.py  # every "yes" in docs/op-coverage.md names a 
 cargo check -p brotensor --no-default-features
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# The custom-kernel example (a user's #[cube] kernel) on every device, checked against f64.
+cargo run -q -p brotensor --example custom_kernel
 # Every public item's docs build, with no broken links.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 

@@ -156,7 +156,7 @@ pub fn map_binary_rows(
         return;
     }
     assert!(
-        cols > 0 && out.len() % cols == 0,
+        cols > 0 && out.len().is_multiple_of(cols),
         "map_binary_rows: whole rows"
     );
     let rows = out.len() / cols;

@@ -254,9 +254,9 @@ fn binary_ops_broadcast_like_numpy() {
         let tb = Tensor::from_slice_nd_on(device, &b, &[4, 1]).unwrap();
         let mut want = Vec::new();
         for i in 0..2 {
-            for j in 0..4 {
+            for bj in &b {
                 for k in 0..3 {
-                    want.push(a[i * 3 + k] + b[j]);
+                    want.push(a[i * 3 + k] + bj);
                 }
             }
         }
@@ -273,7 +273,7 @@ fn binary_ops_broadcast_like_numpy() {
             .collect();
         assert_eq!(diff.to_vec::<f32>().unwrap(), neg, "{device}");
         // In place: the right operand broadcasts to the left one's dims, never the reverse.
-        let mut big = Tensor::from_slice_nd_on(device, &vec![1.0f32; 24], &[2, 4, 3]).unwrap();
+        let mut big = Tensor::from_slice_nd_on(device, &[1.0f32; 24], &[2, 4, 3]).unwrap();
         big.mul_(&Tensor::from_slice_nd_on(device, &[2.0f32, 3.0, 4.0], &[3]).unwrap())
             .unwrap();
         assert_eq!(
@@ -292,6 +292,10 @@ fn binary_ops_broadcast_like_numpy() {
         assert!(e.contains("do not broadcast"), "{e}");
     }
 }
+
+/// An allocating binary op and its float64 formula.
+type BinaryFn = fn(&Tensor, &Tensor) -> brotensor::Result<Tensor>;
+type MathFn = fn(f64, f64) -> f64;
 
 #[test]
 fn broadcast_shapes_give_numpy_results_for_every_op() {
@@ -348,11 +352,7 @@ fn broadcast_shapes_give_numpy_results_for_every_op() {
                 idx
             };
             let total: usize = dims.iter().product();
-            let ops: [(
-                &str,
-                fn(&Tensor, &Tensor) -> brotensor::Result<Tensor>,
-                fn(f64, f64) -> f64,
-            ); 4] = [
+            let ops: [(&str, BinaryFn, MathFn); 4] = [
                 ("add", ops::add, |a, b| a + b),
                 ("sub", ops::sub, |a, b| a - b),
                 ("mul", ops::mul, |a, b| a * b),
