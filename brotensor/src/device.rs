@@ -31,11 +31,13 @@ impl Device {
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Device::Cpu => write!(f, "cpu"),
-            Device::Cuda(i) => write!(f, "cuda:{i}"),
-            Device::Wgpu(i) => write!(f, "wgpu:{i}"),
-        }
+        // Through `pad`, so width, fill and alignment flags apply (`{:>8}`).
+        let name = match self {
+            Device::Cpu => "cpu".to_string(),
+            Device::Cuda(i) => format!("cuda:{i}"),
+            Device::Wgpu(i) => format!("wgpu:{i}"),
+        };
+        f.pad(&name)
     }
 }
 
@@ -69,6 +71,14 @@ impl FromStr for Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn display_honours_width_and_alignment() {
+        assert_eq!(format!("[{:>8}]", Device::Cuda(1)), "[  cuda:1]");
+        assert_eq!(format!("[{:<6}]", Device::Cpu), "[cpu   ]");
+        assert_eq!(format!("[{:^8}]", crate::Dtype::BF16), "[  BF16  ]");
+        assert_eq!(format!("{}", crate::Dtype::Q4_K), "Q4_K");
+    }
 
     #[test]
     fn parses_and_displays() {

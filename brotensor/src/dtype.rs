@@ -169,7 +169,8 @@ impl Dtype {
 
 impl std::fmt::Display for Dtype {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{self:?}")
+        // Through `pad`, so width, fill and alignment flags apply (`{:<5}`).
+        f.pad(&format!("{self:?}"))
     }
 }
 

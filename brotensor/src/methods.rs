@@ -36,6 +36,7 @@ unary_methods! {
     rsqrt => ops::rsqrt;
     round => ops::round;
     relu => ops::relu;
+    tanh => ops::tanh;
     sigmoid => ops::sigmoid;
     silu => ops::silu;
     gelu => ops::gelu;
@@ -129,7 +130,7 @@ impl Tensor {
         self.check_axis("softmax", dim)?;
         let (x, back) = self.with_axis_last(dim)?;
         let mut y = Tensor::default();
-        ops::softmax_rows_forward(&x, &mut y, x.rows(), x.cols())?;
+        ops::softmax_rows_forward(&x, &mut y)?;
         y.reshape_(x.dims())?;
         y.permute(&back)?.contiguous()
     }
@@ -143,6 +144,84 @@ impl Tensor {
         let mut dims = self.dims().to_vec();
         dims.remove(dim);
         y.reshape_(&dims)?;
+        Ok(y)
+    }
+
+    /// The index of the first maximum along `dim` (I32), which is removed from the dims.
+    /// See [`ops::argmax_rows_i32`].
+    pub fn argmax(&self, dim: usize) -> Result<Tensor> {
+        self.check_axis("argmax", dim)?;
+        let (x, _) = self.with_axis_last(dim)?;
+        let mut idx = Tensor::default();
+        ops::argmax_rows_i32(&x, &mut idx)?;
+        let mut dims = self.dims().to_vec();
+        dims.remove(dim);
+        idx.reshape_(&dims)?;
+        Ok(idx)
+    }
+
+    /// Every element clamped to `[lo, hi]`, into a new tensor. See [`ops::clamp_out`].
+    pub fn clamp(&self, lo: f32, hi: f32) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::clamp_out(self, lo, hi, &mut y)?;
+        Ok(y)
+    }
+
+    /// Every element clamped to `[lo, hi]`, in place (C++ `clamp`, [`ops::clamp`]).
+    pub fn clamp_(&mut self, lo: f32, hi: f32) -> Result<()> {
+        ops::clamp(self, lo, hi)
+    }
+
+    /// ELU with `alpha`, into a new tensor. See [`ops::elu_forward`].
+    pub fn elu(&self, alpha: f32) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::elu_forward(self, alpha, &mut y)?;
+        Ok(y)
+    }
+
+    /// Leaky ReLU with `negative_slope`, into a new tensor. See [`ops::leaky_relu_forward`].
+    pub fn leaky_relu(&self, negative_slope: f32) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::leaky_relu_forward(self, negative_slope, &mut y)?;
+        Ok(y)
+    }
+
+    /// SwiGLU of `self (.., 2D)` = `[a | g]`: `silu(a) * g`, `(.., D)`. See
+    /// [`ops::swiglu_forward`].
+    pub fn swiglu(&self) -> Result<Tensor> {
+        self.glu(ops::swiglu_forward)
+    }
+
+    /// GeGLU (tanh GELU) of `self (.., 2D)` = `[a | g]`: `a * gelu(g)`, `(.., D)`. See
+    /// [`ops::geglu_forward`].
+    pub fn geglu(&self) -> Result<Tensor> {
+        self.glu(ops::geglu_forward)
+    }
+
+    fn glu(&self, f: fn(&Tensor, &mut Tensor) -> Result<()>) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        f(self, &mut y)?;
+        let mut dims = self.dims().to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last /= 2;
+        }
+        y.reshape_(&dims)?;
+        Ok(y)
+    }
+
+    /// RMSNorm of each row (the last dim) with `gamma` (one value per column), into a new
+    /// tensor. See [`ops::rms_norm_forward`].
+    pub fn rms_norm(&self, gamma: &Tensor, eps: f32) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::rms_norm_forward(self, gamma, eps, &mut y)?;
+        Ok(y)
+    }
+
+    /// LayerNorm of each row (the last dim) with `gamma` and `beta`, into a new tensor. See
+    /// [`ops::layernorm_forward_inference_batched`].
+    pub fn layer_norm(&self, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::layernorm_forward_inference_batched(self, gamma, beta, eps, &mut y)?;
         Ok(y)
     }
 

@@ -158,18 +158,21 @@ impl Drop for DeviceScope {
     }
 }
 
-/// The dtype models should compute in on the default device: F32 on the CPU, F16 on a GPU.
-pub fn compute_dtype() -> Dtype {
+/// The dtype models should compute in on the default device (see [`compute_dtype_on`]).
+pub fn compute_dtype() -> Result<Dtype> {
     compute_dtype_on(default_device())
 }
 
-/// The dtype models should compute in on `device`: F32 on the CPU, F16 on a GPU.
-pub fn compute_dtype_on(device: Device) -> Dtype {
-    if device.is_gpu() {
+/// The dtype models should compute in on `device`: F16 on a GPU whose adapter computes in
+/// F16, else F32 (the CPU, and GPUs without 16-bit float arithmetic). Errors when the device
+/// is not available.
+pub fn compute_dtype_on(device: Device) -> Result<Dtype> {
+    let be = backend("compute_dtype", device)?;
+    Ok(if device.is_gpu() && be.supports(Dtype::F16) {
         Dtype::F16
     } else {
         Dtype::F32
-    }
+    })
 }
 
 /// Whether ops compute in `dtype` on `device` (the capability query): e.g. F16 is false on

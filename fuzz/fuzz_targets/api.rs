@@ -175,8 +175,8 @@ fn run(b: &mut Bytes, slots: &mut [Tensor]) -> Result<()> {
             let _ = ops::quantize_int8_per_row_host(&w, d1, d2);
         }
         26 => ops::linear_forward_batched_int8w_fp16(x, y, None, z, &mut out)?,
-        27 => ops::softmax_rows_forward(x, &mut out, d1, d2)?,
-        28 => ops::softmax_forward(x, &mut out, Some(y))?,
+        27 => ops::softmax_rows_forward(x, &mut out)?,
+        28 => ops::softmax_forward(x, Some(y), &mut out)?,
         29 => ops::softmax_backward(x, y, &mut out)?,
         30 => {
             let offsets = [0, d1, d2];
@@ -193,11 +193,11 @@ fn run(b: &mut Bytes, slots: &mut [Tensor]) -> Result<()> {
             x,
             y,
             z,
+            s1,
             &mut out,
             &mut out2,
             &mut out3,
             &mut Tensor::default(),
-            s1,
         )?,
         34 => {
             let (mut dg, mut db) = (y.try_clone()?, y.try_clone()?);
@@ -209,7 +209,7 @@ fn run(b: &mut Bytes, slots: &mut [Tensor]) -> Result<()> {
             ops::rms_norm_backward(x, y, z, s1, &mut out, &mut dg)?;
         }
         37 => ops::l2_norm_forward(x, d1, d2, s1, &mut out)?,
-        38 => ops::l2_norm_backward(x, d1, d2, s1, y, &mut out)?,
+        38 => ops::l2_norm_backward(x, y, d1, d2, s1, &mut out)?,
         39 => ops::group_norm_forward(x, y, z, (d1, d2, d3, d4), b.dim(), s1, &mut out)?,
         40 => {
             let (mut dg, mut db) = (y.try_clone()?, y.try_clone()?);
@@ -232,11 +232,11 @@ fn run(b: &mut Bytes, slots: &mut [Tensor]) -> Result<()> {
                 x,
                 y,
                 z,
-                &mut rm,
-                &mut rv,
                 (d1, d2, d3, d4),
                 s1,
                 s2,
+                &mut rm,
+                &mut rv,
                 &mut out,
                 &mut out2,
                 &mut out3,

@@ -182,10 +182,10 @@ fn main() -> brotensor::Result<()> {
                 );
             };
             row("softmax_rows_forward", &mut y, &mut |y| {
-                ops::softmax_rows_forward(&x, y, r, cols).unwrap()
+                ops::softmax_rows_forward(&x, y).unwrap()
             });
             row("layernorm (inference)", &mut y, &mut |y| {
-                ops::layernorm_forward_inference_batched(&x, &g, &bt, y, 1e-5).unwrap()
+                ops::layernorm_forward_inference_batched(&x, &g, &bt, 1e-5, y).unwrap()
             });
             row("rms_norm_forward", &mut y, &mut |y| {
                 ops::rms_norm_forward(&x, &g, 1e-6, y).unwrap()
@@ -258,7 +258,7 @@ fn main() -> brotensor::Result<()> {
                 let (mut sm, mut sr) = (Tensor::default(), Tensor::default());
                 gn_row("batch_norm_forward", 2, &mut || {
                     ops::batch_norm_forward(
-                        &gx, &gg, &gb, &mut rm, &mut rv, dims, 1e-5, 0.1, &mut gy, &mut sm, &mut sr,
+                        &gx, &gg, &gb, dims, 1e-5, 0.1, &mut rm, &mut rv, &mut gy, &mut sm, &mut sr,
                     )
                     .unwrap()
                 });

@@ -32,7 +32,7 @@ fn main() -> Result<()> {
         let (x, dy, half) = (t(r, c, 1)?, t(r, c, 2)?, t(r, c / 2, 3)?);
         let probs = {
             let mut p = Tensor::default();
-            ops::softmax_rows_forward(&x, &mut p, r, c)?;
+            ops::softmax_rows_forward(&x, &mut p)?;
             p
         };
         let (g, b) = (t(c, 1, 4)?, t(c, 1, 5)?);
@@ -41,7 +41,7 @@ fn main() -> Result<()> {
         let mut dg = Tensor::zeros_on(device, c, 1, Dtype::F32)?;
         let mut db = Tensor::zeros_on(device, c, 1, Dtype::F32)?;
         ops::layernorm_forward_batched_with_caches(
-            &x, &g, &b, &mut y, &mut z, &mut s1, &mut s2, 1e-5,
+            &x, &g, &b, 1e-5, &mut y, &mut z, &mut s1, &mut s2,
         )?;
         let (xhat, rstd) = (z.try_clone()?, s2.try_clone()?);
         let tensor_bytes = (r * c * 4) as f64;
@@ -97,14 +97,14 @@ fn main() -> Result<()> {
         })?;
         row("geglu_forward", 1.5, &mut || ops::geglu_forward(&x, &mut y))?;
         row("softmax_forward (flat)", 2.0, &mut || {
-            ops::softmax_forward(&x, &mut y, None)
+            ops::softmax_forward(&x, None, &mut y)
         })?;
         row("softmax_backward (flat)", 3.0, &mut || {
             ops::softmax_backward(&probs, &dy, &mut y)
         })?;
         row("layernorm forward with caches", 3.0, &mut || {
             ops::layernorm_forward_batched_with_caches(
-                &x, &g, &b, &mut y, &mut z, &mut s1, &mut s2, 1e-5,
+                &x, &g, &b, 1e-5, &mut y, &mut z, &mut s1, &mut s2,
             )
         })?;
         row("layernorm backward", 3.0, &mut || {
@@ -119,7 +119,7 @@ fn main() -> Result<()> {
             ops::l2_norm_forward(&x, 128, c / 128, 1e-6, &mut y)
         })?;
         row("l2_norm_backward (heads of 128)", 3.0, &mut || {
-            ops::l2_norm_backward(&x, 128, c / 128, 1e-6, &dy, &mut y)
+            ops::l2_norm_backward(&x, &dy, 128, c / 128, 1e-6, &mut y)
         })?;
         row("softmax_xent_fused_batched", 4.0, &mut || {
             ops::softmax_xent_fused_batched(&x, &probs, None, &[0, c], &mut y, &mut z, &mut s3)

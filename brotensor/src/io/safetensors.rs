@@ -474,9 +474,9 @@ pub fn upload_as_on(
     Ok(out)
 }
 
-/// [`upload_as`] at the default device's compute dtype (F32 on the CPU, F16 on a GPU).
+/// [`upload_as`] at the default device's compute dtype ([`crate::compute_dtype`]).
 pub fn upload_compute(view: &TensorView<'_>, rows: usize, cols: usize) -> Result<Tensor> {
-    upload_as(view, rows, cols, compute_dtype())
+    upload_as(view, rows, cols, compute_dtype()?)
 }
 
 /// [`upload_compute`] of the tensor called `name`, with errors that name it.

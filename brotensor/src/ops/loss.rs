@@ -9,50 +9,43 @@ use super::{check_float, check_same, dispatch, prepare_out};
 use crate::backend::Src;
 use crate::{Dtype, Error, Result, Tensor};
 
-/// `y = softmax` of each `cols`-wide row of `x`, which holds `rows * cols` elements; `y` is
-/// resized to `x`'s shape and dtype.
-pub fn softmax_rows_forward(x: &Tensor, y: &mut Tensor, rows: usize, cols: usize) -> Result<()> {
+/// `y = softmax` of each row of `x` (the last dim; every leading dim folds into rows); `y`
+/// is resized to `x`'s dims and dtype.
+pub fn softmax_rows_forward(x: &Tensor, y: &mut Tensor) -> Result<()> {
     let op = "softmax_rows_forward";
     let be = dispatch(op, &[("x", x), ("y", y)])?;
     check_float(op, "x", x, be)?;
-    check_rows(op, x, rows, cols)?;
     prepare_out(y, be.device(), x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
-    be.softmax(Src::Tensor(x), None, y, cols)
+    be.softmax(Src::Tensor(x), None, y, x.cols())
+}
+
+/// [`softmax_rows_forward`] into a new tensor.
+pub fn softmax_rows(x: &Tensor) -> Result<Tensor> {
+    let mut y = Tensor::default();
+    softmax_rows_forward(x, &mut y)?;
+    Ok(y)
 }
 
 impl Tensor {
-    /// [`softmax_rows_forward`] in place.
-    pub fn softmax_rows_(&mut self, rows: usize, cols: usize) -> Result<()> {
+    /// [`softmax_rows_forward`] in place (each row of the last dim).
+    pub fn softmax_rows_(&mut self) -> Result<()> {
         let op = "softmax_rows_";
         let be = super::dispatch_inplace(op, ("x", self), &[])?;
         check_float(op, "x", self, be)?;
-        check_rows(op, self, rows, cols)?;
         if self.numel() == 0 {
             return Ok(());
         }
+        let cols = self.cols();
         be.softmax(Src::Out, None, self, cols)
     }
 }
 
-fn check_rows(op: &'static str, x: &Tensor, rows: usize, cols: usize) -> Result<()> {
-    if rows.checked_mul(cols) != Some(x.numel()) {
-        return Err(Error::shape(
-            op,
-            format!(
-                "rows * cols = {rows} * {cols} but `x` has {} elements",
-                x.numel()
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// `probs = softmax(logits)` over all elements as one vector, with an optional `mask` of the
 /// same element count (F32); `probs` is resized to `logits`.
-pub fn softmax_forward(logits: &Tensor, probs: &mut Tensor, mask: Option<&Tensor>) -> Result<()> {
+pub fn softmax_forward(logits: &Tensor, mask: Option<&Tensor>, probs: &mut Tensor) -> Result<()> {
     let op = "softmax_forward";
     let none = Tensor::default();
     let be = dispatch(
@@ -255,14 +248,14 @@ fn flat(t: &Tensor) -> Result<Tensor> {
 pub fn softmax_xent(
     logits: &Tensor,
     target: &Tensor,
+    mask: Option<&Tensor>,
     probs: &mut Tensor,
     dlogits: &mut Tensor,
-    mask: Option<&Tensor>,
 ) -> Result<f32> {
     flat_xent("softmax_xent", logits, target, mask, probs, dlogits)
 }
 
-/// [`softmax_xent`] with the C++ `softmax_xent_fused` argument order.
+/// [`softmax_xent`] under its C++ name (the same arguments in the same order).
 pub fn softmax_xent_fused(
     logits: &Tensor,
     target: &Tensor,

@@ -1,6 +1,20 @@
 //! The public ops, one module per category. Every op is device-neutral: it runs on the
 //! device of its first committed operand.
 //!
+//! Naming and argument rules (one for every op):
+//! - The C++ name is the contract, and it is the form that writes into a caller's output:
+//!   `exp_forward(x, &mut y)`, `rms_norm_forward(x, gamma, eps, &mut y)`, `add_out(a, b,
+//!   &mut out)`. Arguments come in one order: inputs, then parameters (`eps`, sizes, flags),
+//!   then outputs. Shapes come from the tensors (rows are the last dim, every leading dim
+//!   folded), never as extra `rows`/`cols` arguments.
+//! - The allocating form returns a new tensor: `ops::exp(x)`, `ops::add(a, b)`,
+//!   `ops::softmax_rows(x)`, or, where the C++ name is already taken by the output form, a
+//!   `Tensor` method (`x.matmul(&w)`, `x.rms_norm(&g, eps)`, `x.softmax(dim)`, `x.sum(dim)`,
+//!   `x.swiglu()`, `x.elu(alpha)`; see the `methods` docs on [`Tensor`]).
+//! - The in-place form is a `Tensor` method ending in `_`: `x.exp_()`, `x.add_(&b)`,
+//!   `x.clamp_(lo, hi)`, `x.softmax_rows_()`. The C++ in-place names (`add_inplace`, `clamp`)
+//!   stay as free functions.
+//!
 //! Dispatch rules (shared by every op):
 //! - The op's device is the device of the first committed operand in signature order
 //!   (outputs included); if none is committed, the first operand's device tag.

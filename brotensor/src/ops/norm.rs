@@ -99,11 +99,11 @@ pub fn layernorm_forward_batched_with_caches(
     x: &Tensor,
     gamma: &Tensor,
     beta: &Tensor,
+    eps: f32,
     y: &mut Tensor,
     xhat: &mut Tensor,
     mean: &mut Tensor,
     rstd: &mut Tensor,
-    eps: f32,
 ) -> Result<()> {
     let op = "layernorm_forward_batched_with_caches";
     let be = dispatch(
@@ -126,8 +126,8 @@ pub fn layernorm_forward_inference_batched(
     x: &Tensor,
     gamma: &Tensor,
     beta: &Tensor,
-    y: &mut Tensor,
     eps: f32,
+    y: &mut Tensor,
 ) -> Result<()> {
     let op = "layernorm_forward_inference_batched";
     let be = dispatch(op, &[("x", x), ("gamma", gamma), ("beta", beta), ("y", y)])?;
@@ -186,9 +186,9 @@ pub fn layernorm_forward(
     x: &Tensor,
     gamma: &Tensor,
     beta: &Tensor,
+    eps: f32,
     y: &mut Tensor,
     xhat: &mut Tensor,
-    eps: f32,
 ) -> Result<(f32, f32)> {
     let op = "layernorm_forward";
     let be = dispatch(
@@ -385,10 +385,10 @@ pub fn l2_norm_forward(
 /// `n = 1 / sqrt(sum(x^2) + eps)` per head; overwritten.
 pub fn l2_norm_backward(
     x: &Tensor,
+    dy: &Tensor,
     head_dim: usize,
     num_heads: usize,
     eps: f32,
-    dy: &Tensor,
     dx: &mut Tensor,
 ) -> Result<()> {
     let op = "l2_norm_backward";
@@ -568,11 +568,11 @@ pub fn batch_norm_forward(
     x: &Tensor,
     gamma: &Tensor,
     beta: &Tensor,
-    running_mean: &mut Tensor,
-    running_var: &mut Tensor,
     dims: (usize, usize, usize, usize),
     eps: f32,
     momentum: f32,
+    running_mean: &mut Tensor,
+    running_var: &mut Tensor,
     y: &mut Tensor,
     saved_mean: &mut Tensor,
     saved_rstd: &mut Tensor,
@@ -748,8 +748,8 @@ pub fn layernorm_forward_inference_batched_fp16(
     x: &Tensor,
     gamma: &Tensor,
     beta: &Tensor,
-    y: &mut Tensor,
     eps: f32,
+    y: &mut Tensor,
 ) -> Result<()> {
     let op = "layernorm_forward_inference_batched_fp16";
     if !matches!(x.dtype(), Dtype::F16 | Dtype::BF16) {

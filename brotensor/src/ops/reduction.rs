@@ -1,8 +1,7 @@
 //! Reductions over `x (rows, cols)`.
 //!
-//! Sums keep `x`'s dtype (FP32 partial sums inside); `argmax_rows` returns I32 indices when
-//! the `idx` passed in is already an I32 tensor, else F32 values holding the index (the C++
-//! contract); `top_k_rows` is F32 only; `rows_count_above` takes F32 or F16. Outputs are
+//! Sums keep `x`'s dtype (FP32 partial sums inside); `argmax_rows` returns F32 values holding
+//! the index (the C++ contract), `argmax_rows_i32` I32 indices; `top_k_rows` is F32 only; `rows_count_above` takes F32 or F16. Outputs are
 //! resized and overwritten.
 
 use super::{check_float, dispatch, prepare_out};
@@ -36,16 +35,21 @@ pub fn sum_cols(x: &Tensor, y: &mut Tensor) -> Result<()> {
     be.sum_cols(x, y)
 }
 
-/// `idx (rows, 1)`: the first column holding each row's maximum (NaN is never chosen; a row
-/// with nothing above `-f32::MAX` gives 0). I32 if `idx` is a committed I32 tensor, else F32.
+/// `idx (rows, 1)` F32 (the C++ contract: indices as floats): the first column holding each
+/// row's maximum (NaN is never chosen; a row with nothing above `-f32::MAX` gives 0). See
+/// [`argmax_rows_i32`] for integer indices.
 pub fn argmax_rows(x: &Tensor, idx: &mut Tensor) -> Result<()> {
-    let be = dispatch("argmax_rows", &[("x", x), ("idx", idx)])?;
-    check_float("argmax_rows", "x", x, be)?;
-    let dtype = if idx.is_committed() && idx.dtype() == Dtype::I32 {
-        Dtype::I32
-    } else {
-        Dtype::F32
-    };
+    argmax_rows_as("argmax_rows", x, idx, Dtype::F32)
+}
+
+/// [`argmax_rows`] with I32 indices.
+pub fn argmax_rows_i32(x: &Tensor, idx: &mut Tensor) -> Result<()> {
+    argmax_rows_as("argmax_rows_i32", x, idx, Dtype::I32)
+}
+
+fn argmax_rows_as(op: &'static str, x: &Tensor, idx: &mut Tensor, dtype: Dtype) -> Result<()> {
+    let be = dispatch(op, &[("x", x), ("idx", idx)])?;
+    check_float(op, "x", x, be)?;
     prepare_out(idx, be.device(), [x.rows(), 1], dtype)?;
     if x.cols() == 0 {
         return idx.zero();

@@ -106,7 +106,7 @@ fn layernorm_forward_inference_batched_fp16_against_f64() {
             let gt = tensor(dev, &g, d, 1, dtype).unwrap();
             let bt = tensor(dev, &b, d, 1, dtype).unwrap();
             let mut y = Tensor::default();
-            ops::layernorm_forward_inference_batched_fp16(&xt, &gt, &bt, &mut y, eps).unwrap();
+            ops::layernorm_forward_inference_batched_fp16(&xt, &gt, &bt, eps, &mut y).unwrap();
             assert_eq!(y.shape(), (rows, d));
             check(
                 &format!("layernorm_forward_inference_batched_fp16 on {dev} {dtype}"),
@@ -122,7 +122,7 @@ fn layernorm_forward_inference_batched_fp16_against_f64() {
     let b32 = tensor(Device::Cpu, &b, d, 1, Dtype::F32).unwrap();
     let mut y = Tensor::default();
     assert!(matches!(
-        ops::layernorm_forward_inference_batched_fp16(&x32, &g32, &b32, &mut y, eps),
+        ops::layernorm_forward_inference_batched_fp16(&x32, &g32, &b32, eps, &mut y),
         Err(Error::Dtype { .. })
     ));
     let to16 = |t: &Tensor| t.to_dtype(Dtype::F16).unwrap();
@@ -131,8 +131,8 @@ fn layernorm_forward_inference_batched_fp16_against_f64() {
             &to16(&x32),
             &to16(&g32),
             &to16(&b32),
+            eps,
             &mut y,
-            eps
         ),
         Err(Error::UnsupportedDtype { .. })
     ));
@@ -178,7 +178,7 @@ fn single_vector_layernorm_and_gradient_against_f64() {
             let bt = tensor(dev, &b, n, 1, dtype).unwrap();
             let (mut y, mut xhat) = (Tensor::default(), Tensor::default());
             let (mean, rstd) =
-                ops::layernorm_forward(&xt, &gt, &bt, &mut y, &mut xhat, eps).unwrap();
+                ops::layernorm_forward(&xt, &gt, &bt, eps, &mut y, &mut xhat).unwrap();
             assert!(
                 (f64::from(mean) - mean_want).abs() <= 1e-5 + 1e-5 * mean_want.abs(),
                 "{}: {mean} vs {mean_want}",

@@ -182,8 +182,20 @@ fn sync_and_memory_queries() {
 
 #[test]
 fn compute_dtype_follows_the_device() {
-    assert_eq!(brotensor::compute_dtype_on(Device::Cpu), Dtype::F32);
-    assert_eq!(brotensor::compute_dtype_on(Device::Wgpu(0)), Dtype::F16);
+    assert_eq!(
+        brotensor::compute_dtype_on(Device::Cpu).unwrap(),
+        Dtype::F32
+    );
+    // A GPU answers F16 exactly where it computes in F16.
+    for gpu in brotensor_tests::gpu_devices() {
+        let f16 = brotensor::supports_dtype(gpu, Dtype::F16).unwrap();
+        let want = if f16 { Dtype::F16 } else { Dtype::F32 };
+        assert_eq!(brotensor::compute_dtype_on(gpu).unwrap(), want, "{gpu}");
+    }
+    assert!(matches!(
+        brotensor::compute_dtype_on(Device::Wgpu(99)),
+        Err(Error::DeviceUnavailable { .. })
+    ));
     let _scope = DeviceScope::new(Device::Cpu).unwrap();
-    assert_eq!(brotensor::compute_dtype(), Dtype::F32);
+    assert_eq!(brotensor::compute_dtype().unwrap(), Dtype::F32);
 }

@@ -8,6 +8,7 @@ mod custom_kernel;
 mod default_device;
 mod dispatch;
 mod gguf;
+mod methods;
 mod parity_activation;
 mod parity_elementwise;
 mod parity_linear;

@@ -20,7 +20,7 @@ fn softmax_rows_flat_masked_and_backward() {
             ROW,
             |t| {
                 let mut y = Tensor::default();
-                ops::softmax_rows_forward(&t[0], &mut y, t[0].rows(), t[0].cols())?;
+                ops::softmax_rows_forward(&t[0], &mut y)?;
                 Ok(y)
             },
         );
@@ -32,7 +32,7 @@ fn softmax_rows_flat_masked_and_backward() {
         ROW,
         |t| {
             let mut y = t[0].clone();
-            y.softmax_rows_(8, 65)?;
+            y.softmax_rows_()?;
             Ok(y)
         },
     );
@@ -44,7 +44,7 @@ fn softmax_rows_flat_masked_and_backward() {
         |t| {
             let mask = t[1].to_dtype(Dtype::F32)?;
             let mut p = Tensor::default();
-            ops::softmax_forward(&t[0], &mut p, Some(&mask))?;
+            ops::softmax_forward(&t[0], Some(&mask), &mut p)?;
             Ok(p)
         },
     );
@@ -73,7 +73,7 @@ fn softmax_of_long_rows_split_across_cubes() {
         long,
         |t| {
             let mut y = Tensor::default();
-            ops::softmax_rows_forward(&t[0], &mut y, 3, 20000)?;
+            ops::softmax_rows_forward(&t[0], &mut y)?;
             Ok(y)
         },
     );
@@ -84,7 +84,7 @@ fn softmax_of_long_rows_split_across_cubes() {
         long,
         |t| {
             let mut y = t[0].clone();
-            y.softmax_rows_(2, 17000)?;
+            y.softmax_rows_()?;
             Ok(y)
         },
     );
@@ -100,7 +100,7 @@ fn softmax_of_long_rows_split_across_cubes() {
                 .collect();
             let mask = Tensor::from_slice_on(t[0].device(), &keep, 7, 10000)?;
             let mut p = Tensor::default();
-            ops::softmax_forward(&t[0], &mut p, Some(&mask))?;
+            ops::softmax_forward(&t[0], Some(&mask), &mut p)?;
             Ok(p)
         },
     );
@@ -135,7 +135,7 @@ fn layernorm_and_rms_norm() {
         ROW,
         |t| {
             let mut y = Tensor::default();
-            ops::layernorm_forward_inference_batched(&t[0], &t[1], &t[2], &mut y, 1e-5)?;
+            ops::layernorm_forward_inference_batched(&t[0], &t[1], &t[2], 1e-5, &mut y)?;
             Ok(y)
         },
     );
@@ -148,7 +148,7 @@ fn layernorm_and_rms_norm() {
             |t| {
                 let (mut y, mut xh, mut m, mut rs) = Default::default();
                 ops::layernorm_forward_batched_with_caches(
-                    &t[0], &t[1], &t[2], &mut y, &mut xh, &mut m, &mut rs, 1e-5,
+                    &t[0], &t[1], &t[2], 1e-5, &mut y, &mut xh, &mut m, &mut rs,
                 )?;
                 assert_eq!(
                     (m.dtype(), rs.dtype(), m.shape()),
@@ -175,7 +175,7 @@ fn layernorm_and_rms_norm() {
             |t| {
                 let (mut y, mut xh, mut m, mut rs) = Default::default();
                 ops::layernorm_forward_batched_with_caches(
-                    &t[0], &t[1], &t[2], &mut y, &mut xh, &mut m, &mut rs, 1e-5,
+                    &t[0], &t[1], &t[2], 1e-5, &mut y, &mut xh, &mut m, &mut rs,
                 )?;
                 let (mut dx, mut dg, mut db) = (Tensor::default(), t[4].clone(), t[5].clone());
                 ops::layernorm_backward_batched_with_caches(
@@ -223,7 +223,7 @@ fn single_vector_layernorm_returns_its_statistics() {
         let ones = Tensor::from_slice_on(dev, &[1.0f32; 4], 4, 1).unwrap();
         let zeros = Tensor::zeros_on(dev, 4, 1, Dtype::F32).unwrap();
         let (mut y, mut xh) = (Tensor::default(), Tensor::default());
-        let (mean, rstd) = ops::layernorm_forward(&x, &ones, &zeros, &mut y, &mut xh, 0.0).unwrap();
+        let (mean, rstd) = ops::layernorm_forward(&x, &ones, &zeros, 0.0, &mut y, &mut xh).unwrap();
         assert_eq!(mean, 2.5);
         assert!((rstd - 1.0 / 1.25f32.sqrt()).abs() < 1e-6, "{dev}: {rstd}");
         assert_eq!(y.shape(), (2, 2));
@@ -264,7 +264,7 @@ fn layernorm_is_stable_far_from_zero_on_every_device() {
         let g = Tensor::from_slice_on(dev, &[1.0f32; 8], 8, 1).unwrap();
         let b = Tensor::zeros_on(dev, 8, 1, Dtype::F32).unwrap();
         let mut y = Tensor::default();
-        ops::layernorm_forward_inference_batched(&x, &g, &b, &mut y, 1e-5).unwrap();
+        ops::layernorm_forward_inference_batched(&x, &g, &b, 1e-5, &mut y).unwrap();
         let got = y.to_vec::<f32>().unwrap();
         for (r, &(o, s)) in rows.iter().enumerate() {
             let row: Vec<f64> = data[r * 8..r * 8 + 8].iter().map(|&v| v as f64).collect();
@@ -305,7 +305,7 @@ fn pixel_and_l2_norms() {
     });
     parity_with("l2_norm_backward", 0x643, &[x, dy], ROW, |t| {
         let mut dx = Tensor::default();
-        ops::l2_norm_backward(&t[0], 32, 3, 1e-6, &t[1], &mut dx)?;
+        ops::l2_norm_backward(&t[0], &t[1], 32, 3, 1e-6, &mut dx)?;
         Ok(dx)
     });
     let x = Tensor::zeros_on(Device::Cpu, 2, 10, Dtype::F32).unwrap();
@@ -396,7 +396,7 @@ fn fused_cross_entropy_losses() {
             f32_only,
             |t| {
                 let (mut p, mut d) = (Tensor::default(), Tensor::default());
-                let loss = ops::softmax_xent(&t[0], &clip(&t[1])?, &mut p, &mut d, Some(&t[2]))?;
+                let loss = ops::softmax_xent(&t[0], &clip(&t[1])?, Some(&t[2]), &mut p, &mut d)?;
                 Ok(match which {
                     "loss" => Tensor::from_slice_on(t[0].device(), &[loss], 1, 1)?,
                     "probs" => p,
@@ -470,7 +470,7 @@ fn fused_cross_entropy_losses() {
         let loss = ops::softmax_xent_fused(&lt, &tt, None, &mut pp, &mut dd).unwrap();
         assert!((loss - host).abs() < 1e-5, "{dev}: {loss} vs {host}");
         let none = Tensor::zeros_on(dev, 3, 1, Dtype::F32).unwrap();
-        let loss = ops::softmax_xent(&lt, &tt, &mut pp, &mut dd, Some(&none)).unwrap();
+        let loss = ops::softmax_xent(&lt, &tt, Some(&none), &mut pp, &mut dd).unwrap();
         assert_eq!(loss, 0.0);
         assert_eq!(pp.to_vec::<f32>().unwrap(), vec![0.0; 3], "{dev}");
     }
@@ -629,7 +629,7 @@ fn group_and_batch_norms() {
                 let (mut rm, mut rv) = (t[3].clone(), t[4].clone());
                 let (mut y, mut sm, mut sr) = Default::default();
                 ops::batch_norm_forward(
-                    &t[0], &t[1], &t[2], &mut rm, &mut rv, dims, 1e-5, 0.1, &mut y, &mut sm,
+                    &t[0], &t[1], &t[2], dims, 1e-5, 0.1, &mut rm, &mut rv, &mut y, &mut sm,
                     &mut sr,
                 )?;
                 Ok(match which {
@@ -658,7 +658,7 @@ fn group_and_batch_norms() {
                 );
                 let (mut y, mut sm, mut sr) = Default::default();
                 ops::batch_norm_forward(
-                    &t[0], &t[1], &t[1], &mut rm, &mut rv, dims, 1e-5, 0.1, &mut y, &mut sm,
+                    &t[0], &t[1], &t[1], dims, 1e-5, 0.1, &mut rm, &mut rv, &mut y, &mut sm,
                     &mut sr,
                 )?;
                 let (mut dx, mut dg, mut db) = (Tensor::default(), t[3].clone(), t[4].clone());
@@ -718,7 +718,7 @@ fn group_and_batch_norms() {
         );
         let (mut y, mut sm, mut sr) = Default::default();
         ops::batch_norm_forward(
-            &xt, &gt, &bt, &mut rm, &mut rv, dims, 1e-5, 0.1, &mut y, &mut sm, &mut sr,
+            &xt, &gt, &bt, dims, 1e-5, 0.1, &mut rm, &mut rv, &mut y, &mut sm, &mut sr,
         )
         .unwrap();
         // Every channel's output and gradients against float64 (dgamma, dbeta start at 1).

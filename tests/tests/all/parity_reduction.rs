@@ -85,8 +85,8 @@ fn argmax_and_counts() {
             &[Input::new(r, c, -4.0, 4.0)],
             index,
             |t| {
-                let mut idx = Tensor::zeros_on(t[0].device(), 1, 1, Dtype::I32)?;
-                ops::argmax_rows(&t[0], &mut idx)?;
+                let mut idx = Tensor::zeros_on(t[0].device(), 1, 1, Dtype::F32)?;
+                ops::argmax_rows_i32(&t[0], &mut idx)?;
                 assert_eq!(idx.dtype(), Dtype::I32);
                 Ok(idx)
             },

@@ -107,7 +107,7 @@ fn batched_layernorm_vs_f64() {
         ALL,
         |t| {
             let mut y = Tensor::default();
-            ops::layernorm_forward_inference_batched(&t[0], &t[1], &t[2], &mut y, EPS as f32)?;
+            ops::layernorm_forward_inference_batched(&t[0], &t[1], &t[2], EPS as f32, &mut y)?;
             Ok(y)
         },
         |x| affine(&layernorm_rows(&x[0], d).0, &x[1], &x[2]),
@@ -123,7 +123,7 @@ fn batched_layernorm_vs_f64() {
         |t| {
             // Into a used output of another shape.
             let mut y = t[1].try_clone()?;
-            ops::layernorm_forward_inference_batched_fp16(&t[0], &t[1], &t[2], &mut y, EPS as f32)?;
+            ops::layernorm_forward_inference_batched_fp16(&t[0], &t[1], &t[2], EPS as f32, &mut y)?;
             Ok(y)
         },
         |x| affine(&layernorm_rows(&x[0], d).0, &x[1], &x[2]),
@@ -132,7 +132,7 @@ fn batched_layernorm_vs_f64() {
         move |t: &[Tensor]| -> Result<Tensor> {
             let (mut y, mut xh, mut m, mut rs) = Default::default();
             ops::layernorm_forward_batched_with_caches(
-                &t[0], &t[1], &t[2], &mut y, &mut xh, &mut m, &mut rs, EPS as f32,
+                &t[0], &t[1], &t[2], EPS as f32, &mut y, &mut xh, &mut m, &mut rs,
             )?;
             assert_eq!((m.dtype(), rs.dtype()), (Dtype::F32, Dtype::F32));
             match which {
@@ -190,7 +190,7 @@ fn batched_layernorm_vs_f64() {
         move |t: &[Tensor]| -> Result<Tensor> {
             let (mut y, mut xh, mut m, mut rs) = Default::default();
             ops::layernorm_forward_batched_with_caches(
-                &t[0], &t[1], &t[2], &mut y, &mut xh, &mut m, &mut rs, EPS as f32,
+                &t[0], &t[1], &t[2], EPS as f32, &mut y, &mut xh, &mut m, &mut rs,
             )?;
             let (mut dx, mut dg, mut db) =
                 (t[0].try_clone()?, t[4].try_clone()?, t[5].try_clone()?);
@@ -246,7 +246,7 @@ fn single_vector_layernorm_vs_f64() {
     let forward = |which: &'static str| {
         move |t: &[Tensor]| -> Result<Tensor> {
             let (mut y, mut xh) = (Tensor::default(), Tensor::default());
-            let (m, rs) = ops::layernorm_forward(&t[0], &t[1], &t[2], &mut y, &mut xh, EPS as f32)?;
+            let (m, rs) = ops::layernorm_forward(&t[0], &t[1], &t[2], EPS as f32, &mut y, &mut xh)?;
             assert_eq!((y.shape(), xh.shape()), ((r, c), (r, c)));
             match which {
                 "y" => Ok(y),
@@ -285,7 +285,7 @@ fn single_vector_layernorm_vs_f64() {
     let backward = |which: &'static str| {
         move |t: &[Tensor]| -> Result<Tensor> {
             let (mut y, mut xh) = (Tensor::default(), Tensor::default());
-            let (_, rs) = ops::layernorm_forward(&t[0], &t[1], &t[2], &mut y, &mut xh, EPS as f32)?;
+            let (_, rs) = ops::layernorm_forward(&t[0], &t[1], &t[2], EPS as f32, &mut y, &mut xh)?;
             let (mut dx, mut dg, mut db) =
                 (t[0].try_clone()?, t[4].try_clone()?, t[5].try_clone()?);
             ops::layernorm_backward(&t[3], &xh, &t[1], rs, &mut dx, &mut dg, &mut db)?;
@@ -476,7 +476,7 @@ fn rms_pixel_and_l2_norms_vs_f64() {
         ALL,
         |t| {
             let mut dx = t[1].try_clone()?;
-            ops::l2_norm_backward(&t[0], hd, h, eps as f32, &t[1], &mut dx)?;
+            ops::l2_norm_backward(&t[0], &t[1], hd, h, eps as f32, &mut dx)?;
             assert_eq!(dx.shape(), (l, h * hd));
             Ok(dx)
         },
@@ -640,7 +640,7 @@ fn batch_norm_vs_f64() {
             let (mut rm, mut rv) = (t[3].try_clone()?, t[4].try_clone()?);
             let (mut y, mut sm, mut sr) = Default::default();
             ops::batch_norm_forward(
-                &t[0], &t[1], &t[2], &mut rm, &mut rv, dims, EPS as f32, momentum, &mut y, &mut sm,
+                &t[0], &t[1], &t[2], dims, EPS as f32, momentum, &mut rm, &mut rv, &mut y, &mut sm,
                 &mut sr,
             )?;
             match which {
@@ -717,7 +717,7 @@ fn batch_norm_vs_f64() {
             let (mut rm, mut rv) = (t[3].try_clone()?, t[4].try_clone()?);
             let (mut y, mut sm, mut sr) = Default::default();
             ops::batch_norm_forward(
-                &t[0], &t[1], &t[2], &mut rm, &mut rv, dims, EPS as f32, momentum, &mut y, &mut sm,
+                &t[0], &t[1], &t[2], dims, EPS as f32, momentum, &mut rm, &mut rv, &mut y, &mut sm,
                 &mut sr,
             )?;
             let (mut dx, mut dg, mut db) =
