@@ -12,6 +12,23 @@
 //! GGUF lists a tensor's dimensions innermost first ([`TensorInfo::shape`]);
 //! [`TensorInfo::dims`] and every tensor this module returns use numpy order, outermost first.
 //!
+//! ```no_run
+//! use brotensor::io::gguf::{self, GgufFile};
+//!
+//! # fn main() -> brotensor::Result<()> {
+//! let file = GgufFile::open("model.gguf")?;
+//! let arch = file.meta_str("general.architecture")?;
+//! let context = file.meta_u64(&format!("{arch}.context_length"))?;
+//! let vocab = file.meta_str_array("tokenizer.ggml.tokens")?;
+//! let info = file.get_tensor("token_embd.weight")?;
+//! let raw = gguf::upload_raw(&file, info)?; // its blocks, dims `info.dims()?`
+//! let weights = gguf::dequantize_tensor(&file, info)?; // F32, the same dims
+//! assert_eq!(raw.dims(), weights.dims());
+//! println!("{arch}: context {context}, {} tokens, {:?}", vocab.len(), weights.dims());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! While a mapped [`GgufFile`] is alive its file must not be truncated (reading a lost page
 //! raises `SIGBUS` and ends the process) or rewritten in place (borrowed tensor bytes would
 //! change under Rust's feet: undefined behaviour). [`GgufFile::read`] copies the file into
