@@ -5,7 +5,29 @@
 //! magic and version, every metadata value (array and string lengths are checked against the
 //! bytes left, so a hostile length cannot cause a large allocation), the alignment (a power
 //! of two), each tensor's dimensions, type and byte range. Tensor data is borrowed from the
-//! map; [`upload_raw`] copies a tensor's blocks to a device without dequantizing.
+//! map; [`upload_raw`] copies a tensor's blocks to a device without dequantizing, and
+//! [`dequantize_tensor`] gives it as F32. Metadata reads go through typed accessors
+//! ([`GgufFile::meta_u64`], [`GgufFile::meta_str`], [`Value::as_f64`], ...).
+//!
+//! GGUF lists a tensor's dimensions innermost first ([`TensorInfo::shape`]);
+//! [`TensorInfo::dims`] and every tensor this module returns use numpy order, outermost first.
+//!
+//! ```no_run
+//! use brotensor::io::gguf::{self, GgufFile};
+//!
+//! # fn main() -> brotensor::Result<()> {
+//! let file = GgufFile::open("model.gguf")?;
+//! let arch = file.meta_str("general.architecture")?;
+//! let context = file.meta_u64(&format!("{arch}.context_length"))?;
+//! let vocab = file.meta_str_array("tokenizer.ggml.tokens")?;
+//! let info = file.get_tensor("token_embd.weight")?;
+//! let raw = gguf::upload_raw(&file, info)?; // its blocks, dims `info.dims()?`
+//! let weights = gguf::dequantize_tensor(&file, info)?; // F32, the same dims
+//! assert_eq!(raw.dims(), weights.dims());
+//! println!("{arch}: context {context}, {} tokens, {:?}", vocab.len(), weights.dims());
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! While a mapped [`GgufFile`] is alive its file must not be truncated (reading a lost page
 //! raises `SIGBUS` and ends the process) or rewritten in place (borrowed tensor bytes would
@@ -57,6 +79,144 @@ pub enum Value {
     I64(i64),
     /// `f64`.
     F64(f64),
+}
+
+impl Value {
+    /// The variant's name as GGUF calls the type (`"U32"`, `"String"`, `"Array"`, ...), for
+    /// messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::U8(_) => "U8",
+            Value::I8(_) => "I8",
+            Value::U16(_) => "U16",
+            Value::I16(_) => "I16",
+            Value::U32(_) => "U32",
+            Value::I32(_) => "I32",
+            Value::F32(_) => "F32",
+            Value::Bool(_) => "Bool",
+            Value::String(_) => "String",
+            Value::Array(_) => "Array",
+            Value::U64(_) => "U64",
+            Value::I64(_) => "I64",
+            Value::F64(_) => "F64",
+        }
+    }
+
+    /// An integer of any width and signedness as `u64`: `None` for a negative value or a
+    /// non-integer (floats and bools are not converted).
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U8(v) => Some(u64::from(v)),
+            Value::U16(v) => Some(u64::from(v)),
+            Value::U32(v) => Some(u64::from(v)),
+            Value::U64(v) => Some(v),
+            Value::I8(v) => u64::try_from(v).ok(),
+            Value::I16(v) => u64::try_from(v).ok(),
+            Value::I32(v) => u64::try_from(v).ok(),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// An integer of any width and signedness as `i64`: `None` for a `U64` above `i64::MAX`
+    /// or a non-integer (floats and bools are not converted).
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::I8(v) => Some(i64::from(v)),
+            Value::I16(v) => Some(i64::from(v)),
+            Value::I32(v) => Some(i64::from(v)),
+            Value::I64(v) => Some(v),
+            Value::U8(v) => Some(i64::from(v)),
+            Value::U16(v) => Some(i64::from(v)),
+            Value::U32(v) => Some(i64::from(v)),
+            Value::U64(v) => i64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// A number as `f64`: `F32` and `F64` always (an `F32` widens exactly), and an integer
+    /// when `f64` holds it exactly (magnitude at most 2^53), since writers sometimes store a
+    /// whole-number setting as an integer. `None` for bools, strings, arrays and larger
+    /// integers.
+    pub fn as_f64(&self) -> Option<f64> {
+        const EXACT: u64 = 1 << f64::MANTISSA_DIGITS;
+        match *self {
+            Value::F32(v) => Some(f64::from(v)),
+            Value::F64(v) => Some(v),
+            Value::Bool(_) | Value::String(_) | Value::Array(_) => None,
+            // Every integer that f64 holds exactly also fits i64.
+            _ => self
+                .as_i64()
+                .filter(|v| v.unsigned_abs() <= EXACT)
+                .map(|v| v as f64),
+        }
+    }
+
+    /// A `Bool` value; `None` for every other variant (integers are not read as bools).
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Value::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// A `String` value, borrowed; `None` for every other variant.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// An `Array`'s elements, borrowed; `None` for every other variant.
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    /// An `Array` whose every element passes [`Value::as_u64`], converted; `None` otherwise
+    /// (a scalar, or any element that is not a non-negative integer).
+    pub fn as_u64_array(&self) -> Option<Vec<u64>> {
+        self.as_array()?.iter().map(Value::as_u64).collect()
+    }
+
+    /// An `Array` whose every element passes [`Value::as_i64`], converted; `None` otherwise.
+    pub fn as_i64_array(&self) -> Option<Vec<i64>> {
+        self.as_array()?.iter().map(Value::as_i64).collect()
+    }
+
+    /// An `Array` whose every element passes [`Value::as_f64`], converted; `None` otherwise.
+    pub fn as_f64_array(&self) -> Option<Vec<f64>> {
+        self.as_array()?.iter().map(Value::as_f64).collect()
+    }
+
+    /// An `Array` of strings, borrowed (a tokenizer's vocabulary, say); `None` for a scalar
+    /// or when any element is not a `String`.
+    pub fn as_str_array(&self) -> Option<Vec<&str>> {
+        self.as_array()?.iter().map(Value::as_str).collect()
+    }
+
+    /// A short description for error messages: the type, and the value for a number or bool
+    /// (strings and arrays, which may be long, give their length).
+    fn describe(&self) -> String {
+        match self {
+            Value::String(s) => format!("a String of {} bytes", s.len()),
+            Value::Array(items) => format!("an Array of {} elements", items.len()),
+            Value::U8(v) => format!("U8 {v}"),
+            Value::I8(v) => format!("I8 {v}"),
+            Value::U16(v) => format!("U16 {v}"),
+            Value::I16(v) => format!("I16 {v}"),
+            Value::U32(v) => format!("U32 {v}"),
+            Value::I32(v) => format!("I32 {v}"),
+            Value::U64(v) => format!("U64 {v}"),
+            Value::I64(v) => format!("I64 {v}"),
+            Value::F32(v) => format!("F32 {v}"),
+            Value::F64(v) => format!("F64 {v}"),
+            Value::Bool(v) => format!("Bool {v}"),
+        }
+    }
 }
 
 /// A ggml tensor type: its id, its name, the brotensor dtype that carries it unchanged where
@@ -132,7 +292,9 @@ const GGML_TYPES: &[GgmlType] = &[
 pub struct TensorInfo {
     /// Its name.
     pub name: String,
-    /// Its dimensions, innermost (contiguous) first, as GGUF stores them.
+    /// Its dimensions in ggml order, **innermost (contiguous) first**, as GGUF stores them:
+    /// a 2 x 3 row-major matrix (numpy shape `(2, 3)`) is `[3, 2]` here. [`TensorInfo::dims`]
+    /// gives the reverse, numpy order that [`Tensor::dims`] uses.
     pub shape: Vec<u64>,
     /// The ggml type id.
     pub ggml_type: u32,
@@ -146,6 +308,31 @@ pub struct TensorInfo {
     pub offset: usize,
     /// Bytes of data (0 for an unknown type).
     pub nbytes: usize,
+}
+
+impl TensorInfo {
+    /// Its dimensions in numpy (row-major) order, **outermost first**, as [`Tensor::dims`]
+    /// gives them: [`TensorInfo::shape`] reversed, so a numpy `(2, 3)` array that GGUF stores
+    /// as `[3, 2]` gives `[2, 3]`. The tensors that [`upload_raw`] and [`dequantize_tensor`]
+    /// return have these dims. Errors when a dimension does not fit `usize` (possible only
+    /// on a 32-bit target, or for an info edited by hand).
+    pub fn dims(&self) -> Result<Vec<usize>> {
+        self.shape
+            .iter()
+            .rev()
+            .map(|&d| {
+                usize::try_from(d).map_err(|_| {
+                    Error::invalid(
+                        "gguf::dims",
+                        format!(
+                            "`{}`: dimension {d} of {:?} does not fit usize",
+                            self.name, self.shape
+                        ),
+                    )
+                })
+            })
+            .collect()
+    }
 }
 
 /// An opened, validated GGUF file: a memory map of it ([`GgufFile::open`]) or a copy in
@@ -397,6 +584,90 @@ impl GgufFile {
         self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// The metadata value under `key`, or an error naming the key when there is none.
+    pub fn meta(&self, key: &str) -> Result<&Value> {
+        self.find_meta(key)
+            .ok_or_else(|| Error::invalid(OP, format!("`{key}`: no such metadata key")))
+    }
+
+    /// The value under `key` read by `read`, or an error naming the key and saying what it
+    /// holds instead of `wanted`.
+    fn meta_as<'a, T>(
+        &'a self,
+        key: &str,
+        wanted: &str,
+        read: impl FnOnce(&'a Value) -> Option<T>,
+    ) -> Result<T> {
+        let value = self.meta(key)?;
+        read(value).ok_or_else(|| {
+            Error::invalid(OP, format!("`{key}` is {}, not {wanted}", value.describe()))
+        })
+    }
+
+    /// The integer under `key` as `u64` (any integer variant, see [`Value::as_u64`]). Errors
+    /// (`brotensor: gguf: `key` ...`) when the key is missing, or its value is negative or
+    /// not an integer.
+    pub fn meta_u64(&self, key: &str) -> Result<u64> {
+        self.meta_as(key, "a non-negative integer", Value::as_u64)
+    }
+
+    /// The integer under `key` as `i64` (any integer variant that fits, see
+    /// [`Value::as_i64`]); errors when the key is missing or holds something else.
+    pub fn meta_i64(&self, key: &str) -> Result<i64> {
+        self.meta_as(key, "an integer in the i64 range", Value::as_i64)
+    }
+
+    /// The number under `key` as `f64` (a float, or an integer `f64` holds exactly, see
+    /// [`Value::as_f64`]); errors when the key is missing or holds something else.
+    pub fn meta_f64(&self, key: &str) -> Result<f64> {
+        self.meta_as(key, "a number", Value::as_f64)
+    }
+
+    /// The `Bool` under `key`; errors when the key is missing or holds something else.
+    pub fn meta_bool(&self, key: &str) -> Result<bool> {
+        self.meta_as(key, "a Bool", Value::as_bool)
+    }
+
+    /// The `String` under `key`, borrowed; errors when the key is missing or holds something
+    /// else.
+    pub fn meta_str(&self, key: &str) -> Result<&str> {
+        self.meta_as(key, "a String", Value::as_str)
+    }
+
+    /// The `Array` under `key`, borrowed; errors when the key is missing or holds something
+    /// else.
+    pub fn meta_array(&self, key: &str) -> Result<&[Value]> {
+        self.meta_as(key, "an Array", Value::as_array)
+    }
+
+    /// The array of non-negative integers under `key` (see [`Value::as_u64_array`]); errors
+    /// when the key is missing or any element does not convert.
+    pub fn meta_u64_array(&self, key: &str) -> Result<Vec<u64>> {
+        self.meta_as(
+            key,
+            "an Array of non-negative integers",
+            Value::as_u64_array,
+        )
+    }
+
+    /// The array of integers under `key` as `i64` (see [`Value::as_i64_array`]); errors
+    /// when the key is missing or any element does not convert.
+    pub fn meta_i64_array(&self, key: &str) -> Result<Vec<i64>> {
+        self.meta_as(key, "an Array of i64-range integers", Value::as_i64_array)
+    }
+
+    /// The array of numbers under `key` as `f64` (see [`Value::as_f64_array`]); errors when
+    /// the key is missing or any element does not convert.
+    pub fn meta_f64_array(&self, key: &str) -> Result<Vec<f64>> {
+        self.meta_as(key, "an Array of numbers", Value::as_f64_array)
+    }
+
+    /// The array of strings under `key`, borrowed (see [`Value::as_str_array`]); errors when
+    /// the key is missing or any element is not a `String`.
+    pub fn meta_str_array(&self, key: &str) -> Result<Vec<&str>> {
+        self.meta_as(key, "an Array of Strings", Value::as_str_array)
+    }
+
     /// Every tensor, in file order.
     pub fn tensors(&self) -> &[TensorInfo] {
         &self.tensors
@@ -474,8 +745,11 @@ fn tensor_info(
     })
 }
 
-/// `(rows, cols)` of a GGUF shape (innermost first): `cols = shape[0]`, `rows` the product of
-/// the rest (`(n, 1)` for a 1-D shape, as in the C++ original).
+/// `(rows, cols)` of a GGUF shape (innermost first): the matrix view, with `cols = shape[0]`
+/// and `rows` the product of the rest (leading dims folded; `(n, 1)` for a 1-D shape, as in
+/// the C++ original). It sizes a tensor before anything is uploaded; an uploaded tensor's
+/// [`Tensor::rows`] and [`Tensor::cols`] agree with it except for 1-D shapes, which upload as
+/// rank 1 (`rows() == 1`). Use [`TensorInfo::dims`] for the full shape.
 pub fn shape_to_2d(shape: &[u64]) -> Result<(usize, usize)> {
     let op = "gguf::shape_to_2d";
     let (&first, rest) = shape
@@ -500,20 +774,18 @@ pub fn shape_to_2d(shape: &[u64]) -> Result<(usize, usize)> {
     Ok((to_usize(rows)?, to_usize(first)?))
 }
 
-/// A tensor's raw blocks as a `rows x cols` tensor of its dtype on the default device (no
-/// dequantization). Block dtypes need whole blocks per row (`cols % block == 0`).
-pub fn upload_raw(file: &GgufFile, info: &TensorInfo, rows: usize, cols: usize) -> Result<Tensor> {
-    upload_raw_on(default_device(), file, info, rows, cols)
+/// A tensor's raw data as a tensor of its own dtype and of dims [`TensorInfo::dims`] (numpy
+/// order), on the default device, with no dequantization: a Q4_K tensor stays Q4_K blocks.
+/// A block dtype needs its innermost dim to hold whole blocks, as ggml's row layout does;
+/// [`Tensor::reshape`] gives another view of the same elements (e.g. the matrix of
+/// [`shape_to_2d`]).
+pub fn upload_raw(file: &GgufFile, info: &TensorInfo) -> Result<Tensor> {
+    upload_raw_on(default_device(), file, info)
 }
 
-/// [`upload_raw`] onto `device`.
-pub fn upload_raw_on(
-    device: Device,
-    file: &GgufFile,
-    info: &TensorInfo,
-    rows: usize,
-    cols: usize,
-) -> Result<Tensor> {
+/// [`upload_raw`] onto `device`. Errors (`brotensor: gguf::upload_raw: ...`) for a ggml type
+/// that brotensor cannot carry yet (the message names it) or dims that do not fit.
+pub fn upload_raw_on(device: Device, file: &GgufFile, info: &TensorInfo) -> Result<Tensor> {
     let op = "gguf::upload_raw";
     let dtype = info.dtype.ok_or_else(|| {
         Error::invalid(
@@ -524,16 +796,32 @@ pub fn upload_raw_on(
             ),
         )
     })?;
-    if rows.checked_mul(cols).map(|n| n as u64) != Some(info.numel) {
-        return Err(Error::shape(
+    Tensor::from_raw_bytes_nd_on(device, file.data(info), &info.dims()?, dtype)
+}
+
+/// A tensor dequantized to an F32 tensor of dims [`TensorInfo::dims`] (numpy order) on the
+/// default device; [`dequantize`] does the arithmetic on the host.
+pub fn dequantize_tensor(file: &GgufFile, info: &TensorInfo) -> Result<Tensor> {
+    dequantize_tensor_on(default_device(), file, info)
+}
+
+/// [`dequantize_tensor`] onto `device`. Errors (`brotensor: gguf::dequantize_tensor: ...`)
+/// for a ggml type brotensor cannot carry, and as [`dequantize`] does for a carried type that
+/// is neither a float nor a block format (I8, I32, F64).
+pub fn dequantize_tensor_on(device: Device, file: &GgufFile, info: &TensorInfo) -> Result<Tensor> {
+    let op = "gguf::dequantize_tensor";
+    let dtype = info.dtype.ok_or_else(|| {
+        Error::invalid(
             op,
             format!(
-                "`{}` has {} elements, not {rows} x {cols}",
-                info.name, info.numel
+                "`{}` is {}, which brotensor cannot dequantize yet",
+                info.name, info.type_name
             ),
-        ));
-    }
-    Tensor::from_raw_bytes_on(device, file.data(info), rows, cols, dtype)
+        )
+    })?;
+    let dims = info.dims()?;
+    let values = dequantize(dtype, file.data(info))?;
+    Tensor::from_slice_nd_on(device, &values, &dims)
 }
 
 /// Dequantizes `bytes` of `dtype` to F32 on the host: every GGUF block carrier (Q4_0 ...
