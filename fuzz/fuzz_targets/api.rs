@@ -105,7 +105,7 @@ fn run(b: &mut Bytes, slots: &mut [Tensor]) -> Result<()> {
     let mut out2 = Tensor::default();
     let mut out3 = Tensor::default();
     let op = b.byte();
-    match op % 48 {
+    match op % 56 {
         0 => slots[i] = make(b, d1, d2)?,
         1 => out = ops::add(x, y)?,
         2 => ops::div_out(x, y, &mut out)?,
@@ -247,8 +247,39 @@ fn run(b: &mut Bytes, slots: &mut [Tensor]) -> Result<()> {
             let alpha = Tensor::from_slice_on(Device::Cpu, &vec![s1; d2.min(64)], d2.min(64), 1)?;
             ops::snake_forward(x, &alpha, None, (d1, d2, d3), &mut out)?;
         }
-        45 => slots[i].reshape(d1, d2)?,
+        45 => slots[i].reshape_(&[d1, d2])?,
         46 => out = x.reshaped(d1, d2)?.try_clone()?,
+        // Views: made from fuzzed arguments, materialised, kept in slots (so later ops read
+        // views and try to write through them), and fed to broadcasting arithmetic.
+        47 => {
+            let rank = x.rank();
+            let mut perm: Vec<usize> = (0..rank).collect();
+            for r in 0..rank {
+                perm.swap(r, b.byte() as usize % rank.max(1));
+            }
+            if b.byte() % 8 == 0 {
+                perm.push(d1); // an invalid permutation now and then
+            }
+            out = x.permute(&perm)?.contiguous()?;
+        }
+        48 => {
+            let step = b.byte() as i8 as isize;
+            out = x.slice(d1 % 4, d2, d3, step)?.contiguous()?;
+        }
+        49 => {
+            let dims = [d1 % 5, x.rows(), x.cols()];
+            out = x.broadcast_to(&dims)?.contiguous()?;
+        }
+        50 => out = x.flip(&[d1 % 3, d2 % 3])?.contiguous()?,
+        51 => out = x.reshape(&[d1, d2, d3])?.contiguous()?,
+        52 => slots[k] = slots[i].transpose(0, d1 % 3)?,
+        53 => slots[i].add_(y)?,
+        54 => {
+            let row = y.narrow(0, d1, d2 % 3)?;
+            out = ops::mul(x, &row)?;
+            let mut into = Tensor::default();
+            ops::copy_into(&row.unsqueeze(d3 % 4)?, &mut into)?;
+        }
         _ => slots[i].resize(d1 % 64, d2 % 64, b.dtype())?,
     }
     for t in [&out, &out2, &out3] {
