@@ -9,7 +9,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::elementwise::{BinaryOp, Source, UnaryOp};
+use crate::elementwise::{apply_binary, apply_unary, BinaryInstr, Source, UnaryInstr};
 use crate::launch::{check_len, extent, grid_1d, vector_size_for, LaunchError};
 
 /// The low bf16 of each word, widened to f32 (exact).
@@ -41,33 +41,35 @@ fn pack<N: Size>(lo: Vector<f32, N>, hi: Vector<f32, N>) -> Vector<u32, N> {
 }
 
 #[cube(launch_unchecked)]
-fn unary_words_kernel<N: Size, O: UnaryOp>(
+fn unary_words_kernel<N: Size>(
     x: &Array<Vector<u32, N>>,
     out: &mut Array<Vector<u32, N>>,
     a: f32,
     b: f32,
+    #[comptime] instr: UnaryInstr,
 ) {
     if ABSOLUTE_POS < out.len() {
         let w = x[ABSOLUTE_POS];
-        let lo = O::apply::<N>(widen_lo::<N>(w), a, b);
-        let hi = O::apply::<N>(widen_hi::<N>(w), a, b);
+        let lo = apply_unary::<N>(widen_lo::<N>(w), a, b, instr);
+        let hi = apply_unary::<N>(widen_hi::<N>(w), a, b, instr);
         out[ABSOLUTE_POS] = pack::<N>(lo, hi);
     }
 }
 
 #[cube(launch_unchecked)]
-fn binary_words_kernel<N: Size, O: BinaryOp>(
+fn binary_words_kernel<N: Size>(
     x: &Array<Vector<u32, N>>,
     y: &Array<Vector<u32, N>>,
     out: &mut Array<Vector<u32, N>>,
     a: f32,
     b: f32,
+    #[comptime] instr: BinaryInstr,
 ) {
     if ABSOLUTE_POS < out.len() {
         let wx = x[ABSOLUTE_POS];
         let wy = y[ABSOLUTE_POS];
-        let lo = O::apply::<N>(widen_lo::<N>(wx), widen_lo::<N>(wy), a, b);
-        let hi = O::apply::<N>(widen_hi::<N>(wx), widen_hi::<N>(wy), a, b);
+        let lo = apply_binary::<N>(widen_lo::<N>(wx), widen_lo::<N>(wy), a, b, instr);
+        let hi = apply_binary::<N>(widen_hi::<N>(wx), widen_hi::<N>(wy), a, b, instr);
         out[ABSOLUTE_POS] = pack::<N>(lo, hi);
     }
 }
@@ -115,9 +117,11 @@ fn arg<'a, R: Runtime>(src: Source<'a>, out: &'a Handle, words: usize) -> ArrayA
     unsafe { ArrayArg::from_raw_parts(h.clone(), words) }
 }
 
-/// `out = O(x; a, b)` over `len` bf16 elements stored as words.
-pub fn launch_unary_words<R: Runtime, O: UnaryOp>(
+/// `out = instr(x; a, b)` over `len` bf16 elements stored as words.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_unary_words<R: Runtime>(
     client: &ComputeClient<R>,
+    instr: UnaryInstr,
     x: Source<'_>,
     out: &Handle,
     len: usize,
@@ -134,7 +138,7 @@ pub fn launch_unary_words<R: Runtime, O: UnaryOp>(
     let (count, dim) = grid_1d(client, words / vs)?;
     // SAFETY: every buffer holds `words` words (checked above); the kernel guards its index.
     unsafe {
-        unary_words_kernel::launch_unchecked::<O, R>(
+        unary_words_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
@@ -143,15 +147,17 @@ pub fn launch_unary_words<R: Runtime, O: UnaryOp>(
             ArrayArg::from_raw_parts(out.clone(), words),
             a,
             b,
+            instr,
         );
     }
     Ok(())
 }
 
-/// `out = O(x, y; a, b)` over `len` bf16 elements stored as words.
+/// `out = instr(x, y; a, b)` over `len` bf16 elements stored as words.
 #[allow(clippy::too_many_arguments)]
-pub fn launch_binary_words<R: Runtime, O: BinaryOp>(
+pub fn launch_binary_words<R: Runtime>(
     client: &ComputeClient<R>,
+    instr: BinaryInstr,
     x: Source<'_>,
     y: Source<'_>,
     out: &Handle,
@@ -170,7 +176,7 @@ pub fn launch_binary_words<R: Runtime, O: BinaryOp>(
     let (count, dim) = grid_1d(client, words / vs)?;
     // SAFETY: as in `launch_unary_words`.
     unsafe {
-        binary_words_kernel::launch_unchecked::<O, R>(
+        binary_words_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
@@ -180,6 +186,7 @@ pub fn launch_binary_words<R: Runtime, O: BinaryOp>(
             ArrayArg::from_raw_parts(out.clone(), words),
             a,
             b,
+            instr,
         );
     }
     Ok(())
@@ -246,25 +253,34 @@ pub fn launch_float_to_words<R: Runtime, F: Float + CubeElement>(
 #[cfg(test)]
 pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
-    use crate::elementwise::*;
-    macro_rules! each_op {
-        ($($op:ident),* => |$O:ident| $body:expr) => {{$({
-            type $O = $op;
-            $body
-        })*}};
-    }
     let c = l.client.clone();
     let a = L::array;
     for vs in L::vector_sizes() {
-        each_op!(Identity, AddScalar, SubScalar, MulScalar, DivScalar, Clamp, Exp, Log, Sin,
-            Cos, Rsqrt, Round, Relu, Tanh, Sigmoid, Silu, Gelu, GeluExact, QuickGelu, Elu,
-            LeakyRelu => |O| l.lower(unary_words_kernel::UnaryWordsKernel::<O, Rt>::new(
-                L::settings_1d(), c.clone(), a(), a(), (), (), vs)));
-        each_op!(Add, Sub, Mul, Div, Axpby, ExpBackward, LogBackward, SinBackward,
-            CosBackward, RsqrtBackward, ReluBackward, TanhBackward, SigmoidBackward,
-            SiluBackward, GeluBackward, GeluExactBackward, QuickGeluBackward, EluBackward,
-            LeakyReluBackward => |O| l.lower(binary_words_kernel::BinaryWordsKernel::<O, Rt>::new(
-                L::settings_1d(), c.clone(), a(), a(), a(), (), (), vs)));
+        for &instr in UnaryInstr::ALL {
+            l.lower(unary_words_kernel::UnaryWordsKernel::<Rt>::new(
+                L::settings_1d(),
+                c.clone(),
+                a(),
+                a(),
+                (),
+                (),
+                vs,
+                instr,
+            ));
+        }
+        for &instr in BinaryInstr::ALL {
+            l.lower(binary_words_kernel::BinaryWordsKernel::<Rt>::new(
+                L::settings_1d(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                vs,
+                instr,
+            ));
+        }
     }
     for_floats!(|F| {
         l.lower(words_to_float_kernel::WordsToFloatKernel::<F, Rt>::new(

@@ -4,10 +4,10 @@
 //! Each kernel file has a `lower_for_cuda` function (under `cfg(test)`) that builds its
 //! kernels' definitions for the whole launch domain: every float storage type the backend
 //! dispatches to (`with_float!` in `brotensor/src/backend/cube/`), every vector size that
-//! [`crate::launch::vector_size_for`] can return, every instruction type, and every value of
-//! each comptime flag. A new comptime parameter breaks the build of these functions (the
-//! kernel constructors are positional); a new kernel, instruction or dtype fails
-//! [`every_kernel_lowers_to_cuda`], which cross-checks the sources. With
+//! [`crate::launch::vector_size_for`] can return, every instruction (each instruction set's
+//! `ALL`), and every value of each comptime flag. A new comptime parameter breaks the build
+//! of these functions (the kernel constructors are positional); a new kernel, instruction or
+//! dtype fails [`every_kernel_lowers_to_cuda`], which cross-checks the sources. With
 //! `BROTENSOR_CUDA_DIR` set, the test writes one `.cu` file per unit there, which
 //! `scripts/nvrtc_check.py` compiles to PTX.
 
@@ -142,11 +142,11 @@ fn launched_kernels(src: &str) -> Vec<String> {
     names
 }
 
-/// The instruction names defined inside the `macro_name! { ... }` invocation in `src`.
-fn op_names(src: &str, macro_name: &str) -> Vec<String> {
+/// The instruction names listed in the `instruction_set!` invocation of `enum set` in `src`.
+fn op_names(src: &str, set: &str) -> Vec<String> {
     let start = src
-        .find(&format!("\n{macro_name}! {{"))
-        .unwrap_or_else(|| panic!("no {macro_name}! invocation"));
+        .find(&format!("\n    enum {set};"))
+        .unwrap_or_else(|| panic!("no instruction_set! of enum {set}"));
     let body = &src[start..];
     let end = body.find("\n}").expect("the invocation ends");
     body[..end]
@@ -176,6 +176,13 @@ fn dispatched_types(src: &str, macro_name: &str) -> Vec<String> {
             Some(ty.rsplit("::").next().unwrap_or(ty).to_string())
         })
         .collect()
+}
+
+/// The value of comptime parameter `name` in a unit's compact info
+/// (`KernelInfo { name: value, ... }`).
+fn comptime_value<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    let (_, rest) = info.split_once(&format!(" {name}: "))?;
+    rest.split([',', ' ']).next()
 }
 
 /// A file name for unit `i`: its kernel's module name and the index.
@@ -256,28 +263,32 @@ fn every_kernel_lowers_to_cuda() {
         .iter()
         .map(|n| read(&format!("{glue}/{n}")))
         .collect();
-    let mut ops: Vec<(String, &[&str])> = Vec::new();
-    for op in op_names(&elementwise, "unary_ops") {
-        ops.push((op, &["::unary_kernel::", "::unary_words_kernel::"]));
+    // Instructions are comptime values (named in the kernel id's info); gated units are
+    // instruction types (named in the kernel's type).
+    let mut ops: Vec<(String, &[&str], bool)> = Vec::new();
+    for op in op_names(&elementwise, "UnaryInstr") {
+        ops.push((op, &["::unary_kernel::", "::unary_words_kernel::"], true));
     }
-    for op in op_names(&elementwise, "binary_ops") {
-        ops.push((op, &["::binary_kernel::", "::binary_words_kernel::"]));
-    }
-    for op in dispatched_types(&cube, "with_unary") {
-        ops.push((op, &["::unary_kernel::", "::unary_words_kernel::"]));
-    }
-    for op in dispatched_types(&cube, "with_binary") {
-        ops.push((op, &["::binary_kernel::", "::binary_words_kernel::"]));
+    for op in op_names(&elementwise, "BinaryInstr") {
+        ops.push((op, &["::binary_kernel::", "::binary_words_kernel::"], true));
     }
     for op in dispatched_types(&cube, "with_glu") {
-        ops.push((op, &["::glu_forward_kernel::", "::glu_backward_kernel::"]));
+        ops.push((
+            op,
+            &["::glu_forward_kernel::", "::glu_backward_kernel::"],
+            false,
+        ));
     }
-    for (op, kernels) in &ops {
+    for (op, kernels, comptime) in &ops {
         for k in *kernels {
             let hit = l.units.iter().any(|u| {
                 u.kernel.contains(k)
-                    && (u.kernel.contains(&format!("::{op},"))
-                        || u.kernel.contains(&format!("::{op}>")))
+                    && if *comptime {
+                        comptime_value(&u.info, "instr") == Some(op.as_str())
+                    } else {
+                        u.kernel.contains(&format!("::{op},"))
+                            || u.kernel.contains(&format!("::{op}>"))
+                    }
             });
             if !hit {
                 missing.push(format!("instruction {op} in {k}"));

@@ -1,8 +1,10 @@
-//! The element-wise family: one kernel per arity, generic over the storage element and over
-//! an instruction type that supplies the math.
+//! The element-wise family: one kernel per arity, generic over the storage element, with the
+//! math chosen by a comptime instruction ([`UnaryInstr`], [`BinaryInstr`]).
 //!
 //! Each kernel loads a vector of `N` elements per unit, widens it to `f32`, applies the
-//! instruction and narrows the result back to the storage element. Two `f32` launch scalars
+//! instruction and narrows the result back to the storage element. An instruction is a
+//! comptime parameter: every instruction compiles (and is cached) as its own kernel, with
+//! no run-time branch on it. Two `f32` launch scalars
 //! (`a`, `b`) carry the instruction's parameters (a scalar operand, clamp bounds, axpby
 //! coefficients); instructions that need none ignore them.
 
@@ -14,54 +16,43 @@ use cubecl::server::Handle;
 
 use crate::launch::{check_len, extent, grid_1d, vector_size_for, LaunchError};
 
-/// The math of a one-input element-wise op: `out[i] = f(x[i]; a, b)`.
-#[cube]
-pub trait UnaryOp: 'static + Send + Sync {
-    /// Applies the op to a vector of widened elements.
-    fn apply<N: Size>(x: Vector<f32, N>, a: f32, b: f32) -> Vector<f32, N>;
-}
+/// Defines an instruction set from one list: the enum (a comptime kernel parameter), its
+/// `ALL` array, and the `#[cube]` function that applies an instruction to widened vectors.
+/// Each entry is a documented variant and the expression it computes from the operands and
+/// the launch scalars `a`, `b` (which instructions without parameters ignore).
+macro_rules! instruction_set {
+    (
+        $(#[$meta:meta])*
+        enum $set:ident;
+        $(#[$apply_doc:meta])*
+        fn $apply:ident(|$($v:ident),+; $a:ident, $b:ident|);
+        $($(#[$doc:meta])* $name:ident => $body:expr;)*
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $set {
+            $($(#[$doc])* $name,)*
+        }
 
-/// The math of a two-input element-wise op: `out[i] = f(x[i], y[i]; a, b)`.
-#[cube]
-pub trait BinaryOp: 'static + Send + Sync {
-    /// Applies the op to two vectors of widened elements.
-    fn apply<N: Size>(x: Vector<f32, N>, y: Vector<f32, N>, a: f32, b: f32) -> Vector<f32, N>;
-}
+        impl $set {
+            /// Every instruction of the set, in declaration order.
+            pub const ALL: &'static [$set] = &[$($set::$name),*];
+        }
 
-/// Defines a zero-sized instruction type and its `#[cube]` math in one line each.
-macro_rules! unary_ops {
-    ($($(#[$doc:meta])* $name:ident => |$x:ident, $a:ident, $b:ident| $body:expr;)*) => {$(
-        $(#[$doc])*
-        pub struct $name;
-
+        $(#[$apply_doc])*
         #[cube]
-        impl UnaryOp for $name {
-            #[allow(unused_variables)]
-            fn apply<N: Size>($x: Vector<f32, N>, $a: f32, $b: f32) -> Vector<f32, N> {
-                $body
+        #[allow(unused_variables)]
+        pub fn $apply<N: Size>(
+            $($v: Vector<f32, N>,)+
+            $a: f32,
+            $b: f32,
+            #[comptime] instr: $set,
+        ) -> Vector<f32, N> {
+            match instr {
+                $($set::$name => $body,)*
             }
         }
-    )*};
-}
-
-macro_rules! binary_ops {
-    ($($(#[$doc:meta])* $name:ident => |$x:ident, $y:ident, $a:ident, $b:ident| $body:expr;)*) => {$(
-        $(#[$doc])*
-        pub struct $name;
-
-        #[cube]
-        impl BinaryOp for $name {
-            #[allow(unused_variables)]
-            fn apply<N: Size>(
-                $x: Vector<f32, N>,
-                $y: Vector<f32, N>,
-                $a: f32,
-                $b: f32,
-            ) -> Vector<f32, N> {
-                $body
-            }
-        }
-    )*};
+    };
 }
 
 /// `1 / (1 + e^-x)`.
@@ -118,129 +109,145 @@ pub fn silu_derivative<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
     s * (Vector::new(1.0f32) + x * (Vector::new(1.0f32) - s))
 }
 
-unary_ops! {
-    /// `x` (a copy; the straight-through gradient of round).
-    Identity => |x, a, b| x;
-    /// `x + a`.
-    AddScalar => |x, a, b| x + Vector::new(a);
-    /// `x - a`.
-    SubScalar => |x, a, b| x - Vector::new(a);
-    /// `x * a`.
-    MulScalar => |x, a, b| x * Vector::new(a);
-    /// `x / a`.
-    DivScalar => |x, a, b| x / Vector::new(a);
-    /// `a` if `x < a`, `b` if `x > b`, else `x` (NaN passes through).
-    Clamp => |x, a, b| {
+instruction_set! {
+    /// One-input element-wise instructions: `out = f(x; a, b)`. The public ops that use each
+    /// are named in parentheses.
+    enum UnaryInstr;
+    /// `f(x; a, b)` for the instruction `instr`. It is comptime: each instruction compiles to
+    /// its own kernel, with no branch on it.
+    fn apply_unary(|x; a, b|);
+    /// `x`, a copy: the straight-through gradient of round (round_backward).
+    Identity => x;
+    /// `x + a` (add_scalar, add_scalar_inplace).
+    AddScalar => x + Vector::new(a);
+    /// `x - a` (sub_scalar).
+    SubScalar => x - Vector::new(a);
+    /// `x * a` (mul_scalar, scale_inplace).
+    MulScalar => x * Vector::new(a);
+    /// `x / a` (div_scalar).
+    DivScalar => x / Vector::new(a);
+    /// `a` if `x < a`, `b` if `x > b`, else `x`; NaN passes through (clamp).
+    Clamp => {
         let lo = Vector::new(a);
         let hi = Vector::new(b);
         let low = select_many(x.less_than(lo), lo, x);
         select_many(low.greater_than(hi), hi, low)
     };
-    /// `e^x`.
-    Exp => |x, a, b| x.exp();
-    /// `ln x` (no guard: 0 gives -inf, negatives NaN).
-    Log => |x, a, b| x.ln();
-    /// `sin x`.
-    Sin => |x, a, b| x.sin();
-    /// `cos x`.
-    Cos => |x, a, b| x.cos();
-    /// `1 / sqrt(x)`.
-    Rsqrt => |x, a, b| Vector::new(1.0f32) / x.sqrt();
-    /// Round half to even.
-    Round => |x, a, b| x.round();
-    /// `x` for `x > 0`, else 0.
-    Relu => |x, a, b| select_many(x.greater_than(Vector::new(0.0f32)), x, Vector::new(0.0f32));
-    /// `tanh x`.
-    Tanh => |x, a, b| x.tanh();
-    /// `1 / (1 + e^-x)`.
-    Sigmoid => |x, a, b| sigmoid::<N>(x);
-    /// `x sigmoid(x)`.
-    Silu => |x, a, b| silu::<N>(x);
-    /// The tanh-GELU.
-    Gelu => |x, a, b| gelu::<N>(x);
-    /// The erf-GELU.
-    GeluExact => |x, a, b| gelu_exact::<N>(x);
-    /// `x sigmoid(1.702 x)`.
-    QuickGelu => |x, a, b| x * sigmoid::<N>(Vector::new(1.702f32) * x);
-    /// `x` for `x > 0`, else `a (e^x - 1)`.
-    Elu => |x, a, b| select_many(
+    /// `e^x` (exp_forward).
+    Exp => x.exp();
+    /// `ln x`, no guard: 0 gives -inf, negatives NaN (log_forward).
+    Log => x.ln();
+    /// `sin x` (sin_forward).
+    Sin => x.sin();
+    /// `cos x` (cos_forward).
+    Cos => x.cos();
+    /// `1 / sqrt(x)` (rsqrt_forward).
+    Rsqrt => Vector::new(1.0f32) / x.sqrt();
+    /// Round half to even (round_forward).
+    Round => x.round();
+    /// `x` for `x > 0`, else 0 (relu_forward).
+    Relu => select_many(x.greater_than(Vector::new(0.0f32)), x, Vector::new(0.0f32));
+    /// `tanh x` (tanh_forward).
+    Tanh => x.tanh();
+    /// `1 / (1 + e^-x)` (sigmoid_forward).
+    Sigmoid => sigmoid::<N>(x);
+    /// `x sigmoid(x)` (silu_forward).
+    Silu => silu::<N>(x);
+    /// The tanh-GELU (gelu_forward).
+    Gelu => gelu::<N>(x);
+    /// The erf-GELU (gelu_exact_forward).
+    GeluExact => gelu_exact::<N>(x);
+    /// `x sigmoid(1.702 x)` (quick_gelu_forward).
+    QuickGelu => x * sigmoid::<N>(Vector::new(1.702f32) * x);
+    /// `x` for `x > 0`, else `a (e^x - 1)` (elu_forward).
+    Elu => select_many(
         x.greater_than(Vector::new(0.0f32)),
         x,
         Vector::new(a) * (x.exp() - Vector::new(1.0f32)),
     );
-    /// `x` for `x > 0`, else `a x`.
-    LeakyRelu => |x, a, b| select_many(x.greater_than(Vector::new(0.0f32)), x, Vector::new(a) * x);
+    /// `x` for `x > 0`, else `a x` (leaky_relu_forward).
+    LeakyRelu => select_many(x.greater_than(Vector::new(0.0f32)), x, Vector::new(a) * x);
 }
 
-binary_ops! {
-    /// `x + y`.
-    Add => |x, y, a, b| x + y;
-    /// `x - y`.
-    Sub => |x, y, a, b| x - y;
-    /// `x * y`.
-    Mul => |x, y, a, b| x * y;
-    /// `x / y`.
-    Div => |x, y, a, b| x / y;
-    /// `a*x + b*y`.
-    Axpby => |x, y, a, b| Vector::new(a) * x + Vector::new(b) * y;
-    /// d/dx e^x: `dy * e^x` with `x` the forward input and `y` = dy.
-    ExpBackward => |x, y, a, b| y * x.exp();
-    /// d/dx ln x: `dy / x`.
-    LogBackward => |x, y, a, b| y / x;
-    /// d/dx sin x: `dy * cos x`.
-    SinBackward => |x, y, a, b| y * x.cos();
-    /// d/dx cos x: `-dy * sin x`.
-    CosBackward => |x, y, a, b| Vector::new(-1.0f32) * y * x.sin();
-    /// d/dx x^(-1/2) from the forward output `x` = rsqrt(x0): `-0.5 * dy * x^3`.
-    RsqrtBackward => |x, y, a, b| Vector::new(-0.5f32) * y * x * x * x;
-    /// `dy` where the forward input `x > 0`, else 0.
-    ReluBackward => |x, y, a, b| select_many(x.greater_than(Vector::new(0.0f32)), y, Vector::new(0.0f32));
-    /// From the forward output `x` = tanh: `dy (1 - x^2)`.
-    TanhBackward => |x, y, a, b| y * (Vector::new(1.0f32) - x * x);
-    /// From the forward output `x` = sigmoid: `dy x (1 - x)`.
-    SigmoidBackward => |x, y, a, b| y * x * (Vector::new(1.0f32) - x);
-    /// `dy silu'(x)`.
-    SiluBackward => |x, y, a, b| y * silu_derivative::<N>(x);
-    /// `dy gelu'(x)`.
-    GeluBackward => |x, y, a, b| y * gelu_derivative::<N>(x);
-    /// `dy gelu_exact'(x)`.
-    GeluExactBackward => |x, y, a, b| y * gelu_exact_derivative::<N>(x);
-    /// `dy (s + 1.702 x s (1 - s))`, `s = sigmoid(1.702 x)`.
-    QuickGeluBackward => |x, y, a, b| {
+instruction_set! {
+    /// Two-input element-wise instructions: `out = f(x, y; a, b)`. The public ops that use
+    /// each are named in parentheses.
+    enum BinaryInstr;
+    /// `f(x, y; a, b)` for the instruction `instr`, comptime as in [`apply_unary()`].
+    fn apply_binary(|x, y; a, b|);
+    /// `x + y` (add, add_inplace, add_inplace_batched).
+    Add => x + y;
+    /// `x - y` (sub).
+    Sub => x - y;
+    /// `x * y` (mul, mul_inplace).
+    Mul => x * y;
+    /// `x / y` (div).
+    Div => x / y;
+    /// `a*x + b*y` (axpby_inplace).
+    Axpby => Vector::new(a) * x + Vector::new(b) * y;
+    /// d/dx e^x: `dy * e^x` with `x` the forward input and `y` = dy (exp_backward).
+    ExpBackward => y * x.exp();
+    /// d/dx ln x: `dy / x` (log_backward).
+    LogBackward => y / x;
+    /// d/dx sin x: `dy * cos x` (sin_backward).
+    SinBackward => y * x.cos();
+    /// d/dx cos x: `-dy * sin x` (cos_backward).
+    CosBackward => Vector::new(-1.0f32) * y * x.sin();
+    /// d/dx x^(-1/2) from the forward output `x` = rsqrt(x0): `-0.5 * dy * x^3`
+    /// (rsqrt_backward).
+    RsqrtBackward => Vector::new(-0.5f32) * y * x * x * x;
+    /// `dy` where the forward input `x > 0`, else 0 (relu_backward).
+    ReluBackward => select_many(x.greater_than(Vector::new(0.0f32)), y, Vector::new(0.0f32));
+    /// From the forward output `x` = tanh: `dy (1 - x^2)` (tanh_backward).
+    TanhBackward => y * (Vector::new(1.0f32) - x * x);
+    /// From the forward output `x` = sigmoid: `dy x (1 - x)` (sigmoid_backward).
+    SigmoidBackward => y * x * (Vector::new(1.0f32) - x);
+    /// `dy silu'(x)` (silu_backward).
+    SiluBackward => y * silu_derivative::<N>(x);
+    /// `dy gelu'(x)` (gelu_backward).
+    GeluBackward => y * gelu_derivative::<N>(x);
+    /// `dy gelu_exact'(x)` (gelu_exact_backward).
+    GeluExactBackward => y * gelu_exact_derivative::<N>(x);
+    /// `dy (s + 1.702 x s (1 - s))`, `s = sigmoid(1.702 x)` (quick_gelu_backward).
+    QuickGeluBackward => {
         let s = sigmoid::<N>(Vector::new(1.702f32) * x);
         y * (s + Vector::new(1.702f32) * x * s * (Vector::new(1.0f32) - s))
     };
-    /// `dy` for `x > 0`, else `dy a e^x`.
-    EluBackward => |x, y, a, b| select_many(x.greater_than(Vector::new(0.0f32)), y, y * Vector::new(a) * x.exp());
-    /// `dy` for `x > 0`, else `a dy`.
-    LeakyReluBackward => |x, y, a, b| select_many(x.greater_than(Vector::new(0.0f32)), y, Vector::new(a) * y);
+    /// `dy` for `x > 0`, else `dy a e^x` (elu_backward).
+    EluBackward => {
+        select_many(x.greater_than(Vector::new(0.0f32)), y, y * Vector::new(a) * x.exp())
+    };
+    /// `dy` for `x > 0`, else `a dy` (leaky_relu_backward).
+    LeakyReluBackward => select_many(x.greater_than(Vector::new(0.0f32)), y, Vector::new(a) * y);
 }
 
 #[cube(launch_unchecked)]
-fn unary_kernel<F: Float, N: Size, O: UnaryOp>(
+fn unary_kernel<F: Float, N: Size>(
     x: &Array<Vector<F, N>>,
     out: &mut Array<Vector<F, N>>,
     a: f32,
     b: f32,
+    #[comptime] instr: UnaryInstr,
 ) {
     if ABSOLUTE_POS < out.len() {
         let v = Vector::<f32, N>::cast_from(x[ABSOLUTE_POS]);
-        out[ABSOLUTE_POS] = Vector::cast_from(O::apply::<N>(v, a, b));
+        out[ABSOLUTE_POS] = Vector::cast_from(apply_unary::<N>(v, a, b, instr));
     }
 }
 
 #[cube(launch_unchecked)]
-fn binary_kernel<F: Float, N: Size, O: BinaryOp>(
+fn binary_kernel<F: Float, N: Size>(
     x: &Array<Vector<F, N>>,
     y: &Array<Vector<F, N>>,
     out: &mut Array<Vector<F, N>>,
     a: f32,
     b: f32,
+    #[comptime] instr: BinaryInstr,
 ) {
     if ABSOLUTE_POS < out.len() {
         let vx = Vector::<f32, N>::cast_from(x[ABSOLUTE_POS]);
         let vy = Vector::<f32, N>::cast_from(y[ABSOLUTE_POS]);
-        out[ABSOLUTE_POS] = Vector::cast_from(O::apply::<N>(vx, vy, a, b));
+        out[ABSOLUTE_POS] = Vector::cast_from(apply_binary::<N>(vx, vy, a, b, instr));
     }
 }
 
@@ -348,9 +355,11 @@ fn check_source(
     }
 }
 
-/// `out[i] = O(x[i]; a, b)` over `len` elements of `F`.
-pub fn launch_unary<R: Runtime, F: Float + CubeElement, O: UnaryOp>(
+/// `out[i] = instr(x[i]; a, b)` over `len` elements of `F`.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_unary<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
+    instr: UnaryInstr,
     x: Source<'_>,
     out: &Handle,
     len: usize,
@@ -368,7 +377,7 @@ pub fn launch_unary<R: Runtime, F: Float + CubeElement, O: UnaryOp>(
     // SAFETY: every buffer holds `len` elements (checked above) and the kernel guards its
     // index with `out.len()`, so no unit reads or writes past them.
     unsafe {
-        unary_kernel::launch_unchecked::<F, O, R>(
+        unary_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
@@ -377,15 +386,17 @@ pub fn launch_unary<R: Runtime, F: Float + CubeElement, O: UnaryOp>(
             ArrayArg::from_raw_parts(out.clone(), len),
             a,
             b,
+            instr,
         );
     }
     Ok(())
 }
 
-/// `out[i] = O(x[i], y[i]; a, b)` over `len` elements of `F`.
+/// `out[i] = instr(x[i], y[i]; a, b)` over `len` elements of `F`.
 #[allow(clippy::too_many_arguments)]
-pub fn launch_binary<R: Runtime, F: Float + CubeElement, O: BinaryOp>(
+pub fn launch_binary<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
+    instr: BinaryInstr,
     x: Source<'_>,
     y: Source<'_>,
     out: &Handle,
@@ -404,7 +415,7 @@ pub fn launch_binary<R: Runtime, F: Float + CubeElement, O: BinaryOp>(
     let (count, dim) = grid_1d(client, len / vs)?;
     // SAFETY: as in `launch_unary`.
     unsafe {
-        binary_kernel::launch_unchecked::<F, O, R>(
+        binary_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
@@ -414,6 +425,7 @@ pub fn launch_binary<R: Runtime, F: Float + CubeElement, O: BinaryOp>(
             ArrayArg::from_raw_parts(out.clone(), len),
             a,
             b,
+            instr,
         );
     }
     Ok(())
@@ -688,25 +700,35 @@ pub fn launch_threshold_bytes<R: Runtime, F: Float + CubeElement>(
 #[cfg(test)]
 pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
-    macro_rules! each_op {
-        ($($op:ident),* => |$O:ident| $body:expr) => {{$({
-            type $O = $op;
-            $body
-        })*}};
-    }
     let c = l.client.clone();
     let a = L::array;
     for vs in L::vector_sizes() {
         for_floats!(|F| {
-            each_op!(Identity, AddScalar, SubScalar, MulScalar, DivScalar, Clamp, Exp, Log, Sin,
-                Cos, Rsqrt, Round, Relu, Tanh, Sigmoid, Silu, Gelu, GeluExact, QuickGelu, Elu,
-                LeakyRelu => |O| l.lower(unary_kernel::UnaryKernel::<F, O, Rt>::new(
-                    L::settings_1d(), c.clone(), a(), a(), (), (), vs)));
-            each_op!(Add, Sub, Mul, Div, Axpby, ExpBackward, LogBackward, SinBackward,
-                CosBackward, RsqrtBackward, ReluBackward, TanhBackward, SigmoidBackward,
-                SiluBackward, GeluBackward, GeluExactBackward, QuickGeluBackward, EluBackward,
-                LeakyReluBackward => |O| l.lower(binary_kernel::BinaryKernel::<F, O, Rt>::new(
-                    L::settings_1d(), c.clone(), a(), a(), a(), (), (), vs)));
+            for &instr in UnaryInstr::ALL {
+                l.lower(unary_kernel::UnaryKernel::<F, Rt>::new(
+                    L::settings_1d(),
+                    c.clone(),
+                    a(),
+                    a(),
+                    (),
+                    (),
+                    vs,
+                    instr,
+                ));
+            }
+            for &instr in BinaryInstr::ALL {
+                l.lower(binary_kernel::BinaryKernel::<F, Rt>::new(
+                    L::settings_1d(),
+                    c.clone(),
+                    a(),
+                    a(),
+                    a(),
+                    (),
+                    (),
+                    vs,
+                    instr,
+                ));
+            }
             {
                 type I = F;
                 for_floats!(|O| l.lower(cast_kernel::CastKernel::<I, O, Rt>::new(

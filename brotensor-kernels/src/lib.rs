@@ -10,8 +10,9 @@
 //!
 //! Kernels are generic over the storage element (`f32`, `f16`, `bf16`) and compute in `f32`,
 //! so 16-bit paths accumulate in FP32. The element-wise family is one kernel per arity, with
-//! the math supplied as a small instruction type ([`elementwise::UnaryOp`],
-//! [`elementwise::BinaryOp`]).
+//! the math chosen by a comptime instruction ([`elementwise::UnaryInstr`],
+//! [`elementwise::BinaryInstr`]): each instruction set is listed once, and each instruction
+//! compiles to its own specialisation of the kernel.
 //!
 //! Per-unit loops stay short. Lavapipe (Mesa's software Vulkan device, which CI runs every
 //! kernel on) ends every loop of a shader after 65535 iterations counted together, silently;

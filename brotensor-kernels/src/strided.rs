@@ -16,7 +16,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::elementwise::BinaryOp;
+use crate::elementwise::{apply_binary, BinaryInstr};
 use crate::launch::{check_len, grid_1d, LaunchError};
 
 /// The highest rank the kernel takes: a tensor's 8 dims plus the word pair of a 64-bit
@@ -197,7 +197,7 @@ fn source_pair(e: u32, meta: &Array<u32>, #[comptime] rank: usize) -> (u32, u32)
 }
 
 #[cube(launch_unchecked)]
-fn strided_binary_kernel<F: Float, O: BinaryOp>(
+fn strided_binary_kernel<F: Float>(
     x: &Array<F>,
     y: &Array<F>,
     meta: &Array<u32>,
@@ -205,13 +205,16 @@ fn strided_binary_kernel<F: Float, O: BinaryOp>(
     a: f32,
     b: f32,
     #[comptime] rank: usize,
+    #[comptime] instr: BinaryInstr,
 ) {
     let i = ABSOLUTE_POS;
     if i < out.len() {
         let (ix, iy) = source_pair(u32::cast_from(i), meta, rank);
         let vx = Vector::<f32, Const<1>>::new(f32::cast_from(x[ix as usize]));
         let vy = Vector::<f32, Const<1>>::new(f32::cast_from(y[iy as usize]));
-        out[i] = F::cast_from(f32::cast_from(O::apply::<Const<1>>(vx, vy, a, b)));
+        out[i] = F::cast_from(f32::cast_from(apply_binary::<Const<1>>(
+            vx, vy, a, b, instr,
+        )));
     }
 }
 
@@ -241,15 +244,16 @@ fn check_layout(
     Ok(hi as usize + 1)
 }
 
-/// `out[i] = O(x[layout_x(i)], y[layout_y(i)]; a, b)` for every row-major index `i` of the
+/// `out[i] = instr(x[layout_x(i)], y[layout_y(i)]; a, b)` for every row-major index `i` of the
 /// layouts' common dims, reading `x` and `y` where their strides say (broadcast, transposed,
 /// sliced or flipped views) with no copy; `out` is dense. Float math in f32.
 ///
 /// Errors (no launch) when the layouts' dims differ, a rank is above [`MAX_GATHER_RANK`], an
 /// index needs more than 32 bits, a layout reaches outside its buffer, or `out` is too small.
 #[allow(clippy::too_many_arguments)]
-pub fn launch_strided_binary<R: Runtime, F: Float + CubeElement, O: BinaryOp>(
+pub fn launch_strided_binary<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
+    instr: BinaryInstr,
     (x, lx): (&Handle, GatherLayout<'_>),
     (y, ly): (&Handle, GatherLayout<'_>),
     out: &Handle,
@@ -287,7 +291,7 @@ pub fn launch_strided_binary<R: Runtime, F: Float + CubeElement, O: BinaryOp>(
     // every index either layout reaches is below `nx` / `ny`, checked to lie inside `x` /
     // `y`; `meta` holds the `2 + 3 * rank` words a rank-`rank` kernel reads.
     unsafe {
-        strided_binary_kernel::launch_unchecked::<F, O, R>(
+        strided_binary_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
@@ -298,6 +302,7 @@ pub fn launch_strided_binary<R: Runtime, F: Float + CubeElement, O: BinaryOp>(
             a,
             b,
             rank,
+            instr,
         );
     }
     Ok(())
@@ -306,29 +311,26 @@ pub fn launch_strided_binary<R: Runtime, F: Float + CubeElement, O: BinaryOp>(
 #[cfg(test)]
 pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
-    use crate::elementwise::{Add, Div, Mul, Sub};
+    use BinaryInstr::{Add, Div, Mul, Sub};
     let a = L::array;
     // The broadcasting arithmetic (`ops::add` etc. on views) in every float type and rank.
-    macro_rules! each_op {
-        ($($op:ident),* => |$O:ident| $body:expr) => {{$({
-            type $O = $op;
-            $body
-        })*}};
-    }
     for rank in 0..=8 {
-        for_floats!(|F| each_op!(Add, Sub, Mul, Div => |O| l.lower(
-            strided_binary_kernel::StridedBinaryKernel::<F, O, Rt>::new(
-                L::settings_1d(),
-                l.client.clone(),
-                a(),
-                a(),
-                a(),
-                a(),
-                (),
-                (),
-                rank,
-            )
-        )));
+        for instr in [Add, Sub, Mul, Div] {
+            for_floats!(
+                |F| l.lower(strided_binary_kernel::StridedBinaryKernel::<F, Rt>::new(
+                    L::settings_1d(),
+                    l.client.clone(),
+                    a(),
+                    a(),
+                    a(),
+                    a(),
+                    (),
+                    (),
+                    rank,
+                    instr,
+                ))
+            );
+        }
     }
     for rank in 0..=MAX_GATHER_RANK {
         for pack in [1u32, 2, 4] {

@@ -33,7 +33,15 @@ fn short_buffers_are_refused_before_launch() {
     let x = c.create_from_slice(f32::as_bytes(&[1.0f32; 8]));
     let out = c.empty(8 * 4);
     for len in [9, 1000] {
-        match k::launch_unary::<_, f32, k::Exp>(&c, Source::Buffer(&x), &out, len, 0.0, 0.0) {
+        match k::launch_unary::<_, f32>(
+            &c,
+            k::UnaryInstr::Exp,
+            Source::Buffer(&x),
+            &out,
+            len,
+            0.0,
+            0.0,
+        ) {
             Err(LaunchError::BufferTooSmall {
                 arg: "x",
                 needed,
@@ -46,8 +54,9 @@ fn short_buffers_are_refused_before_launch() {
     }
     let big = c.create_from_slice(f32::as_bytes(&[1.0f32; 64]));
     assert!(matches!(
-        k::launch_binary::<_, f32, k::Add>(
+        k::launch_binary::<_, f32>(
             &c,
+            k::BinaryInstr::Add,
             Source::Buffer(&big),
             Source::Buffer(&big),
             &out,
@@ -107,7 +116,16 @@ fn short_buffers_are_refused_before_launch() {
         })
     ));
     // A valid launch on the same buffers still works and writes exactly its elements.
-    k::launch_unary::<_, f32, k::AddScalar>(&c, Source::Buffer(&x), &out, 8, 2.0, 0.0).unwrap();
+    k::launch_unary::<_, f32>(
+        &c,
+        k::UnaryInstr::AddScalar,
+        Source::Buffer(&x),
+        &out,
+        8,
+        2.0,
+        0.0,
+    )
+    .unwrap();
     assert_eq!(read(&c, out, 8), vec![3.0; 8]);
 }
 
@@ -118,8 +136,9 @@ fn aliased_in_place_launches_match_separate_buffers() {
     let y = c.create_from_slice(f32::as_bytes(&data));
     let x = c.create_from_slice(f32::as_bytes(&data));
     let sep = c.empty(data.len() * 4);
-    k::launch_binary::<_, f32, k::Axpby>(
+    k::launch_binary::<_, f32>(
         &c,
+        k::BinaryInstr::Axpby,
         Source::Buffer(&y),
         Source::Buffer(&x),
         &sep,
@@ -128,8 +147,9 @@ fn aliased_in_place_launches_match_separate_buffers() {
         2.0,
     )
     .unwrap();
-    k::launch_binary::<_, f32, k::Axpby>(
+    k::launch_binary::<_, f32>(
         &c,
+        k::BinaryInstr::Axpby,
         Source::Output,
         Source::Buffer(&x),
         &y,
@@ -208,7 +228,15 @@ fn elementwise_sizes_that_overflow_are_refused() {
     // launch_unary forms no product: a length past memory is a short buffer (check_len
     // saturates its byte count).
     assert!(matches!(
-        k::launch_unary::<_, f32, k::Exp>(&c, Source::Buffer(&q), &out, usize::MAX, 0.0, 0.0),
+        k::launch_unary::<_, f32>(
+            &c,
+            k::UnaryInstr::Exp,
+            Source::Buffer(&q),
+            &out,
+            usize::MAX,
+            0.0,
+            0.0
+        ),
         Err(LaunchError::BufferTooSmall { arg: "x", .. })
     ));
 }
@@ -630,23 +658,23 @@ fn strided_launches_refuse_layouts_outside_their_buffers() {
     // The binary form checks both operands, the output and that the dims agree.
     let ok = (&src, layout(&[3, 4], &[4, 1], 0));
     let row = (&src, layout(&[3, 4], &[0, 1], 8)); // one row of 4 from element 8: fits
-    launch_strided_binary::<_, f32, k::Add>(&c, ok, row, &out, 0.0, 0.0).unwrap();
+    launch_strided_binary::<_, f32>(&c, k::BinaryInstr::Add, ok, row, &out, 0.0, 0.0).unwrap();
     let late = (&src, layout(&[3, 4], &[0, 1], 9));
-    let e = launch_strided_binary::<_, f32, k::Add>(&c, ok, late, &out, 0.0, 0.0);
+    let e = launch_strided_binary::<_, f32>(&c, k::BinaryInstr::Add, ok, late, &out, 0.0, 0.0);
     assert!(
         matches!(e, Err(LaunchError::BufferTooSmall { arg: "y", .. })),
         "{e:?}"
     );
     let other = (&src, layout(&[4, 3], &[3, 1], 0));
-    let e = launch_strided_binary::<_, f32, k::Add>(&c, ok, other, &out, 0.0, 0.0);
+    let e = launch_strided_binary::<_, f32>(&c, k::BinaryInstr::Add, ok, other, &out, 0.0, 0.0);
     assert!(matches!(e, Err(LaunchError::Overflow { .. })), "{e:?}");
     let small = c.empty(4 * 4);
-    let e = launch_strided_binary::<_, f32, k::Add>(&c, ok, ok, &small, 0.0, 0.0);
+    let e = launch_strided_binary::<_, f32>(&c, k::BinaryInstr::Add, ok, ok, &small, 0.0, 0.0);
     assert!(
         matches!(e, Err(LaunchError::BufferTooSmall { arg: "out", .. })),
         "{e:?}"
     );
     // What ran is right: x + row (row = elements 8..12 of all-ones) is all twos.
-    launch_strided_binary::<_, f32, k::Add>(&c, ok, row, &out, 0.0, 0.0).unwrap();
+    launch_strided_binary::<_, f32>(&c, k::BinaryInstr::Add, ok, row, &out, 0.0, 0.0).unwrap();
     assert_eq!(read(&c, out, 12), [2.0f32; 12]);
 }

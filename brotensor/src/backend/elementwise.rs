@@ -2,102 +2,18 @@
 //!
 //! The map ops share one trait method per arity, keyed by an instruction ([`Unary`],
 //! [`Binary`]); every backend turns an instruction into one instance of its single generic
-//! kernel (CubeCL) or map (CPU). The public ops that use each instruction are listed on it.
+//! kernel (CubeCL, where the instruction is a comptime parameter) or map (CPU). The
+//! instruction sets are defined once, with their GPU math, in the kernel crate
+//! (`brotensor_kernels::elementwise`); the public ops that use each are listed on it there.
 
+/// Two-input element-wise instructions: `out = f(x, y; a, b)`.
+pub(crate) use brotensor_kernels::elementwise::BinaryInstr as Binary;
 pub(crate) use brotensor_kernels::elementwise::Broadcast;
+/// One-input element-wise instructions: `out = f(x; a, b)`.
+pub(crate) use brotensor_kernels::elementwise::UnaryInstr as Unary;
 
 use super::OnDevice;
 use crate::{Error, Result, Tensor};
-
-/// One-input element-wise instructions: `out = f(x; a, b)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Unary {
-    /// `x` (round_backward).
-    Identity,
-    /// `x + a` (add_scalar, add_scalar_inplace).
-    AddScalar,
-    /// `x - a` (sub_scalar).
-    SubScalar,
-    /// `x * a` (mul_scalar, scale_inplace).
-    MulScalar,
-    /// `x / a` (div_scalar).
-    DivScalar,
-    /// clamp to `[a, b]` with NaN passing through (clamp).
-    Clamp,
-    /// `e^x` (exp_forward).
-    Exp,
-    /// `ln x` (log_forward).
-    Log,
-    /// `sin x` (sin_forward).
-    Sin,
-    /// `cos x` (cos_forward).
-    Cos,
-    /// `1/sqrt(x)` (rsqrt_forward).
-    Rsqrt,
-    /// round half to even (round_forward).
-    Round,
-    /// `max(x, 0)` (relu_forward).
-    Relu,
-    /// `tanh x` (tanh_forward).
-    Tanh,
-    /// `1/(1+e^-x)` (sigmoid_forward).
-    Sigmoid,
-    /// `x sigmoid(x)` (silu_forward).
-    Silu,
-    /// tanh-GELU (gelu_forward).
-    Gelu,
-    /// erf-GELU (gelu_exact_forward).
-    GeluExact,
-    /// `x sigmoid(1.702 x)` (quick_gelu_forward).
-    QuickGelu,
-    /// ELU with `alpha = a` (elu_forward).
-    Elu,
-    /// leaky ReLU with slope `a` (leaky_relu_forward).
-    LeakyRelu,
-}
-
-/// Two-input element-wise instructions: `out = f(x, y; a, b)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Binary {
-    /// `x + y` (add, add_inplace, add_inplace_batched).
-    Add,
-    /// `x - y` (sub).
-    Sub,
-    /// `x * y` (mul, mul_inplace).
-    Mul,
-    /// `x / y` (div).
-    Div,
-    /// `a*x + b*y` (axpby_inplace).
-    Axpby,
-    /// `y * e^x` (exp_backward).
-    ExpBackward,
-    /// `y / x` (log_backward).
-    LogBackward,
-    /// `y * cos x` (sin_backward).
-    SinBackward,
-    /// `-y * sin x` (cos_backward).
-    CosBackward,
-    /// `-0.5 * y * x^3`, x the forward output (rsqrt_backward).
-    RsqrtBackward,
-    /// relu_backward (x the forward input, y = dy).
-    ReluBackward,
-    /// tanh_backward (x the forward output).
-    TanhBackward,
-    /// sigmoid_backward (x the forward output).
-    SigmoidBackward,
-    /// silu_backward.
-    SiluBackward,
-    /// gelu_backward.
-    GeluBackward,
-    /// gelu_exact_backward.
-    GeluExactBackward,
-    /// quick_gelu_backward.
-    QuickGeluBackward,
-    /// elu_backward with `alpha = a`.
-    EluBackward,
-    /// leaky_relu_backward with slope `a`.
-    LeakyReluBackward,
-}
 
 /// Where an operand of a map comes from.
 #[derive(Clone, Copy)]

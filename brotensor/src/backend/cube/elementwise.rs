@@ -10,182 +10,6 @@ use super::{gpu, out_handle, source, src_handle, with_float, CubeBackend, Narrow
 use crate::backend::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 use crate::{Dtype, Result, Tensor};
 
-/// Calls `$body` with `$O` bound to the kernel instruction of a [`Unary`].
-macro_rules! with_unary {
-    ($op:expr, |$O:ident| $body:expr) => {
-        match $op {
-            Unary::Identity => {
-                type $O = k::Identity;
-                $body
-            }
-            Unary::AddScalar => {
-                type $O = k::AddScalar;
-                $body
-            }
-            Unary::SubScalar => {
-                type $O = k::SubScalar;
-                $body
-            }
-            Unary::MulScalar => {
-                type $O = k::MulScalar;
-                $body
-            }
-            Unary::DivScalar => {
-                type $O = k::DivScalar;
-                $body
-            }
-            Unary::Clamp => {
-                type $O = k::Clamp;
-                $body
-            }
-            Unary::Exp => {
-                type $O = k::Exp;
-                $body
-            }
-            Unary::Log => {
-                type $O = k::Log;
-                $body
-            }
-            Unary::Sin => {
-                type $O = k::Sin;
-                $body
-            }
-            Unary::Cos => {
-                type $O = k::Cos;
-                $body
-            }
-            Unary::Rsqrt => {
-                type $O = k::Rsqrt;
-                $body
-            }
-            Unary::Round => {
-                type $O = k::Round;
-                $body
-            }
-            Unary::Relu => {
-                type $O = k::Relu;
-                $body
-            }
-            Unary::Tanh => {
-                type $O = k::Tanh;
-                $body
-            }
-            Unary::Sigmoid => {
-                type $O = k::Sigmoid;
-                $body
-            }
-            Unary::Silu => {
-                type $O = k::Silu;
-                $body
-            }
-            Unary::Gelu => {
-                type $O = k::Gelu;
-                $body
-            }
-            Unary::GeluExact => {
-                type $O = k::GeluExact;
-                $body
-            }
-            Unary::QuickGelu => {
-                type $O = k::QuickGelu;
-                $body
-            }
-            Unary::Elu => {
-                type $O = k::Elu;
-                $body
-            }
-            Unary::LeakyRelu => {
-                type $O = k::LeakyRelu;
-                $body
-            }
-        }
-    };
-}
-
-/// Calls `$body` with `$O` bound to the kernel instruction of a [`Binary`].
-macro_rules! with_binary {
-    ($op:expr, |$O:ident| $body:expr) => {
-        match $op {
-            Binary::Add => {
-                type $O = k::Add;
-                $body
-            }
-            Binary::Sub => {
-                type $O = k::Sub;
-                $body
-            }
-            Binary::Mul => {
-                type $O = k::Mul;
-                $body
-            }
-            Binary::Div => {
-                type $O = k::Div;
-                $body
-            }
-            Binary::Axpby => {
-                type $O = k::Axpby;
-                $body
-            }
-            Binary::ExpBackward => {
-                type $O = k::ExpBackward;
-                $body
-            }
-            Binary::LogBackward => {
-                type $O = k::LogBackward;
-                $body
-            }
-            Binary::SinBackward => {
-                type $O = k::SinBackward;
-                $body
-            }
-            Binary::CosBackward => {
-                type $O = k::CosBackward;
-                $body
-            }
-            Binary::RsqrtBackward => {
-                type $O = k::RsqrtBackward;
-                $body
-            }
-            Binary::ReluBackward => {
-                type $O = k::ReluBackward;
-                $body
-            }
-            Binary::TanhBackward => {
-                type $O = k::TanhBackward;
-                $body
-            }
-            Binary::SigmoidBackward => {
-                type $O = k::SigmoidBackward;
-                $body
-            }
-            Binary::SiluBackward => {
-                type $O = k::SiluBackward;
-                $body
-            }
-            Binary::GeluBackward => {
-                type $O = k::GeluBackward;
-                $body
-            }
-            Binary::GeluExactBackward => {
-                type $O = k::GeluExactBackward;
-                $body
-            }
-            Binary::QuickGeluBackward => {
-                type $O = k::QuickGeluBackward;
-                $body
-            }
-            Binary::EluBackward => {
-                type $O = k::EluBackward;
-                $body
-            }
-            Binary::LeakyReluBackward => {
-                type $O = k::LeakyReluBackward;
-                $body
-            }
-        }
-    };
-}
-
 impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
     fn unary(
         &self,
@@ -200,13 +24,13 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
         let oh = out_handle(out);
         let (c, len, x) = (&self.client, out.numel(), source(&xh));
         let words = self.words(out.dtype());
-        with_unary!(op, |O| if words {
-            w::launch_unary_words::<R, O>(c, x, &oh, len, a, b)
+        if words {
+            w::launch_unary_words::<R>(c, op, x, &oh, len, a, b)
         } else {
-            with_float!(out.dtype(), |F| k::launch_unary::<R, F, O>(
-                c, x, &oh, len, a, b
+            with_float!(out.dtype(), |F| k::launch_unary::<R, F>(
+                c, op, x, &oh, len, a, b
             ))
-        })
+        }
         .map_err(|e| self.launch_error(name, e))
     }
 
@@ -224,13 +48,13 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
         let oh = out_handle(out);
         let (c, len, x, y) = (&self.client, out.numel(), source(&xh), source(&yh));
         let words = self.words(out.dtype());
-        with_binary!(op, |O| if words {
-            w::launch_binary_words::<R, O>(c, x, y, &oh, len, a, b)
+        if words {
+            w::launch_binary_words::<R>(c, op, x, y, &oh, len, a, b)
         } else {
-            with_float!(out.dtype(), |F| k::launch_binary::<R, F, O>(
-                c, x, y, &oh, len, a, b
+            with_float!(out.dtype(), |F| k::launch_binary::<R, F>(
+                c, op, x, y, &oh, len, a, b
             ))
-        })
+        }
         .map_err(|e| self.launch_error(name, e))
     }
 
@@ -253,16 +77,17 @@ impl<R: Runtime> ElementwiseOps for CubeBackend<R> {
         };
         let (xh, yh, oh) = (gpu(xs), gpu(ys), out_handle(out));
         let c = &self.client;
-        with_binary!(op, |O| with_float!(out.dtype(), |F| {
-            k_strided::launch_strided_binary::<R, F, O>(
+        with_float!(out.dtype(), |F| {
+            k_strided::launch_strided_binary::<R, F>(
                 c,
+                op,
                 (xh, gather_layout(x)),
                 (yh, gather_layout(y)),
                 &oh,
                 0.0,
                 0.0,
             )
-        }))
+        })
         .map_err(|e| self.launch_error(name, e))?;
         Ok(true)
     }
