@@ -112,7 +112,9 @@ pub fn gather<T: Pod + Send + Sync>(
     };
     let outer = (&dims[..dims.len() - 1], &strides[..strides.len() - 1]);
     let k = outer.0.len();
-    if s == 1 && k >= 2 && outer.1[k - 1].unsigned_abs() > outer.1[k - 2].unsigned_abs() {
+    if s == 0 {
+        fill_rows(src, outer, offset, n, dst);
+    } else if s == 1 && k >= 2 && outer.1[k - 1].unsigned_abs() > outer.1[k - 2].unsigned_abs() {
         copy_rows_swapped(src, outer, offset, n, dst);
     } else if s == 1 {
         copy_rows(src, outer, offset, n, dst);
@@ -225,6 +227,43 @@ fn copy_rows_swapped<T: Pod + Send + Sync>(
                     }
                 }
             });
+    });
+}
+
+/// Rows of `n` copies of one element, one per outer index (a broadcast along the last dim,
+/// such as a column vector broadcast across a matrix). Rows are filled in a per-job staging
+/// buffer, written in pieces of up to [`STAGE_BYTES`] (streamed when the output is large).
+fn fill_rows<T: Pod + Send + Sync>(
+    src: &[T],
+    (dims, strides): (&[usize], &[isize]),
+    offset: usize,
+    n: usize,
+    dst: &mut [T],
+) {
+    let w = size_of::<T>();
+    let piece = (STAGE_BYTES / w).max(1);
+    let job = JOB_ELEMENTS.next_multiple_of(n);
+    streaming(dst.len(), w, |on| {
+        dst.par_chunks_mut(job).enumerate().for_each_streamed_init(
+            on,
+            Vec::<T>::new,
+            |stream, stage, (i, chunk)| {
+                let first = i * job;
+                for (p, out) in chunk.chunks_mut(piece).enumerate() {
+                    let start = first + p * piece;
+                    stage.clear();
+                    let mut e = start;
+                    while e < start + out.len() {
+                        let row = e / n;
+                        let end = ((row + 1) * n).min(start + out.len());
+                        let v = src[base_of(row, dims, strides, offset) as usize];
+                        stage.resize(stage.len() + (end - e), v);
+                        e = end;
+                    }
+                    write_bytes(stream, out, stage);
+                }
+            },
+        );
     });
 }
 
@@ -584,6 +623,11 @@ mod tests {
             );
             check_as::<u16>(3 * 7 * 37 * 9, &[3, 37, 7, 9], &[2331, 9, 333, 1], 0, skew);
             check_as::<u8>(5 * 6 * 4, &[4, 6, 5], &[5, -20, 1], 100, skew);
+            // Broadcasts along the last dim: small, and streamed with rows longer than a
+            // staged piece.
+            check_as::<u32>(7, &[7, 5], &[1, 0], 0, skew);
+            check_as::<u16>(3 * 11, &[3, 11, 300], &[11, 1, 0], 0, skew);
+            check_as::<u32>(BIG * 2, &[BIG * 2, BIG * 2 + 3], &[1, 0], 0, skew);
         }
     }
 
