@@ -21,6 +21,11 @@ const LINE_BYTES: usize = 64;
 /// destination rows also keeps its rows' pages within the second-level TLB.
 const BAND_BYTES: usize = 4096;
 
+/// Source bytes [`copy_rows_swapped`] stages per group, at most: 8 rows of 512 bytes read
+/// side by side measured 1.25x faster than 16 (fewer streams for the prefetchers), 4 no
+/// faster than 8.
+const SWAP_STAGE_BYTES: usize = 4 << 10;
+
 /// Largest staged group of short rows, in bytes ([`copy_rows`]): well inside the
 /// first-level cache.
 const STAGE_BYTES: usize = 8 << 10;
@@ -197,7 +202,7 @@ fn copy_rows_swapped<T: Pod + Send + Sync>(
     let (lead, lead_strides) = (&dims[..k - 2], &strides[..k - 2]);
     let (p, q) = (dims[k - 2], dims[k - 1]);
     let (sp, sq) = (strides[k - 2], strides[k - 1]);
-    let g = (STAGE_BYTES / (n * w)).clamp(1, 16);
+    let g = (SWAP_STAGE_BYTES / (n * w)).clamp(1, 16);
     let blocks = dst.len() / (p * q * n);
     let threads = rayon::current_num_threads();
     let p_per_job = (p * blocks).div_ceil(4 * threads).clamp(1, p);
