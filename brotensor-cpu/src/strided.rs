@@ -3,9 +3,13 @@
 //! flips) are all layouts, so this one function materialises every one of them.
 //!
 //! The layout is first simplified (size-1 dims dropped, dims that are contiguous among
-//! themselves merged), then copied by the fastest of three loops: whole rows when the last
-//! dim is unit-stride, cache tiles when the second-to-last dim is (a transpose of the last two
-//! dims), and an element loop otherwise.
+//! themselves merged), then copied by the fastest of five loops: filled rows when the last
+//! dim has stride 0 (a broadcast along it); whole rows when the last dim is unit-stride, in
+//! destination order, or in source order when the two dims above it are swapped (a permute
+//! like `(0, 2, 1, 3)`); cache-line tiles when the second-to-last dim is unit-stride (a
+//! transpose of the last two dims); and an element loop otherwise. Outputs of
+//! [`STREAM_MIN_BYTES`](crate::stream::STREAM_MIN_BYTES) or more are written with streaming
+//! stores by every loop but the element loop.
 
 use bytemuck::Pod;
 use rayon::prelude::*;
