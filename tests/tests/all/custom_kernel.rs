@@ -473,66 +473,34 @@ fn custom_kernel_refuses_size_overflow() {
         let u = ones(device, &[2, 3]);
         let mut y = Tensor::zeros_on(device, 2, 3, Dtype::F32).unwrap();
         let id = y.allocation_id();
-        // The dims' product overflows usize.
-        let huge = [usize::MAX / 2, 3];
-        let err = custom::launch(
-            &SiluGate,
-            &[
-                Input::new("g", &g, Dtype::F32),
-                Input::new("u", &u, Dtype::F32),
-            ],
-            &mut [Output::new("y", &mut y, &huge, Dtype::F32)],
-        )
-        .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::Shape {
-                    op: "silu_gate",
-                    ..
-                }
-            ),
-            "{device}: {err}"
-        );
-        // The element count fits, its byte size does not.
-        let bytes = [usize::MAX / 3];
-        let err = custom::launch(
-            &SiluGate,
-            &[
-                Input::new("g", &g, Dtype::F32),
-                Input::new("u", &u, Dtype::F32),
-            ],
-            &mut [Output::new("y", &mut y, &bytes, Dtype::F32)],
-        )
-        .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::Shape {
-                    op: "silu_gate",
-                    ..
-                }
-            ),
-            "{device}: {err}"
-        );
-        assert_eq!((y.allocation_id(), y.dims()), (id, &[2usize, 3][..]));
-        if device.is_gpu() {
-            // One element past the 32-bit index range: refused before anything is allocated.
-            let over = [GPU_MAX_ELEMENTS + 1];
+        // The silu_gate launch into `y` sized to `dims`: its shape error's reason.
+        let mut refused = |dims: &[usize]| {
             let err = custom::launch(
                 &SiluGate,
                 &[
                     Input::new("g", &g, Dtype::F32),
                     Input::new("u", &u, Dtype::F32),
                 ],
-                &mut [Output::new("y", &mut y, &over, Dtype::F32)],
+                &mut [Output::new("y", &mut y, dims, Dtype::F32)],
             )
             .unwrap_err();
-            assert!(
-                matches!(err, Error::Shape { op: "silu_gate", ref reason } if reason.contains("32 bits")),
-                "{device}: {err}"
-            );
-            assert_eq!(y.allocation_id(), id);
+            match err {
+                Error::Shape {
+                    op: "silu_gate",
+                    reason,
+                } => reason,
+                other => panic!("{device}: {dims:?}: {other}"),
+            }
+        };
+        // The dims' product overflows usize.
+        refused(&[usize::MAX / 2, 3]);
+        // The element count fits, its byte size does not.
+        refused(&[usize::MAX / 3]);
+        if device.is_gpu() {
+            // One element past the 32-bit index range: refused before anything is allocated.
+            let reason = refused(&[GPU_MAX_ELEMENTS + 1]);
+            assert!(reason.contains("32 bits"), "{device}: {reason}");
         }
+        assert_eq!((y.allocation_id(), y.dims()), (id, &[2usize, 3][..]));
     }
 }
