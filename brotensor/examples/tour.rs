@@ -26,6 +26,63 @@ fn step(device: Device, x_host: &[f32], w_host: &[f32], dtype: Dtype) -> brotens
     w.to_dtype(Dtype::F32)
 }
 
+/// N-d work on views: a (64, 512, 512) tensor transposed in its last two dims (no copy),
+/// plus a broadcast bias row (read in place), a softmax along the last dim and a sum along
+/// the middle one, giving (64, 512) as F32 values.
+fn views_step(device: Device, x_host: &[f32], dtype: Dtype) -> brotensor::Result<Tensor> {
+    let x = Tensor::from_slice_nd_on(device, x_host, &[64, 512, 512])?.to_dtype(dtype)?;
+    let bias = Tensor::from_slice_nd_on(device, &x_host[..512], &[512])?.to_dtype(dtype)?;
+    let y = x.permute(&[0, 2, 1])?.add(&bias)?;
+    y.softmax(2)?.sum(1)?.to_dtype(Dtype::F32)
+}
+
+/// Runs `work` on every device and dtype it can, warm then timed, against the CPU's FP32
+/// result; prints one row each and returns whether all agreed within `tols` (F32, F16, BF16).
+fn compare(
+    devices: &[Device],
+    reference: &[f32],
+    tols: [f32; 3],
+    work: impl Fn(Device, Dtype) -> brotensor::Result<Tensor>,
+) -> brotensor::Result<bool> {
+    println!(
+        "{:<12} {:<6} {:>10} {:>12}  check",
+        "device", "dtype", "time ms", "max |err|"
+    );
+    let mut all_ok = true;
+    for &d in devices {
+        for (dtype, tol) in [Dtype::F32, Dtype::F16, Dtype::BF16].into_iter().zip(tols) {
+            if d != Device::Cpu && !brotensor::supports_dtype(d, dtype)? {
+                continue;
+            }
+            if d == Device::Cpu && dtype != Dtype::F32 {
+                continue; // the CPU is the FP32 reference
+            }
+            // Warm up (kernel compilation), then time a second run.
+            work(d, dtype)?;
+            brotensor::sync(d)?;
+            let t0 = Instant::now();
+            let got = work(d, dtype)?.to_vec::<f32>()?; // reading back synchronizes
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            let err = got
+                .iter()
+                .zip(reference)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            let ok = err <= tol;
+            all_ok &= ok;
+            println!(
+                "{:<12} {:<6} {:>10.1} {:>12.2e}  {}",
+                d.to_string(),
+                dtype.to_string(),
+                ms,
+                err,
+                if ok { "ok" } else { "FAILED" }
+            );
+        }
+    }
+    Ok(all_ok)
+}
+
 fn main() -> brotensor::Result<()> {
     if let Err(e) = brotensor::init() {
         eprintln!("warning: {e}");
@@ -67,50 +124,22 @@ fn main() -> brotensor::Result<()> {
         .map(|i| ((i * 104_729) % 1000) as f32 / 1000.0)
         .collect();
     let reference = step(Device::Cpu, &x, &w, Dtype::F32)?.to_vec::<f32>()?;
+    println!();
+    println!("element-wise update of a (4096, 4096) tensor:");
+    let mut ok = compare(&devices, &reference, [1e-5, 2e-3, 1e-2], |d, t| {
+        step(d, &x, &w, t)
+    })?;
 
+    // Column sums of softmaxes are sums of 512 probabilities: values near 1, up to ~10.
+    let reference = views_step(Device::Cpu, &x, Dtype::F32)?.to_vec::<f32>()?;
     println!();
     println!(
-        "{:<12} {:<6} {:>10} {:>12}  check",
-        "device", "dtype", "time ms", "max |err|"
+        "N-d views: permute (no copy) + broadcast add + softmax(2) + sum(1) of (64, 512, 512):"
     );
-    let mut failed = false;
-    for &d in &devices {
-        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
-            if d != Device::Cpu && !brotensor::supports_dtype(d, dtype)? {
-                continue;
-            }
-            if d == Device::Cpu && dtype != Dtype::F32 {
-                continue; // the CPU is the FP32 reference
-            }
-            // Warm up (kernel compilation), then time a second run.
-            step(d, &x, &w, dtype)?;
-            brotensor::sync(d)?;
-            let t0 = Instant::now();
-            let out = step(d, &x, &w, dtype)?;
-            let got = out.to_vec::<f32>()?; // reading back synchronizes
-            let ms = t0.elapsed().as_secs_f64() * 1e3;
-            let err = got
-                .iter()
-                .zip(&reference)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0f32, f32::max);
-            let tol = match dtype {
-                Dtype::F32 => 1e-5,
-                Dtype::F16 => 2e-3,
-                _ => 1e-2,
-            };
-            let ok = err <= tol;
-            failed |= !ok;
-            println!(
-                "{:<12} {:<6} {:>10.1} {:>12.2e}  {}",
-                d.to_string(),
-                dtype.to_string(),
-                ms,
-                err,
-                if ok { "ok" } else { "FAILED" }
-            );
-        }
-    }
+    ok &= compare(&devices, &reference, [1e-5, 1e-2, 5e-2], |d, t| {
+        views_step(d, &x, t)
+    })?;
+    let failed = !ok;
     if failed {
         eprintln!("a device disagreed with the CPU reference");
         std::process::exit(1);
