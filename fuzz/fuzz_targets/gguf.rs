@@ -23,7 +23,11 @@ fuzz_target!(|data: &[u8]| {
         }
         let _ = value.as_i64();
         let _ = (file.meta_i64(key), file.meta_f64(key), file.meta_bool(key));
-        let _ = (file.meta_str(key), file.meta_str_array(key), file.meta_f64_array(key));
+        let _ = (
+            file.meta_str(key),
+            file.meta_str_array(key),
+            file.meta_f64_array(key),
+        );
     }
     for info in file.tensors() {
         let bytes = file.data(info);
