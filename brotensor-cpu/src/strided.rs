@@ -40,7 +40,7 @@ const JOB_ELEMENTS: usize = 1 << 15;
 
 /// The layout with size-1 dims dropped and mergeable neighbours merged (dim `i` and `i + 1`
 /// merge when stepping once in `i` equals stepping through all of `i + 1`).
-fn simplify(dims: &[usize], strides: &[isize]) -> (Vec<usize>, Vec<isize>) {
+pub fn simplify(dims: &[usize], strides: &[isize]) -> (Vec<usize>, Vec<isize>) {
     let mut d: Vec<usize> = Vec::with_capacity(dims.len());
     let mut s: Vec<isize> = Vec::with_capacity(dims.len());
     for (&n, &st) in dims.iter().zip(strides) {

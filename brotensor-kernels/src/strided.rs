@@ -130,23 +130,18 @@ pub fn launch_strided_gather<R: Runtime>(
         }
     };
     let rank = layout.dims.len();
-    if rank > MAX_GATHER_RANK || layout.strides.len() != rank {
-        return Err(LaunchError::Overflow {
-            what: "rank (one stride per dim, at most 9)",
-        });
+    // The source words the layout reaches (element `i` lies in word `i / pack`).
+    let src_words = check_layout("src", src, &layout, pack, 4)?;
+    if src_words == 0 {
+        return Ok(());
     }
     let numel = crate::launch::extent("numel", layout.dims)?;
-    let Some((lo, hi)) = reach(&layout)? else {
-        return Ok(());
-    };
-    let in_u32 = |v: i64| u32::try_from(v).is_ok();
-    if lo < 0 || !in_u32(hi) || u32::try_from(numel).is_err() {
+    if u32::try_from(numel).is_err() {
         return Err(LaunchError::Overflow {
-            what: "strided layout (indices must lie in 0..2^32)",
+            what: "numel (must fit in 32 bits)",
         });
     }
     let words = numel.div_ceil(pack);
-    check_len("src", src, (hi as usize) / pack + 1, 4)?;
     check_len("out", out, words, 4)?;
     // Strides modulo 2^32 (two's complement for negative ones): every element's true index
     // is below 2^32 (checked above), so the kernel's wrapping sums land on it exactly. The
@@ -158,15 +153,15 @@ pub fn launch_strided_gather<R: Runtime>(
     let meta_handle = client.create_from_slice(u32::as_bytes(&meta));
     let (count, dim) = grid_1d(client, words)?;
     // SAFETY: `out` holds `words` words and the kernel writes only word `w < words`; every
-    // element index the layout reaches lies in `lo..=hi`, checked to be inside `src`'s
-    // words, and the kernel reads word `index / pack` of those only; `meta` holds exactly
+    // element index the layout reaches lies in word `index / pack < src_words`, checked to
+    // be inside `src`; `meta` holds exactly
     // `1 + 2 * rank` words, which is what a rank-`rank` kernel reads.
     unsafe {
         strided_gather_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(src.clone(), (hi as usize) / pack + 1),
+            ArrayArg::from_raw_parts(src.clone(), src_words),
             ArrayArg::from_raw_parts(meta_handle, meta.len()),
             ArrayArg::from_raw_parts(out.clone(), words),
             numel as u32,
@@ -218,14 +213,16 @@ fn strided_binary_kernel<F: Float>(
     }
 }
 
-/// Checks `layout` for a strided launch over buffer `h` of `elem_bytes`-byte elements: the
-/// rank, one stride per dim, 32-bit indices and every reached element inside `h`. Returns
-/// the number of elements to bind (the highest index reached plus one; 0 when empty).
+/// Checks `layout` for a strided launch over buffer `h` read in units of `unit_bytes` bytes
+/// holding `per_unit` elements each: the rank, one stride per dim, 32-bit element indices and
+/// every reached unit inside `h`. Returns the number of units to bind (the unit of the highest
+/// index reached, plus one; 0 when the layout is empty).
 fn check_layout(
     arg: &'static str,
     h: &Handle,
     layout: &GatherLayout<'_>,
-    elem_bytes: usize,
+    per_unit: usize,
+    unit_bytes: usize,
 ) -> Result<usize, LaunchError> {
     if layout.dims.len() > MAX_GATHER_RANK || layout.strides.len() != layout.dims.len() {
         return Err(LaunchError::Overflow {
@@ -240,8 +237,9 @@ fn check_layout(
             what: "strided layout (indices must lie in 0..2^32)",
         });
     }
-    check_len(arg, h, hi as usize + 1, elem_bytes)?;
-    Ok(hi as usize + 1)
+    let units = hi as usize / per_unit + 1;
+    check_len(arg, h, units, unit_bytes)?;
+    Ok(units)
 }
 
 /// `out[i] = instr(x[layout_x(i)], y[layout_y(i)]; a, b)` for every row-major index `i` of the
@@ -267,8 +265,8 @@ pub fn launch_strided_binary<R: Runtime, F: Float + CubeElement>(
     }
     let bytes = core::mem::size_of::<F>();
     let numel = crate::launch::extent("numel", lx.dims)?;
-    let nx = check_layout("x", x, &lx, bytes)?;
-    let ny = check_layout("y", y, &ly, bytes)?;
+    let nx = check_layout("x", x, &lx, 1, bytes)?;
+    let ny = check_layout("y", y, &ly, 1, bytes)?;
     if numel == 0 {
         return Ok(());
     }

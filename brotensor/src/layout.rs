@@ -65,23 +65,24 @@ pub(crate) fn broadcast_dims(op: &'static str, a: &[usize], b: &[usize]) -> Resu
                 op,
                 format!(
                     "shapes {} and {} do not broadcast: dim {i} is {x} vs {y}",
-                    compact(a),
-                    compact(b)
+                    show_dims(a, "x"),
+                    show_dims(b, "x")
                 ),
             )),
         })
         .collect()
 }
 
-/// `dims` as `2x3x4` (`scalar` for rank 0), for messages.
-pub(crate) fn compact(dims: &[usize]) -> String {
+/// `dims` joined by `sep` for messages (`2x3x4` with `"x"`, `2 x 3 x 4` with `" x "`),
+/// `scalar` for rank 0.
+pub(crate) fn show_dims(dims: &[usize], sep: &str) -> String {
     if dims.is_empty() {
         return "scalar".into();
     }
     dims.iter()
         .map(usize::to_string)
         .collect::<Vec<_>>()
-        .join("x")
+        .join(sep)
 }
 
 impl Layout {
@@ -418,19 +419,8 @@ impl Layout {
         if self.is_contiguous() {
             return Some(RowPattern::Dense { offset });
         }
-        let mut merged: Vec<(usize, isize)> = Vec::with_capacity(self.rank);
-        for (&n, &s) in self.dims().iter().zip(self.strides()) {
-            if n == 1 {
-                continue;
-            }
-            match merged.last_mut() {
-                Some((pn, ps)) if *ps == s * n as isize => {
-                    *pn *= n;
-                    *ps = s;
-                }
-                _ => merged.push((n, s)),
-            }
-        }
+        let (dims, strides) = brotensor_cpu::strided::simplify(self.dims(), self.strides());
+        let merged: Vec<(usize, isize)> = dims.into_iter().zip(strides).collect();
         match merged[..] {
             [(_, 0)] => Some(RowPattern::Scalar { offset }),
             [(_, 0), (cols, 1)] => Some(RowPattern::Row { offset, cols }),

@@ -6,7 +6,7 @@ use half::{bf16, f16};
 use std::sync::{Arc, OnceLock};
 
 use crate::backend::Storage;
-use crate::layout::{checked_dims, Layout};
+use crate::layout::{checked_dims, show_dims, Layout};
 use crate::runtime::{backend, default_device};
 use crate::{Device, Dtype, Error, Result};
 
@@ -89,17 +89,6 @@ impl std::fmt::Debug for Tensor {
             .field("dense", &self.layout.is_dense())
             .finish()
     }
-}
-
-/// `dims` as `2 x 3 x 4` (`scalar` for rank 0), for messages.
-pub(crate) fn show_dims(dims: &[usize]) -> String {
-    if dims.is_empty() {
-        return "scalar".into();
-    }
-    dims.iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(" x ")
 }
 
 /// The most elements a tensor may hold on a GPU: kernels index elements with 32 bits.
@@ -249,7 +238,7 @@ impl Tensor {
                 format!(
                     "{} elements given for a {} tensor",
                     data.len(),
-                    show_dims(dims)
+                    show_dims(dims, " x ")
                 ),
             ));
         }
@@ -311,7 +300,7 @@ impl Tensor {
                 format!(
                     "{} bytes given; a {} {dtype} tensor takes {expected}",
                     bytes.len(),
-                    show_dims(dims)
+                    show_dims(dims, " x ")
                 ),
             ));
         }

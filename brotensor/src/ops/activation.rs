@@ -138,7 +138,7 @@ fn glu_forward(name: &'static str, op: Glu, x: &Tensor, y: &mut Tensor) -> Resul
     let be = dispatch(name, &[("x", x), ("y", y)])?;
     check_float(name, "x", x, be)?;
     let d = glu_half(name, x)?;
-    prepare_out(y, be.device(), [x.rows(), d], x.dtype())?;
+    prepare_out(y, be.device(), &[x.rows(), d], x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
     }

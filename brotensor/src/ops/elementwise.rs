@@ -135,8 +135,8 @@ fn arith_inplace(name: &'static str, op: Binary, a: &mut Tensor, b: &Tensor) -> 
             name,
             format!(
                 "`b` ({}) does not broadcast to the in-place operand's {}",
-                crate::layout::compact(b.dims()),
-                crate::layout::compact(a.dims())
+                crate::layout::show_dims(b.dims(), "x"),
+                crate::layout::show_dims(a.dims(), "x")
             ),
         )
     })?;

@@ -116,7 +116,7 @@ pub fn matmul(a: &Tensor, b: &Tensor, c: &mut Tensor) -> Result<()> {
             ),
         ));
     }
-    prepare_out(c, be.device(), [a.rows(), b.cols()], a.dtype())?;
+    prepare_out(c, be.device(), &[a.rows(), b.cols()], a.dtype())?;
     product(be, op, a, b, c, NN)
 }
 
@@ -193,7 +193,7 @@ pub fn linear_forward(w: &Tensor, b: &Tensor, x: &Tensor, y: &mut Tensor) -> Res
         ));
     }
     check_dtypes_match(op, ("w", w), &[("b", b), ("x", x)])?;
-    prepare_out(y, be.device(), [w.rows(), 1], w.dtype())?;
+    prepare_out(y, be.device(), &[w.rows(), 1], w.dtype())?;
     product(be, op, w, &as_column(x)?, y, NN)?;
     if y.numel() > 0 {
         be.broadcast(
@@ -250,7 +250,7 @@ pub fn linear_backward(
     check_sized(op, "dw", dw, w.shape(), w)?;
     check_sized(op, "db", db, (w.rows(), 1), w)?;
     let (x, dy) = (as_column(x)?, as_column(dy)?);
-    prepare_out(dx, be.device(), [w.cols(), 1], w.dtype())?;
+    prepare_out(dx, be.device(), &[w.cols(), 1], w.dtype())?;
     product(
         be,
         op,
@@ -330,7 +330,7 @@ pub fn linear_forward_batched(
         ));
     }
     let w = in_dtype(w, x.dtype())?;
-    prepare_out(y, be.device(), [x.rows(), w.rows()], x.dtype())?;
+    prepare_out(y, be.device(), &[x.rows(), w.rows()], x.dtype())?;
     product(
         be,
         op,
@@ -399,7 +399,7 @@ pub fn linear_backward_batched(
     check_dtypes_match(op, ("w", w), &[("x", x), ("dy", dy)])?;
     check_sized(op, "dw", dw, (out, inp), w)?;
     check_sized(op, "db", db, (out, 1), w)?;
-    prepare_out(dx, be.device(), [batch, inp], w.dtype())?;
+    prepare_out(dx, be.device(), &[batch, inp], w.dtype())?;
     product(be, op, dy, w, dx, NN)?;
     product(
         be,
@@ -646,7 +646,7 @@ pub fn linear_forward_batched_fp16_act(
         ));
     }
     let (batch, out, inp) = (x.rows(), w.rows(), w.cols());
-    prepare_out(y, be.device(), [batch, out], x.dtype())?;
+    prepare_out(y, be.device(), &[batch, out], x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
     }

@@ -233,7 +233,7 @@ fn prepare_loss<'a>(
     }
     prepare_out(probs, be.device(), logits.dims(), Dtype::F32)?;
     prepare_out(dlogits, be.device(), logits.dims(), Dtype::F32)?;
-    prepare_out(loss, be.device(), [loss_shape.0, loss_shape.1], Dtype::F32)?;
+    prepare_out(loss, be.device(), &[loss_shape.0, loss_shape.1], Dtype::F32)?;
     Ok(be)
 }
 
@@ -363,7 +363,7 @@ pub fn softmax_xent_fused_batched(
             format!("head offsets {head_offsets:?} must be non-decreasing and end within {l}"),
         ));
     }
-    prepare_out(loss_per_sample, be.device(), [b, 1], Dtype::F32)?;
+    prepare_out(loss_per_sample, be.device(), &[b, 1], Dtype::F32)?;
     if b == 0 || heads == 0 {
         return loss_per_sample.zero();
     }

@@ -170,38 +170,14 @@ pub(crate) fn checked_product(op: &'static str, what: &str, factors: &[usize]) -
         })
 }
 
-/// An output shape: `(rows, cols)` or N-d dims.
-pub(crate) trait OutDims {
-    /// The dims.
-    fn out_dims(&self) -> &[usize];
-}
-
-impl OutDims for [usize; 2] {
-    fn out_dims(&self) -> &[usize] {
-        self
-    }
-}
-
-impl OutDims for &[usize] {
-    fn out_dims(&self) -> &[usize] {
-        self
-    }
-}
-
-impl OutDims for Vec<usize> {
-    fn out_dims(&self) -> &[usize] {
-        self
-    }
-}
-
 /// Adopts and sizes an output to `dims` of `dtype` on `device` (errors when it is a view
 /// or has live views: ops never write through views).
 pub(crate) fn prepare_out(
     out: &mut Tensor,
     device: Device,
-    dims: impl OutDims,
+    dims: &[usize],
     dtype: Dtype,
 ) -> Result<()> {
     out.adopt(device);
-    out.resize_for("resize", dims.out_dims(), dtype)
+    out.resize_for("resize", dims, dtype)
 }

@@ -80,8 +80,8 @@ fn layernorm_rows(
     let caches = match caches {
         Some((xhat, mean, rstd)) => {
             prepare_out(xhat, be.device(), x.dims(), x.dtype())?;
-            prepare_out(mean, be.device(), [x.rows(), 1], Dtype::F32)?;
-            prepare_out(rstd, be.device(), [x.rows(), 1], Dtype::F32)?;
+            prepare_out(mean, be.device(), &[x.rows(), 1], Dtype::F32)?;
+            prepare_out(rstd, be.device(), &[x.rows(), 1], Dtype::F32)?;
             Some(LayerNormCaches { xhat, mean, rstd })
         }
         None => None,
@@ -172,7 +172,7 @@ pub fn layernorm_backward_batched_with_caches(
     }
     check_grad(op, "dgamma", dgamma, dy, d)?;
     check_grad(op, "dbeta", dbeta, dy, d)?;
-    prepare_out(dx, be.device(), [r, d], dy.dtype())?;
+    prepare_out(dx, be.device(), &[r, d], dy.dtype())?;
     if dy.numel() == 0 {
         return Ok(());
     }
@@ -614,8 +614,8 @@ pub fn batch_norm_forward(
         ],
     )?;
     prepare_out(y, be.device(), x.dims(), Dtype::F32)?;
-    prepare_out(saved_mean, be.device(), [c, 1], Dtype::F32)?;
-    prepare_out(saved_rstd, be.device(), [c, 1], Dtype::F32)?;
+    prepare_out(saved_mean, be.device(), &[c, 1], Dtype::F32)?;
+    prepare_out(saved_rstd, be.device(), &[c, 1], Dtype::F32)?;
     let m = n * hw;
     if m == 0 || c == 0 {
         return Ok(());

@@ -11,7 +11,7 @@ use crate::{Dtype, Error, Result, Tensor};
 pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
     let be = dispatch("sum_rows", &[("x", x), ("y", y)])?;
     check_float("sum_rows", "x", x, be)?;
-    prepare_out(y, be.device(), [x.rows(), 1], x.dtype())?;
+    prepare_out(y, be.device(), &[x.rows(), 1], x.dtype())?;
     if x.cols() == 0 {
         return y.zero();
     }
@@ -25,7 +25,7 @@ pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
 pub fn sum_cols(x: &Tensor, y: &mut Tensor) -> Result<()> {
     let be = dispatch("sum_cols", &[("x", x), ("y", y)])?;
     check_float("sum_cols", "x", x, be)?;
-    prepare_out(y, be.device(), [1, x.cols()], x.dtype())?;
+    prepare_out(y, be.device(), &[1, x.cols()], x.dtype())?;
     if x.rows() == 0 {
         return y.zero();
     }
@@ -50,7 +50,7 @@ pub fn argmax_rows_i32(x: &Tensor, idx: &mut Tensor) -> Result<()> {
 fn argmax_rows_as(op: &'static str, x: &Tensor, idx: &mut Tensor, dtype: Dtype) -> Result<()> {
     let be = dispatch(op, &[("x", x), ("idx", idx)])?;
     check_float(op, "x", x, be)?;
-    prepare_out(idx, be.device(), [x.rows(), 1], dtype)?;
+    prepare_out(idx, be.device(), &[x.rows(), 1], dtype)?;
     if x.cols() == 0 {
         return idx.zero();
     }
@@ -82,8 +82,8 @@ pub fn top_k_rows(x: &Tensor, k: usize, vals: &mut Tensor, idx: &mut Tensor) -> 
             format!("k = {k} must be <= C (per-row length {})", x.cols()),
         ));
     }
-    prepare_out(vals, be.device(), [x.rows(), k], Dtype::F32)?;
-    prepare_out(idx, be.device(), [x.rows(), k], Dtype::I32)?;
+    prepare_out(vals, be.device(), &[x.rows(), k], Dtype::F32)?;
+    prepare_out(idx, be.device(), &[x.rows(), k], Dtype::I32)?;
     if x.rows() == 0 {
         return Ok(());
     }
@@ -105,7 +105,7 @@ pub fn rows_count_above(x: &Tensor, t_lo: f32, t_hi: f32, counts: &mut Tensor) -
     if x.dtype() == Dtype::F16 && be.device().is_gpu() {
         check_float(op, "x", x, be)?;
     }
-    prepare_out(counts, be.device(), [x.rows(), 2], Dtype::I32)?;
+    prepare_out(counts, be.device(), &[x.rows(), 2], Dtype::I32)?;
     if x.cols() == 0 {
         return counts.zero();
     }
