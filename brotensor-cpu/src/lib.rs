@@ -6,13 +6,20 @@
 //! they are never UB).
 
 pub mod activation;
+pub mod attention;
 pub mod cast;
+pub mod concat;
 pub mod elementwise;
+pub mod embedding;
+pub mod flash;
+pub mod flash_grad;
 pub mod linear;
 pub mod loss;
 pub mod norm;
 pub mod quant;
 pub mod reduction;
+pub mod rope;
+pub mod sampling;
 pub mod simd;
 pub mod stream;
 pub mod strided;

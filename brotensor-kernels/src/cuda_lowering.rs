@@ -213,14 +213,21 @@ fn every_kernel_lowers_to_cuda() {
         units: Vec::new(),
         failures: Vec::new(),
     };
+    crate::attention::lower_for_cuda(&mut l);
     crate::batch_norm::lower_for_cuda(&mut l);
     crate::bf16_words::lower_for_cuda(&mut l);
+    crate::concat::lower_for_cuda(&mut l);
     crate::elementwise::lower_for_cuda(&mut l);
+    crate::embedding::lower_for_cuda(&mut l);
+    crate::flash::lower_for_cuda(&mut l);
+    crate::flash_grad::lower_for_cuda(&mut l);
     crate::glu::lower_for_cuda(&mut l);
     crate::loss::lower_for_cuda(&mut l);
     crate::matmul::lower_for_cuda(&mut l);
     crate::reduce::lower_for_cuda(&mut l);
+    crate::rope::lower_for_cuda(&mut l);
     crate::rows::lower_for_cuda(&mut l);
+    crate::sampling::lower_for_cuda(&mut l);
     crate::snake::lower_for_cuda(&mut l);
     crate::strided::lower_for_cuda(&mut l);
     assert!(

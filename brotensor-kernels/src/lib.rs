@@ -24,18 +24,25 @@
 //! `k (cols / 256 + 8)` iterations) under about `65535 * 256 / k` columns. Hardware GPUs have
 //! no such limit.
 
+pub mod attention;
 pub mod batch_norm;
 pub mod bf16_words;
+pub mod concat;
 #[cfg(test)]
 mod cuda_lowering;
 pub mod elementwise;
+pub mod embedding;
+pub mod flash;
+pub mod flash_grad;
 pub mod glu;
 mod launch;
 pub mod loss;
 pub mod matmul;
 mod primitives;
 pub mod reduce;
+pub mod rope;
 pub mod rows;
+pub mod sampling;
 pub mod snake;
 pub mod strided;
 

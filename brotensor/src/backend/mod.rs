@@ -7,10 +7,15 @@
 //! assume operands are consistent.
 
 mod activation;
+mod attention;
+mod concat;
 pub(crate) mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;
 mod elementwise;
+mod embedding;
+mod flash;
+mod flash_grad;
 mod host_pool;
 mod linear;
 mod loss;
@@ -18,14 +23,23 @@ mod norm;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod probe;
 mod reduction;
+mod rope;
+mod sampling;
 pub(crate) mod storage;
 
 pub(crate) use activation::{ActivationOps, Glu, SnakeGrads};
+pub(crate) use attention::AttentionOps;
+pub(crate) use concat::ConcatOps;
 pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
+pub(crate) use embedding::EmbeddingOps;
+pub(crate) use flash::FlashAttentionOps;
+pub(crate) use flash_grad::FlashAttentionGradOps;
 pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use loss::{LossIo, LossOps};
 pub(crate) use norm::{BatchNormStats, LayerNormCaches, NormOps};
 pub(crate) use reduction::ReductionOps;
+pub(crate) use rope::RopeOps;
+pub(crate) use sampling::SamplingOps;
 pub(crate) use storage::Storage;
 
 use crate::layout::Layout;
@@ -57,6 +71,13 @@ pub(crate) trait Backend:
     + LinearOps
     + NormOps
     + LossOps
+    + EmbeddingOps
+    + ConcatOps
+    + RopeOps
+    + AttentionOps
+    + FlashAttentionOps
+    + FlashAttentionGradOps
+    + SamplingOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;
@@ -112,6 +133,14 @@ pub(crate) trait Backend:
     /// itself (user kernels reach a `CubeBackend<R>` through it); `None` on the CPU.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
+    }
+}
+
+/// The error of a backend method that `b`'s device does not implement.
+pub(crate) fn missing<B: OnDevice + ?Sized>(op: &'static str, b: &B) -> Error {
+    Error::NotImplemented {
+        op,
+        device: b.device(),
     }
 }
 

@@ -26,19 +26,33 @@
 #[macro_use]
 pub mod elementwise;
 pub mod activation;
+pub mod attention;
+pub mod concat;
+pub mod embedding;
+pub mod flash_attention;
+pub mod flash_grad;
 pub mod layout;
 pub mod linear;
 pub mod loss;
 pub mod norm;
 pub mod reduction;
+pub mod rope;
+pub mod sampling;
 
 pub use activation::*;
+pub use attention::*;
+pub use concat::*;
 pub use elementwise::*;
+pub use embedding::*;
+pub use flash_attention::*;
+pub use flash_grad::*;
 pub use layout::*;
 pub use linear::*;
 pub use loss::*;
 pub use norm::*;
 pub use reduction::*;
+pub use rope::*;
+pub use sampling::*;
 
 use crate::backend::Backend;
 use crate::runtime::backend;

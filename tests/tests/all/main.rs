@@ -1,12 +1,17 @@
 //! brotensor's integration tests, in one binary (so the GPU check kit carries one file).
 
+mod attention;
 mod buffer_stability;
 mod cast_rounding;
+mod concat;
 mod concurrency;
 mod coverage_gaps;
 mod custom_kernel;
 mod default_device;
 mod dispatch;
+mod embedding;
+mod flash_attention;
+mod flash_grad;
 mod gguf;
 mod methods;
 mod parity_activation;
@@ -22,7 +27,9 @@ mod reference_norm;
 mod reference_reduction;
 mod regressions;
 mod reshaped_views;
+mod rope;
 mod safetensors;
+mod sampling;
 mod sizes;
 mod tensor_errors;
 mod views;

@@ -2,12 +2,19 @@
 //! file holds the backend itself (memory, sync); each op family's glue is in its own file.
 
 mod activation;
+mod attention;
+mod concat;
 mod elementwise;
+mod embedding;
+mod flash;
+mod flash_grad;
 mod layout;
 mod linear;
 mod loss;
 mod norm;
 mod reduction;
+mod rope;
+mod sampling;
 
 use brotensor_cpu::cast as cpu_cast;
 

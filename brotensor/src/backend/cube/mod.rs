@@ -3,13 +3,20 @@
 //! family shares; each family's glue is in its own file.
 
 mod activation;
+mod attention;
+mod concat;
 mod dtype_policy;
 mod elementwise;
+mod embedding;
+mod flash;
+mod flash_grad;
 mod layout;
 mod linear;
 mod loss;
 mod norm;
 mod reduction;
+mod rope;
+mod sampling;
 
 use brotensor_kernels::elementwise::{self as k, Source};
 use brotensor_kernels::matmul as mm;

@@ -1,0 +1,1 @@
+//! CPU reference of the embedding category: embedding lookups and row gathers/scatters.

@@ -1,0 +1,1 @@
+//! CPU reference of the flash_grad category: flash attention backward passes.

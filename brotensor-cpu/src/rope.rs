@@ -1,0 +1,1 @@
+//! CPU reference of the rope category: rotary position embeddings.

@@ -1,0 +1,6 @@
+//! CPU glue of the embedding category.
+
+use super::CpuBackend;
+use crate::backend::EmbeddingOps;
+
+impl EmbeddingOps for CpuBackend {}

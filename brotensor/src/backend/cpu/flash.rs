@@ -1,0 +1,6 @@
+//! CPU glue of the flash category.
+
+use super::CpuBackend;
+use crate::backend::FlashAttentionOps;
+
+impl FlashAttentionOps for CpuBackend {}

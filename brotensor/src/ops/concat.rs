@@ -1,0 +1,1 @@
+//! The concat ops: row and channel concatenation, splits and strided device copies.

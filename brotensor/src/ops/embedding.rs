@@ -1,0 +1,1 @@
+//! The embedding ops: embedding lookups and row gathers/scatters.

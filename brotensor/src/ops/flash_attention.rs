@@ -1,0 +1,1 @@
+//! The flash_attention ops: flash attention forward passes, decode and the KV cache.

@@ -1,0 +1,1 @@
+//! The flash_grad ops: flash attention backward passes.

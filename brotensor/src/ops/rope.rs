@@ -1,0 +1,1 @@
+//! The rope ops: rotary position embeddings.

@@ -1,0 +1,1 @@
+//! The sampling ops: token sampling and the Philox random-number ops.
