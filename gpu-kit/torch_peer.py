@@ -1,6 +1,9 @@
 """The peer figures for the GPU benchmarks, measured on the same card in the same kit run:
-torch.matmul at 4096^3 in FP16 and BF16 (TFLOP/s) and a device-to-device copy of a
-4096 x 4096 tensor (GB/s). Prints a markdown table; skips cleanly without CUDA or torch."""
+torch.matmul at 4096^3 in FP16 and BF16 (TFLOP/s), a device-to-device copy of a 4096 x 4096
+tensor (GB/s), and `scaled_dot_product_attention` at the shapes of `bench_attention` (forward
+B=1, H=16, L=1024/4096, hd=64/128, causal and not, in TFLOP/s; decode with 32 query / 8 KV
+heads, hd 128, one query against caches of 512/4096/16384 rows, in GB/s of K/V read). Prints
+a markdown table; skips cleanly without CUDA or torch."""
 import sys
 
 try:
@@ -44,3 +47,25 @@ for dtype in (torch.float32, torch.float16):
     y = torch.empty_like(x)
     ms = best_ms(lambda: y.copy_(x))
     print(f"| copy_ d2d | {str(dtype)[6:]} | {n}^2 | {ms:.4f} | {2 * x.numel() * x.element_size() / ms / 1e6:.1f} GB/s |")
+
+import torch.nn.functional as F
+
+for dtype in (torch.float16, torch.bfloat16):
+    for hd in (64, 128):
+        for seq in (1024, 4096):
+            for causal in (False, True):
+                q, k, v = (torch.randn(1, 16, seq, hd, device="cuda", dtype=dtype) for _ in range(3))
+                ms = best_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), reps=10)
+                flop = 4 * 16 * seq * seq * hd * (0.5 if causal else 1.0)
+                tag = "causal" if causal else "full"
+                print(f"| sdpa forward {tag} | {str(dtype)[6:]} | H16 L{seq} hd{hd} | {ms:.3f} | {flop / ms / 1e9:.1f} TFLOP/s |")
+    for cache in (512, 4096, 16384):
+        q = torch.randn(1, 32, 1, 128, device="cuda", dtype=dtype)
+        k, v = (torch.randn(1, 8, cache, 128, device="cuda", dtype=dtype) for _ in range(2))
+        try:
+            ms = best_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+        except TypeError:  # torch < 2.5 has no enable_gqa: repeat the KV heads (reads 4x)
+            kr, vr = k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)
+            ms = best_ms(lambda: F.scaled_dot_product_attention(q, kr, vr))
+        kv_bytes = 2 * k.numel() * k.element_size()
+        print(f"| sdpa decode 32q/8kv | {str(dtype)[6:]} | cache {cache} hd128 | {ms:.4f} | {kv_bytes / ms / 1e6:.1f} GB/s |")

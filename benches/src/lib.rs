@@ -66,3 +66,45 @@ pub fn selected_devices() -> Vec<Device> {
         })
         .collect()
 }
+
+/// The CPU's measured FP32 peak in GFLOP/s: every rayon thread runs independent chains of
+/// fused multiply-adds on 16-wide accumulators (compiled for the widest vector extension the
+/// CPU has, through `brotensor_cpu::simd::wide`), the best of 5 timed rounds. The figure the
+/// compute-bound CPU benchmarks are measured against.
+pub fn cpu_fp32_peak_gflops() -> f64 {
+    use rayon::prelude::*;
+    /// Accumulator count and width: enough independent chains to cover the FMA latency.
+    const CHAINS: usize = 12;
+    const WIDTH: usize = 16;
+    const ITERS: usize = 2_000_000;
+    let threads = rayon::current_num_threads();
+    let round = || {
+        let t0 = Instant::now();
+        let sink: f32 = (0..threads)
+            .into_par_iter()
+            .map(|t| {
+                brotensor_cpu::simd::wide(
+                    #[inline(always)]
+                    |m| {
+                        let mut acc = [[t as f32 * 1e-3; WIDTH]; CHAINS];
+                        let (a, b) = (0.999_99f32, 1e-6f32);
+                        for _ in 0..ITERS {
+                            for chain in acc.iter_mut() {
+                                for v in chain.iter_mut() {
+                                    *v = m.apply(*v, a, b);
+                                }
+                            }
+                        }
+                        acc.iter().flatten().sum::<f32>()
+                    },
+                )
+            })
+            .sum();
+        std::hint::black_box(sink);
+        t0.elapsed().as_secs_f64()
+    };
+    round();
+    let best = (0..5).map(|_| round()).fold(f64::INFINITY, f64::min);
+    let flop = 2.0 * (threads * ITERS * CHAINS * WIDTH) as f64;
+    flop / best / 1e9
+}
