@@ -164,13 +164,19 @@ fn flash_bwd_stats_kernel<F: Float>(
             sync_cube();
             t += REDUCE_UNITS as usize;
         }
-        let mut dd = f32::new(0.0f32);
+        let mut so = SharedMemory::<f32>::new(MAX_HEAD_DIM);
         if u < head_dim {
             o[i * width + col + u] = F::cast_from(acc);
-            dd = acc * f32::cast_from(d_o[i * width + col + u]);
+            so[u] = acc;
         }
-        let d_row = cube_sum::<f32>(dd, &mut red);
+        sync_cube();
         if u == 0 {
+            // D_i summed in the order the other kernels sum dO_i . v_j, so that a row with one
+            // kept key (O_i = v_j) gets dS = 0 exactly.
+            let mut d_row = f32::new(0.0f32);
+            for d in 0..head_dim {
+                d_row += f32::cast_from(d_o[i * width + col + d]) * so[d];
+            }
             let mut row_lse = f32::new(0.0f32);
             if l_row > 0.0 {
                 row_lse = m_row + l_row.ln();
