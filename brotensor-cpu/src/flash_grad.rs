@@ -195,7 +195,7 @@ pub fn flash_attention_backward(
                 for i in start..qe {
                     let qi = &x.q[i * width..][c.clone()];
                     let doi = &x.d_o[i * width..][c.clone()];
-                                        // The score in pass 1's rounding: (q scale) . k.
+                    // The score in pass 1's rounding: (q scale) . k.
                     let s = dot_scaled(qi, scale, kj);
                     let p = (s - lse[i * heads + h]).exp();
                     let ds = p * (dot(doi, vj) - delta[i * heads + h]);

@@ -227,7 +227,9 @@ fn read_cu(
     }
     let last = values[batch] as usize;
     if last != rows {
-        return Err(bad(format!("ends at {last} but the tensor has {rows} rows")));
+        return Err(bad(format!(
+            "ends at {last} but the tensor has {rows} rows"
+        )));
     }
     Ok(values.into_iter().map(|v| v as usize).collect())
 }
@@ -286,8 +288,22 @@ pub fn flash_attention_varlen_backward(
             ),
         ));
     }
-    let cu_q = read_cu(op, "cu_seqlens_q", cu_seqlens_q, batch_size, q.rows(), max_seqlen_q)?;
-    let cu_k = read_cu(op, "cu_seqlens_k", cu_seqlens_k, batch_size, k.rows(), max_seqlen_k)?;
+    let cu_q = read_cu(
+        op,
+        "cu_seqlens_q",
+        cu_seqlens_q,
+        batch_size,
+        q.rows(),
+        max_seqlen_q,
+    )?;
+    let cu_k = read_cu(
+        op,
+        "cu_seqlens_k",
+        cu_seqlens_k,
+        batch_size,
+        k.rows(),
+        max_seqlen_k,
+    )?;
     if !prepare_grads(be, (q, k), [dq, dk, dv])? {
         return Ok(());
     }

@@ -107,7 +107,9 @@ fn linear(x: &[f64], w: &[f64], b: Option<&[f64]>, out: usize) -> Vec<f64> {
     let mut y = vec![0.0; n * out];
     for r in 0..n {
         for c in 0..out {
-            y[r * out + c] = (0..inp).map(|t| x[r * inp + t] * w[c * inp + t]).sum::<f64>()
+            y[r * out + c] = (0..inp)
+                .map(|t| x[r * inp + t] * w[c * inp + t])
+                .sum::<f64>()
                 + b.map_or(0.0, |b| b[c]);
         }
     }
@@ -341,7 +343,12 @@ fn qkvo_reference_matches_finite_differences() {
             });
             // The key bias shifts every score of a row by the same amount: softmax ignores
             // it, so its gradient is zero (and checked to be).
-            assert_fd(&format!("qkvo cross={cross} param {at}"), g, &numeric, at != 5);
+            assert_fd(
+                &format!("qkvo cross={cross} param {at}"),
+                g,
+                &numeric,
+                at != 5,
+            );
         }
     }
 }
@@ -504,7 +511,11 @@ fn backward_masked_keys_and_rows() {
     check_backward("flash_attention_backward masked keys", 0xF1C0, &a, false);
     // Causal with keys 0 and 1 hidden: query rows 0 and 1 keep no key (zero gradient rows).
     let mut a = Attn::dense(19, 19, 2, 40, true);
-    a.mask = Some((0..19).map(|j| if j < 2 || j == 7 { 0.0 } else { 1.0 }).collect());
+    a.mask = Some(
+        (0..19)
+            .map(|j| if j < 2 || j == 7 { 0.0 } else { 1.0 })
+            .collect(),
+    );
     check_backward("flash_attention_backward masked rows", 0xF1C1, &a, false);
     // Every key hidden: every gradient is zero.
     let mut a = Attn::dense(6, 9, 1, 64, false);
@@ -538,7 +549,11 @@ fn check_qkvo(case: &str, seed: u64, cross: bool, causal: bool) {
     let dctx = if cross { dc } else { d };
     let mut attn = Attn::dense(lq, lk, heads, hd, causal);
     if cross {
-        attn.mask = Some((0..lk).map(|j| if j % 4 == 1 { 0.0 } else { 1.0 }).collect());
+        attn.mask = Some(
+            (0..lk)
+                .map(|j| if j % 4 == 1 { 0.0 } else { 1.0 })
+                .collect(),
+        );
     }
     let biased = !cross;
     // x, ctx, wq, bq, wk, bk, wv, bv, wo, bo, d_o, then the pre-filled dW*, db*.
@@ -556,8 +571,21 @@ fn check_qkvo(case: &str, seed: u64, cross: bool, causal: bool) {
         Input::new(d, 1, -0.5, 0.5),
         Input::new(lq, d, -1.0, 1.0),
     ];
-    let grad_shapes = [(d, d), (d, 1), (d, dctx), (d, 1), (d, dctx), (d, 1), (d, d), (d, 1)];
-    inputs.extend(grad_shapes.iter().map(|&(r, c)| Input::new(r, c, -0.2, 0.2)));
+    let grad_shapes = [
+        (d, d),
+        (d, 1),
+        (d, dctx),
+        (d, 1),
+        (d, dctx),
+        (d, 1),
+        (d, d),
+        (d, 1),
+    ];
+    inputs.extend(
+        grad_shapes
+            .iter()
+            .map(|&(r, c)| Input::new(r, c, -0.2, 0.2)),
+    );
     let check = Check {
         dtypes: ALL,
         tol: Some(qkvo_tol),
@@ -617,36 +645,29 @@ fn check_qkvo(case: &str, seed: u64, cross: bool, causal: bool) {
                 _ => acc[which - 2].clone(),
             })
         };
-        reference_with(
-            &format!("{case} {name}"),
-            seed,
-            &inputs,
-            check,
-            op,
-            |x| {
-                let mut p: Vec<Vec<f64>> = x[..10].to_vec();
-                if !cross {
-                    p[1].clear();
+        reference_with(&format!("{case} {name}"), seed, &inputs, check, op, |x| {
+            let mut p: Vec<Vec<f64>> = x[..10].to_vec();
+            if !cross {
+                p[1].clear();
+            }
+            if !biased {
+                for at in [3, 5, 7, 9] {
+                    p[at].clear();
                 }
-                if !biased {
-                    for at in [3, 5, 7, 9] {
-                        p[at].clear();
-                    }
+            }
+            let m = Qkvo {
+                attn: attn.clone(),
+                p,
+            };
+            let mut g = m.grads(&x[10]).swap_remove(which);
+            if which >= 2 {
+                // Parameter gradients accumulate onto the pre-filled values.
+                for (v, pre) in g.iter_mut().zip(&x[11 + which - 2]) {
+                    *v += pre;
                 }
-                let m = Qkvo {
-                    attn: attn.clone(),
-                    p,
-                };
-                let mut g = m.grads(&x[10]).swap_remove(which);
-                if which >= 2 {
-                    // Parameter gradients accumulate onto the pre-filled values.
-                    for (v, pre) in g.iter_mut().zip(&x[11 + which - 2]) {
-                        *v += pre;
-                    }
-                }
-                g
-            },
-        );
+            }
+            g
+        });
     }
 }
 
@@ -814,8 +835,17 @@ fn varlen_backward_rejects_bad_arguments() {
         ("length", &[0, 5][..], "batch_size + 1"),
     ] {
         let batch = if tag == "decrease" { 3 } else { 2 };
-        let cu_k: &[i32] = if tag == "decrease" { &[0, 3, 5, 7] } else { good_k };
-        expect_err(tag, varlen((&q, &k), (cu_q, cu_k), batch, (2, 4), 8), op, what);
+        let cu_k: &[i32] = if tag == "decrease" {
+            &[0, 3, 5, 7]
+        } else {
+            good_k
+        };
+        expect_err(
+            tag,
+            varlen((&q, &k), (cu_q, cu_k), batch, (2, 4), 8),
+            op,
+            what,
+        );
     }
     expect_err(
         "max_seqlen",
@@ -999,6 +1029,9 @@ fn qkvo_backward_accumulates_parameter_gradients_only() {
     }
     assert_eq!(firsts[0].0, firsts[1].0, "dX is overwritten");
     for (a, b) in firsts[0].1.iter().zip(&firsts[1].1) {
-        assert!((2.0 * a - b).abs() <= 1e-5 * a.abs().max(1.0), "dWq accumulates");
+        assert!(
+            (2.0 * a - b).abs() <= 1e-5 * a.abs().max(1.0),
+            "dWq accumulates"
+        );
     }
 }

@@ -8,8 +8,7 @@
 
 use super::{check_mask, core_backward};
 use crate::ops::{
-    add_inplace, check_float, dispatch, linear_backward_batched, linear_forward_batched,
-    matmul,
+    add_inplace, check_float, dispatch, linear_backward_batched, linear_forward_batched, matmul,
 };
 use crate::{Error, Result, Tensor};
 
