@@ -524,6 +524,51 @@ fn backward_masked_keys_and_rows() {
 }
 
 #[test]
+fn backward_without_queries_or_keys() {
+    // No key: every query row is empty (zero dQ); no query: zero dK, dV.
+    for (i, (lq, lk)) in [(5, 0), (0, 6)].into_iter().enumerate() {
+        let a = Attn::dense(lq, lk, 2, 40, false);
+        check_backward(
+            &format!("flash_attention_backward {lq}x{lk}"),
+            0xF1C8 + i as u64,
+            &a,
+            false,
+        );
+    }
+}
+
+#[test]
+fn gpu_backward_refuses_head_dims_past_the_kernel_limit() {
+    // The GPU kernels hold one head row per cube (256 columns); the CPU has no limit.
+    let (l, hd) = (3, 264);
+    for device in brotensor_tests::gpu_devices() {
+        let t = Tensor::zeros_on(device, l, hd, Dtype::F32).unwrap();
+        let (mut dq, mut dk, mut dv) = Default::default();
+        let r = ops::flash_attention_backward(
+            &t,
+            &t,
+            &t,
+            &Tensor::default(),
+            &t,
+            None,
+            1,
+            false,
+            &mut dq,
+            &mut dk,
+            &mut dv,
+        );
+        expect_err(
+            "head_dim 264",
+            r,
+            "flash_attention_backward",
+            "exceeds the GPU kernels' 256",
+        );
+    }
+    let t = zeros(l, hd);
+    backward((&t, &t, &t, &t), None, 1, false).expect("the CPU takes any head_dim");
+}
+
+#[test]
 fn varlen_backward_three_sequences() {
     let mut a = Attn::dense(0, 0, 2, 64, false);
     a.cu_q = vec![0, 5, 14, 17];
