@@ -9,7 +9,11 @@ use rayon::prelude::*;
 /// checked that `x` reaches.
 pub fn slot_mask(x: &[f32], offset: usize, stride: usize, mask: &mut [f32]) {
     for (i, m) in mask.iter_mut().enumerate() {
-        *m = if x[offset + i * stride] > 0.5 { 1.0 } else { 0.0 };
+        *m = if x[offset + i * stride] > 0.5 {
+            1.0
+        } else {
+            0.0
+        };
     }
 }
 

@@ -87,8 +87,7 @@ fn rel_pos_bias_kernel<F: Float>(
         let mut acc = 0.0f32;
         for d in 0..hd {
             let qv = f32::cast_from(q[row * hd + d]);
-            acc += qv
-                * (f32::cast_from(rel_h[ih * hd + d]) + f32::cast_from(rel_w[iw * hd + d]));
+            acc += qv * (f32::cast_from(rel_h[ih * hd + d]) + f32::cast_from(rel_w[iw * hd + d]));
         }
         s[i] = F::cast_from(f32::cast_from(s[i]) + acc);
     }
@@ -188,7 +187,11 @@ pub fn launch_slot_mask<R: Runtime, F: Float + CubeElement>(
     if k == 0 {
         return Ok(());
     }
-    let reach = sum("offset + span", offset, strided_span("k * stride", k, stride, 1)?)?;
+    let reach = sum(
+        "offset + span",
+        offset,
+        strided_span("k * stride", k, stride, 1)?,
+    )?;
     check_len("x", x, reach, core::mem::size_of::<F>())?;
     check_len("mask", mask, k, 4)?;
     let (count, dim) = grid_1d(client, k)?;
@@ -284,8 +287,18 @@ pub fn launch_rel_pos_bias<R: Runtime, F: Float + CubeElement>(
     }
     let b = core::mem::size_of::<F>();
     check_len("q", q, extent("heads * l * hd", &[heads, l, hd])?, b)?;
-    check_len("rel_h", rel_h, extent("(2 gh - 1) hd", &[2 * gh - 1, hd])?, b)?;
-    check_len("rel_w", rel_w, extent("(2 gw - 1) hd", &[2 * gw - 1, hd])?, b)?;
+    check_len(
+        "rel_h",
+        rel_h,
+        extent("(2 gh - 1) hd", &[2 * gh - 1, hd])?,
+        b,
+    )?;
+    check_len(
+        "rel_w",
+        rel_w,
+        extent("(2 gw - 1) hd", &[2 * gw - 1, hd])?,
+        b,
+    )?;
     check_len("s", s, len, b)?;
     let (count, dim) = grid_1d(client, len)?;
     // SAFETY: every buffer holds what its index reaches (checked): rows of q below heads*l,

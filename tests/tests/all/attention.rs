@@ -69,7 +69,10 @@ fn mask_on(device: Device, m: &[f32]) -> Tensor {
 /// Asserts `got` matches the f64 `want` (rows of `cols`), and that the check could fail.
 fn check(tag: &str, want: &[f64], got: &Tensor, cols: usize, dtype: Dtype) {
     let got_v = read_f32(got).unwrap_or_else(|e| panic!("{tag}: read back: {e}"));
-    let want: Vec<f32> = round_through(got.dtype(), &want.iter().map(|&v| v as f32).collect::<Vec<_>>());
+    let want: Vec<f32> = round_through(
+        got.dtype(),
+        &want.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+    );
     assert_eq!(got_v.len(), want.len(), "{tag}: element count");
     assert_close_rows(tag, &want, &got_v, cols, tol(dtype));
 }
@@ -86,15 +89,25 @@ fn slot_mask_reads_strided_elements_on_every_device() {
         let case = "build_slot_mask";
         let t = tensor(device, &x, 10, 1, dtype).unwrap();
         let mut m = Tensor::default();
-        let Some(()) = ran(case, device, dtype, brotensor::ops::build_slot_mask(&t, 1, 4, 2, &mut m))
-        else {
+        let Some(()) = ran(
+            case,
+            device,
+            dtype,
+            brotensor::ops::build_slot_mask(&t, 1, 4, 2, &mut m),
+        ) else {
             continue;
         };
         let xr = round_through(dtype, &x);
-        let want: Vec<f32> = (0..4).map(|i| if xr[1 + 2 * i] > 0.5 { 1.0 } else { 0.0 }).collect();
+        let want: Vec<f32> = (0..4)
+            .map(|i| if xr[1 + 2 * i] > 0.5 { 1.0 } else { 0.0 })
+            .collect();
         assert_eq!(m.dims(), [4, 1]);
         assert_eq!(m.dtype(), Dtype::F32);
-        assert_eq!(m.to_vec::<f32>().unwrap(), want, "{case} on {device} {dtype}");
+        assert_eq!(
+            m.to_vec::<f32>().unwrap(),
+            want,
+            "{case} on {device} {dtype}"
+        );
         let err = brotensor::ops::build_slot_mask(&t, 2, 5, 2, &mut m).unwrap_err();
         assert!(matches!(err, Error::Shape { .. }), "{err}");
     }
@@ -154,7 +167,8 @@ fn token_moments_match_f64_on_every_device() {
         let tag = format!("{case} on {device} {dtype}");
         check(&format!("{tag} mass"), &wm, &mass, lk, Dtype::F32);
         check(&format!("{tag} centroid"), &wc, &cen, 2 * lk, Dtype::F32);
-        let err = brotensor::ops::attention_token_moments(&t, 2, 4, &mut mass, &mut cen).unwrap_err();
+        let err =
+            brotensor::ops::attention_token_moments(&t, 2, 4, &mut mass, &mut cen).unwrap_err();
         assert!(matches!(err, Error::Shape { .. }), "{err}");
     }
 }

@@ -5,8 +5,8 @@
 use std::borrow::Cow;
 
 use super::super::{
-    add_inplace, check_dtypes_match, check_float, copy_into, prepare_out, scale_inplace,
-    sum_cols, Act,
+    add_inplace, check_dtypes_match, check_float, copy_into, prepare_out, scale_inplace, sum_cols,
+    Act,
 };
 use super::{AttentionCaches, ProjectionBiases, Projections};
 use crate::backend::{Backend, Broadcast, Gemm, Src};
@@ -263,7 +263,16 @@ pub(super) fn attend(
     split_heads(s, v, &mut c.v)?;
     let (nh, lq, lk, hd) = (s.groups * s.heads, s.lq, s.lk, s.hd);
     let mut scores = scratch(s, nh * lq, lk, dtype)?;
-    bmm(s, &c.q, &c.k, &mut scores, (lq, lk, hd), nh, (false, true), false)?;
+    bmm(
+        s,
+        &c.q,
+        &c.k,
+        &mut scores,
+        (lq, lk, hd),
+        nh,
+        (false, true),
+        false,
+    )?;
     scale_inplace(&mut scores, s.scale)?;
     match extra {
         Extra::None => {}
@@ -298,7 +307,16 @@ pub(super) fn attend(
     }
     gate_rows(s, &mut c.attn, lk)?;
     let mut yh = scratch(s, nh * lq, hd, dtype)?;
-    bmm(s, &c.attn, &c.v, &mut yh, (lq, hd, lk), nh, (false, false), false)?;
+    bmm(
+        s,
+        &c.attn,
+        &c.v,
+        &mut yh,
+        (lq, hd, lk),
+        nh,
+        (false, false),
+        false,
+    )?;
     merge_heads(s, &yh, &mut c.y)
 }
 
@@ -329,18 +347,54 @@ pub(super) fn attend_backward(
     let mut dyh = Tensor::default();
     split_heads(s, dy, &mut dyh)?;
     let mut dattn = scratch(s, nh * lq, lk, dtype)?;
-    bmm(s, &dyh, &c.v, &mut dattn, (lq, lk, hd), nh, (false, true), false)?;
+    bmm(
+        s,
+        &dyh,
+        &c.v,
+        &mut dattn,
+        (lq, lk, hd),
+        nh,
+        (false, true),
+        false,
+    )?;
     let mut dvh = scratch(s, nh * lk, hd, dtype)?;
-    bmm(s, &c.attn, &dyh, &mut dvh, (lk, hd, lq), nh, (true, false), false)?;
+    bmm(
+        s,
+        &c.attn,
+        &dyh,
+        &mut dvh,
+        (lk, hd, lq),
+        nh,
+        (true, false),
+        false,
+    )?;
     let mut ds = scratch(s, nh * lq, lk, dtype)?;
     if ds.numel() > 0 {
         s.be.softmax_backward(&c.attn, &dattn, &mut ds, lk)?;
     }
     scale_inplace(&mut ds, s.scale)?;
     let mut dqh = scratch(s, nh * lq, hd, dtype)?;
-    bmm(s, &ds, &c.k, &mut dqh, (lq, hd, lk), nh, (false, false), false)?;
+    bmm(
+        s,
+        &ds,
+        &c.k,
+        &mut dqh,
+        (lq, hd, lk),
+        nh,
+        (false, false),
+        false,
+    )?;
     let mut dkh = scratch(s, nh * lk, hd, dtype)?;
-    bmm(s, &ds, &c.q, &mut dkh, (lk, hd, lq), nh, (true, false), false)?;
+    bmm(
+        s,
+        &ds,
+        &c.q,
+        &mut dkh,
+        (lk, hd, lq),
+        nh,
+        (true, false),
+        false,
+    )?;
     merge_heads(s, &dqh, dq)?;
     merge_heads(s, &dkh, dk)?;
     merge_heads(s, &dvh, dv)
@@ -357,7 +411,16 @@ pub(super) fn project_backward(
     db: Option<&mut Tensor>,
 ) -> Result<()> {
     let (rows, out, inp) = (x.rows(), w.rows(), w.cols());
-    bmm(s, dy, w, dx, (rows, inp, out), 1, (false, false), accumulate_dx)?;
+    bmm(
+        s,
+        dy,
+        w,
+        dx,
+        (rows, inp, out),
+        1,
+        (false, false),
+        accumulate_dx,
+    )?;
     bmm(s, dy, x, dw, (out, inp, rows), 1, (true, false), true)?;
     if let Some(db) = db {
         let mut sums = Tensor::default();

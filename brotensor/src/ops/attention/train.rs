@@ -4,9 +4,8 @@ use std::borrow::Cow;
 
 use super::super::{check_dtypes_match, dispatch, prepare_out};
 use super::engine::{
-    attend, attend_backward, check_bias, check_bias_grad, check_block, check_caches,
-    check_f32_len, check_grad, check_shape, head_dim, operands, output, project,
-    project_backward, Extra, Setup,
+    attend, attend_backward, check_bias, check_bias_grad, check_block, check_caches, check_f32_len,
+    check_grad, check_shape, head_dim, operands, output, project, project_backward, Extra, Setup,
 };
 use super::{AttentionCaches, BiasGrads, ProjectionBiases, ProjectionGrads, Projections};
 use crate::{Error, Result, Tensor};
@@ -69,7 +68,9 @@ fn extra_operands<'a>(extra: &Extra<'a>) -> [(&'static str, Option<&'a Tensor>);
         Extra::None => [("", None), ("", None)],
         Extra::PerHead(t) => [("attn_bias", Some(t)), ("", None)],
         Extra::Shared(t) => [("attn_logit_bias", Some(t)), ("", None)],
-        Extra::RelPos { rel_h, rel_w, .. } => [("rel_pos_h", Some(rel_h)), ("rel_pos_w", Some(rel_w))],
+        Extra::RelPos { rel_h, rel_w, .. } => {
+            [("rel_pos_h", Some(rel_h)), ("rel_pos_w", Some(rel_w))]
+        }
     }
 }
 
@@ -122,10 +123,7 @@ pub(super) fn run_forward(
             if grid.0 * grid.1 != lq {
                 return Err(Error::shape(
                     op,
-                    format!(
-                        "`x` has {lq} rows but the grid is {} x {}",
-                        grid.0, grid.1
-                    ),
+                    format!("`x` has {lq} rows but the grid is {} x {}", grid.0, grid.1),
                 ));
             }
             check_bias(op, "rel_pos_h", rel_h, rel_h.numel())?;
@@ -228,7 +226,15 @@ pub(super) fn run_backward(
     if let Some(ctx) = bw.ctx {
         check_dtypes_match(op, ("x", bw.x), &[("ctx", ctx)])?;
     }
-    check_block(op, be, bw.x, &bw.w, &ProjectionBiases::default(), (d_kv, lk), bw.mask)?;
+    check_block(
+        op,
+        be,
+        bw.x,
+        &bw.w,
+        &ProjectionBiases::default(),
+        (d_kv, lk),
+        bw.mask,
+    )?;
     let hd = head_dim(op, d, bw.heads)?;
     check_shape(op, "d_o", bw.d_o, (lq, d))?;
     check_dtypes_match(op, ("x", bw.x), &[("d_o", bw.d_o)])?;

@@ -2,7 +2,14 @@
 //! `x W^T + b`, per-head masked softmax, and the backward pass through the softmax Jacobian.
 
 /// `x (n, din) . w^T (w: (dout, din)) + b`.
-pub fn linear(x: &[f64], n: usize, din: usize, w: &[f64], dout: usize, b: Option<&[f64]>) -> Vec<f64> {
+pub fn linear(
+    x: &[f64],
+    n: usize,
+    din: usize,
+    w: &[f64],
+    dout: usize,
+    b: Option<&[f64]>,
+) -> Vec<f64> {
     let mut y = vec![0.0; n * dout];
     for i in 0..n {
         for o in 0..dout {
@@ -163,7 +170,11 @@ pub fn forward(p: &Problem<'_>) -> Fwd {
     let q = linear(p.x, lq, d, p.w[0], d, p.b[0]);
     let k = linear(p.kv(), lk, p.dkv, p.w[1], d, p.b[1]);
     let v = linear(p.kv(), lk, p.dkv, p.w[2], d, p.b[2]);
-    let (qh, kh, vh) = (split(&q, lq, nh, hd), split(&k, lk, nh, hd), split(&v, lk, nh, hd));
+    let (qh, kh, vh) = (
+        split(&q, lq, nh, hd),
+        split(&k, lk, nh, hd),
+        split(&v, lk, nh, hd),
+    );
     let mut attn = vec![0.0; nh * lq * lk];
     for h in 0..nh {
         for i in 0..lq {
@@ -214,7 +225,14 @@ pub fn forward(p: &Problem<'_>) -> Fwd {
     for i in (0..lq).filter(|&i| p.gated(i)) {
         o[i * d..(i + 1) * d].fill(0.0);
     }
-    Fwd { qh, kh, vh, attn, y, o }
+    Fwd {
+        qh,
+        kh,
+        vh,
+        attn,
+        y,
+        o,
+    }
 }
 
 /// Backward results: input gradients and the parameter gradients (`dw`, `db` in
@@ -262,7 +280,11 @@ pub fn backward(p: &Problem<'_>, f: &Fwd, d_o: &[f64]) -> Bwd {
             }
         }
     }
-    let (dq, dk, dv) = (merge(&dqh, lq, nh, hd), merge(&dkh, lk, nh, hd), merge(&dvh, lk, nh, hd));
+    let (dq, dk, dv) = (
+        merge(&dqh, lq, nh, hd),
+        merge(&dkh, lk, nh, hd),
+        merge(&dvh, lk, nh, hd),
+    );
     let kv = p.kv();
     let mut dx = a_b(&dq, p.w[0], lq, d, d);
     let mut dctx = a_b(&dk, p.w[1], lk, d, dkv);

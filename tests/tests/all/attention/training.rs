@@ -9,7 +9,7 @@ use brotensor::{Device, Dtype, Error, Tensor};
 use brotensor_tests::SplitMix64;
 
 use super::reference::{self as r, Problem};
-use super::{cases, check, filled, input, mask_on, rand, ran};
+use super::{cases, check, filled, input, mask_on, ran, rand};
 
 /// Which training pair runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -82,10 +82,9 @@ fn run(case: &str, kind: Kind, dt: &Data) {
         let ws: Vec<(Tensor, Vec<f64>)> = (0..4)
             .map(|i| input(device, dtype, &dt.w[i], wdims[i].0, wdims[i].1))
             .collect();
-        let bs: Option<Vec<(Tensor, Vec<f64>)>> = dt
-            .b
-            .as_ref()
-            .map(|b| b.iter().map(|v| input(device, dtype, v, d, 1)).collect());
+        let bs: Option<Vec<(Tensor, Vec<f64>)>> =
+            dt.b.as_ref()
+                .map(|b| b.iter().map(|v| input(device, dtype, v, d, 1)).collect());
         let mask = dt.mask.as_ref().map(|m| mask_on(device, m));
         let (d_o, dov) = input(device, dtype, &dt.d_o, lq, d);
         let w = Projections {
@@ -94,12 +93,14 @@ fn run(case: &str, kind: Kind, dt: &Data) {
             wv: &ws[2].0,
             wo: &ws[3].0,
         };
-        let b = bs.as_ref().map_or(ProjectionBiases::default(), |b| ProjectionBiases {
-            bq: Some(&b[0].0),
-            bk: Some(&b[1].0),
-            bv: Some(&b[2].0),
-            bo: Some(&b[3].0),
-        });
+        let b = bs
+            .as_ref()
+            .map_or(ProjectionBiases::default(), |b| ProjectionBiases {
+                bq: Some(&b[0].0),
+                bk: Some(&b[1].0),
+                bv: Some(&b[2].0),
+                bo: Some(&b[3].0),
+            });
         let mut c = AttentionCaches::default();
         let mut o = Tensor::default();
         let m = mask.as_ref();
@@ -197,16 +198,22 @@ fn run(case: &str, kind: Kind, dt: &Data) {
                 .zip(super::round_through(dtype, &dt.pre_w[i]))
                 .map(|(g, p)| g + f64::from(p))
                 .collect();
-            check(&format!("{tag} {} (accumulated)", names[i]), &want, &gw[i], wdims[i].1, dtype);
+            check(
+                &format!("{tag} {} (accumulated)", names[i]),
+                &want,
+                &gw[i],
+                wdims[i].1,
+                dtype,
+            );
         }
         if kind == Kind::Mha && dt.b.is_some() {
-            for i in 0..4 {
+            for (i, (got, pre)) in gb.iter().zip(&dt.pre_b).enumerate() {
                 let want: Vec<f64> = bw.db[i]
                     .iter()
-                    .zip(super::round_through(dtype, &dt.pre_b[i]))
+                    .zip(super::round_through(dtype, pre))
                     .map(|(g, p)| g + f64::from(p))
                     .collect();
-                check(&format!("{tag} db{i} (accumulated)"), &want, &gb[i], d, dtype);
+                check(&format!("{tag} db{i} (accumulated)"), &want, got, d, dtype);
             }
         }
     }
@@ -232,7 +239,11 @@ fn mha_with_biases_and_mask_matches_f64() {
 #[test]
 fn self_attention_train_pair_matches_f64() {
     let dt = data(13, (4, 4, 8, 8, 4), false, false, None);
-    run("self_attention_forward_train/backward", Kind::SelfTrain, &dt);
+    run(
+        "self_attention_forward_train/backward",
+        Kind::SelfTrain,
+        &dt,
+    );
 }
 
 #[test]
@@ -241,7 +252,11 @@ fn cross_attention_train_pair_matches_f64() {
     run("cross_attention_forward_train/backward", Kind::Cross, &dt);
     // Lq == Lk: the key mask gates the queries too.
     let dt = data(15, (5, 5, 8, 4, 2), true, false, one_out(5, 0));
-    run("cross_attention_forward_train/backward square", Kind::Cross, &dt);
+    run(
+        "cross_attention_forward_train/backward square",
+        Kind::Cross,
+        &dt,
+    );
 }
 
 #[test]
@@ -279,7 +294,11 @@ fn reference_gradient_matches_finite_differences() {
         xp[i] += h;
         xm[i] -= h;
         let num = (loss(&xp, &ws) - loss(&xm, &ws)) / (2.0 * h);
-        assert!((num - bw.dx[i]).abs() < 1e-6, "dx[{i}]: {num} vs {}", bw.dx[i]);
+        assert!(
+            (num - bw.dx[i]).abs() < 1e-6,
+            "dx[{i}]: {num} vs {}",
+            bw.dx[i]
+        );
     }
     for wi in 0..4 {
         for i in 0..d * d {
@@ -287,10 +306,17 @@ fn reference_gradient_matches_finite_differences() {
             wp[wi][i] += h;
             wm[wi][i] -= h;
             let num = (loss(&x, &wp) - loss(&x, &wm)) / (2.0 * h);
-            assert!((num - bw.dw[wi][i]).abs() < 1e-6, "dw{wi}[{i}]: {num} vs {}", bw.dw[wi][i]);
+            assert!(
+                (num - bw.dw[wi][i]).abs() < 1e-6,
+                "dw{wi}[{i}]: {num} vs {}",
+                bw.dw[wi][i]
+            );
         }
     }
-    assert!(bw.dx.iter().any(|v| v.abs() > 1e-3), "a non-trivial gradient");
+    assert!(
+        bw.dx.iter().any(|v| v.abs() > 1e-3),
+        "a non-trivial gradient"
+    );
 }
 
 fn cpu(v: &[f32], r: usize, c: usize) -> Tensor {
@@ -320,7 +346,7 @@ fn training_ops_reject_bad_arguments() {
     // Mismatched weight shapes.
     let pw = Projections { wk: &bad_w, ..p };
     shape(ops::mha_forward(&x, pw, nb, None, 2, &mut c, &mut o).unwrap_err());
-    let ctx = cpu(&vec![0.1; 4 * 5], 4, 5);
+    let ctx = cpu(&[0.1; 4 * 5], 4, 5);
     shape(ops::cross_attention_forward_train(&x, &ctx, p, None, 2, &mut c, &mut o).unwrap_err());
     // Bad mask length, and a mask that is not F32.
     let m2 = cpu(&[1.0, 1.0], 2, 1);
@@ -341,7 +367,10 @@ fn training_ops_reject_bad_arguments() {
     assert!(matches!(e, Error::Dtype { .. }), "{e}");
     let x16 = brotensor_tests::tensor(Device::Cpu, &vec![0.1; l * d], l, d, Dtype::F16).unwrap();
     let e = ops::mha_forward(&x16, p, nb, None, 2, &mut c, &mut o).unwrap_err();
-    assert!(matches!(e, Error::UnsupportedDtype { .. } | Error::Dtype { .. }), "{e}");
+    assert!(
+        matches!(e, Error::UnsupportedDtype { .. } | Error::Dtype { .. }),
+        "{e}"
+    );
     // Backward: gradients must be pre-sized; caches must match; d_o must match.
     ops::mha_forward(&x, p, nb, None, 2, &mut c, &mut o).unwrap();
     let (mut a, mut b2, mut c2, mut d2) = (

@@ -7,7 +7,7 @@ use brotensor::{Device, Dtype, Error, Tensor};
 use brotensor_tests::SplitMix64;
 
 use super::reference::{self as r, Bias, Problem};
-use super::{cases, check, input, mask_on, rand, ran};
+use super::{cases, check, input, mask_on, ran, rand};
 
 /// Seeded weights `(d, d)` and biases `(d)` uploaded for `dtype`, with their reference
 /// values.
@@ -91,8 +91,17 @@ fn cross_and_self_attention_forward_match_f64() {
         let lbt = Tensor::from_slice_on(device, &lb, lq, lk).unwrap();
         let lbv: Vec<f64> = lb.iter().map(|&v| f64::from(v)).collect();
         let mut avg = Tensor::default();
-        ops::cross_attention_forward_with_attn(&x, &ctx, bl.p(), Some(&m), Some(&lbt), nh, &mut o, &mut avg)
-            .unwrap_or_else(|e| panic!("{case} {tag}: {e}"));
+        ops::cross_attention_forward_with_attn(
+            &x,
+            &ctx,
+            bl.p(),
+            Some(&m),
+            Some(&lbt),
+            nh,
+            &mut o,
+            &mut avg,
+        )
+        .unwrap_or_else(|e| panic!("{case} {tag}: {e}"));
         p.bias = Bias::Shared(&lbv);
         let f = r::forward(&p);
         check(&format!("{case} {tag} O"), &f.o, &o, d, dtype);
@@ -155,8 +164,17 @@ fn self_attention_bias_forward_matches_f64() {
         check(&tag, &r::forward(&p).o, &o, d, dtype);
         // A bias of the wrong size.
         let short = Tensor::from_slice_on(device, &ab[..l * l], l, l).unwrap();
-        let e = ops::self_attention_bias_forward(&x, bl.p(), bl.biases(), None, Some(&short), nh, scale, &mut o)
-            .unwrap_err();
+        let e = ops::self_attention_bias_forward(
+            &x,
+            bl.p(),
+            bl.biases(),
+            None,
+            Some(&short),
+            nh,
+            scale,
+            &mut o,
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::Shape { .. }), "{e}");
     }
 }
@@ -184,7 +202,11 @@ fn self_attention_bias_int8w_matches_f64_on_gpu_and_is_refused_on_cpu() {
     let scale = 1.0 / 2.0f32;
     for (device, dtype) in cases() {
         let case = "self_attention_bias_int8w_fp16";
-        let dt = if dtype == Dtype::F32 { Dtype::F16 } else { dtype };
+        let dt = if dtype == Dtype::F32 {
+            Dtype::F16
+        } else {
+            dtype
+        };
         let (x, xv) = input(device, dt, &xd, l, d);
         let up = |i: usize| {
             (
@@ -208,13 +230,17 @@ fn self_attention_bias_int8w_matches_f64_on_gpu_and_is_refused_on_cpu() {
         let res = ops::self_attention_bias_int8w_fp16(&x, p, None, Some(&abt), nh, scale, &mut o);
         if device == Device::Cpu {
             let e = res.unwrap_err();
-            assert!(matches!(e, Error::UnsupportedDtype { .. }), "{case} on cpu: {e}");
+            assert!(
+                matches!(e, Error::UnsupportedDtype { .. }),
+                "{case} on cpu: {e}"
+            );
             continue;
         }
         if dtype == Dtype::F32 {
             // An F32 input is refused everywhere.
             let (x32, _) = input(device, Dtype::F32, &xd, l, d);
-            let e = ops::self_attention_bias_int8w_fp16(&x32, p, None, None, nh, scale, &mut o).unwrap_err();
+            let e = ops::self_attention_bias_int8w_fp16(&x32, p, None, None, nh, scale, &mut o)
+                .unwrap_err();
             assert!(matches!(e, Error::Dtype { .. }), "{e}");
         }
         let Some(()) = ran(case, device, dt, res) else {
@@ -224,12 +250,25 @@ fn self_attention_bias_int8w_matches_f64_on_gpu_and_is_refused_on_cpu() {
         let mut pr = Problem::selfish(&xv, l, d, [&deq[0], &deq[1], &deq[2], &deq[3]], nh);
         pr.scale = f64::from(scale);
         pr.bias = Bias::PerHead(&abv);
-        check(&format!("{case} on {device} {dt}"), &r::forward(&pr).o, &o, d, dt);
+        check(
+            &format!("{case} on {device} {dt}"),
+            &r::forward(&pr).o,
+            &o,
+            d,
+            dt,
+        );
     }
 }
 
 /// `(2 g - 1, hd)` relative-position tables.
-fn tables(seed: u64, device: Device, dtype: Dtype, gh: usize, gw: usize, hd: usize) -> [(Tensor, Vec<f64>); 2] {
+fn tables(
+    seed: u64,
+    device: Device,
+    dtype: Dtype,
+    gh: usize,
+    gw: usize,
+    hd: usize,
+) -> [(Tensor, Vec<f64>); 2] {
     let mut g = SplitMix64::new(seed);
     let a = rand(&mut g, (2 * gh - 1) * hd, -0.5, 0.5);
     let b = rand(&mut g, (2 * gw - 1) * hd, -0.5, 0.5);
@@ -274,13 +313,39 @@ fn decomposed_rel_pos_forward_matches_f64() {
             gh,
             gw,
         };
-        check(&format!("{case} on {device} {dtype}"), &r::forward(&p).o, &o, d, dtype);
+        check(
+            &format!("{case} on {device} {dtype}"),
+            &r::forward(&p).o,
+            &o,
+            d,
+            dtype,
+        );
         // The grid must cover x's rows, and the tables must fit the grid.
-        let e = ops::self_attention_decomposed_rel_pos_forward(&x, bl.p(), bl.biases(), &rh, &rw, nh, (3, 3), scale, &mut o)
-            .unwrap_err();
+        let e = ops::self_attention_decomposed_rel_pos_forward(
+            &x,
+            bl.p(),
+            bl.biases(),
+            &rh,
+            &rw,
+            nh,
+            (3, 3),
+            scale,
+            &mut o,
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::Shape { .. }), "{e}");
-        let e = ops::self_attention_decomposed_rel_pos_forward(&x, bl.p(), bl.biases(), &rw, &rh, nh, (gh, gw), scale, &mut o)
-            .unwrap_err();
+        let e = ops::self_attention_decomposed_rel_pos_forward(
+            &x,
+            bl.p(),
+            bl.biases(),
+            &rw,
+            &rh,
+            nh,
+            (gh, gw),
+            scale,
+            &mut o,
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::Shape { .. }), "{e}");
     }
 }
@@ -321,7 +386,8 @@ fn windowed_decomposed_rel_pos_matches_per_window_f64() {
                 for t in 0..win * win {
                     let (y, xx) = (wy * win + t / win, wx * win + t % win);
                     if y < gh && xx < gw {
-                        xw[t * d..(t + 1) * d].copy_from_slice(&xv[(y * gw + xx) * d..(y * gw + xx + 1) * d]);
+                        xw[t * d..(t + 1) * d]
+                            .copy_from_slice(&xv[(y * gw + xx) * d..(y * gw + xx + 1) * d]);
                     }
                 }
                 let mut p = Problem::selfish(&xw, win * win, d, bl.wv(), nh);
@@ -337,15 +403,27 @@ fn windowed_decomposed_rel_pos_matches_per_window_f64() {
                 for t in 0..win * win {
                     let (y, xx) = (wy * win + t / win, wx * win + t % win);
                     if y < gh && xx < gw {
-                        want[(y * gw + xx) * d..(y * gw + xx + 1) * d].copy_from_slice(&ow[t * d..(t + 1) * d]);
+                        want[(y * gw + xx) * d..(y * gw + xx + 1) * d]
+                            .copy_from_slice(&ow[t * d..(t + 1) * d]);
                     }
                 }
             }
         }
         assert_eq!(o.dims(), [l, d]);
         check(&format!("{case} on {device} {dtype}"), &want, &o, d, dtype);
-        let e = ops::self_attention_decomposed_rel_pos_windowed_forward(&x, bl.p(), bl.biases(), &rh, &rw, nh, (gh, gw), 0, scale, &mut o)
-            .unwrap_err();
+        let e = ops::self_attention_decomposed_rel_pos_windowed_forward(
+            &x,
+            bl.p(),
+            bl.biases(),
+            &rh,
+            &rw,
+            nh,
+            (gh, gw),
+            0,
+            scale,
+            &mut o,
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
     }
 }
