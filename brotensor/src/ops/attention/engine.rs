@@ -116,8 +116,8 @@ pub(super) fn check_block(
     check_mask(op, mask, lk)
 }
 
-/// Checks a float vector of `d` elements.
-pub(super) fn check_bias(op: &'static str, name: &'static str, t: &Tensor, d: usize) -> Result<()> {
+/// Checks that `t` holds floats (it is converted to the op's dtype).
+pub(super) fn check_float_operand(op: &'static str, name: &'static str, t: &Tensor) -> Result<()> {
     if !t.dtype().is_float() {
         return Err(Error::Dtype {
             op,
@@ -126,6 +126,12 @@ pub(super) fn check_bias(op: &'static str, name: &'static str, t: &Tensor, d: us
             found: t.dtype(),
         });
     }
+    Ok(())
+}
+
+/// Checks a float vector of `d` elements.
+fn check_bias(op: &'static str, name: &'static str, t: &Tensor, d: usize) -> Result<()> {
+    check_float_operand(op, name, t)?;
     if t.numel() != d {
         return Err(Error::shape(
             op,

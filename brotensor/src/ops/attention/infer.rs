@@ -221,7 +221,8 @@ pub fn self_attention_decomposed_rel_pos_forward(
 /// `grid_h x grid_w` token grid of `x (grid_h grid_w, D)` is zero-padded at the bottom and
 /// right to multiples of `window`, cut into `window x window` windows that each attend
 /// independently (padding tokens included, as in SAM), and cropped back into
-/// `o (grid_h grid_w, D)`. `rel_pos_h`, `rel_pos_w` are `(2 window - 1, hd)`.
+/// `o (grid_h grid_w, D)`. `rel_pos_h`, `rel_pos_w` are `(2 window - 1, hd)`. An empty grid
+/// gives an empty `o`.
 #[allow(clippy::too_many_arguments)]
 pub fn self_attention_decomposed_rel_pos_windowed_forward(
     x: &Tensor,
@@ -251,17 +252,21 @@ pub fn self_attention_decomposed_rel_pos_windowed_forward(
             ),
         ));
     }
+    let d = x.cols();
+    if tokens == 0 {
+        // No window has a token: nothing attends.
+        return prepare_out(o, be.device(), &[0, d], x.dtype());
+    }
     let (nwy, nwx) = (grid_h.div_ceil(window), grid_w.div_ceil(window));
     let groups = checked_product(op, "windows", &[nwy, nwx])?;
     let rows = checked_product(op, "windows * window^2", &[groups, window, window])?;
-    let d = x.cols();
     let mut xw = Tensor::empty_on(be.device(), rows, d, x.dtype())?;
     if xw.numel() > 0 {
         be.window_rows(op, x, &mut xw, (grid_h, grid_w, window), true)?;
     }
     let mut f = Forward::selfish(op, &xw, w, b, None, num_heads);
     f.scale = Some(scale);
-    f.groups = groups.max(1);
+    f.groups = groups;
     let extra = Extra::RelPos {
         rel_h: rel_pos_h,
         rel_w: rel_pos_w,

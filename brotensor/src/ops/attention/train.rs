@@ -2,10 +2,11 @@
 
 use std::borrow::Cow;
 
-use super::super::{check_dtypes_match, dispatch, prepare_out};
+use super::super::{check_dtypes_match, checked_product, dispatch, prepare_out};
 use super::engine::{
-    attend, attend_backward, check_bias, check_bias_grad, check_block, check_caches, check_f32_len,
-    check_grad, check_shape, head_dim, operands, output, project, project_backward, Extra, Setup,
+    attend, attend_backward, check_bias_grad, check_block, check_caches, check_f32_len,
+    check_float_operand, check_grad, check_shape, head_dim, operands, output, project,
+    project_backward, Extra, Setup,
 };
 use super::{AttentionCaches, BiasGrads, ProjectionBiases, ProjectionGrads, Projections};
 use crate::{Error, Result, Tensor};
@@ -115,21 +116,26 @@ pub(super) fn run_forward(
     }
     check_block(op, be, f.x, &f.w, &f.b, (d_kv, lk), f.mask)?;
     let hd = head_dim(op, d, f.heads)?;
+    let scores = checked_product(
+        op,
+        "groups * num_heads * Lq * Lk",
+        &[groups, f.heads, lq, lk],
+    )?;
     match extra {
         Extra::None => {}
-        Extra::PerHead(t) => check_f32_len(op, "attn_bias", Some(t), f.heads * lq * lk)?,
+        Extra::PerHead(t) => check_f32_len(op, "attn_bias", Some(t), scores)?,
         Extra::Shared(t) => check_f32_len(op, "attn_logit_bias", Some(t), lq * lk)?,
         Extra::RelPos { rel_h, rel_w, grid } => {
-            if grid.0 * grid.1 != lq {
+            if checked_product(op, "grid_h * grid_w", &[grid.0, grid.1])? != lq {
                 return Err(Error::shape(
                     op,
                     format!("`x` has {lq} rows but the grid is {} x {}", grid.0, grid.1),
                 ));
             }
-            check_bias(op, "rel_pos_h", rel_h, rel_h.numel())?;
-            check_bias(op, "rel_pos_w", rel_w, rel_w.numel())?;
-            check_shape(op, "rel_pos_h", rel_h, ((2 * grid.0).saturating_sub(1), hd))?;
-            check_shape(op, "rel_pos_w", rel_w, ((2 * grid.1).saturating_sub(1), hd))?;
+            for (name, t, g) in [("rel_pos_h", rel_h, grid.0), ("rel_pos_w", rel_w, grid.1)] {
+                check_float_operand(op, name, t)?;
+                check_shape(op, name, t, ((2 * g).saturating_sub(1), hd))?;
+            }
         }
     }
     let gate_query = match f.gate {
@@ -236,6 +242,7 @@ pub(super) fn run_backward(
         bw.mask,
     )?;
     let hd = head_dim(op, d, bw.heads)?;
+    checked_product(op, "num_heads * Lq * Lk", &[bw.heads, lq, lk])?;
     check_shape(op, "d_o", bw.d_o, (lq, d))?;
     check_dtypes_match(op, ("x", bw.x), &[("d_o", bw.d_o)])?;
     check_grad(op, "dwq", g.dwq, (d, d), dtype)?;

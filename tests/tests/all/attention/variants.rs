@@ -110,6 +110,18 @@ fn cross_and_self_attention_forward_match_f64() {
             .collect();
         assert_eq!(avg.dims(), [lq, lk]);
         check(&format!("{case} {tag} AttnAvg"), &want, &avg, lk, dtype);
+        let e = ops::cross_attention_forward_with_attn(
+            &x,
+            &ctx,
+            bl.p(),
+            Some(&m),
+            Some(&m),
+            nh,
+            &mut o,
+            &mut avg,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Shape { .. }), "{e}");
 
         // Self attention, mask gating queries too.
         let case = "self_attention_forward";
@@ -246,6 +258,30 @@ fn self_attention_bias_int8w_matches_f64_on_gpu_and_is_refused_on_cpu() {
         let Some(()) = ran(case, device, dt, res) else {
             continue;
         };
+        // A weight that is not I8, and scales of the wrong length.
+        let (wf16, _) = input(device, dt, &wf[0], d, d);
+        let e = ops::self_attention_bias_int8w_fp16(
+            &x,
+            Int8Projections { wq: &wf16, ..p },
+            None,
+            None,
+            nh,
+            scale,
+            &mut o,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Dtype { .. }), "{e}");
+        let e = ops::self_attention_bias_int8w_fp16(
+            &x,
+            Int8Projections { sk: &t[0].0, ..p },
+            None,
+            None,
+            nh,
+            scale,
+            &mut o,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Shape { .. }), "{e}");
         let abv: Vec<f64> = ab.iter().map(|&v| f64::from(v)).collect();
         let mut pr = Problem::selfish(&xv, l, d, [&deq[0], &deq[1], &deq[2], &deq[3]], nh);
         pr.scale = f64::from(scale);
