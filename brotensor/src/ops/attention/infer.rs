@@ -190,9 +190,10 @@ pub fn self_attention_bias_int8w_fp16(
 /// Multi-head self attention with SAM's decomposed 2D relative-position bias (C++
 /// `self_attention_decomposed_rel_pos_forward`): token `t` of `x (grid_h grid_w, D)` sits at
 /// `(t / grid_w, t % grid_w)`; per head, with `r_q` the projected (unscaled) query,
-/// `S[q, k] = scale Q[q] . K[k] + r_q . rel_pos_h[qy - ky + grid_h - 1]
-/// + r_q . rel_pos_w[qx - kx + grid_w - 1]`. `rel_pos_h (2 grid_h - 1, hd)`,
-/// `rel_pos_w (2 grid_w - 1, hd)`; optional biases `b`; no mask; `o (L, D)` in `x`'s dtype.
+/// `S[q, k] = scale Q[q] . K[k] + bias[q, k]` where
+/// `bias[q, k] = r_q . rel_pos_h[qy - ky + grid_h - 1] + r_q . rel_pos_w[qx - kx + grid_w - 1]`.
+/// `rel_pos_h (2 grid_h - 1, hd)`, `rel_pos_w (2 grid_w - 1, hd)`; optional biases `b`; no
+/// mask; `o (L, D)` in `x`'s dtype.
 #[allow(clippy::too_many_arguments)]
 pub fn self_attention_decomposed_rel_pos_forward(
     x: &Tensor,
