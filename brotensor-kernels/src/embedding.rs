@@ -20,8 +20,10 @@ use crate::primitives::{arg, cube_sum, REDUCE_UNITS};
 /// well under the software Vulkan device's 65535-iteration loop limit.
 const IDS_PER_UNIT: usize = 4096;
 
-/// Ids one step of the column walk of [`scatter_add_rows_kernel`] visits (its inner loop).
-const WALK_CHUNK: u32 = 32768;
+/// Ids one launch of [`scatter_add_rows_kernel`] walks: the software Vulkan device ends a
+/// kernel's loop after 65535 iterations in all (nested loops included), so longer walks
+/// are split into launches, which run in order.
+const WALK_CHUNK: usize = 32768;
 
 /// Element `e` of a buffer of packed elements (in the low bits of the result).
 #[cube]
@@ -140,9 +142,9 @@ fn scatter_rows_kernel(
     }
 }
 
-/// `dst[ids[m], c] += src[m, c]` for every `m` in order (ids outside `[0, rows)` skipped);
-/// one unit per column walks all the ids, so repeated ids add up with no race and in a
-/// fixed order. FP32.
+/// `dst[ids[m], c] += src[m, c]` for `m` in `[from, to)` in order (ids outside `[0, rows)`
+/// skipped); one unit per column walks the ids, so repeated ids add up with no race and in
+/// a fixed order. FP32.
 #[cube(launch_unchecked)]
 fn scatter_add_rows_kernel(
     src: &Array<f32>,
@@ -150,30 +152,22 @@ fn scatter_add_rows_kernel(
     dst: &mut Array<f32>,
     rows: u32,
     cols: u32,
+    from: u32,
+    to: u32,
 ) {
     let c = u32::cast_from(ABSOLUTE_POS);
     if c < cols {
-        let n = u32::cast_from(ids.len());
-        let mut base = 0u32;
-        // Two loops, each short of the software Vulkan device's iteration limit.
+        let mut m = from;
         loop {
-            if base >= n {
+            if m >= to {
                 break;
             }
-            let end = n.min(base + WALK_CHUNK);
-            let mut m = base;
-            loop {
-                if m >= end {
-                    break;
-                }
-                let id = ids[m as usize];
-                if id >= 0 && u32::cast_from(id) < rows {
-                    let at = (u32::cast_from(id) * cols + c) as usize;
-                    dst[at] += src[(m * cols + c) as usize];
-                }
-                m += 1;
+            let id = ids[m as usize];
+            if id >= 0 && u32::cast_from(id) < rows {
+                let at = (u32::cast_from(id) * cols + c) as usize;
+                dst[at] += src[(m * cols + c) as usize];
             }
-            base = end;
+            m += 1;
         }
     }
 }
@@ -343,7 +337,7 @@ pub fn launch_scatter_rows<R: Runtime>(
 
 /// `dst[ids[i], :] += src[i, :]` in FP32 into a `(rows, cols)` destination, for
 /// `src (m, cols)`, ids in order (repeated ids add up deterministically; ids outside
-/// `[0, rows)` are skipped).
+/// `[0, rows)` are skipped). One launch per [`WALK_CHUNK`] ids.
 ///
 /// Errors (no launch) on sizes past 32 bits or buffers too small.
 pub fn launch_scatter_add_rows<R: Runtime>(
@@ -364,19 +358,25 @@ pub fn launch_scatter_add_rows<R: Runtime>(
     check_len("ids", ids, m, 4)?;
     check_len("dst", dst, dst_len, 4)?;
     let (count, dim) = grid_1d(client, cols)?;
-    // SAFETY: unit `c < cols` reads `ids[0..m]` (checked), `src[i cols + c]` below `m cols`
-    // (checked) and writes `dst[id cols + c]` below `rows cols` only for `0 <= id < rows`.
-    unsafe {
-        scatter_add_rows_kernel::launch_unchecked::<R>(
-            client,
-            count,
-            dim,
-            arg(src, src_len),
-            arg(ids, m),
-            arg(dst, dst_len),
-            rows as u32,
-            cols as u32,
-        );
+    for from in (0..m).step_by(WALK_CHUNK) {
+        let to = m.min(from + WALK_CHUNK);
+        // SAFETY: unit `c < cols` reads `ids[from..to]` with `to <= m` (checked),
+        // `src[i cols + c]` below `m cols` (checked) and writes `dst[id cols + c]` below
+        // `rows cols` only for `0 <= id < rows`.
+        unsafe {
+            scatter_add_rows_kernel::launch_unchecked::<R>(
+                client,
+                count.clone(),
+                dim,
+                arg(src, src_len),
+                arg(ids, m),
+                arg(dst, dst_len),
+                rows as u32,
+                cols as u32,
+                from as u32,
+                to as u32,
+            );
+        }
     }
     Ok(())
 }
@@ -429,6 +429,8 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
         a(),
         a(),
         a(),
+        (),
+        (),
         (),
         (),
     ));
