@@ -39,7 +39,7 @@ fn element(buf: &Array<u32>, e: u32, #[comptime] pack: u32) -> u32 {
 
 /// `partial[cube] = #{i in the cube's ids : ids[i] < 0 or ids[i] >= rows}`.
 #[cube(launch_unchecked)]
-fn count_bad_ids_kernel(ids: &Array<i32>, partial: &mut Array<u32>, n: u32, rows: i32) {
+fn count_bad_ids_kernel(ids: &Array<i32>, partial: &mut Array<u32>, n: u32, rows: u32) {
     let cube = u32::cast_from(CUBE_POS);
     let per_cube = comptime!((REDUCE_UNITS as usize * IDS_PER_UNIT) as u32);
     let start = cube * per_cube;
@@ -51,7 +51,7 @@ fn count_bad_ids_kernel(ids: &Array<i32>, partial: &mut Array<u32>, n: u32, rows
             break;
         }
         let id = ids[i as usize];
-        if id < 0 || id >= rows {
+        if id < 0 || u32::cast_from(id) >= rows {
             bad += 1;
         }
         i += REDUCE_UNITS;
@@ -184,9 +184,14 @@ fn pack_of(elem_bytes: usize) -> Result<u32, LaunchError> {
     }
 }
 
-/// Errors unless `n` fits in 32 bits (the kernels index with `u32`).
+/// `n` as a `u32`, or an error unless `n` plus a little headroom fits in 32 bits (the
+/// kernels index with `u32`, and a unit's word index times `pack` may pass the end by a
+/// word).
 fn fits_u32(what: &'static str, n: usize) -> Result<u32, LaunchError> {
-    u32::try_from(n).map_err(|_| LaunchError::Overflow { what })
+    match u32::try_from(n.saturating_add(8)) {
+        Ok(_) => Ok(n as u32),
+        Err(_) => Err(LaunchError::Overflow { what }),
+    }
 }
 
 /// Queues the id check of `n` I32 ids against `[0, rows)` and returns a buffer of `u32`
@@ -203,8 +208,8 @@ pub fn launch_count_bad_ids<R: Runtime>(
     check_len("ids", ids, n, 4)?;
     let cubes = n.div_ceil(REDUCE_UNITS as usize * IDS_PER_UNIT).max(1);
     let partial = client.empty(cubes * 4);
-    // Rows beyond i32::MAX accept every non-negative id.
-    let rows = i32::try_from(rows).unwrap_or(i32::MAX);
+    // Rows beyond u32::MAX accept every non-negative id, as the exact count would.
+    let rows = u32::try_from(rows).unwrap_or(u32::MAX);
     let (count, _) = grid_1d(client, cubes * REDUCE_UNITS as usize)?;
     // SAFETY: `ids` holds `n` ids (checked) and units read ids below `n` only; cube `b`
     // writes `partial[b]` only when `b < cubes` (the kernel's guard: a folded grid may have

@@ -138,7 +138,7 @@ fn scatter_rows_add_sums_repeated_ids_in_fp32() {
                 let want: Vec<f32> = want.iter().map(|&v| v as f32).collect();
                 let dyt = tensor(device, &dy, m, cols, dtype).unwrap();
                 // A stale, filled output: the op overwrites (an input gradient).
-                let mut dx = tensor(device, &vec![5.0; 6], 2, 3, dtype).unwrap();
+                let mut dx = tensor(device, &[5.0; 6], 2, 3, dtype).unwrap();
                 let r = ops::scatter_rows_add(&dyt, &ids_on(device, &ids), rows, &mut dx);
                 if cpu_refuses_16_bit(device, dtype, &r) {
                     continue;
@@ -406,5 +406,43 @@ fn embedding_ops_take_empty_inputs() {
         let src = Tensor::zeros_on(device, 0, 3, Dtype::F32).unwrap();
         ops::scatter_rows(&src, &none, &mut x).unwrap();
         ops::embedding_lookup_backward(&src, &none, &mut x).unwrap();
+    }
+}
+
+#[test]
+fn gathers_and_scatters_read_views() {
+    // A transposed table and a transposed source: the ops read their elements as laid out
+    // by the view, not the base storage's order.
+    let mut rng = SplitMix64::new(0xE4B5);
+    for device in devices() {
+        let dtype = Dtype::F16;
+        let base = random(&mut rng, 15, dtype);
+        let t = upload(device, &base, &[3, 5], dtype);
+        let view = t.transpose(0, 1).unwrap(); // (5, 3): view[r][c] = base[c][r]
+        let transposed: Elems = (0..15).map(|i| base[(i % 3) * 5 + i / 3].clone()).collect();
+        let ids = [4, 0, 2, 2];
+        let mut y = Tensor::default();
+        ops::gather_rows(&view, &ids_on(device, &ids), &mut y).unwrap();
+        assert_bits(
+            &format!("gather_rows of a view on {device}"),
+            &gathered(&transposed, 3, &ids),
+            &download(&y),
+        );
+        let before = random(&mut rng, 15, dtype);
+        let mut x = upload(device, &before, &[5, 3], dtype);
+        // Rows 1 and 2 of the transposed view, scattered to rows 0 and 4.
+        let src = view.narrow(0, 1, 2).unwrap();
+        ops::scatter_rows(&src, &ids_on(device, &[0, 4]), &mut x).unwrap();
+        let mut want = before.clone();
+        for (m, id) in [(1usize, 0usize), (2, 4)] {
+            for c in 0..3 {
+                want[id * 3 + c] = transposed[m * 3 + c].clone();
+            }
+        }
+        assert_bits(
+            &format!("scatter_rows from a view on {device}"),
+            &want,
+            &download(&x),
+        );
     }
 }
