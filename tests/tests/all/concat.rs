@@ -447,3 +447,106 @@ fn concat_ops_take_empty_inputs() {
         ops::split_rows(&empty, &mut []).unwrap();
     }
 }
+
+#[test]
+fn concat_ops_against_f64_on_every_device() {
+    // Through the parity harness (floats, compared exactly), so the ledger proves which
+    // devices ran each op.
+    use crate::embedding::EXACT;
+    use brotensor_tests::{reference_with, Input};
+    reference_with(
+        "copy_d2d_strided",
+        0xC0B0,
+        &[Input::new(1, 40, -2.0, 2.0), Input::new(1, 30, -2.0, 2.0)],
+        EXACT,
+        |t| {
+            let mut d = t[1].try_clone()?;
+            ops::copy_d2d_strided(&t[0], 3, 7, 1, 5, 5, 4, &mut d)?;
+            Ok(d)
+        },
+        |v| {
+            let mut d = v[1].clone();
+            for r in 0..4 {
+                for c in 0..5 {
+                    d[1 + r * 5 + c] = v[0][3 + r * 7 + c];
+                }
+            }
+            d
+        },
+    );
+    let two = [Input::new(3, 2, -2.0, 2.0), Input::new(3, 4, -2.0, 2.0)];
+    reference_with(
+        "concat_rows",
+        0xC0B1,
+        &two,
+        EXACT,
+        |t| {
+            let mut out = Tensor::default();
+            ops::concat_rows(&[&t[0], &t[1]], &mut out)?;
+            Ok(out)
+        },
+        |v| v.concat(),
+    );
+    reference_with(
+        "split_rows",
+        0xC0B2,
+        &[Input::new(2, 9, -2.0, 2.0)],
+        EXACT,
+        |t| {
+            let like = |n| Tensor::zeros_on(t[0].device(), n, 1, t[0].dtype());
+            let (mut a, mut b) = (like(7)?, like(11)?);
+            ops::split_rows(&t[0], &mut [&mut a, &mut b])?;
+            Ok(b)
+        },
+        |v| v[0][7..].to_vec(),
+    );
+    reference_with(
+        "concat_batched_rows",
+        0xC0B3,
+        &two,
+        EXACT,
+        |t| {
+            let mut out = Tensor::default();
+            ops::concat_batched_rows(&[&t[0], &t[1]], &mut out)?;
+            Ok(out)
+        },
+        |v| {
+            (0..3)
+                .flat_map(|r| [&v[0][r * 2..r * 2 + 2], &v[1][r * 4..r * 4 + 4]].concat())
+                .collect()
+        },
+    );
+    // N = 2, H = 2, W = 3, channels (1, 2).
+    reference_with(
+        "concat_nchw_channels",
+        0xC0B4,
+        &[Input::new(2, 6, -2.0, 2.0), Input::new(2, 12, -2.0, 2.0)],
+        EXACT,
+        |t| {
+            let mut out = Tensor::default();
+            ops::concat_nchw_channels(&[&t[0], &t[1]], 2, 2, 3, &[1, 2], &mut out)?;
+            Ok(out)
+        },
+        |v| {
+            (0..2)
+                .flat_map(|s| [&v[0][s * 6..(s + 1) * 6], &v[1][s * 12..(s + 1) * 12]].concat())
+                .collect()
+        },
+    );
+    reference_with(
+        "concat_nchw_channels_backward",
+        0xC0B5,
+        &[Input::new(2, 18, -2.0, 2.0)],
+        EXACT,
+        |t| {
+            let (mut a, mut b) = (Tensor::default(), Tensor::default());
+            ops::concat_nchw_channels_backward(&t[0], 2, 2, 3, &[1, 2], &mut [&mut a, &mut b])?;
+            Ok(b)
+        },
+        |v| {
+            (0..2)
+                .flat_map(|s| v[0][s * 18 + 6..(s + 1) * 18].to_vec())
+                .collect()
+        },
+    );
+}

@@ -5,7 +5,10 @@
 //! of the contracts, and empty inputs.
 
 use brotensor::{ops, Device, Dtype, Error, Result, Tensor};
-use brotensor_tests::{assert_close_rows, read_f32, round_through, tensor, tolerance, SplitMix64};
+use brotensor_tests::{
+    assert_close_rows, read_f32, reference_with, round_through, tensor, tolerance, Check, Input,
+    SplitMix64,
+};
 
 use crate::concat::{assert_bits, devices, download, random, upload, Elems, BYTE_DTYPES};
 
@@ -445,4 +448,113 @@ fn gathers_and_scatters_read_views() {
             &download(&x),
         );
     }
+}
+
+/// Equality: the gathers and scatters copy bits.
+fn exact(_: Dtype) -> (f32, f32) {
+    (0.0, 0.0)
+}
+
+/// The float dtypes compared exactly.
+pub(crate) const EXACT: Check = Check {
+    dtypes: &FLOATS,
+    same_dtype: true,
+    tol: Some(exact),
+};
+
+#[test]
+fn embedding_ops_against_f64_on_every_device() {
+    // Through the parity harness, so the ledger proves which devices ran each op.
+    let (rows, cols) = (7usize, 5usize);
+    let ids = [3i32, 0, 6, 3, 1];
+    let picked = move |v: &[Vec<f64>]| -> Vec<f64> {
+        ids.iter()
+            .flat_map(|&i| v[0][i as usize * cols..(i as usize + 1) * cols].to_vec())
+            .collect()
+    };
+    let table = [Input::new(rows, cols, -2.0, 2.0)];
+    reference_with(
+        "gather_rows",
+        0xE4C0,
+        &table,
+        EXACT,
+        |t| {
+            let mut y = Tensor::default();
+            ops::gather_rows(&t[0], &ids_on(t[0].device(), &ids), &mut y)?;
+            Ok(y)
+        },
+        picked,
+    );
+    reference_with(
+        "embedding_lookup_forward",
+        0xE4C1,
+        &table,
+        EXACT,
+        |t| {
+            let mut y = Tensor::default();
+            ops::embedding_lookup_forward(&t[0], &ids_on(t[0].device(), &ids), &mut y)?;
+            Ok(y)
+        },
+        picked,
+    );
+    let targets = [4i32, 1, 2];
+    reference_with(
+        "scatter_rows",
+        0xE4C2,
+        &[
+            Input::new(rows, cols, -2.0, 2.0),
+            Input::new(3, cols, -2.0, 2.0),
+        ],
+        EXACT,
+        |t| {
+            let mut x = t[0].try_clone()?;
+            ops::scatter_rows(&t[1], &ids_on(t[0].device(), &targets), &mut x)?;
+            Ok(x)
+        },
+        |v| {
+            let mut x = v[0].clone();
+            for (m, &id) in targets.iter().enumerate() {
+                let id = id as usize;
+                x[id * cols..(id + 1) * cols].copy_from_slice(&v[1][m * cols..(m + 1) * cols]);
+            }
+            x
+        },
+    );
+    let repeated = [2i32, 5, 2, 2, 0, 5, 6, 2];
+    let m = repeated.len();
+    reference_with(
+        "scatter_rows_add",
+        0xE4C3,
+        &[Input::new(m, cols, -1.0, 1.0)],
+        Check::default(),
+        |t| {
+            let mut dx = Tensor::default();
+            ops::scatter_rows_add(&t[0], &ids_on(t[0].device(), &repeated), rows, &mut dx)?;
+            Ok(dx)
+        },
+        |v| {
+            let mut dx = vec![0.0; rows * cols];
+            scatter_add_f64(&mut dx, &v[0], cols, &repeated);
+            dx
+        },
+    );
+    reference_with(
+        "embedding_lookup_backward",
+        0xE4C4,
+        &[
+            Input::new(m, cols, -1.0, 1.0),
+            Input::new(rows, cols, -1.0, 1.0),
+        ],
+        Check::default(),
+        |t| {
+            let mut table = t[1].try_clone()?;
+            ops::embedding_lookup_backward(&t[0], &ids_on(t[0].device(), &repeated), &mut table)?;
+            Ok(table)
+        },
+        |v| {
+            let mut table = v[1].clone();
+            scatter_add_f64(&mut table, &v[0], cols, &repeated);
+            table
+        },
+    );
 }
