@@ -19,7 +19,7 @@ use crate::primitives::arg;
 
 /// Element `e` of a buffer of packed elements (in the low bits of the result).
 #[cube]
-fn element(buf: &Array<u32>, e: u32, #[comptime] pack: u32) -> u32 {
+pub(crate) fn element(buf: &Array<u32>, e: u32, #[comptime] pack: u32) -> u32 {
     if comptime!(pack == 1) {
         buf[e as usize]
     } else {

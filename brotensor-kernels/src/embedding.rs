@@ -13,6 +13,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use crate::concat::element;
 use crate::launch::{check_len, extent, grid_1d, LaunchError};
 use crate::primitives::{arg, cube_sum, REDUCE_UNITS};
 
@@ -24,18 +25,6 @@ const IDS_PER_UNIT: usize = 4096;
 /// kernel's loop after 65535 iterations in all (nested loops included), so longer walks
 /// are split into launches, which run in order.
 const WALK_CHUNK: usize = 32768;
-
-/// Element `e` of a buffer of packed elements (in the low bits of the result).
-#[cube]
-fn element(buf: &Array<u32>, e: u32, #[comptime] pack: u32) -> u32 {
-    if comptime!(pack == 1) {
-        buf[e as usize]
-    } else {
-        let bits = comptime!(32 / pack);
-        let mask = comptime!(u32::MAX >> (32 - 32 / pack));
-        (buf[(e / pack) as usize] >> ((e % pack) * bits)) & mask
-    }
-}
 
 /// `partial[cube] = #{i in the cube's ids : ids[i] < 0 or ids[i] >= rows}`.
 #[cube(launch_unchecked)]
