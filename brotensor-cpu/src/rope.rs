@@ -3,7 +3,8 @@
 //! Every op rotates pairs of one head by an angle `t`: `(a, b) -> (a cos t - b sin t,
 //! a sin t + b cos t)`, and the backward ops by `-t` (the transpose rotation). The pairs
 //! of a head are adjacent elements `(2i, 2i + 1)` (interleaved, GPT-J) or `(i, i + hd/2)`
-//! (half-split, GPT-NeoX). The ops differ only in where `cos t` and `sin t` come from.
+//! (half-split, GPT-NeoX). The ops differ only in where `cos t` and `sin t` come from (the
+//! position-computed ones may also scale them, for YaRN: see [`Freqs`]).
 //! Rows run in parallel; all math is FP32.
 
 use rayon::prelude::*;
@@ -85,31 +86,54 @@ fn inverse_frequencies(head_dim: usize, freq_base: f32) -> Vec<f32> {
         .collect()
 }
 
-/// Angles of the position-computed ops: `t = (pos * freq_scale) inv_freq[i]` with
-/// `pos = row + seq_offset`, FP32.
-fn rope_positions(
-    x: &[f32],
-    y: &mut [f32],
-    g: Heads,
-    (seq_offset, freq_base, freq_scale): (usize, f32, f32),
-    inverse: bool,
-) {
-    let inv = inverse_frequencies(g.head_dim, freq_base);
+/// The angles of [`rope_forward`] and [`rope_backward`]: pair `i` of row `r` turns by
+/// `t = freq_scale e (1 - m) + e m`, `e = (r + seq_offset) inv_freq[i]`, with the YaRN mix
+/// `m = ext_factor (1 - clamp((i - low) / max(high - low, 0.001), 0, 1))` (`corr_dims =
+/// (low, high)`), and the rotation is scaled by `mscale`. Without YaRN, `ext_factor = 0` and
+/// `mscale = 1`. All FP32.
+#[derive(Clone, Copy, Debug)]
+pub struct Freqs {
+    /// Position of row 0.
+    pub seq_offset: usize,
+    /// The frequency base.
+    pub freq_base: f32,
+    /// Linear position scale.
+    pub freq_scale: f32,
+    /// Weight of the YaRN extrapolation mix.
+    pub ext_factor: f32,
+    /// The YaRN ramp's `(low, high)` pair indices.
+    pub corr_dims: (f32, f32),
+    /// Magnitude scale of the rotation.
+    pub mscale: f32,
+}
+
+/// The position-computed rotation (see [`Freqs`]).
+fn rope_positions(x: &[f32], y: &mut [f32], g: Heads, f: &Freqs, inverse: bool) {
+    let inv = inverse_frequencies(g.head_dim, f.freq_base);
+    let (low, high) = f.corr_dims;
+    let mix: Vec<f32> = (0..g.head_dim / 2)
+        .map(|i| {
+            let ramp = (i as f32 - low) / (high - low).max(0.001);
+            (1.0 - ramp.clamp(0.0, 1.0)) * f.ext_factor
+        })
+        .collect();
     rotate(x, y, g, inverse, |r, _, i| {
-        let t = ((r + seq_offset) as f32 * freq_scale) * inv[i];
-        (t.cos(), t.sin())
+        let pos = (r + f.seq_offset) as f32;
+        let extrap = pos * inv[i];
+        let interp = (pos * f.freq_scale) * inv[i];
+        let t = interp * (1.0 - mix[i]) + extrap * mix[i];
+        (t.cos() * f.mscale, t.sin() * f.mscale)
     });
 }
 
-/// `y = rope(x)` with `t_i = (pos * freq_scale) freq_base^(-2i/hd)`, `pos = row + seq_offset`
-/// (`freqs = (seq_offset, freq_base, freq_scale)`).
-pub fn rope_forward(x: &[f32], y: &mut [f32], g: Heads, freqs: (usize, f32, f32)) {
-    rope_positions(x, y, g, freqs, false);
+/// `y = rope(x)` with the angles of `f`.
+pub fn rope_forward(x: &[f32], y: &mut [f32], g: Heads, f: &Freqs) {
+    rope_positions(x, y, g, f, false);
 }
 
 /// `dx = rope^T(dy)`: [`rope_forward`]'s transpose rotation.
-pub fn rope_backward(dy: &[f32], dx: &mut [f32], g: Heads, freqs: (usize, f32, f32)) {
-    rope_positions(dy, dx, g, freqs, true);
+pub fn rope_backward(dy: &[f32], dx: &mut [f32], g: Heads, f: &Freqs) {
+    rope_positions(dy, dx, g, f, true);
 }
 
 /// `y = rope(x)` with `cos t`, `sin t` from `cos`, `sin (L, hd/2)`, row `row` for every

@@ -50,8 +50,9 @@ fn rotate_pair<F: Float>(
     y[b] = F::cast_from(xa * s + xb * c);
 }
 
-/// `t = ((row + seq_offset) freq_scale) exp(-(2i / hd) ln_base)`, rotated by `t` (`-t` when
-/// `inverse`).
+/// `e = (row + seq_offset) exp(-(2i / hd) ln_base)` (the unscaled angle), `t = freq_scale e
+/// (1 - m) + e m` with the YaRN mix `m = ext_factor (1 - clamp((i - low) / max(high - low,
+/// 0.001), 0, 1))`, rotated by `t` (`-t` when `inverse`) and scaled by `mscale`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn rope_freq_kernel<F: Float>(
@@ -62,6 +63,10 @@ fn rope_freq_kernel<F: Float>(
     seq_offset: usize,
     ln_base: f32,
     freq_scale: f32,
+    ext_factor: f32,
+    corr_low: f32,
+    corr_high: f32,
+    mscale: f32,
     #[comptime] inverse: bool,
     #[comptime] half_split: bool,
 ) {
@@ -71,12 +76,17 @@ fn rope_freq_kernel<F: Float>(
         let i = p % half;
         let exponent = f32::cast_from(2 * i) / f32::cast_from(2 * half);
         let inv_freq = f32::exp(-exponent * ln_base);
-        let t = (f32::cast_from(row + seq_offset) * freq_scale) * inv_freq;
-        let mut s = f32::sin(t);
+        let pos = f32::cast_from(row + seq_offset);
+        let extrap = pos * inv_freq;
+        let interp = (pos * freq_scale) * inv_freq;
+        let ramp = (f32::cast_from(i) - corr_low) / f32::max(corr_high - corr_low, 0.001f32);
+        let mix = (1.0f32 - f32::clamp(ramp, 0.0f32, 1.0f32)) * ext_factor;
+        let t = interp * (1.0f32 - mix) + extrap * mix;
+        let mut s = f32::sin(t) * mscale;
         if comptime!(inverse) {
             s = -s;
         }
-        rotate_pair::<F>(x, y, p, half, f32::cos(t), s, half_split);
+        rotate_pair::<F>(x, y, p, half, f32::cos(t) * mscale, s, half_split);
     }
 }
 
@@ -205,14 +215,30 @@ fn check_xy<F>(x: &Handle, y: &Handle, len: usize, g: &RopeGeometry) -> Result<(
     check_len("y", y, len, bytes)
 }
 
-/// `y = rope(x)` (or its transpose rotation when `inverse`) with
-/// `t_i = ((row + seq_offset) freq_scale) exp(-(2i / hd) ln_base)`;
-/// `freqs = (seq_offset, ln_base, freq_scale)`.
+/// The angle parameters of [`launch_rope_freq`] (see `rope_freq_kernel`): without YaRN,
+/// `ext_factor = 0` and `mscale = 1`, and the angle is `(pos freq_scale) inv_freq`.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeFreqs {
+    /// Position of row 0.
+    pub seq_offset: usize,
+    /// `ln(freq_base)`.
+    pub ln_base: f32,
+    /// Linear position scale.
+    pub freq_scale: f32,
+    /// Weight of the YaRN extrapolation mix (0: none).
+    pub ext_factor: f32,
+    /// The YaRN ramp's first and last pair index `(low, high)`.
+    pub corr_dims: (f32, f32),
+    /// Magnitude scale of the rotation.
+    pub mscale: f32,
+}
+
+/// `y = rope(x)` (or its transpose rotation when `inverse`) with the angles of `f`.
 pub fn launch_rope_freq<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     (x, y): (&Handle, &Handle),
     g: RopeGeometry,
-    (seq_offset, ln_base, freq_scale): (usize, f32, f32),
+    f: RopeFreqs,
     inverse: bool,
 ) -> Result<(), LaunchError> {
     let (len, pairs) = g.sizes()?;
@@ -232,9 +258,13 @@ pub fn launch_rope_freq<R: Runtime, F: Float + CubeElement>(
             ArrayArg::from_raw_parts(y.clone(), len),
             g.heads,
             g.half,
-            seq_offset,
-            ln_base,
-            freq_scale,
+            f.seq_offset,
+            f.ln_base,
+            f.freq_scale,
+            f.ext_factor,
+            f.corr_dims.0,
+            f.corr_dims.1,
+            f.mscale,
             inverse,
             g.half_split,
         );
@@ -394,6 +424,10 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
                     c.clone(),
                     a(),
                     a(),
+                    (),
+                    (),
+                    (),
+                    (),
                     (),
                     (),
                     (),

@@ -32,7 +32,7 @@ pub enum RopeLayout {
 
 /// The angles of [`rope_forward`] and [`rope_backward`]: pair `i` of position `pos` turns by
 /// `t_i = (pos * freq_scale) * freq_base^(-2i / head_dim)`, computed in FP32 as
-/// `(pos * freq_scale) * exp(-(2i / head_dim) ln(freq_base))`.
+/// `(pos * freq_scale) * exp(-(2i / head_dim) ln(freq_base))` (with [`RopeYarn`], see there).
 ///
 /// `freq_scale` is linear position interpolation: llama.cpp's `--rope-freq-scale`, and HF
 /// transformers' `rope_scaling = {"rope_type": "linear", "factor": f}` is `freq_scale = 1 /
@@ -45,6 +45,8 @@ pub struct RopeParams {
     pub freq_scale: f32,
     /// The pairing (default [`RopeLayout::Interleaved`], the C++ contract).
     pub layout: RopeLayout,
+    /// YaRN context extension (default none).
+    pub yarn: Option<RopeYarn>,
 }
 
 impl Default for RopeParams {
@@ -53,6 +55,7 @@ impl Default for RopeParams {
             freq_base: 10_000.0,
             freq_scale: 1.0,
             layout: RopeLayout::Interleaved,
+            yarn: None,
         }
     }
 }
@@ -74,6 +77,107 @@ impl RopeParams {
     /// The same with pairing `layout`.
     pub fn with_layout(self, layout: RopeLayout) -> Self {
         RopeParams { layout, ..self }
+    }
+
+    /// The same with YaRN context extension (`freq_scale` is then `1 / factor`).
+    pub fn with_yarn(self, yarn: RopeYarn) -> Self {
+        RopeParams {
+            yarn: Some(yarn),
+            ..self
+        }
+    }
+
+    /// Checks the parameters for `op`.
+    fn check(&self, op: &'static str) -> Result<()> {
+        let mut positive = vec![
+            ("freq_base", self.freq_base),
+            ("freq_scale", self.freq_scale),
+        ];
+        if let Some(y) = &self.yarn {
+            if y.orig_ctx == 0 {
+                return Err(Error::invalid(op, "yarn orig_ctx must be > 0"));
+            }
+            positive.extend([
+                ("yarn beta_fast", y.beta_fast),
+                ("yarn beta_slow", y.beta_slow),
+            ]);
+            for (what, v) in [
+                ("yarn ext_factor", y.ext_factor),
+                ("yarn attn_factor", y.attn_factor),
+            ] {
+                if !v.is_finite() {
+                    return Err(Error::invalid(
+                        op,
+                        format!("{what} must be finite, got {v}"),
+                    ));
+                }
+            }
+        }
+        match positive.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
+            Some((what, v)) => Err(Error::invalid(
+                op,
+                format!("{what} must be finite and > 0, got {v}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The per-call angle settings for heads of `head_dim`: `(ext_factor, (low, high),
+    /// mscale)` of [`RopeYarn`], `(0, (0, 0), 1)` without it.
+    pub(crate) fn yarn_terms(&self, head_dim: usize) -> (f32, (f32, f32), f32) {
+        let Some(y) = &self.yarn else {
+            return (0.0, (0.0, 0.0), 1.0);
+        };
+        let (hd, ln_base) = (head_dim as f64, (self.freq_base as f64).ln());
+        // The pair index whose wavelength fits `rotations` times into the original context.
+        let dim = |rotations: f32| {
+            hd * (y.orig_ctx as f64 / (rotations as f64 * 2.0 * std::f64::consts::PI)).ln()
+                / (2.0 * ln_base)
+        };
+        let low = dim(y.beta_fast).floor().max(0.0);
+        let high = dim(y.beta_slow).ceil().min(hd - 1.0);
+        let mut mscale = y.attn_factor;
+        if self.freq_scale < 1.0 {
+            mscale *= 1.0 + 0.1 * (1.0 / self.freq_scale).ln();
+        }
+        (y.ext_factor, (low as f32, high as f32), mscale)
+    }
+}
+
+/// YaRN context extension (Peng et al. 2023; llama.cpp's `--yarn-*` options, HF
+/// transformers' `rope_type: "yarn"`), on top of [`RopeParams::freq_scale`] `= 1 / factor`.
+/// Pair `i` mixes the interpolated angle `freq_scale * e` with the unscaled one `e`:
+/// `t_i = freq_scale e (1 - m_i) + e m_i`, `m_i = ext_factor (1 - clamp((i - low) /
+/// max(high - low, 0.001), 0, 1))`, where `low = max(0, floor(d(beta_fast)))`, `high =
+/// min(head_dim - 1, ceil(d(beta_slow)))` and `d(r) = head_dim ln(orig_ctx / (2 pi r)) /
+/// (2 ln freq_base)` (the pair whose wavelength fits `r` times into `orig_ctx`). The
+/// rotation is scaled by `mscale = attn_factor (1 + 0.1 ln(1 / freq_scale))` (by
+/// `attn_factor` alone when `freq_scale >= 1`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeYarn {
+    /// The context length the model was trained with (HF `original_max_position_embeddings`,
+    /// llama.cpp `n_ctx_orig`); > 0.
+    pub orig_ctx: usize,
+    /// Weight of the extrapolation mix (default 1; 0 leaves only linear interpolation).
+    pub ext_factor: f32,
+    /// Extra magnitude scale (default 1).
+    pub attn_factor: f32,
+    /// Rotations that mark the fully extrapolated pairs (default 32).
+    pub beta_fast: f32,
+    /// Rotations that mark the fully interpolated pairs (default 1).
+    pub beta_slow: f32,
+}
+
+impl RopeYarn {
+    /// YaRN for a model trained on `orig_ctx` positions, with the peers' defaults.
+    pub fn new(orig_ctx: usize) -> Self {
+        RopeYarn {
+            orig_ctx,
+            ext_factor: 1.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+        }
     }
 }
 
@@ -147,17 +251,7 @@ fn rope_positions(
 ) -> Result<()> {
     let be = dispatch(op, &[(xn, x), (yn, y)])?;
     check_x(op, (xn, x), be, head_dim, num_heads)?;
-    for (what, v) in [
-        ("freq_base", params.freq_base),
-        ("freq_scale", params.freq_scale),
-    ] {
-        if !(v.is_finite() && v > 0.0) {
-            return Err(Error::invalid(
-                op,
-                format!("{what} must be finite and > 0, got {v}"),
-            ));
-        }
-    }
+    params.check(op)?;
     if seq_offset.checked_add(x.rows()).is_none() {
         return Err(Error::shape(
             op,
@@ -178,7 +272,7 @@ fn rope_positions(
 
 /// `y (L, num_heads * head_dim) = rope(x)`: pair `i` of row `r` turns by
 /// `t_i = ((r + seq_offset) * freq_scale) * freq_base^(-2i / head_dim)` (see
-/// [`RopeParams`]). Errors when `head_dim` is odd or 0, `num_heads` is 0, or `x`'s columns
+/// [`RopeParams`], and [`RopeYarn`] for its scaled variant). Errors when `head_dim` is odd or 0, `num_heads` is 0, or `x`'s columns
 /// are not `num_heads * head_dim`.
 pub fn rope_forward(
     x: &Tensor,

@@ -1,11 +1,11 @@
 //! Tests of the rope ops: the float64 numpy fixtures of `tests/fixtures/rope.txt` (written by
-//! `make_rope.py`: every op, both pair layouts, offsets, `freq_scale != 1`, head dims 6 to
-//! 128) replayed on every device in every dtype it computes; the backward ops checked as
+//! `make_rope.py`: every op, both pair layouts, offsets, `freq_scale != 1`, YaRN, head dims
+//! 6 to 128) replayed on every device in every dtype it computes; the backward ops checked as
 //! transposes in f64 (`<dy, rope(x)> = <rope^T(dy), x>`); and every error case.
 
 use std::collections::HashMap;
 
-use brotensor::ops::{self, MropeTables, RopeLayout, RopeParams};
+use brotensor::ops::{self, MropeTables, RopeLayout, RopeParams, RopeYarn};
 use brotensor::{Device, Dtype, Error, Result, Tensor};
 use brotensor_tests::{
     assert_close_rows, gpu_devices, read_f32, round_through, tensor, tolerance, SplitMix64,
@@ -31,6 +31,7 @@ struct Case {
     dims: [usize; 3],
     /// `(seq_offset, freq_base, freq_scale)` of the position-computed ops.
     freq: (usize, f32, f32),
+    yarn: Option<RopeYarn>,
     sections: [usize; 3],
     maxpos: [usize; 3],
     arrays: HashMap<String, Vec<f64>>,
@@ -70,6 +71,7 @@ fn cases() -> Vec<Case> {
                     layout,
                     dims: [0; 3],
                     freq: (0, 0.0, 0.0),
+                    yarn: None,
                     sections: [0; 3],
                     maxpos: [0; 3],
                     arrays: HashMap::new(),
@@ -78,6 +80,15 @@ fn cases() -> Vec<Case> {
             "dims" => cases.last_mut().unwrap().dims = sizes(),
             "sections" => cases.last_mut().unwrap().sections = sizes(),
             "maxpos" => cases.last_mut().unwrap().maxpos = sizes(),
+            "yarn" => {
+                cases.last_mut().unwrap().yarn = Some(RopeYarn {
+                    orig_ctx: nums[0] as usize,
+                    ext_factor: nums[1] as f32,
+                    attn_factor: nums[2] as f32,
+                    beta_fast: nums[3] as f32,
+                    beta_slow: nums[4] as f32,
+                })
+            }
             "freq" => {
                 cases.last_mut().unwrap().freq = (nums[0] as usize, nums[1] as f32, nums[2] as f32)
             }
@@ -104,9 +115,10 @@ fn run_case(c: &Case, device: Device, dtype: Dtype) -> Result<Tensor> {
     match c.op.as_str() {
         "rope_forward" | "rope_backward" => {
             let (offset, base, scale) = c.freq;
-            let p = RopeParams::new(base)
+            let mut p = RopeParams::new(base)
                 .with_scale(scale)
                 .with_layout(c.layout);
+            p.yarn = c.yarn;
             if c.op == "rope_forward" {
                 ops::rope_forward(&x, hd, heads, offset, &p, &mut y)?;
             } else {
@@ -160,6 +172,7 @@ fn run_case(c: &Case, device: Device, dtype: Dtype) -> Result<Tensor> {
 fn rope_matches_numpy_fixtures() {
     let cases = cases();
     let mut seen: HashMap<(String, RopeLayout), usize> = HashMap::new();
+    let mut yarn_runs = 0;
     for (device, dtype) in runs() {
         for (n, c) in cases.iter().enumerate() {
             let tag = format!(
@@ -182,10 +195,12 @@ fn rope_matches_numpy_fixtures() {
             let got = read_f32(&y).unwrap();
             assert_close_rows(&tag, &want, &got, c.dims[1] * c.dims[2], tolerance(dtype));
             *seen.entry((c.op.clone(), c.layout)).or_default() += 1;
+            yarn_runs += usize::from(c.yarn.is_some());
         }
     }
     // Every op in both layouts came from the fixture.
     assert_eq!(seen.len(), 12, "ops x layouts covered: {:?}", seen.keys());
+    assert!(yarn_runs >= 12, "YaRN cases ran {yarn_runs} times");
 }
 
 /// `sum a_i b_i` in f64.
@@ -326,25 +341,42 @@ fn rope_rejects_bad_arguments() {
         }
         // Frequencies: base and scale finite and > 0.
         for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
-            assert!(is_invalid(ops::rope_forward(
-                &x,
-                4,
-                2,
-                0,
-                &RopeParams::new(bad),
-                &mut y
-            )));
+            let r = ops::rope_forward(&x, 4, 2, 0, &RopeParams::new(bad), &mut y);
+            assert!(is_invalid(r));
             let scaled = RopeParams::default().with_scale(bad);
             assert!(is_invalid(ops::rope_backward(&x, 4, 2, 0, &scaled, &mut y)));
         }
-        assert!(is_shape(ops::rope_forward(
-            &x,
-            4,
-            2,
-            usize::MAX,
-            &p,
-            &mut y
-        )));
+        let r = ops::rope_forward(&x, 4, 2, usize::MAX, &p, &mut y);
+        assert!(is_shape(r));
+        // YaRN: a zero original context, non-positive betas, non-finite factors.
+        let yarn = RopeYarn::new(4096);
+        for bad in [
+            RopeYarn {
+                orig_ctx: 0,
+                ..yarn
+            },
+            RopeYarn {
+                beta_fast: 0.0,
+                ..yarn
+            },
+            RopeYarn {
+                beta_slow: f32::NAN,
+                ..yarn
+            },
+            RopeYarn {
+                ext_factor: f32::INFINITY,
+                ..yarn
+            },
+            RopeYarn {
+                attn_factor: f32::NAN,
+                ..yarn
+            },
+        ] {
+            let py = p.with_scale(0.25).with_yarn(bad);
+            assert!(is_invalid(ops::rope_forward(&x, 4, 2, 0, &py, &mut y)));
+        }
+        let py = p.with_scale(0.25).with_yarn(yarn);
+        ops::rope_forward(&x, 4, 2, 0, &py, &mut y).unwrap();
         // Tables: wrong shapes (rows, columns, per-head rows) and a non-F32 dtype.
         let il = RopeLayout::Interleaved;
         let short = Tensor::zeros_on(device, 2, 2, Dtype::F32).unwrap();
@@ -401,7 +433,7 @@ fn mrope_errors(device: Device, x: &Tensor) {
     let (pt, ph, pw) = (pos(&[0, 1, 3]), pos(&[4, 0, 2]), pos(&[1, 1, 0]));
     let il = RopeLayout::Interleaved;
     let run = |t: [MropeTables<'_>; 3], p: [&Tensor; 3], sections: [usize; 3]| {
-        ops::rope_apply_mrope(&x, t, p, 8, 1, sections, il, &mut Tensor::default())
+        ops::rope_apply_mrope(x, t, p, 8, 1, sections, il, &mut Tensor::default())
     };
     run(tables(&tabs), [&pt, &ph, &pw], [1, 2, 1]).unwrap();
     // Sections not adding up to hd / 2.

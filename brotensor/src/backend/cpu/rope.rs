@@ -1,11 +1,24 @@
 //! CPU glue of the rope category.
 
-use brotensor_cpu::rope::{self as cpu, Heads, MropeAxis};
+use brotensor_cpu::rope::{self as cpu, Freqs, Heads, MropeAxis};
 
 use super::CpuBackend;
 use crate::backend::RopeOps;
 use crate::ops::{MropeTables, RopeLayout, RopeParams};
 use crate::{Result, Tensor};
+
+/// The CPU angle settings of `params` for heads of `head_dim`, from position `seq_offset`.
+fn freqs(params: &RopeParams, head_dim: usize, seq_offset: usize) -> Freqs {
+    let (ext_factor, corr_dims, mscale) = params.yarn_terms(head_dim);
+    Freqs {
+        seq_offset,
+        freq_base: params.freq_base,
+        freq_scale: params.freq_scale,
+        ext_factor,
+        corr_dims,
+        mscale,
+    }
+}
 
 /// The CPU head geometry of `(head_dim, num_heads)` pairs laid out as `layout`.
 fn heads((head_dim, num_heads): (usize, usize), layout: RopeLayout) -> Heads {
@@ -25,8 +38,8 @@ impl RopeOps for CpuBackend {
         p: &RopeParams,
         y: &mut Tensor,
     ) -> Result<()> {
-        let freqs = (seq_offset, p.freq_base, p.freq_scale);
-        cpu::rope_forward(x.host(), y.host_mut(), heads(hd, p.layout), freqs);
+        let f = freqs(p, hd.0, seq_offset);
+        cpu::rope_forward(x.host(), y.host_mut(), heads(hd, p.layout), &f);
         Ok(())
     }
 
@@ -38,8 +51,8 @@ impl RopeOps for CpuBackend {
         p: &RopeParams,
         dx: &mut Tensor,
     ) -> Result<()> {
-        let freqs = (seq_offset, p.freq_base, p.freq_scale);
-        cpu::rope_backward(dy.host(), dx.host_mut(), heads(hd, p.layout), freqs);
+        let f = freqs(p, hd.0, seq_offset);
+        cpu::rope_backward(dy.host(), dx.host_mut(), heads(hd, p.layout), &f);
         Ok(())
     }
 

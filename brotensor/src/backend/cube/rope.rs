@@ -1,7 +1,7 @@
 //! GPU glue of the rope category. BF16 stored as words runs through F32 copies of the
 //! data (the angle tables and positions are F32 / I32 already).
 
-use brotensor_kernels::rope::{self as k, MropeAxisArgs, RopeGeometry};
+use brotensor_kernels::rope::{self as k, MropeAxisArgs, RopeFreqs, RopeGeometry};
 use cubecl::prelude::*;
 use half::{bf16, f16};
 
@@ -38,7 +38,15 @@ impl<R: Runtime> CubeBackend<R> {
         }
         let (xh, yh) = (out_handle(x), out_handle(y));
         let g = geometry(x, hd, p.layout);
-        let freqs = (seq_offset, p.freq_base.ln(), p.freq_scale);
+        let (ext_factor, corr_dims, mscale) = p.yarn_terms(hd.0);
+        let freqs = RopeFreqs {
+            seq_offset,
+            ln_base: p.freq_base.ln(),
+            freq_scale: p.freq_scale,
+            ext_factor,
+            corr_dims,
+            mscale,
+        };
         with_float!(x.dtype(), |F| k::launch_rope_freq::<R, F>(
             &self.client,
             (&xh, &yh),
