@@ -4,8 +4,8 @@
 //! of row `p / (heads half)`. The pair is `(2i, 2i + 1)` within the head (interleaved,
 //! GPT-J) or `(i, i + half)` (half-split, GPT-NeoX), a comptime choice. Each unit rotates
 //! `(a, b) -> (a cos t - b sin t, a sin t + b cos t)`, by `-t` for the backward ops; the
-//! kernels differ in where `t` comes from: positions and frequencies
-//! ([`launch_rope_freq`]), caller tables shared across heads or per head
+//! kernels differ in where `t` comes from: positions and frequencies, with YaRN's mix and
+//! magnitude factor ([`launch_rope_freq`]), caller tables shared across heads or per head
 //! ([`launch_rope_table`]), or three per-axis tables indexed by position streams
 //! ([`launch_rope_mrope`]). Storage is `F`, math FP32.
 

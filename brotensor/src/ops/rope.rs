@@ -1,11 +1,12 @@
 //! The rope ops: rotary position embeddings (RoPE) over `x (L, num_heads * head_dim)`.
 //!
 //! Each row holds `num_heads` contiguous heads of `head_dim` (even) elements; row `r` is
-//! position `r` (plus `seq_offset` for [`rope_forward`]). Every pair `i < head_dim / 2` of a
-//! head is rotated by an angle `t`:
-//! `y_a = x_a cos t - x_b sin t`, `y_b = x_a sin t + x_b cos t`;
-//! the backward ops apply the transpose rotation (angle `-t`) to the gradient, and
-//! overwrite it. Which elements form pair `i` is the [`RopeLayout`]: adjacent
+//! position `r` (plus `seq_offset` for [`rope_forward`]). Leading dims fold into `L` (a
+//! `(B, L, D)` input counts positions across the batch: run one call per sequence). Every
+//! pair `i < head_dim / 2` of a head is rotated by an angle `t`:
+//! `y_a = x_a cos t - x_b sin t`, `y_b = x_a sin t + x_b cos t` (times a magnitude factor
+//! with [`RopeYarn`]); the backward ops apply the transpose (angle `-t`) to the gradient,
+//! and overwrite it. Which elements form pair `i` is the [`RopeLayout`]: adjacent
 //! `(2i, 2i + 1)` (the C++ contract, GPT-J, GGUF llama-family weights) or half-split
 //! `(i, i + head_dim / 2)` (GPT-NeoX, HF transformers `rotate_half`, most safetensors
 //! checkpoints).
