@@ -576,8 +576,24 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     let c = l.client.clone();
     let a = L::array;
     let s = L::settings_1d;
-    l.lower(philox_blocks_kernel::PhiloxBlocksKernel::<Rt>::new(s(), c.clone(), a(), a(), ()));
-    l.lower(rand_uniform_kernel::RandUniformKernel::<Rt>::new(s(), c.clone(), a(), (), (), ()));
+    l.lower(philox_blocks_kernel::PhiloxBlocksKernel::<Rt>::new(
+        s(),
+        c.clone(),
+        a(),
+        a(),
+        (),
+    ));
+    // The fills: `y`, `len`, (`p` / `lo, hi`), the key and counter words.
+    l.lower(rand_uniform_kernel::RandUniformKernel::<Rt>::new(
+        s(),
+        c.clone(),
+        a(),
+        (),
+        (),
+        (),
+        (),
+        (),
+    ));
     l.lower(rand_bernoulli_kernel::RandBernoulliKernel::<Rt>::new(
         s(),
         c.clone(),
@@ -586,12 +602,26 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
         (),
         (),
         (),
+        (),
+        (),
     ));
-    l.lower(randn_kernel::RandnKernel::<Rt>::new(s(), c.clone(), a(), (), (), ()));
+    l.lower(randn_kernel::RandnKernel::<Rt>::new(
+        s(),
+        c.clone(),
+        a(),
+        (),
+        (),
+        (),
+        (),
+        (),
+    ));
     l.lower(randn_truncated_kernel::RandnTruncatedKernel::<Rt>::new(
         s(),
         c.clone(),
         a(),
+        (),
+        (),
+        (),
         (),
         (),
         (),
@@ -605,6 +635,12 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
             a(),
             a(),
             a(),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
             (),
             (),
             (),

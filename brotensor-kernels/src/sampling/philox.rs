@@ -25,8 +25,10 @@ const INV_2P20: f32 = 1.0 / 1_048_576.0;
 const TWO_LN2_Q30: u32 = 1_488_522_236;
 /// `ln 2` in Q2.30.
 const LN2_Q30: u32 = 744_261_118;
-/// `log2(e) 2^24`, rounded to f32 (exactly 24204406).
-const LOG2E_Q24: f32 = 24_204_406.0;
+/// `log2(e)` in Q2.30.
+const LOG2E_Q30: u32 = 1_549_082_005;
+/// `2^24`.
+const TWO_P24: f32 = 16_777_216.0;
 /// Below this exponent [`exp_neg`] returns 0.
 const EXP_FLOOR: f32 = -80.0;
 
@@ -163,13 +165,14 @@ pub fn normal(w0: u32, w1: u32) -> f32 {
     radius * cosine
 }
 
-/// `exp(d)` for `d <= 0`, 0 below [`EXP_FLOOR`] or for NaN: `2^-(n + f)` with `n`, `f` the
-/// integer and 24-bit fractional parts of `-d log2 e`, `2^-f` by its Taylor series in Q2.30.
+/// `exp(d)` for `d <= 0`, 0 below [`EXP_FLOOR`] or for NaN: `-d` in Q7.24, times `log2 e`
+/// in fixed point, gives `n + f` (integer and 24-bit fraction); the result is `2^-n 2^-f`
+/// with `2^-f` by its Taylor series in Q2.30.
 #[cube]
 pub fn exp_neg(d: f32) -> f32 {
     let mut out = f32::new(0.0);
     if d >= EXP_FLOOR {
-        let y = u32::cast_from((-d) * LOG2E_Q24);
+        let y = mul_q30(u32::cast_from((-d) * TWO_P24), LOG2E_Q30);
         let n = y >> 24;
         let f = y & 0xFF_FFFFu32;
         let a = (u32::mul_hi(f, LN2_Q30) << 8) | ((f * LN2_Q30) >> 24);
