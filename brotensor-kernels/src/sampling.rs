@@ -211,7 +211,13 @@ fn first_reaching(
 
 /// The partial sum at ranked position `j` (as [`first_reaching`] defines it).
 #[cube]
-fn partial_sum(s: &Array<f32>, weights: usize, pre: &SharedMemory<f32>, chunk: usize, j: usize) -> f32 {
+fn partial_sum(
+    s: &Array<f32>,
+    weights: usize,
+    pre: &SharedMemory<f32>,
+    chunk: usize,
+    j: usize,
+) -> f32 {
     let c = j / chunk;
     let mut local = f32::new(0.0);
     for t in c * chunk..j + 1 {
@@ -455,17 +461,7 @@ pub fn launch_random_fill<R: Runtime>(
                 randn_kernel::launch_unchecked::<R>(client, count, dim, y, len, k0, k1, c0, c1)
             }
             RandomFill::Truncated(lo, hi) => randn_truncated_kernel::launch_unchecked::<R>(
-                client,
-                count,
-                dim,
-                y,
-                len,
-                lo,
-                hi,
-                k0,
-                k1,
-                c0,
-                c1,
+                client, count, dim, y, len, lo, hi, k0, k1, c0, c1,
             ),
         }
     }

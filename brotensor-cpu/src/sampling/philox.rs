@@ -51,15 +51,6 @@ fn mul_q30(a: u32, b: u32) -> u32 {
     ((u64::from(a) * u64::from(b)) >> 30) as u32
 }
 
-/// `c - m`, or 0 when `m > c`.
-fn sub_sat(c: u32, m: u32) -> u32 {
-    if m > c {
-        0
-    } else {
-        c - m
-    }
-}
-
 /// `cos(pi/2 s)` in Q2.30 for `s` in Q2.30, `0 <= s <= 1`: Taylor to `s^14` in Horner form on
 /// `w = s^2` (truncation error below 2^-32).
 fn cos_quarter_q30(s: u32) -> u32 {
@@ -77,7 +68,7 @@ fn cos_quarter_q30(s: u32) -> u32 {
     let w = mul_q30(s, s);
     let mut acc = C[7];
     for k in (0..7).rev() {
-        acc = sub_sat(C[k], mul_q30(w, acc));
+        acc = C[k].saturating_sub(mul_q30(w, acc));
     }
     acc
 }
@@ -149,7 +140,7 @@ pub const EXP_FLOOR: f32 = -80.0;
 /// is `2^-n 2^-f` with `2^-f` from its Taylor series in Q2.30. Relative error below 2e-7;
 /// the result is a normal float.
 pub fn exp_neg(d: f32) -> f32 {
-    if !(d >= EXP_FLOOR) {
+    if d.is_nan() || d < EXP_FLOOR {
         return 0.0;
     }
     let y = mul_q30(((-d) * 16_777_216.0) as u32, LOG2E_Q30);

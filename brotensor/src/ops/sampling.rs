@@ -47,17 +47,23 @@ fn draw_for(
     (key, counter): (u64, u64),
 ) -> Result<Option<Draw>> {
     check_dtype(op, "logits", logits, Dtype::F32)?;
-    if !(temperature >= 0.0) {
+    if temperature.is_nan() || temperature < 0.0 {
         return Err(Error::invalid(
             op,
             format!("temperature must be >= 0 (got {temperature})"),
         ));
     }
     if top_k < 0 {
-        return Err(Error::invalid(op, format!("top_k must be >= 0 (got {top_k})")));
+        return Err(Error::invalid(
+            op,
+            format!("top_k must be >= 0 (got {top_k})"),
+        ));
     }
-    if !(top_p >= 0.0) {
-        return Err(Error::invalid(op, format!("top_p must be >= 0 (got {top_p})")));
+    if top_p.is_nan() || top_p < 0.0 {
+        return Err(Error::invalid(
+            op,
+            format!("top_p must be >= 0 (got {top_p})"),
+        ));
     }
     let (rows, v) = logits.shape();
     if v == 0 && rows > 0 {
@@ -133,7 +139,7 @@ pub fn sample_logits_into(
 ) -> Result<()> {
     let op = "sample_logits_into";
     let operands = [
-        ("logits", &*logits),
+        ("logits", logits),
         ("counter", &*counter),
         ("scratch", &*scratch),
         ("indices", &*indices),
@@ -224,8 +230,11 @@ pub fn rand_bernoulli(p: f32, key: u64, counter: u64, y: &mut Tensor) -> Result<
 /// else the 64th clamped to them. Requires `lo < hi`.
 pub fn randn_truncated(lo: f32, hi: f32, key: u64, counter: u64, y: &mut Tensor) -> Result<()> {
     let op = "randn_truncated";
-    if !(lo < hi) {
-        return Err(Error::invalid(op, format!("lo must be < hi (got {lo}, {hi})")));
+    if lo.is_nan() || hi.is_nan() || lo >= hi {
+        return Err(Error::invalid(
+            op,
+            format!("lo must be < hi (got {lo}, {hi})"),
+        ));
     }
     let be = fill_target(op, y)?;
     if y.numel() == 0 {

@@ -34,10 +34,18 @@ fn kat_vectors() -> Vec<([u32; 4], [u32; 2], [u32; 4])> {
                 .map(|h| u32::from_str_radix(h, 16).expect("hex word"))
                 .collect();
             assert_eq!(w.len(), 10, "{l}");
-            ([w[0], w[1], w[2], w[3]], [w[4], w[5]], [w[6], w[7], w[8], w[9]])
+            (
+                [w[0], w[1], w[2], w[3]],
+                [w[4], w[5]],
+                [w[6], w[7], w[8], w[9]],
+            )
         })
         .collect();
-    assert_eq!(rows.len(), 3, "the fixture holds Random123's three philox4x32-10 vectors");
+    assert_eq!(
+        rows.len(),
+        3,
+        "the fixture holds Random123's three philox4x32-10 vectors"
+    );
     rows
 }
 
@@ -82,7 +90,11 @@ impl CustomKernel for PhiloxBlocks {
 fn philox_cores_match_random123_known_answers() {
     let kat = kat_vectors();
     for (ctr, key, want) in &kat {
-        assert_eq!(philox::philox4x32_10(*ctr, *key), *want, "CPU core, ctr {ctr:08x?}");
+        assert_eq!(
+            philox::philox4x32_10(*ctr, *key),
+            *want,
+            "CPU core, ctr {ctr:08x?}"
+        );
     }
     let words: Vec<i32> = kat
         .iter()
@@ -98,7 +110,12 @@ fn philox_cores_match_random123_known_answers() {
             &mut [Output::new("out", &mut out, &[kat.len(), 4], Dtype::I32)],
         )
         .unwrap();
-        let got: Vec<u32> = out.to_vec::<i32>().unwrap().into_iter().map(|v| v as u32).collect();
+        let got: Vec<u32> = out
+            .to_vec::<i32>()
+            .unwrap()
+            .into_iter()
+            .map(|v| v as u32)
+            .collect();
         assert_eq!(got, want, "Philox core on {device}");
     }
 }
@@ -119,7 +136,13 @@ fn fill(name: &str, key: u64, counter: u64, y: &mut Tensor) -> Result<()> {
     }
 }
 
-fn filled(device: Device, name: &str, (rows, cols): (usize, usize), key: u64, counter: u64) -> Vec<f32> {
+fn filled(
+    device: Device,
+    name: &str,
+    (rows, cols): (usize, usize),
+    key: u64,
+    counter: u64,
+) -> Vec<f32> {
     let mut y = Tensor::zeros_on(device, rows, cols, Dtype::F32).unwrap();
     fill(name, key, counter, &mut y).unwrap();
     y.to_vec::<f32>().unwrap()
@@ -168,11 +191,18 @@ fn random_fills_match_float64_formulas() {
     for (i, s) in (0..SHAPE.0 * SHAPE.1).map(|i| (i, COUNTER + i as u64)) {
         let [w0, w1, _, _] = philox::block(KEY, s);
         assert_eq!(f64::from(cpu[0][i]), uniform_f64(w0), "uniform {i}");
-        let bern = if uniform_f64(w0) < f64::from(P) { 1.0 } else { 0.0 };
+        let bern = if uniform_f64(w0) < f64::from(P) {
+            1.0
+        } else {
+            0.0
+        };
         assert_eq!(f64::from(cpu[1][i]), bern, "bernoulli {i}");
         worst_normal = worst_normal.max((f64::from(cpu[2][i]) - normal_f64(w0, w1)).abs());
     }
-    assert!(worst_normal < 1e-5, "randn vs float64 Box-Muller: worst {worst_normal}");
+    assert!(
+        worst_normal < 1e-5,
+        "randn vs float64 Box-Muller: worst {worst_normal}"
+    );
     // The truncated normal: the first in-bounds try of the float64 formula.
     let n = (SHAPE.0 * SHAPE.1) as u64;
     for (i, &got) in cpu[3].iter().enumerate() {
@@ -183,7 +213,10 @@ fn random_fills_match_float64_formulas() {
             })
             .find(|z| (f64::from(TRUNC.0)..=f64::from(TRUNC.1)).contains(z))
             .expect("an in-bounds draw within 64 tries");
-        assert!((f64::from(got) - want).abs() < 1e-5, "truncated {i}: {got} vs {want}");
+        assert!(
+            (f64::from(got) - want).abs() < 1e-5,
+            "truncated {i}: {got} vs {want}"
+        );
     }
 }
 
@@ -191,7 +224,11 @@ fn random_fills_match_float64_formulas() {
 fn moments(v: &[f32]) -> (f64, f64) {
     let n = v.len() as f64;
     let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-    let var = v.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n;
+    let var = v
+        .iter()
+        .map(|&x| (f64::from(x) - mean).powi(2))
+        .sum::<f64>()
+        / n;
     (mean, var)
 }
 
@@ -203,7 +240,11 @@ fn random_fills_have_the_right_moments() {
     let p = f64::from(P);
     let targets = [
         (1.0 / 2.0, 1.0 / 12.0, 1.0 / 80.0),
-        (p, p * (1.0 - p), p * (1.0 - p) * (1.0 - 3.0 * p * (1.0 - p))),
+        (
+            p,
+            p * (1.0 - p),
+            p * (1.0 - p) * (1.0 - 3.0 * p * (1.0 - p)),
+        ),
         (0.0, 1.0, 3.0),
         (tm, tv, t4),
     ];
@@ -214,8 +255,14 @@ fn random_fills_have_the_right_moments() {
             // Five standard errors: the mean's sqrt(var / n), the variance's
             // sqrt((m4 - var^2) / n).
             let (em, ev) = (5.0 * (var / n).sqrt(), 5.0 * ((m4 - var * var) / n).sqrt());
-            assert!((m - mean).abs() < em, "{name} seed {seed}: mean {m} vs {mean} (+-{em})");
-            assert!((s2 - var).abs() < ev, "{name} seed {seed}: variance {s2} vs {var} (+-{ev})");
+            assert!(
+                (m - mean).abs() < em,
+                "{name} seed {seed}: mean {m} vs {mean} (+-{em})"
+            );
+            assert!(
+                (s2 - var).abs() < ev,
+                "{name} seed {seed}: variance {s2} vs {var} (+-{ev})"
+            );
         }
     }
     let u = filled(Device::Cpu, "rand_uniform", SHAPE, KEY, COUNTER);
@@ -235,7 +282,10 @@ fn substreams_shift_with_the_counter() {
             let later = filled(device, name, (1, len - shift), KEY, COUNTER + shift as u64);
             assert!(bits(&base[shift..]) == bits(&later), "{name} on {device}");
             let other = filled(device, name, (1, len), KEY + 1, COUNTER);
-            assert!(bits(&base) != bits(&other), "{name} on {device}: the key is ignored");
+            assert!(
+                bits(&base) != bits(&other),
+                "{name} on {device}: the key is ignored"
+            );
         }
         // A truncated fill retries at `counter + i + r numel`: only its first try shifts, so
         // compare against the untruncated normal where the first try is in bounds.
@@ -266,7 +316,13 @@ fn case_logits((n, v, .., spread, quantized): Case, seed: u64) -> Vec<f32> {
     let mut rng = SplitMix64::new(seed);
     rng.uniform(n * v, -spread, spread)
         .into_iter()
-        .map(|x| if quantized { (x * 2.0).round() / 2.0 } else { x })
+        .map(|x| {
+            if quantized {
+                (x * 2.0).round() / 2.0
+            } else {
+                x
+            }
+        })
         .collect()
 }
 
@@ -286,8 +342,17 @@ fn sample_logits_follows_the_contract_on_every_device() {
         let mut want = Vec::new();
         for (r, row) in logits.chunks(v).enumerate() {
             let u = uniform_f64(philox::block(case.5, case.6.wrapping_add(r as u64))[0]);
-            let (id, margin) = draw_f64(row, f64::from(case.2), case.3 as usize, f64::from(case.4), u);
-            assert!(margin > 1e-6, "case {ci} row {r}: a draw {margin} from a bucket boundary");
+            let (id, margin) = draw_f64(
+                row,
+                f64::from(case.2),
+                case.3 as usize,
+                f64::from(case.4),
+                u,
+            );
+            assert!(
+                margin > 1e-6,
+                "case {ci} row {r}: a draw {margin} from a bucket boundary"
+            );
             want.push(id as i32);
         }
         for device in devices() {
@@ -305,12 +370,25 @@ fn sample_logits_follows_the_contract_on_every_device() {
 fn sample_logits_frequencies_follow_the_probabilities() {
     let logits = [0.0f32, 1.0, -0.5, 2.0, 0.25];
     let rows = 20_000;
-    let x: Vec<f32> = logits.iter().copied().cycle().take(rows * logits.len()).collect();
+    let x: Vec<f32> = logits
+        .iter()
+        .copied()
+        .cycle()
+        .take(rows * logits.len())
+        .collect();
     let e: Vec<f64> = logits.iter().map(|&l| f64::from(l).exp()).collect();
     // Top-2 keeps tokens 3 and 1, renormalised.
     for (top_k, probs) in [
-        (0, e.iter().map(|w| w / e.iter().sum::<f64>()).collect::<Vec<_>>()),
-        (2, vec![0.0, e[1] / (e[1] + e[3]), 0.0, e[3] / (e[1] + e[3]), 0.0]),
+        (
+            0,
+            e.iter()
+                .map(|w| w / e.iter().sum::<f64>())
+                .collect::<Vec<_>>(),
+        ),
+        (
+            2,
+            vec![0.0, e[1] / (e[1] + e[3]), 0.0, e[3] / (e[1] + e[3]), 0.0],
+        ),
     ] {
         let case = (rows, 5, 1.0, top_k, 1.0, 77, 0, 0.0, false);
         for device in devices() {
@@ -318,7 +396,10 @@ fn sample_logits_frequencies_follow_the_probabilities() {
             for (tok, &p) in probs.iter().enumerate() {
                 let f = ids.iter().filter(|&&i| i == tok as i32).count() as f64 / rows as f64;
                 let bound = 5.0 * (p * (1.0 - p) / rows as f64).sqrt();
-                assert!((f - p).abs() <= bound, "top_k {top_k} token {tok} on {device}: {f} vs {p}");
+                assert!(
+                    (f - p).abs() <= bound,
+                    "top_k {top_k} token {tok} on {device}: {f} vs {p}"
+                );
             }
         }
     }
@@ -327,7 +408,9 @@ fn sample_logits_frequencies_follow_the_probabilities() {
 #[test]
 fn greedy_and_top_1_are_deterministic_argmax() {
     // Ties: the lowest index wins.
-    let logits = [1.0f32, 3.0, 3.0, -2.0, 0.5, 0.5, 0.5, -1.0, 7.0, 7.0, 2.0, 7.0];
+    let logits = [
+        1.0f32, 3.0, 3.0, -2.0, 0.5, 0.5, 0.5, -1.0, 7.0, 7.0, 2.0, 7.0,
+    ];
     let want = vec![1, 0, 0];
     for device in devices() {
         let x = Tensor::from_slice_on(device, &logits, 3, 4).unwrap();
@@ -335,7 +418,11 @@ fn greedy_and_top_1_are_deterministic_argmax() {
             for counter in [0u64, 1, 1 << 40] {
                 let mut idx = Tensor::default();
                 ops::sample_logits(&x, t, k, p, 42, counter, &mut idx).unwrap();
-                assert_eq!(idx.to_vec::<i32>().unwrap(), want, "T {t} top_k {k} on {device}");
+                assert_eq!(
+                    idx.to_vec::<i32>().unwrap(),
+                    want,
+                    "T {t} top_k {k} on {device}"
+                );
             }
         }
     }
@@ -356,14 +443,24 @@ fn sample_logits_into_reads_and_advances_the_device_counter() {
             for step in 0..2 {
                 ops::sample_logits_into(&x, 1.1, 0, 0.9, 5, &mut counter, &mut scratch, &mut idx)
                     .unwrap();
-                let want = sampled(device, &logits, (6, 513), (6, 513, 1.1, 0, 0.9, 5, u64::from(base), 0.0, false));
-                assert_eq!(idx.to_vec::<i32>().unwrap(), want, "step {step} from {start} on {device}");
+                let want = sampled(
+                    device,
+                    &logits,
+                    (6, 513),
+                    (6, 513, 1.1, 0, 0.9, 5, u64::from(base), 0.0, false),
+                );
+                assert_eq!(
+                    idx.to_vec::<i32>().unwrap(),
+                    want,
+                    "step {step} from {start} on {device}"
+                );
                 base = base.wrapping_add(6);
                 let c = counter.to_vec::<i32>().unwrap();
                 assert_eq!(c, [base as i32, 9], "counter after step {step} on {device}");
             }
             // Greedy leaves the counter alone.
-            ops::sample_logits_into(&x, 0.0, 0, 1.0, 5, &mut counter, &mut scratch, &mut idx).unwrap();
+            ops::sample_logits_into(&x, 0.0, 0, 1.0, 5, &mut counter, &mut scratch, &mut idx)
+                .unwrap();
             assert_eq!(counter.to_vec::<i32>().unwrap()[0], base as i32);
         }
     }
@@ -372,7 +469,10 @@ fn sample_logits_into_reads_and_advances_the_device_counter() {
 /// Asserts an error of `op` whose message names it.
 fn assert_err(op: &str, r: Result<()>) {
     let e = r.expect_err("must be rejected");
-    assert!(e.to_string().starts_with(&format!("brotensor: {op}: ")), "{e}");
+    assert!(
+        e.to_string().starts_with(&format!("brotensor: {op}: ")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -383,13 +483,22 @@ fn sampling_ops_reject_bad_arguments() {
             let mut idx = Tensor::default();
             ops::sample_logits(x, t, k, p, 1, 0, &mut idx)
         };
-        for (t, k, p) in [(-1.0, 0, 1.0), (f32::NAN, 0, 1.0), (1.0, -1, 1.0), (1.0, 0, -0.1), (1.0, 0, f32::NAN)] {
+        for (t, k, p) in [
+            (-1.0, 0, 1.0),
+            (f32::NAN, 0, 1.0),
+            (1.0, -1, 1.0),
+            (1.0, 0, -0.1),
+            (1.0, 0, f32::NAN),
+        ] {
             assert_err("sample_logits", sample(&x, t, k, p));
         }
         let empty_vocab = Tensor::zeros_on(device, 2, 0, Dtype::F32).unwrap();
         assert_err("sample_logits", sample(&empty_vocab, 1.0, 0, 1.0));
         let ints = Tensor::zeros_on(device, 2, 8, Dtype::I32).unwrap();
-        assert!(matches!(sample(&ints, 1.0, 0, 1.0), Err(Error::Dtype { .. })));
+        assert!(matches!(
+            sample(&ints, 1.0, 0, 1.0),
+            Err(Error::Dtype { .. })
+        ));
         // No rows: nothing to draw, an empty (0, 1) result.
         let none = Tensor::zeros_on(device, 0, 8, Dtype::F32).unwrap();
         let mut idx = Tensor::default();
@@ -439,12 +548,40 @@ fn sampling_ops_reject_bad_arguments() {
             assert_err("rand_bernoulli", ops::rand_bernoulli(p, 1, 0, &mut y));
         }
         for (lo, hi) in [(1.0, 1.0), (2.0, 1.0), (f32::NAN, 1.0)] {
-            assert_err("randn_truncated", ops::randn_truncated(lo, hi, 1, 0, &mut y));
+            assert_err(
+                "randn_truncated",
+                ops::randn_truncated(lo, hi, 1, 0, &mut y),
+            );
         }
         // Bernoulli's end points are exact: p = 0 never, p = 1 always.
         ops::rand_bernoulli(0.0, 1, 0, &mut y).unwrap();
         assert_eq!(y.to_vec::<f32>().unwrap(), [0.0; 4]);
         ops::rand_bernoulli(1.0, 1, 0, &mut y).unwrap();
         assert_eq!(y.to_vec::<f32>().unwrap(), [1.0; 4]);
+    }
+}
+
+#[test]
+fn masked_and_nan_logits_pick_the_same_finite_tokens_everywhere() {
+    let (n, v) = (64, 700);
+    let mut rng = SplitMix64::new(0x99);
+    let mut logits = rng.uniform(n * v, -3.0, 3.0);
+    for (i, x) in logits.iter_mut().enumerate() {
+        match rng.next_u64() % 10 {
+            0..=5 => *x = f32::NEG_INFINITY,
+            6 if i % 7 == 0 => *x = f32::NAN,
+            _ => {}
+        }
+    }
+    let case = (n, v, 0.8, 0, 1.0, 3, 17, 0.0, false);
+    let cpu = sampled(Device::Cpu, &logits, (n, v), case);
+    for (r, &id) in cpu.iter().enumerate() {
+        assert!(
+            logits[r * v + id as usize].is_finite(),
+            "row {r} picked {id}"
+        );
+    }
+    for device in gpu_devices() {
+        assert_eq!(sampled(device, &logits, (n, v), case), cpu, "on {device}");
     }
 }

@@ -71,7 +71,12 @@ impl<R: Runtime> SamplingOps for CubeBackend<R> {
     }
 
     fn rand_bernoulli(&self, p: f32, key: u64, counter: u64, y: &mut Tensor) -> Result<()> {
-        self.fill("rand_bernoulli", RandomFill::Bernoulli(p), (key, counter), y)
+        self.fill(
+            "rand_bernoulli",
+            RandomFill::Bernoulli(p),
+            (key, counter),
+            y,
+        )
     }
 
     fn randn_truncated(

@@ -50,7 +50,11 @@ pub fn draw_f64(row: &[f32], t: f64, top_k: usize, top_p: f64, u: f64) -> (usize
     let p: Vec<f64> = e.iter().map(|x| x / z).collect();
     let mut order: Vec<usize> = (0..row.len()).collect();
     order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
-    let bound = if top_k > 0 { top_k.min(row.len()) } else { row.len() };
+    let bound = if top_k > 0 {
+        top_k.min(row.len())
+    } else {
+        row.len()
+    };
     let mut keep = bound;
     let mut margin = f64::INFINITY;
     if top_p < 1.0 {
