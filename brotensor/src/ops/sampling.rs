@@ -6,8 +6,18 @@
 //! wrapping. So a result depends on `(key, counter)` only, every device gives the same bits,
 //! and `counter += numel` continues a stream. A uniform is `(out0 >> 8) / 2^24` in `[0, 1)`;
 //! a normal is Box-Muller on `u1 = 1 - uniform(out0)`, `u2 = uniform(out1)` (`out2`, `out3`
-//! unused), computed in integers to about 1e-6 and rounded once. The random fills take `y`
+//! unused), computed in integers to about 1e-5 and rounded once. The random fills take `y`
 //! F32 and pre-sized (committed; never resized).
+//!
+//! `sample_logits` picks the same ids on every device: its softmax numerators come from an
+//! integer fixed-point `exp`, and the partial sums, thresholds and comparisons are the same
+//! f32 additions, products and compares in the same order on the CPU and in the kernel (the
+//! row's ranked weights cut into 256 chunks, each summed in order, the chunk totals added in
+//! order), arranged so that an FMA a GPU compiler may form changes no result. The C++ CPU
+//! accumulates in float64 instead; ours can differ from that only for a draw within about
+//! 1e-6 (relative) of a bucket boundary. The residual risk is a runtime that compiles f32
+//! adds and multiplies with other than IEEE round-to-nearest (a fast-math mode; none of the
+//! runtimes used here enables one).
 
 use super::{checked_product, dispatch, dispatch_inplace, prepare_out};
 use crate::backend::{Backend, Draw};
