@@ -165,7 +165,7 @@ pub fn normal(w0: u32, w1: u32) -> f32 {
     radius * cosine
 }
 
-/// `exp(d)` for `d <= 0`, 0 below [`EXP_FLOOR`] or for NaN: `-d` in Q7.24, times `log2 e`
+/// `exp(d)` for `d <= 0`, 0 below -80 or for NaN: `-d` in Q7.24, times `log2 e`
 /// in fixed point, gives `n + f` (integer and 24-bit fraction); the result is `2^-n 2^-f`
 /// with `2^-f` by its Taylor series in Q2.30.
 #[cube]
