@@ -39,7 +39,7 @@ pub(crate) use loss::{LossIo, LossOps};
 pub(crate) use norm::{BatchNormStats, LayerNormCaches, NormOps};
 pub(crate) use reduction::ReductionOps;
 pub(crate) use rope::RopeOps;
-pub(crate) use sampling::SamplingOps;
+pub(crate) use sampling::{Draw, SamplingOps};
 pub(crate) use storage::Storage;
 
 use crate::layout::Layout;
