@@ -224,6 +224,7 @@ fn every_kernel_lowers_to_cuda() {
     crate::glu::lower_for_cuda(&mut l);
     crate::loss::lower_for_cuda(&mut l);
     crate::matmul::lower_for_cuda(&mut l);
+    crate::quant::lower_for_cuda(&mut l);
     crate::reduce::lower_for_cuda(&mut l);
     crate::rope::lower_for_cuda(&mut l);
     crate::rows::lower_for_cuda(&mut l);

@@ -39,6 +39,7 @@ mod launch;
 pub mod loss;
 pub mod matmul;
 mod primitives;
+pub mod quant;
 pub mod reduce;
 pub mod rope;
 pub mod rows;

@@ -22,6 +22,7 @@ mod loss;
 mod norm;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod probe;
+mod quant;
 mod reduction;
 mod rope;
 mod sampling;
@@ -37,6 +38,7 @@ pub(crate) use flash_grad::FlashAttentionGradOps;
 pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use loss::{LossIo, LossOps};
 pub(crate) use norm::{BatchNormStats, LayerNormCaches, NormOps};
+pub(crate) use quant::QuantOps;
 pub(crate) use reduction::ReductionOps;
 pub(crate) use rope::RopeOps;
 pub(crate) use sampling::{Draw, SamplingOps};
@@ -78,6 +80,7 @@ pub(crate) trait Backend:
     + FlashAttentionOps
     + FlashAttentionGradOps
     + SamplingOps
+    + QuantOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

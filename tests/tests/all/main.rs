@@ -19,6 +19,7 @@ mod parity_elementwise;
 mod parity_linear;
 mod parity_norm;
 mod parity_reduction;
+mod quant;
 mod reference_activation;
 mod reference_elementwise;
 mod reference_linear;

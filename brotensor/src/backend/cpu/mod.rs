@@ -12,6 +12,7 @@ mod layout;
 mod linear;
 mod loss;
 mod norm;
+mod quant;
 mod reduction;
 mod rope;
 mod sampling;

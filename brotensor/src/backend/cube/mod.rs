@@ -14,6 +14,7 @@ mod layout;
 mod linear;
 mod loss;
 mod norm;
+mod quant;
 mod reduction;
 mod rope;
 mod sampling;

@@ -1,0 +1,1 @@
+//! The block layouts of the GGUF weight types as #[cube] decoders (one per type).

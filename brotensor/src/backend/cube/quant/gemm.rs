@@ -1,0 +1,1 @@
+//! GPU glue of the quantized gemm.

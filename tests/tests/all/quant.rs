@@ -1,0 +1,1 @@
+//! Tests of the quantized ops: dequantization, GEMV and GEMM against the gguf package.
