@@ -1,0 +1,1 @@
+//! The quantized ops on the CPU.

@@ -1,0 +1,1 @@
+//! GPU dequantization of every weight block type.

@@ -1,0 +1,1 @@
+//! The GPU prefill GEMM with quantized weights.

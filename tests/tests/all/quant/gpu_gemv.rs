@@ -1,0 +1,1 @@
+//! The GPU decode GEMV with quantized weights.
