@@ -1,0 +1,1 @@
+//! The projected ops and the KV cache.

@@ -1,0 +1,1 @@
+//! Error cases of the contracts.
