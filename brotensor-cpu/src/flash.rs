@@ -66,7 +66,14 @@ impl Attention {
 
 /// `o (lq, nq*hd)` = attention of `q` over `k`, `v` as [`Attention`] describes; `mask`, when
 /// given, holds `lk` values. Lengths: `q` and `o` `lq*nq*hd`, `k` and `v` `lk*nkv*hd`.
-pub fn attention(q: &[f32], k: &[f32], v: &[f32], mask: Option<&[f32]>, a: &Attention, o: &mut [f32]) {
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mask: Option<&[f32]>,
+    a: &Attention,
+    o: &mut [f32],
+) {
     let (lq, hd, nq) = (a.lq, a.hd, a.nq);
     if lq == 0 || hd == 0 || nq == 0 {
         return;

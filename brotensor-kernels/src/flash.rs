@@ -451,7 +451,7 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
     if g.q_rows == 0 || g.hd == 0 || g.nq == 0 {
         return Ok(());
     }
-    if g.hd > MAX_HEAD_DIM || g.nkv == 0 || g.nq % g.nkv != 0 {
+    if g.hd > MAX_HEAD_DIM || g.nkv == 0 || !g.nq.is_multiple_of(g.nkv) {
         return Err(LaunchError::TooLarge { vectors: g.hd });
     }
     let e = core::mem::size_of::<F>();
@@ -521,7 +521,10 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
             ArrayArg::from_raw_parts(q.clone(), q_len),
             ArrayArg::from_raw_parts(k.clone(), k_len),
             ArrayArg::from_raw_parts(v.clone(), k_len),
-            ArrayArg::from_raw_parts(mask.unwrap_or(q).clone(), if mask.is_some() { g.k_rows } else { 1 }),
+            ArrayArg::from_raw_parts(
+                mask.unwrap_or(q).clone(),
+                if mask.is_some() { g.k_rows } else { 1 },
+            ),
             ArrayArg::from_raw_parts(cu_q.clone(), cu_len),
             ArrayArg::from_raw_parts(cu_k.clone(), cu_len),
             ArrayArg::from_raw_parts(o.clone(), q_len),
@@ -672,8 +675,14 @@ mod tests {
             for cubes in [1usize, 8, 63, 64, 1000] {
                 for tile in [2usize, 4, 8, 16] {
                     let (chunks, chunk) = split_plan(cubes, keys, tile);
-                    assert!(chunk % tile == 0 && chunks * chunk >= keys, "{keys} {cubes}");
-                    assert!((chunks - 1) * chunk < keys.max(1), "{keys} {cubes}: empty chunk");
+                    assert!(
+                        chunk % tile == 0 && chunks * chunk >= keys,
+                        "{keys} {cubes}"
+                    );
+                    assert!(
+                        (chunks - 1) * chunk < keys.max(1),
+                        "{keys} {cubes}: empty chunk"
+                    );
                     assert!(chunk / tile <= MAX_STEPS, "{keys} {cubes}: long loop");
                 }
             }

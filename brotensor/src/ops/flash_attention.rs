@@ -60,13 +60,13 @@ fn check_core(
     if nq == 0 || nkv == 0 {
         return Err(Error::invalid(op, "head counts must be >= 1"));
     }
-    if nq % nkv != 0 {
+    if !nq.is_multiple_of(nkv) {
         return Err(Error::invalid(
             op,
             format!("num_kv_heads = {nkv} does not divide num_q_heads = {nq}"),
         ));
     }
-    if q.cols() % nq != 0 {
+    if !q.cols().is_multiple_of(nq) {
         return Err(Error::shape(
             op,
             format!("num_heads = {nq} does not divide D = {}", q.cols()),
@@ -151,7 +151,11 @@ pub fn flash_attention_forward(
     if causal && q.rows() != k.rows() {
         return Err(Error::shape(
             op,
-            format!("causal needs Lq == Lk (Lq = {}, Lk = {})", q.rows(), k.rows()),
+            format!(
+                "causal needs Lq == Lk (Lq = {}, Lk = {})",
+                q.rows(),
+                k.rows()
+            ),
         ));
     }
     let s = spec(num_heads, num_heads, k.rows(), causal);
@@ -184,7 +188,11 @@ pub fn flash_attention_gqa_forward(
     if causal && q.rows() != k.rows() {
         return Err(Error::shape(
             op,
-            format!("causal needs Lq == Lk (Lq = {}, Lk = {})", q.rows(), k.rows()),
+            format!(
+                "causal needs Lq == Lk (Lq = {}, Lk = {})",
+                q.rows(),
+                k.rows()
+            ),
         ));
     }
     let s = spec(num_q_heads, num_kv_heads, k.rows(), causal);
@@ -205,13 +213,13 @@ pub fn flash_attention_windowed_forward(
     o: &mut Tensor,
 ) -> Result<()> {
     let op = "flash_attention_windowed_forward";
-    let hd = if num_heads > 0 && q.cols() % num_heads == 0 {
+    let hd = if num_heads > 0 && q.cols().is_multiple_of(num_heads) {
         q.cols() / num_heads
     } else {
         0
     };
     // Unknown head dim: the core reports the head split; else K's columns give the KV heads.
-    let nkv = if hd > 0 && k.cols() % hd == 0 {
+    let nkv = if hd > 0 && k.cols().is_multiple_of(hd) {
         k.cols() / hd
     } else {
         num_heads
@@ -233,7 +241,12 @@ pub fn flash_attention_windowed_forward(
 
 /// Reads and checks a prefix-sum operand: I32, `batch + 1` values, starting at 0, never
 /// decreasing, ending at `rows`. Returns the values and the longest sequence.
-fn seqlens(op: &'static str, name: &'static str, cu: &Tensor, rows: usize) -> Result<(Vec<i32>, usize)> {
+fn seqlens(
+    op: &'static str,
+    name: &'static str,
+    cu: &Tensor,
+    rows: usize,
+) -> Result<(Vec<i32>, usize)> {
     if cu.dtype() != Dtype::I32 {
         return Err(Error::Dtype {
             op,
@@ -243,7 +256,10 @@ fn seqlens(op: &'static str, name: &'static str, cu: &Tensor, rows: usize) -> Re
         });
     }
     if cu.numel() == 0 {
-        return Err(Error::shape(op, format!("`{name}` needs batch + 1 >= 1 values")));
+        return Err(Error::shape(
+            op,
+            format!("`{name}` needs batch + 1 >= 1 values"),
+        ));
     }
     let vals = cu.to_vec::<i32>()?;
     if vals[0] != 0 {
@@ -295,16 +311,30 @@ pub fn flash_attention_varlen_forward(
     if hd != head_dim {
         return Err(Error::shape(
             op,
-            format!("`q` has {} columns, not num_heads * head_dim = {num_heads} * {head_dim}", q.cols()),
+            format!(
+                "`q` has {} columns, not num_heads * head_dim = {num_heads} * {head_dim}",
+                q.cols()
+            ),
         ));
     }
-    super::resolve(op, &[("q", q), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)])?;
+    super::resolve(
+        op,
+        &[
+            ("q", q),
+            ("cu_seqlens_q", cu_seqlens_q),
+            ("cu_seqlens_k", cu_seqlens_k),
+        ],
+    )?;
     let (cq, lq) = seqlens(op, "cu_seqlens_q", cu_seqlens_q, q.rows())?;
     let (ck, lk) = seqlens(op, "cu_seqlens_k", cu_seqlens_k, k.rows())?;
     if cq.len() != ck.len() {
         return Err(Error::shape(
             op,
-            format!("`cu_seqlens_q` has {} values, `cu_seqlens_k` {}", cq.len(), ck.len()),
+            format!(
+                "`cu_seqlens_q` has {} values, `cu_seqlens_k` {}",
+                cq.len(),
+                ck.len()
+            ),
         ));
     }
     if lq > max_seqlen_q || lk > max_seqlen_k {
@@ -328,7 +358,14 @@ pub fn flash_attention_varlen_forward(
         k_host: &ck,
         max_q: lq,
     };
-    be.flash_attention_varlen(q, k, v, &seqs, &spec(num_heads, num_heads, k.rows(), causal), o)
+    be.flash_attention_varlen(
+        q,
+        k,
+        v,
+        &seqs,
+        &spec(num_heads, num_heads, k.rows(), causal),
+        o,
+    )
 }
 
 /// Checks a soft-cap value: finite and `>= 0` (0 disables it).
@@ -367,7 +404,10 @@ pub fn flash_attention_decode(
     if valid_len > k_cache.rows() {
         return Err(Error::shape(
             op,
-            format!("valid_len = {valid_len} exceeds the cache's {} rows", k_cache.rows()),
+            format!(
+                "valid_len = {valid_len} exceeds the cache's {} rows",
+                k_cache.rows()
+            ),
         ));
     }
     if valid_len < q.rows() {
@@ -403,7 +443,16 @@ pub fn flash_attention_decode_masked(
 ) -> Result<()> {
     let op = "flash_attention_decode_masked";
     let heads = (num_q_heads, num_kv_heads);
-    let (be, _) = check_core(op, q, k_cache, v_cache, Some(mask), k_cache.rows(), heads, o)?;
+    let (be, _) = check_core(
+        op,
+        q,
+        k_cache,
+        v_cache,
+        Some(mask),
+        k_cache.rows(),
+        heads,
+        o,
+    )?;
     check_softcap(op, attn_softcap)?;
     if q.rows() != 1 {
         return Err(Error::shape(
@@ -447,15 +496,26 @@ pub fn kv_cache_append(
         ],
     )?;
     check_float(op, "k_new", k_new, be)?;
-    let caches = [("v_new", v_new), ("k_cache", &*k_cache), ("v_cache", &*v_cache)];
+    let caches = [
+        ("v_new", v_new),
+        ("k_cache", &*k_cache),
+        ("v_cache", &*v_cache),
+    ];
     check_dtypes_match(op, ("k_new", k_new), &caches)?;
     if v_new.shape() != k_new.shape() || v_cache.shape() != k_cache.shape() {
-        return Err(Error::shape(op, "`k_new`/`v_new` and `k_cache`/`v_cache` must match in shape"));
+        return Err(Error::shape(
+            op,
+            "`k_new`/`v_new` and `k_cache`/`v_cache` must match in shape",
+        ));
     }
     if k_new.cols() != k_cache.cols() {
         return Err(Error::shape(
             op,
-            format!("the new rows have {} columns, the cache {}", k_new.cols(), k_cache.cols()),
+            format!(
+                "the new rows have {} columns, the cache {}",
+                k_new.cols(),
+                k_cache.cols()
+            ),
         ));
     }
     let end = cur_len.checked_add(k_new.rows());

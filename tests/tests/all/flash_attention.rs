@@ -43,7 +43,13 @@ fn check(
             assert_eq!(out.device(), device, "{tag}: output device");
             let got = read_f32(&out).expect("read back");
             let want = round_through(dtype, want);
-            assert_close_rows(&format!("{tag} on {device} {dtype}"), &want, &got, cols, tol);
+            assert_close_rows(
+                &format!("{tag} on {device} {dtype}"),
+                &want,
+                &got,
+                cols,
+                tol,
+            );
             eprintln!("flash {tag}: {device} {dtype} ok");
             true
         }

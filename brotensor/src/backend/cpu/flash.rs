@@ -57,7 +57,15 @@ impl FlashAttentionOps for CpuBackend {
     ) -> Result<()> {
         let a = geometry(q, spec);
         let out = o.host_mut();
-        fl::attention_varlen(q.host(), k.host(), v.host(), seqs.q_host, seqs.k_host, &a, out);
+        fl::attention_varlen(
+            q.host(),
+            k.host(),
+            v.host(),
+            seqs.q_host,
+            seqs.k_host,
+            &a,
+            out,
+        );
         Ok(())
     }
 

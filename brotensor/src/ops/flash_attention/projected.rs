@@ -24,12 +24,23 @@ impl Weight<'_> {
     }
 
     /// Checks the weight is `(rows, cols)` (and, dense, in `x`'s dtype).
-    fn check(&self, op: &'static str, name: &'static str, x: &Tensor, rows: usize, cols: usize) -> Result<()> {
+    fn check(
+        &self,
+        op: &'static str,
+        name: &'static str,
+        x: &Tensor,
+        rows: usize,
+        cols: usize,
+    ) -> Result<()> {
         let w = self.tensor();
         if w.shape() != (rows, cols) {
             return Err(Error::shape(
                 op,
-                format!("`{name}` is {}x{} but must be {rows}x{cols}", w.rows(), w.cols()),
+                format!(
+                    "`{name}` is {}x{} but must be {rows}x{cols}",
+                    w.rows(),
+                    w.cols()
+                ),
             ));
         }
         if let Weight::Dense(w) = self {
@@ -98,7 +109,14 @@ pub fn flash_attention_project_kv(
     v_out: &mut Tensor,
 ) -> Result<()> {
     let op = "flash_attention_project_kv";
-    project_kv(op, ctx, (Weight::Dense(wk), bk), (Weight::Dense(wv), bv), k_out, v_out)
+    project_kv(
+        op,
+        ctx,
+        (Weight::Dense(wk), bk),
+        (Weight::Dense(wv), bv),
+        k_out,
+        v_out,
+    )
 }
 
 /// `O (Lq, D)` = attention of `X Wq^T + bq` over pre-projected `K, V (Lk, D)` (from
@@ -158,7 +176,14 @@ pub fn flash_attention_project_kv_int8w_fp16(
     v_out: &mut Tensor,
 ) -> Result<()> {
     let op = "flash_attention_project_kv_int8w_fp16";
-    project_kv(op, ctx, (Weight::Int8(wk, sk), bk), (Weight::Int8(wv, sv), bv), k_out, v_out)
+    project_kv(
+        op,
+        ctx,
+        (Weight::Int8(wk, sk), bk),
+        (Weight::Int8(wv, sv), bv),
+        k_out,
+        v_out,
+    )
 }
 
 /// [`flash_attention_q_with_kv_cached_forward`] with INT8 weights `Wq, Wo` I8 `(D, D)` and

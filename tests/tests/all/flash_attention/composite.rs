@@ -6,7 +6,14 @@ use brotensor_tests::{reference_with, tolerance, Check, Input, SplitMix64};
 use super::{check, devices, t};
 
 /// `y (rows, out) = x (rows, in) w^T (w: (out, in)) + b`, float64.
-fn linear64(x: &[f64], w: &[f64], b: Option<&[f64]>, rows: usize, inp: usize, out: usize) -> Vec<f64> {
+fn linear64(
+    x: &[f64],
+    w: &[f64],
+    b: Option<&[f64]>,
+    rows: usize,
+    inp: usize,
+    out: usize,
+) -> Vec<f64> {
     let mut y = vec![0.0; rows * out];
     for r in 0..rows {
         for o in 0..out {
@@ -21,7 +28,14 @@ fn linear64(x: &[f64], w: &[f64], b: Option<&[f64]>, rows: usize, inp: usize, ou
 }
 
 /// Multi-head attention, float64, scores materialised: `q (lq, nh*hd)`, `k, v (lk, nh*hd)`.
-fn attention64(q: &[f64], k: &[f64], v: &[f64], (lq, lk, nh): (usize, usize, usize), mask: Option<&[f32]>, causal: bool) -> Vec<f64> {
+fn attention64(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    (lq, lk, nh): (usize, usize, usize),
+    mask: Option<&[f32]>,
+    causal: bool,
+) -> Vec<f64> {
     let d = q.len() / lq;
     let hd = d / nh;
     let mut o = vec![0.0; lq * d];
@@ -29,14 +43,25 @@ fn attention64(q: &[f64], k: &[f64], v: &[f64], (lq, lk, nh): (usize, usize, usi
         for i in 0..lq {
             let keep = |j: usize| mask.is_none_or(|m| m[j] > 0.5) && (!causal || j <= i);
             let s: Vec<f64> = (0..lk)
-                .map(|j| (0..hd).map(|x| q[i * d + h * hd + x] * k[j * d + h * hd + x]).sum::<f64>() / (hd as f64).sqrt())
+                .map(|j| {
+                    (0..hd)
+                        .map(|x| q[i * d + h * hd + x] * k[j * d + h * hd + x])
+                        .sum::<f64>()
+                        / (hd as f64).sqrt()
+                })
                 .collect();
-            let m = (0..lk).filter(|&j| keep(j)).map(|j| s[j]).fold(f64::NEG_INFINITY, f64::max);
-            let p: Vec<f64> = (0..lk).map(|j| if keep(j) { (s[j] - m).exp() } else { 0.0 }).collect();
+            let m = (0..lk)
+                .filter(|&j| keep(j))
+                .map(|j| s[j])
+                .fold(f64::NEG_INFINITY, f64::max);
+            let p: Vec<f64> = (0..lk)
+                .map(|j| if keep(j) { (s[j] - m).exp() } else { 0.0 })
+                .collect();
             let den: f64 = p.iter().sum();
             if den > 0.0 {
                 for x in 0..hd {
-                    o[i * d + h * hd + x] = (0..lk).map(|j| p[j] * v[j * d + h * hd + x]).sum::<f64>() / den;
+                    o[i * d + h * hd + x] =
+                        (0..lk).map(|j| p[j] * v[j * d + h * hd + x]).sum::<f64>() / den;
                 }
             }
         }
@@ -84,7 +109,15 @@ fn project_kv_vs_f64() {
             Check::default(),
             move |t| {
                 let (mut k, mut v) = (Tensor::default(), Tensor::default());
-                ops::flash_attention_project_kv(&t[0], &t[1], Some(&t[2]), &t[3], Some(&t[4]), &mut k, &mut v)?;
+                ops::flash_attention_project_kv(
+                    &t[0],
+                    &t[1],
+                    Some(&t[2]),
+                    &t[3],
+                    Some(&t[4]),
+                    &mut k,
+                    &mut v,
+                )?;
                 Ok(if which == 0 { k } else { v })
             },
             move |x| linear64(&x[0], &x[1 + 2 * which], Some(&x[2 + 2 * which]), lk, dc, d),
@@ -115,7 +148,17 @@ fn q_with_kv_cached_vs_f64() {
             let m = Tensor::from_slice_on(t[0].device(), &mask, 1, lk)?;
             let mut o = Tensor::default();
             ops::flash_attention_q_with_kv_cached_forward(
-                &t[0], &t[1], &t[2], &t[3], Some(&t[4]), &t[5], Some(&t[6]), Some(&m), nh, false, &mut o,
+                &t[0],
+                &t[1],
+                &t[2],
+                &t[3],
+                Some(&t[4]),
+                &t[5],
+                Some(&t[6]),
+                Some(&m),
+                nh,
+                false,
+                &mut o,
             )?;
             Ok(o)
         },
@@ -226,7 +269,9 @@ struct Int8W {
 fn int8_weight(device: Device, rng: &mut SplitMix64, rows: usize, cols: usize) -> Int8W {
     let w = rng.uniform(rows * cols, -0.3, 0.3);
     let (q, s) = ops::quantize_int8_per_row_host(&w, rows, cols).expect("quantize");
-    let deq = (0..rows * cols).map(|i| f64::from(q[i]) * f64::from(s[i / cols])).collect();
+    let deq = (0..rows * cols)
+        .map(|i| f64::from(q[i]) * f64::from(s[i / cols]))
+        .collect();
     Int8W {
         w: Tensor::from_slice_on(device, &q, rows, cols).expect("upload"),
         s: Tensor::from_slice_on(device, &s, rows, 1).expect("upload"),
@@ -251,7 +296,11 @@ fn int8w_variants_vs_f64() {
                 int8_weight(device, &mut rng, d, dc),
                 int8_weight(device, &mut rng, d, d),
             );
-            let (xt, ct, bt) = (t(device, &x, lq, d, dtype), t(device, &ctx, lk, dc, dtype), t(device, &b, 1, d, dtype));
+            let (xt, ct, bt) = (
+                t(device, &x, lq, d, dtype),
+                t(device, &ctx, lk, dc, dtype),
+                t(device, &b, 1, d, dtype),
+            );
             let f = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<f64>>();
             let (x64, c64, b64) = (f(&x), f(&ctx), f(&b));
             let k64 = linear64(&c64, &wk.deq, Some(&b64), lk, dc, d);
@@ -264,24 +313,59 @@ fn int8w_variants_vs_f64() {
 
             let run_kv = || -> Result<Tensor> {
                 let (mut k, mut v) = (Tensor::default(), Tensor::default());
-                ops::flash_attention_project_kv_int8w_fp16(&ct, (&wk.w, &wk.s, Some(&bt)), (&wv.w, &wv.s, None), &mut k, &mut v)?;
+                ops::flash_attention_project_kv_int8w_fp16(
+                    &ct,
+                    (&wk.w, &wk.s, Some(&bt)),
+                    (&wv.w, &wv.s, None),
+                    &mut k,
+                    &mut v,
+                )?;
                 // K and V side by side, checked together.
-                let (kh, vh) = (brotensor_tests::read_f32(&k)?, brotensor_tests::read_f32(&v)?);
+                let (kh, vh) = (
+                    brotensor_tests::read_f32(&k)?,
+                    brotensor_tests::read_f32(&v)?,
+                );
                 t_pair(device, dtype, &kh, &vh, lk, d)
             };
             let mut kv_want = narrow(k64.clone());
             kv_want.extend(narrow(v64.clone()));
             // Checked on devices that run 16-bit linear ops (the CPU does, widened).
-            check("project_kv_int8w_fp16", device, dtype, run_kv(), &kv_want, d, tol);
+            check(
+                "project_kv_int8w_fp16",
+                device,
+                dtype,
+                run_kv(),
+                &kv_want,
+                d,
+                tol,
+            );
 
             let kt = t(device, &narrow(k64.clone()), lk, d, dtype);
             let vt = t(device, &narrow(v64.clone()), lk, d, dtype);
             let run_q = || -> Result<Tensor> {
                 let mut o = Tensor::default();
-                ops::flash_attention_q_with_kv_cached_int8w_fp16(&xt, &kt, &vt, (&wq.w, &wq.s, Some(&bt)), (&wo.w, &wo.s, None), None, nh, false, &mut o)?;
+                ops::flash_attention_q_with_kv_cached_int8w_fp16(
+                    &xt,
+                    &kt,
+                    &vt,
+                    (&wq.w, &wq.s, Some(&bt)),
+                    (&wo.w, &wo.s, None),
+                    None,
+                    nh,
+                    false,
+                    &mut o,
+                )?;
                 Ok(o)
             };
-            check("q_with_kv_cached_int8w_fp16", device, dtype, run_q(), &narrow(o64.clone()), d, tol);
+            check(
+                "q_with_kv_cached_int8w_fp16",
+                device,
+                dtype,
+                run_q(),
+                &narrow(o64.clone()),
+                d,
+                tol,
+            );
 
             let run_all = || -> Result<Tensor> {
                 let mut o = Tensor::default();
@@ -299,13 +383,28 @@ fn int8w_variants_vs_f64() {
                 )?;
                 Ok(o)
             };
-            check("qkvo_int8w_fp16", device, dtype, run_all(), &narrow(o64), d, tol);
+            check(
+                "qkvo_int8w_fp16",
+                device,
+                dtype,
+                run_all(),
+                &narrow(o64),
+                d,
+                tol,
+            );
         }
     }
 }
 
 /// `[a; b]` stacked by rows as one tensor.
-fn t_pair(device: Device, dtype: Dtype, a: &[f32], b: &[f32], rows: usize, cols: usize) -> Result<Tensor> {
+fn t_pair(
+    device: Device,
+    dtype: Dtype,
+    a: &[f32],
+    b: &[f32],
+    rows: usize,
+    cols: usize,
+) -> Result<Tensor> {
     let mut v = a.to_vec();
     v.extend_from_slice(b);
     brotensor_tests::tensor(device, &v, 2 * rows, cols, dtype)
@@ -354,8 +453,24 @@ fn kv_cache_append_writes_only_its_rows() {
             assert_eq!(cur, 23, "the fourth append must overflow");
             assert_eq!(kc.rows(), lmax, "the cache was resized");
             let exact = |_: Dtype| (0.0f32, 0.0f32);
-            check("kv_cache_append K", device, dtype, Ok(kc), &want_k, d, exact(dtype));
-            check("kv_cache_append V", device, dtype, Ok(vc), &want_v, d, exact(dtype));
+            check(
+                "kv_cache_append K",
+                device,
+                dtype,
+                Ok(kc),
+                &want_k,
+                d,
+                exact(dtype),
+            );
+            check(
+                "kv_cache_append V",
+                device,
+                dtype,
+                Ok(vc),
+                &want_v,
+                d,
+                exact(dtype),
+            );
         }
     }
 }

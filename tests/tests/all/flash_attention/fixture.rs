@@ -22,7 +22,10 @@ impl Case {
         &self.0[k]
     }
     fn list(&self, k: &str) -> Vec<i32> {
-        self.0[k].split(',').map(|v| v.parse().expect("i32")).collect()
+        self.0[k]
+            .split(',')
+            .map(|v| v.parse().expect("i32"))
+            .collect()
     }
     fn tag(&self) -> String {
         let c = &self.0;
@@ -59,7 +62,13 @@ fn load() -> (Vec<Case>, Vec<f32>) {
 
 /// The case's inputs from the harness stream: Q, K, V, then the mask (see the script).
 fn inputs(c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
-    let (lq, lk, nq, nkv, hd) = (c.get("lq"), c.get("lk"), c.get("nq"), c.get("nkv"), c.get("hd"));
+    let (lq, lk, nq, nkv, hd) = (
+        c.get("lq"),
+        c.get("lk"),
+        c.get("nq"),
+        c.get("nkv"),
+        c.get("hd"),
+    );
     let mut rng = SplitMix64::new(c.get("seed") as u64);
     let q = rng.uniform(lq * nq * hd, -1.0, 1.0);
     let k = rng.uniform(lk * nkv * hd, -1.0, 1.0);
@@ -81,7 +90,13 @@ fn inputs(c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
 
 /// Runs the case's op on `device` in `dtype`.
 fn run(c: &Case, device: Device, dtype: Dtype) -> Result<Tensor> {
-    let (lq, lk, nq, nkv, hd) = (c.get("lq"), c.get("lk"), c.get("nq"), c.get("nkv"), c.get("hd"));
+    let (lq, lk, nq, nkv, hd) = (
+        c.get("lq"),
+        c.get("lk"),
+        c.get("nq"),
+        c.get("nkv"),
+        c.get("hd"),
+    );
     let (q, k, v, mask) = inputs(c);
     let q = t(device, &q, lq, nq * hd, dtype);
     let k = t(device, &k, lk, nkv * hd, dtype);
@@ -144,13 +159,28 @@ fn attention_core_matches_numpy() {
                 let at = c.get("at") + i * n;
                 let want = &values[at..at + n];
                 let cols = c.get("nq") * c.get("hd");
-                if check(&c.tag(), device, dtype, run(c, device, dtype), want, cols, tolerance(dtype)) {
-                    *ran.entry(format!("{}", c.s("op"))).or_default() += 1;
+                if check(
+                    &c.tag(),
+                    device,
+                    dtype,
+                    run(c, device, dtype),
+                    want,
+                    cols,
+                    tolerance(dtype),
+                ) {
+                    *ran.entry(c.s("op").to_string()).or_default() += 1;
                 }
             }
         }
     }
-    for op in ["forward", "gqa", "windowed", "decode", "decode_masked", "varlen"] {
+    for op in [
+        "forward",
+        "gqa",
+        "windowed",
+        "decode",
+        "decode_masked",
+        "varlen",
+    ] {
         assert!(ran.get(op).copied().unwrap_or(0) > 0, "{op} never ran");
     }
 }
