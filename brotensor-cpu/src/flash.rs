@@ -2,10 +2,11 @@
 //! cache.
 //!
 //! One blocked online-softmax core ([`attention`]) serves every forward variant: a block of
-//! [`QUERY_BLOCK`] query rows of one head walks the keys in tiles of [`KEY_TILE`], keeping a
-//! running maximum, sum and FP32 accumulator per row, so no `Lq x Lk` score matrix is ever
-//! held. Work is spread over (head, query block) with rayon; the inner loops are plain
-//! slice loops compiled for the widest vector unit (see [`crate::simd::wide`]).
+//! [`QUERY_BLOCK`] query rows of one KV head's query heads walks the keys in tiles of
+//! [`KEY_TILE`], keeping a running maximum, sum and FP32 accumulator per row, so no
+//! `Lq x Lk` score matrix is ever held. Work is spread over (KV head, query block) with
+//! rayon; the inner loops are plain slice loops compiled for the widest vector unit (see
+//! [`crate::simd::wide`]).
 
 use rayon::prelude::*;
 
@@ -66,6 +67,9 @@ impl Attention {
 
 /// `o (lq, nq*hd)` = attention of `q` over `k`, `v` as [`Attention`] describes; `mask`, when
 /// given, holds `lk` values. Lengths: `q` and `o` `lq*nq*hd`, `k` and `v` `lk*nkv*hd`.
+///
+/// One task per (KV head, block of [`QUERY_BLOCK`] query rows) takes every query head of
+/// that KV head's group, so each K/V tile is read once for the whole group.
 pub fn attention(
     q: &[f32],
     k: &[f32],
@@ -74,32 +78,34 @@ pub fn attention(
     a: &Attention,
     o: &mut [f32],
 ) {
-    let (lq, hd, nq) = (a.lq, a.hd, a.nq);
-    if lq == 0 || hd == 0 || nq == 0 {
+    let (lq, hd, nkv) = (a.lq, a.hd, a.nkv);
+    if lq == 0 || hd == 0 || nkv == 0 {
         return;
     }
-    // Head-major scratch (nq, lq, hd) so that tasks own disjoint slices; then one pass
-    // interleaves the heads into `o`.
-    let mut heads = vec![0.0f32; nq * lq * hd];
-    heads
-        .par_chunks_mut(lq * hd)
+    // Scratch laid out (nkv, lq, group, hd) so that tasks own disjoint slices; a KV head's
+    // `group * hd` values of a query row are then the contiguous columns of that row of `o`.
+    let gw = a.nq / nkv * hd;
+    let mut groups = vec![0.0f32; nkv * lq * gw];
+    groups
+        .par_chunks_mut(lq * gw)
         .enumerate()
-        .for_each(|(h, out_h)| {
-            out_h
-                .par_chunks_mut(QUERY_BLOCK * hd)
+        .for_each(|(g, out_g)| {
+            out_g
+                .par_chunks_mut(QUERY_BLOCK * gw)
                 .enumerate()
-                .for_each(|(b, out)| block(q, k, v, mask, a, h, b * QUERY_BLOCK, out));
+                .for_each(|(b, out)| block(q, k, v, mask, a, g, b * QUERY_BLOCK, out));
         });
-    let d = nq * hd;
+    let d = a.nq * hd;
     o.par_chunks_mut(d).enumerate().for_each(|(i, row)| {
-        for h in 0..nq {
-            let src = &heads[(h * lq + i) * hd..(h * lq + i + 1) * hd];
-            row[h * hd..(h + 1) * hd].copy_from_slice(src);
+        for g in 0..nkv {
+            let src = &groups[(g * lq + i) * gw..(g * lq + i + 1) * gw];
+            row[g * gw..(g + 1) * gw].copy_from_slice(src);
         }
     });
 }
 
-/// One (head, query block): rows `i0 .. i0 + out.len() / hd` of head `h` into `out`.
+/// One (KV head `g`, query block from row `i0`): `out` holds `(rows, group, hd)` for the
+/// block's rows and the group's query heads.
 #[allow(clippy::too_many_arguments)]
 fn block(
     q: &[f32],
@@ -107,52 +113,70 @@ fn block(
     v: &[f32],
     mask: Option<&[f32]>,
     a: &Attention,
-    h: usize,
+    g: usize,
     i0: usize,
     out: &mut [f32],
 ) {
     let hd = a.hd;
-    let rows = out.len() / hd;
+    let group = a.nq / a.nkv;
     let (dq, dkv) = (a.nq * hd, a.nkv * hd);
-    let kvh = h / (a.nq / a.nkv);
+    let positions = out.len() / (group * hd);
+    // Row `r = ii * group + hh`: query row `i0 + ii`, query head `g * group + hh`, scaled.
+    let rows = positions * group;
     let mut qs = vec![0.0f32; rows * hd];
-    for r in 0..rows {
-        let src = &q[(i0 + r) * dq + h * hd..(i0 + r) * dq + (h + 1) * hd];
-        qs[r * hd..(r + 1) * hd].copy_from_slice(src);
+    for (r, dst) in qs.chunks_exact_mut(hd).enumerate() {
+        let (i, h) = (i0 + r / group, g * group + r % group);
+        for (x, &y) in dst
+            .iter_mut()
+            .zip(&q[i * dq + h * hd..i * dq + (h + 1) * hd])
+        {
+            *x = y * a.scale;
+        }
     }
     let mut m = vec![f32::NEG_INFINITY; rows];
     let mut l = vec![0.0f32; rows];
+    // The key tile transposed (hd, KEY_TILE): scores vectorize along the keys.
+    let mut kt = vec![0.0f32; hd * KEY_TILE];
     let mut s = [0.0f32; KEY_TILE];
-    // The union of the rows' key ranges.
     let lo = a.key_range(i0).0;
-    let hi = a.key_range(i0 + rows - 1).1;
+    let hi = a.key_range(i0 + positions - 1).1;
     wide(
         #[inline(always)]
         |_| {
             let mut j0 = lo;
             while j0 < hi {
                 let j1 = (j0 + KEY_TILE).min(hi);
+                let tn = j1 - j0;
+                for c in 0..tn {
+                    let row = &k[(j0 + c) * dkv + g * hd..(j0 + c) * dkv + (g + 1) * hd];
+                    for (d, &x) in row.iter().enumerate() {
+                        kt[d * KEY_TILE + c] = x;
+                    }
+                }
                 for r in 0..rows {
-                    let (rlo, rhi) = a.key_range(i0 + r);
+                    let (rlo, rhi) = a.key_range(i0 + r / group);
                     let (t0, t1) = (j0.max(rlo), j1.min(rhi));
                     if t0 >= t1 {
                         continue;
                     }
-                    let qr = &qs[r * hd..(r + 1) * hd];
+                    let st = &mut s[..tn];
+                    st.fill(0.0);
+                    for (d, &qd) in qs[r * hd..(r + 1) * hd].iter().enumerate() {
+                        for (x, &y) in st.iter_mut().zip(&kt[d * KEY_TILE..d * KEY_TILE + tn]) {
+                            *x += qd * y;
+                        }
+                    }
                     let mut tile_max = f32::NEG_INFINITY;
-                    for j in t0..t1 {
-                        let sj = &mut s[j - j0];
-                        if mask.is_some_and(|mk| mk[j] <= 0.5) {
-                            *sj = f32::NEG_INFINITY;
+                    for (c, x) in st.iter_mut().enumerate() {
+                        let j = j0 + c;
+                        if j < t0 || j >= t1 || mask.is_some_and(|mk| mk[j] <= 0.5) {
+                            *x = f32::NEG_INFINITY;
                             continue;
                         }
-                        let kr = &k[j * dkv + kvh * hd..j * dkv + (kvh + 1) * hd];
-                        let mut x = dot(qr, kr) * a.scale;
                         if a.softcap > 0.0 {
-                            x = a.softcap * (x / a.softcap).tanh();
+                            *x = a.softcap * (*x / a.softcap).tanh();
                         }
-                        *sj = x;
-                        tile_max = tile_max.max(x);
+                        tile_max = tile_max.max(*x);
                     }
                     if tile_max == f32::NEG_INFINITY {
                         continue;
@@ -166,14 +190,14 @@ fn block(
                         }
                     }
                     let mut sum = 0.0f32;
-                    for j in t0..t1 {
-                        let sj = s[j - j0];
-                        if sj == f32::NEG_INFINITY {
+                    for (c, &sc) in st.iter().enumerate() {
+                        if sc == f32::NEG_INFINITY {
                             continue;
                         }
-                        let p = (sj - m_new).exp();
+                        let p = (sc - m_new).exp();
                         sum += p;
-                        let vr = &v[j * dkv + kvh * hd..j * dkv + (kvh + 1) * hd];
+                        let j = j0 + c;
+                        let vr = &v[j * dkv + g * hd..j * dkv + (g + 1) * hd];
                         for (x, &y) in acc.iter_mut().zip(vr) {
                             *x += p * y;
                         }
@@ -186,30 +210,11 @@ fn block(
         },
     );
     for r in 0..rows {
-        let acc = &mut out[r * hd..(r + 1) * hd];
         let inv = if l[r] > 0.0 { 1.0 / l[r] } else { 0.0 };
-        for x in acc.iter_mut() {
+        for x in out[r * hd..(r + 1) * hd].iter_mut() {
             *x *= inv;
         }
     }
-}
-
-/// `sum_i a[i] b[i]` with eight independent partial sums (so the loop vectorizes).
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ta, tb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for t in 0..8 {
-            acc[t] += x[t] * y[t];
-        }
-    }
-    let mut total = 0.0f32;
-    for (x, y) in ta.iter().zip(tb) {
-        total += x * y;
-    }
-    acc.iter().sum::<f32>() + total
 }
 
 /// Packed variable-length attention: sequence `b` covers query rows
