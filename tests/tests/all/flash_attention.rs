@@ -5,6 +5,7 @@
 mod composite;
 mod errors;
 mod fixture;
+mod parity;
 
 use brotensor::{Device, Dtype, Error, Result, Tensor};
 use brotensor_tests::{assert_close_rows, gpu_devices, read_f32, round_through, tensor};
