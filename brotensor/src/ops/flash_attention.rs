@@ -290,7 +290,9 @@ fn seqlens(
 /// (I32 prefix sums of `batch + 1` values, on the op's device; `batch` is their length minus
 /// one). `Q (total_q, num_heads*head_dim)`, `K, V (total_k, same)`, no GQA; `causal` keeps
 /// key `k` for query `q` of a sequence when `k - k_start <= q - q_start`. `max_seqlen_q` and
-/// `max_seqlen_k` must bound the longest sequences.
+/// `max_seqlen_k` must bound the longest sequences. The prefix sums are read back once and
+/// checked (start at 0, monotone, end at the rows), so a bad one is an error, never a stray
+/// read; on a GPU that read waits for queued work.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention_varlen_forward(
     q: &Tensor,
