@@ -3,7 +3,8 @@
 //! [`flash_kernel`]: `O[i, h] = sum_j softmax_j(s_ij) V[j, kvh]` with
 //! `s_ij = (Q[i, h] . K[j, kvh]) / sqrt(hd)` (soft-capped when asked), over the keys kept by
 //! the mask, causal and window rules, `kvh = h / (nq / nkv)`. One cube of [`UNITS`] units
-//! takes `tile` query rows of one head and walks the keys `tile` at a time: the query, key
+//! takes `tile` rows (query row, query head) of one KV head's group, so the group's heads
+//! share every K/V tile it reads, and walks the keys `tile` at a time: the query, key
 //! and value tiles sit in shared memory, the unit pairs score them, one unit per row keeps
 //! the running maximum and sum (online softmax), and each unit keeps its share of the rows'
 //! FP32 accumulators in registers. No score matrix beyond `tile x tile` exists.
@@ -89,10 +90,10 @@ fn last_kept(mask: &Array<f32>, lk: usize, smem: &mut SharedMemory<u32>) -> usiz
     found as usize
 }
 
-/// See the module docs. Grid: x = query blocks of `tile` rows, y = query heads, z = the
-/// sequence (varlen) or the key chunk (split). `o` is written when not `split`; `part_ml`
-/// (`(row, head, chunk)` pairs of max and sum) and `part_acc` (`(row, head, chunk, hd)`)
-/// when `split`.
+/// See the module docs. Grid: x = blocks of `tile` (query row, group head) slots, y = KV
+/// heads, z = the sequence (varlen) or the key chunk (split). `o` is written when not
+/// `split`; `part_ml` (`(row, head, chunk)` pairs of max and sum) and `part_acc`
+/// (`(row, head, chunk, hd)`) when `split`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn flash_kernel<F: Float>(
@@ -125,9 +126,11 @@ fn flash_kernel<F: Float>(
     let tid = UNIT_POS as usize;
     let qi = tid / lanes;
     let lane = tid % lanes;
-    let h = CUBE_POS_Y as usize;
+    // Rows of the cube are slots `(query row, query head of this KV head's group)`, slot
+    // `i * group + hh`: the group's heads share each K/V tile.
+    let kvh = CUBE_POS_Y as usize;
     let z = CUBE_POS_Z as usize;
-    let kvh = h / (nq / nkv);
+    let group = nq / nkv;
     let (dq, dkv) = (nq * hd, nkv * hd);
     let mut qs = SharedMemory::<f32>::new(TILE_FLOATS);
     let mut ks = SharedMemory::<f32>::new(TILE_FLOATS);
@@ -163,14 +166,16 @@ fn flash_kernel<F: Float>(
         hi = k_len.min(lo + chunk);
     }
     let row0 = CUBE_POS_X as usize * tile;
-    let rows = q_len.min(row0 + tile).max(row0) - row0;
+    let slots = q_len * group;
+    let rows = slots.min(row0 + tile).max(row0) - row0;
     if rows == 0 {
         hi = lo;
     }
-    if flags & 2 != 0 {
-        hi = hi.min(row0 + rows + pos0);
+    if flags & 2 != 0 && rows > 0 {
+        // The first and last query rows of the cube's slots bound the keys.
+        hi = hi.min((row0 + rows - 1) / group + 1 + pos0);
         if window > 0 {
-            let first = row0 + pos0 + 1;
+            let first = row0 / group + pos0 + 1;
             if first > window {
                 lo = lo.max(first - window);
             }
@@ -187,7 +192,9 @@ fn flash_kernel<F: Float>(
         let d = idx % hd;
         let mut x = f32::new(0.0f32);
         if r < rows {
-            x = f32::cast_from(q[(q_start + row0 + r) * dq + h * hd + d]) * scale;
+            let slot = row0 + r;
+            let h = kvh * group + slot % group;
+            x = f32::cast_from(q[(q_start + slot / group) * dq + h * hd + d]) * scale;
         }
         qs[idx] = x;
         idx += UNITS;
@@ -239,7 +246,7 @@ fn flash_kernel<F: Float>(
             let c = pair % tile;
             let j = j0 + c;
             let mut s = none;
-            if r < rows && j < hi && keeps(mask, row0 + r, j, pos0, window, flags) {
+            if r < rows && j < hi && keeps(mask, (row0 + r) / group, j, pos0, window, flags) {
                 let mut dot = f32::new(0.0f32);
                 for d in 0..hd {
                     dot += qs[r * hd + d] * ks[c * hd + d];
@@ -302,18 +309,20 @@ fn flash_kernel<F: Float>(
     }
 
     if qi < rows {
-        let row = q_start + row0 + qi;
+        let slot = row0 + qi;
+        let row = q_start + slot / group;
+        let h = kvh * group + slot % group;
         if comptime!(split) {
-            let slot = (row * nq + h) * chunks + z;
+            let part = (row * nq + h) * chunks + z;
             if lane == 0 {
-                part_ml[slot * 2] = row_m[qi];
-                part_ml[slot * 2 + 1] = row_l[qi];
+                part_ml[part * 2] = row_m[qi];
+                part_ml[part * 2 + 1] = row_l[qi];
             }
             #[unroll]
             for t in 0..ACC {
                 let d = lane + t * lanes;
                 if d < hd {
-                    part_acc[slot * hd + d] = acc[t];
+                    part_acc[part * hd + d] = acc[t];
                 }
             }
         } else {
@@ -474,8 +483,10 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
         }
         None => (g.q_rows, 1),
     };
-    let blocks = q_span.div_ceil(tile);
-    let cubes = extent("blocks * nq", &[blocks, g.nq])?;
+    // One cube per `tile` slots (query row, query head of a KV head's group), per KV head.
+    let group = g.nq / g.nkv;
+    let blocks = extent("rows * group", &[q_span, group])?.div_ceil(tile);
+    let cubes = extent("blocks * nkv", &[blocks, g.nkv])?;
     let (chunks, chunk) = match varlen {
         // A varlen sequence's keys must fit one cube's loop.
         Some(_) => (1, g.k_rows.max(1)),
@@ -485,7 +496,7 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
     if blocks == 0 || layers == 0 {
         return Ok(());
     }
-    if blocks > (max_x as usize).min(65_535) || g.nq > 65_535 || layers > max_z as usize {
+    if blocks > (max_x as usize).min(65_535) || g.nkv > 65_535 || layers > max_z as usize {
         return Err(LaunchError::TooLarge { vectors: cubes });
     }
     if varlen.is_some() && g.k_rows.div_ceil(tile) > 65_535 {
@@ -516,7 +527,7 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
     unsafe {
         flash_kernel::launch_unchecked::<F, R>(
             client,
-            CubeCount::Static(blocks as u32, g.nq as u32, layers as u32),
+            CubeCount::Static(blocks as u32, g.nkv as u32, layers as u32),
             CubeDim::new_1d(UNITS as u32),
             ArrayArg::from_raw_parts(q.clone(), q_len),
             ArrayArg::from_raw_parts(k.clone(), k_len),
