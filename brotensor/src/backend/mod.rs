@@ -33,7 +33,7 @@ pub(crate) use attention::AttentionOps;
 pub(crate) use concat::ConcatOps;
 pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 pub(crate) use embedding::EmbeddingOps;
-pub(crate) use flash::FlashAttentionOps;
+pub(crate) use flash::{FlashAttentionOps, FlashSpec, SeqLens};
 pub(crate) use flash_grad::FlashAttentionGradOps;
 pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use loss::{LossIo, LossOps};
