@@ -743,6 +743,19 @@ pub fn linear_forward_batched_int8w_fp16(
             ("y", y),
         ],
     )?;
+    let w16 = int8_weight_as(op, be, w, scales, x)?;
+    linear_forward_batched_fp16(&w16, bias, x, y)
+}
+
+/// The I8 weight `w (out, in)` times its F32 per-row `scales`, in `x`'s 16-bit dtype (checked
+/// here), dequantized on the device.
+fn int8_weight_as(
+    op: &'static str,
+    be: &dyn Backend,
+    w: &Tensor,
+    scales: &Tensor,
+    x: &Tensor,
+) -> Result<Tensor> {
     if w.dtype() != crate::Dtype::I8 {
         return Err(Error::Dtype {
             op,
@@ -765,6 +778,41 @@ pub fn linear_forward_batched_int8w_fp16(
     if w.numel() > 0 {
         be.dequant_i8_rows(w, scales, &mut wide)?;
     }
-    let w16 = wide.to_dtype(x.dtype())?;
-    linear_forward_batched_fp16(&w16, bias, x, y)
+    wide.to_dtype(x.dtype())
+}
+
+/// `Y (out, B) = (W_i8 * scales) . X` (C++ `matmul_int8w_fp16`, the `(M, K) . (K, N)`
+/// convention of [`matmul`]): `W` is I8 `(out, in)` with F32 per-row `scales` `(out, 1)`; `X
+/// (in, B)` and `Y` are F16 or BF16; FP32 accumulation; `Y` is resized. The weight is
+/// dequantized on the device, then multiplied (the CPU computes in F32 on widened copies).
+pub fn matmul_int8w_fp16(w: &Tensor, scales: &Tensor, x: &Tensor, y: &mut Tensor) -> Result<()> {
+    let op = "matmul_int8w_fp16";
+    let be = dispatch(op, &[("w", w), ("scales", scales), ("x", x), ("y", y)])?;
+    if x.rows() != w.cols() {
+        return Err(shape_error(
+            op,
+            format!(
+                "`w` is {} and `x` is {}: inner dimensions differ",
+                dims(w),
+                dims(x)
+            ),
+        ));
+    }
+    let w16 = int8_weight_as(op, be, w, scales, x)?;
+    prepare_out(y, be.device(), &[w.rows(), x.cols()], x.dtype())?;
+    if y.numel() == 0 {
+        return Ok(());
+    }
+    if w.cols() == 0 {
+        return y.zero();
+    }
+    let (m, k, n) = (w.rows(), w.cols(), x.cols());
+    let g = Gemm {
+        m,
+        n,
+        k,
+        strides: (m * k, k * n, m * n),
+        ..NN
+    };
+    product_16bit(be, op, (&w16, x, None), y, g)
 }

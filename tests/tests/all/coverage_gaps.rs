@@ -375,6 +375,52 @@ fn int8_weight_linear_on_cpu_and_gpu_against_f64() {
     }
 }
 
+#[test]
+fn int8_weight_matmul_on_cpu_and_gpu_against_f64() {
+    let (out, inp, cols) = (12, 37, 5);
+    let mut rng = SplitMix64::new(0xC0_06);
+    let q: Vec<i8> = (0..out * inp)
+        .map(|_| ((rng.next_u64() % 255) as i32 - 127) as i8)
+        .collect();
+    let scales = rng.uniform(out, 0.001, 0.02);
+    let x = rng.uniform(inp * cols, -1.0, 1.0);
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        // The device narrows the dequantized weight q * scale to `dtype` before the product.
+        let w_held: Vec<f32> = (0..out * inp)
+            .map(|i| (f64::from(q[i]) * f64::from(scales[i / inp])) as f32)
+            .collect();
+        let (wd, xd) = (held(dtype, &w_held), held(dtype, &x));
+        let want: Vec<f64> = (0..out * cols)
+            .map(|i| {
+                let (r, c) = (i / cols, i % cols);
+                (0..inp).map(|k| wd[r * inp + k] * xd[k * cols + c]).sum()
+            })
+            .collect();
+        for dev in linear_devices(dtype) {
+            let wt = Tensor::from_slice_on(dev, &q, out, inp).unwrap();
+            let st = Tensor::from_slice_on(dev, &scales, out, 1).unwrap();
+            let xt = tensor(dev, &x, inp, cols, dtype).unwrap();
+            let mut y = Tensor::default();
+            ops::matmul_int8w_fp16(&wt, &st, &xt, &mut y).unwrap();
+            assert_eq!(y.shape(), (out, cols));
+            check(
+                &format!("matmul_int8w_fp16 on {dev} {dtype}"),
+                dtype,
+                &want,
+                &y,
+            );
+            // X's rows must match W's columns; scales one per row; W must be I8.
+            let bad_x = tensor(dev, &x[..(inp - 1) * cols], inp - 1, cols, dtype).unwrap();
+            let err = ops::matmul_int8w_fp16(&wt, &st, &bad_x, &mut y).unwrap_err();
+            assert!(err.to_string().contains("matmul_int8w_fp16"), "{err}");
+            let short = Tensor::from_slice_on(dev, &scales[1..], out - 1, 1).unwrap();
+            assert!(ops::matmul_int8w_fp16(&wt, &short, &xt, &mut y).is_err());
+            let f32_w = Tensor::from_slice_on(dev, &w_held, out, inp).unwrap();
+            assert!(ops::matmul_int8w_fp16(&f32_w, &st, &xt, &mut y).is_err());
+        }
+    }
+}
+
 /// Inputs for the comparisons: random values plus ones equal to the thresholds (strictly
 /// greater counts, so these give 0), their neighbours, infinities and NaN.
 fn threshold_inputs(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
