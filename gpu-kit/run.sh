@@ -55,6 +55,7 @@ step bench "$bin/bench_elementwise"
 step bench_dense "$bin/bench_dense"
 step bench_ops "$bin/bench_ops"
 step bench_dense_tiled env BROTENSOR_CMMA=0 BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_dense"
+step bench_attention_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_attention_gpu"
 step torch_peer python3 "$here/torch_peer.py"
 
 echo
