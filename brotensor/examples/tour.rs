@@ -36,6 +36,29 @@ fn views_step(device: Device, x_host: &[f32], dtype: Dtype) -> brotensor::Result
     y.softmax(2)?.sum(1)?.to_dtype(Dtype::F32)
 }
 
+/// The attention path of a decoder on 256 tokens: an embedding lookup of token ids in a
+/// (1000, 512) table, RoPE over 8 heads of 64 (interleaved pairs, base 10000), then causal
+/// flash attention with grouped-query heads (8 query heads over the 2 KV heads held by the
+/// first 128 columns), giving (256, 512) as F32 values.
+fn attention_step(
+    device: Device,
+    table_host: &[f32],
+    ids_host: &[i32],
+    dtype: Dtype,
+) -> brotensor::Result<Tensor> {
+    let table = Tensor::from_slice_on(device, table_host, 1000, 512)?.to_dtype(dtype)?;
+    let ids = Tensor::from_slice_on(device, ids_host, ids_host.len(), 1)?;
+    let mut h = Tensor::default();
+    ops::embedding_lookup_forward(&table, &ids, &mut h)?;
+    let mut q = Tensor::default();
+    ops::rope_forward(&h, 64, 8, 0, &ops::RopeParams::new(10_000.0), &mut q)?;
+    let k = q.narrow(1, 0, 128)?.contiguous()?;
+    let v = h.narrow(1, 0, 128)?.contiguous()?;
+    let mut o = Tensor::default();
+    ops::flash_attention_gqa_forward(&q, &k, &v, None, 8, 2, true, &mut o)?;
+    o.to_dtype(Dtype::F32)
+}
+
 /// Runs `work` on every device and dtype it can, warm then timed, against the CPU's FP32
 /// result; prints one row each and returns whether all agreed within `tols` (F32, F16, BF16).
 fn compare(
@@ -138,6 +161,19 @@ fn main() -> brotensor::Result<()> {
     );
     ok &= compare(&devices, &reference, [1e-5, 1e-2, 5e-2], |d, t| {
         views_step(d, &x, t)
+    })?;
+
+    let table: Vec<f32> = (0..1000 * 512usize)
+        .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    let ids: Vec<i32> = (0..256usize).map(|i| (i * 37 % 1000) as i32).collect();
+    let reference = attention_step(Device::Cpu, &table, &ids, Dtype::F32)?.to_vec::<f32>()?;
+    println!();
+    println!(
+        "decoder attention: embedding lookup + RoPE + causal GQA flash attention, 256 tokens:"
+    );
+    ok &= compare(&devices, &reference, [1e-4, 2e-2, 5e-2], |d, t| {
+        attention_step(d, &table, &ids, t)
     })?;
     let failed = !ok;
     if failed {
