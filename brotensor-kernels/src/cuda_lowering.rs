@@ -126,6 +126,26 @@ fn compact_info(id: &str) -> String {
     format!("{name} {{ {} }}", kept.join(", "))
 }
 
+/// The `.rs` files under `dir` (subfolders included), as paths relative to `src/` with the
+/// `prefix` of the folder they are in.
+fn source_files(dir: &str, prefix: &str) -> Vec<String> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let entry = entry.expect("entry");
+        let name = entry.file_name().into_string().expect("utf-8");
+        if entry.file_type().expect("file type").is_dir() {
+            files.extend(source_files(
+                &format!("{dir}/{name}"),
+                &format!("{prefix}{name}/"),
+            ));
+        } else if name.ends_with(".rs") {
+            files.push(format!("{prefix}{name}"));
+        }
+    }
+    files.sort();
+    files
+}
+
 /// The names of the `#[cube(launch_unchecked)]` kernels defined in `src`.
 fn launched_kernels(src: &str) -> Vec<String> {
     let mut names = Vec::new();
@@ -133,8 +153,12 @@ fn launched_kernels(src: &str) -> Vec<String> {
     for line in src.lines().map(str::trim) {
         if line.starts_with("#[cube(launch") {
             after_attr = true;
-        } else if after_attr && line.starts_with("fn ") {
-            let name = line[3..].split(['<', '(']).next().unwrap_or("");
+        } else if let Some(rest) = line
+            .strip_prefix("fn ")
+            .or_else(|| line.strip_prefix("pub fn "))
+            .filter(|_| after_attr)
+        {
+            let name = rest.split(['<', '(']).next().unwrap_or("");
             names.push(name.to_string());
             after_attr = false;
         }
@@ -244,11 +268,7 @@ fn every_kernel_lowers_to_cuda() {
     };
     let lowered = |needle: &str| l.units.iter().any(|u| u.kernel.contains(needle));
     let mut missing = Vec::new();
-    let files: Vec<String> = std::fs::read_dir(format!("{root}/src"))
-        .expect("src")
-        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
-        .filter(|n| n.ends_with(".rs"))
-        .collect();
+    let files = source_files(&format!("{root}/src"), "");
     let mut kernels = 0;
     for file in &files {
         for name in launched_kernels(&read(&format!("src/{file}"))) {
