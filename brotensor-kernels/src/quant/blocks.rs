@@ -384,8 +384,8 @@ pub fn decode8(w: &Array<u32>, at: usize, e: usize, out: &mut Array<f32>, #[comp
         }
     } else if comptime!(kind == IQ4_XS) {
         let ib = e / 32;
-        let low = (read_byte(w, at + IQ4_XS_SCALES_L_AT + ib / 2) >> u32::cast_from(4 * (ib % 2)))
-            & 0xF;
+        let low =
+            (read_byte(w, at + IQ4_XS_SCALES_L_AT + ib / 2) >> u32::cast_from(4 * (ib % 2))) & 0xF;
         let high = (read_u16(w, at + IQ4_XS_SCALES_H_AT) >> u32::cast_from(2 * ib)) & 3;
         let dl = read_f16(w, at) * f32::cast_from(i32::cast_from(low | (high << 4)) - 32);
         #[unroll]
