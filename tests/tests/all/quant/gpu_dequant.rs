@@ -44,8 +44,18 @@ fn f16_fields(dtype: Dtype) -> &'static [usize] {
 }
 
 /// `blocks` random blocks of `dtype`: random quant bytes, f16 scales finite (subnormals
-/// included, magnitudes below 64) and MXFP4 exponents that keep every value finite.
+/// included, magnitudes below 1/4, so that products stay in F16 range) and MXFP4 exponents that keep every value finite.
 pub(super) fn random_blocks(dtype: Dtype, blocks: usize, seed: u64) -> Vec<u8> {
+    blocks_with(dtype, blocks, seed, 0..250)
+}
+
+/// [`random_blocks`] whose MXFP4 scales stay within `2^-10 .. 2^2` (the products of a GEMV
+/// stay in F16 range).
+pub(super) fn moderate_blocks(dtype: Dtype, blocks: usize, seed: u64) -> Vec<u8> {
+    blocks_with(dtype, blocks, seed, 118..131)
+}
+
+fn blocks_with(dtype: Dtype, blocks: usize, seed: u64, mx_exps: std::ops::Range<u64>) -> Vec<u8> {
     let bytes = dtype.storage_bytes(blocks * dtype.block_size()).unwrap();
     let size = bytes / blocks.max(1);
     let mut rng = SplitMix64::new(seed);
@@ -53,11 +63,11 @@ pub(super) fn random_blocks(dtype: Dtype, blocks: usize, seed: u64) -> Vec<u8> {
     for b in raw.chunks_exact_mut(size) {
         for &at in f16_fields(dtype) {
             let r = rng.next_u64();
-            let bits = ((r & 1) << 15) | (((r >> 1) % 21) << 10) | ((r >> 8) & 0x3FF);
+            let bits = ((r & 1) << 15) | (((r >> 1) % 13) << 10) | ((r >> 8) & 0x3FF);
             b[at..at + 2].copy_from_slice(&(bits as u16).to_le_bytes());
         }
         if dtype == Dtype::MXFP4 {
-            b[0] = (rng.next_u64() % 250) as u8;
+            b[0] = (mx_exps.start + rng.next_u64() % (mx_exps.end - mx_exps.start)) as u8;
         }
     }
     raw
