@@ -3,7 +3,8 @@
 //! A quantized weight lives on the device as its raw GGUF blocks, byte-packed back to back
 //! in a `u32` word array (element `4i + j` of the bytes is byte `j` of word `i`, little
 //! endian). Blocks of 18, 34 or 17 bytes do not start on word boundaries, so every field is
-//! read byte by byte out of the words ([`read_byte`], [`read_u16`], [`read_u32`]) and f16
+//! read out of the words at any byte offset ([`read_byte`], [`read_u16`], [`read_u32`], and
+//! [`read8`] for a group's 8 quant bytes in two or three word loads) and f16
 //! scales are decoded from their bits ([`f16_bits`]).
 //!
 //! The one interface the dequantization, the GEMV and the GEMM kernels share is
@@ -142,7 +143,36 @@ pub fn read_byte(w: &Array<u32>, at: usize) -> u32 {
 /// The little-endian 16-bit value at byte `at` (any alignment).
 #[cube]
 pub fn read_u16(w: &Array<u32>, at: usize) -> u32 {
-    read_byte(w, at) | (read_byte(w, at + 1) << 8)
+    let lo = w[at / 4] >> u32::cast_from((at % 4) * 8);
+    let mut v = lo & 0xFFFF;
+    if at % 4 == 3 {
+        v = (lo & 0xFF) | ((w[at / 4 + 1] & 0xFF) << 8);
+    }
+    v
+}
+
+/// The 8 bytes at byte `at` (any alignment) as two little-endian words in `q[0]`, `q[1]`:
+/// two or three word loads.
+#[cube]
+pub fn read8(w: &Array<u32>, at: usize, q: &mut Array<u32>) {
+    let a = at / 4;
+    let sh = u32::cast_from((at % 4) * 8);
+    let w0 = w[a];
+    let w1 = w[a + 1];
+    q[0] = w0;
+    q[1] = w1;
+    if sh != 0 {
+        // Only an unaligned run reaches a third word (its last byte lies there).
+        let w2 = w[a + 2];
+        q[0] = (w0 >> sh) | (w1 << (32 - sh));
+        q[1] = (w1 >> sh) | (w2 << (32 - sh));
+    }
+}
+
+/// Byte `t` (0..8) of a [`read8`] run.
+#[cube]
+fn byte_at(q: &Array<u32>, #[comptime] t: usize) -> u32 {
+    (q[comptime!(t / 4)] >> comptime!((8 * (t % 4)) as u32)) & 0xFF
 }
 
 /// The little-endian 32-bit value at byte `at` (any alignment).
@@ -173,18 +203,6 @@ pub fn f16_bits(h: u32) -> f32 {
 #[cube]
 pub fn read_f16(w: &Array<u32>, at: usize) -> f32 {
     f16_bits(read_u16(w, at))
-}
-
-/// Nibble `i % 16` of a 32-element block's 16 quant bytes at `qs`: low nibbles hold
-/// elements 0..16, high nibbles 16..32 (Q4_0, Q4_1, Q5_x, IQ4_NL, MXFP4).
-#[cube]
-fn nibble32(w: &Array<u32>, qs: usize, i: usize) -> u32 {
-    let b = read_byte(w, qs + i % 16);
-    let mut q = b & 0xF;
-    if i >= 16 {
-        q = b >> 4;
-    }
-    q
 }
 
 /// The IQ4_NL codebook value at index `q` (0..16).
@@ -258,24 +276,48 @@ fn q3k_scale(w: &Array<u32>, at: usize, s: usize) -> i32 {
 /// with ggml's reference decoder (same operations in the same order).
 #[cube]
 pub fn decode8(w: &Array<u32>, at: usize, e: usize, out: &mut Array<f32>, #[comptime] kind: u32) {
-    if comptime!(kind == Q4_0 || kind == IQ4_NL) {
-        let d = read_f16(w, at);
-        #[unroll]
-        for t in 0..8usize {
-            let q = nibble32(w, at + Q4_0_QS_AT, e + t);
-            if comptime!(kind == Q4_0) {
-                out[t] = f32::cast_from(i32::cast_from(q) - 8) * d;
-            } else {
-                out[t] = d * f32::cast_from(iq4_value(q));
-            }
+    let mut q = Array::<u32>::new(2usize);
+    if comptime!(kind == Q4_0 || kind == IQ4_NL || kind == Q4_1 || kind == MXFP4) {
+        // Elements 0..16 are the low nibbles of the 16 quant bytes, 16..32 the high ones.
+        let nshift = u32::cast_from(4 * (e / 16));
+        let mut qs_at = at + Q4_0_QS_AT;
+        if comptime!(kind == Q4_1) {
+            qs_at = at + Q4_1_QS_AT;
         }
-    } else if comptime!(kind == Q4_1) {
-        let d = read_f16(w, at);
-        let m = read_f16(w, at + Q4_1_M_AT);
-        #[unroll]
-        for t in 0..8usize {
-            let q = nibble32(w, at + Q4_1_QS_AT, e + t);
-            out[t] = f32::cast_from(q) * d + m;
+        if comptime!(kind == MXFP4) {
+            qs_at = at + MXFP4_QS_AT;
+        }
+        read8(w, qs_at + e % 16, &mut q);
+        if comptime!(kind == MXFP4) {
+            // 2^(x - 128), half the E8M0 scale, to match the doubled value table.
+            let x = read_byte(w, at);
+            let mut bits = 0x0020_0000u32 << (x & 1);
+            if x >= 2 {
+                bits = (x - 1) << 23;
+            }
+            let d = f32::reinterpret(bits);
+            #[unroll]
+            for t in 0..8usize {
+                let v = (byte_at(&q, t) >> nshift) & 0xF;
+                out[t] = d * f32::cast_from(mxfp4_value(v));
+            }
+        } else {
+            let d = read_f16(w, at);
+            let mut m = f32::new(0.0f32);
+            if comptime!(kind == Q4_1) {
+                m = read_f16(w, at + Q4_1_M_AT);
+            }
+            #[unroll]
+            for t in 0..8usize {
+                let v = (byte_at(&q, t) >> nshift) & 0xF;
+                if comptime!(kind == Q4_0) {
+                    out[t] = f32::cast_from(i32::cast_from(v) - 8) * d;
+                } else if comptime!(kind == Q4_1) {
+                    out[t] = f32::cast_from(v) * d + m;
+                } else {
+                    out[t] = d * f32::cast_from(iq4_value(v));
+                }
+            }
         }
     } else if comptime!(kind == Q5_0 || kind == Q5_1) {
         let d = read_f16(w, at);
@@ -287,11 +329,14 @@ pub fn decode8(w: &Array<u32>, at: usize, e: usize, out: &mut Array<f32>, #[comp
             qh_at = at + Q5_1_QH_AT;
             qs_at = at + Q5_1_QS_AT;
         }
-        let qh = read_u32(w, qh_at);
+        // Bit i of the 32 high bits is the fifth bit of element i.
+        let qh = read_u32(w, qh_at) >> u32::cast_from(e);
+        let nshift = u32::cast_from(4 * (e / 16));
+        read8(w, qs_at + e % 16, &mut q);
         #[unroll]
         for t in 0..8usize {
-            let i = e + t;
-            let x = nibble32(w, qs_at, i) | (((qh >> u32::cast_from(i)) & 1) << 4);
+            let lo = (byte_at(&q, t) >> nshift) & 0xF;
+            let x = lo | (((qh >> comptime!(t as u32)) & 1) << 4);
             if comptime!(kind == Q5_1) {
                 out[t] = f32::cast_from(x) * d + m;
             } else {
@@ -300,39 +345,44 @@ pub fn decode8(w: &Array<u32>, at: usize, e: usize, out: &mut Array<f32>, #[comp
         }
     } else if comptime!(kind == Q8_0) {
         let d = read_f16(w, at);
+        read8(w, at + Q8_0_QS_AT + e, &mut q);
         #[unroll]
         for t in 0..8usize {
-            let b = read_byte(w, at + Q8_0_QS_AT + e + t);
-            let mut q = i32::cast_from(b);
+            let b = byte_at(&q, t);
+            let mut v = i32::cast_from(b);
             if b >= 128 {
-                q -= 256;
+                v -= 256;
             }
-            out[t] = f32::cast_from(q) * d;
+            out[t] = f32::cast_from(v) * d;
         }
     } else if comptime!(kind == Q2_K || kind == Q3_K) {
         // Element i = 128 n + 32 j + r: 2-bit field j of quant byte 32 n + r; scale i / 16.
         let n = e / 128;
         let j = (e % 128) / 32;
+        let r0 = e % 32;
         let shift = u32::cast_from(2 * j);
-        // Q2_K: scale byte i / 16 holds the scale (low nibble) and min (high nibble).
-        let sc = read_byte(w, at + e / 16);
-        let mut dl = read_f16(w, at + Q2_K_D_AT) * f32::cast_from(sc & 0xF);
-        let ml = read_f16(w, at + Q2_K_DMIN_AT) * f32::cast_from(sc >> 4);
-        let mut qs_at = at + Q2_K_QS_AT;
-        if comptime!(kind == Q3_K) {
-            dl = read_f16(w, at + Q3_K_D_AT) * f32::cast_from(q3k_scale(w, at, e / 16));
-            qs_at = at + Q3_K_QS_AT;
-        }
-        let hbit = u32::cast_from(4 * n + j);
-        #[unroll]
-        for t in 0..8usize {
-            let r = (e + t) % 32;
-            let low = (read_byte(w, qs_at + 32 * n + r) >> shift) & 3;
-            if comptime!(kind == Q2_K) {
+        if comptime!(kind == Q2_K) {
+            // Scale byte i / 16 holds the scale (low nibble) and min (high nibble).
+            let sc = read_byte(w, at + e / 16);
+            let dl = read_f16(w, at + Q2_K_D_AT) * f32::cast_from(sc & 0xF);
+            let ml = read_f16(w, at + Q2_K_DMIN_AT) * f32::cast_from(sc >> 4);
+            read8(w, at + Q2_K_QS_AT + 32 * n + r0, &mut q);
+            #[unroll]
+            for t in 0..8usize {
+                let low = (byte_at(&q, t) >> shift) & 3;
                 out[t] = dl * f32::cast_from(low) - ml;
-            } else {
-                let mut v = i32::cast_from(low);
-                if (read_byte(w, at + r) >> hbit) & 1 == 0 {
+            }
+        } else {
+            // The high bit of element i is bit 4 n + j of high-bit byte r.
+            let dl = read_f16(w, at + Q3_K_D_AT) * f32::cast_from(q3k_scale(w, at, e / 16));
+            let hbit = u32::cast_from(4 * n + j);
+            let mut hm = Array::<u32>::new(2usize);
+            read8(w, at + r0, &mut hm);
+            read8(w, at + Q3_K_QS_AT + 32 * n + r0, &mut q);
+            #[unroll]
+            for t in 0..8usize {
+                let mut v = i32::cast_from((byte_at(&q, t) >> shift) & 3);
+                if (byte_at(&hm, t) >> hbit) & 1 == 0 {
                     v -= 4;
                 }
                 out[t] = dl * f32::cast_from(v);
@@ -350,14 +400,18 @@ pub fn decode8(w: &Array<u32>, at: usize, e: usize, out: &mut Array<f32>, #[comp
             qs_at = at + Q5_K_QS_AT;
         }
         let nshift = u32::cast_from(4 * (s % 2));
+        read8(w, qs_at + 32 * (e / 64) + e % 32, &mut q);
+        let mut qh = Array::<u32>::new(2usize);
+        if comptime!(kind == Q5_K) {
+            read8(w, at + Q5_K_QH_AT + e % 32, &mut qh);
+        }
         #[unroll]
         for t in 0..8usize {
-            let r = (e + t) % 32;
-            let mut q = (read_byte(w, qs_at + 32 * (e / 64) + r) >> nshift) & 0xF;
+            let mut v = (byte_at(&q, t) >> nshift) & 0xF;
             if comptime!(kind == Q5_K) {
-                q += ((read_byte(w, at + Q5_K_QH_AT + r) >> u32::cast_from(s)) & 1) << 4;
+                v += ((byte_at(&qh, t) >> u32::cast_from(s)) & 1) << 4;
             }
-            out[t] = dl * f32::cast_from(q) - ml;
+            out[t] = dl * f32::cast_from(v) - ml;
         }
     } else if comptime!(kind == Q6_K) {
         // Element i = 128 n + 32 t4 + l: low nibble (t4 < 2) or high nibble of byte
@@ -374,37 +428,30 @@ pub fn decode8(w: &Array<u32>, at: usize, e: usize, out: &mut Array<f32>, #[comp
         let ds = read_f16(w, at + Q6_K_D_AT) * f32::cast_from(sc);
         let nshift = u32::cast_from(4 * (t4 / 2));
         let hshift = u32::cast_from(2 * t4);
+        let mut qh = Array::<u32>::new(2usize);
+        read8(w, at + 64 * n + 32 * (t4 % 2) + l0, &mut q);
+        read8(w, at + Q6_K_QH_AT + 32 * n + l0, &mut qh);
         #[unroll]
         for t in 0..8usize {
-            let l = l0 + t;
-            let lo = (read_byte(w, at + 64 * n + 32 * (t4 % 2) + l) >> nshift) & 0xF;
-            let hi = (read_byte(w, at + Q6_K_QH_AT + 32 * n + l) >> hshift) & 3;
-            let q = i32::cast_from(lo | (hi << 4)) - 32;
-            out[t] = ds * f32::cast_from(q);
+            let lo = (byte_at(&q, t) >> nshift) & 0xF;
+            let hi = (byte_at(&qh, t) >> hshift) & 3;
+            let v = i32::cast_from(lo | (hi << 4)) - 32;
+            out[t] = ds * f32::cast_from(v);
         }
-    } else if comptime!(kind == IQ4_XS) {
+    } else {
+        // IQ4_XS: sub-block ib = i / 32 of 16 index bytes, low nibbles first.
         let ib = e / 32;
         let low =
             (read_byte(w, at + IQ4_XS_SCALES_L_AT + ib / 2) >> u32::cast_from(4 * (ib % 2))) & 0xF;
         let high = (read_u16(w, at + IQ4_XS_SCALES_H_AT) >> u32::cast_from(2 * ib)) & 3;
         let dl = read_f16(w, at) * f32::cast_from(i32::cast_from(low | (high << 4)) - 32);
+        let r = e % 32;
+        let nshift = u32::cast_from(4 * (r / 16));
+        read8(w, at + IQ4_XS_QS_AT + 16 * ib + r % 16, &mut q);
         #[unroll]
         for t in 0..8usize {
-            let q = nibble32(w, at + IQ4_XS_QS_AT + 16 * ib, (e + t) % 32);
-            out[t] = dl * f32::cast_from(iq4_value(q));
-        }
-    } else {
-        // MXFP4: 2^(e - 128), half the E8M0 scale, to match the doubled value table.
-        let x = read_byte(w, at);
-        let mut bits = 0x0020_0000u32 << (x & 1);
-        if x >= 2 {
-            bits = (x - 1) << 23;
-        }
-        let d = f32::reinterpret(bits);
-        #[unroll]
-        for t in 0..8usize {
-            let q = nibble32(w, at + MXFP4_QS_AT, e + t);
-            out[t] = d * f32::cast_from(mxfp4_value(q));
+            let v = (byte_at(&q, t) >> nshift) & 0xF;
+            out[t] = dl * f32::cast_from(iq4_value(v));
         }
     }
 }
