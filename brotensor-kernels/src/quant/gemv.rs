@@ -128,7 +128,9 @@ pub struct QuantGemvSpec {
 }
 
 /// `y (m, n) = act(x (m, k) . dequant(w)^T + bias)`, `w` holding `n` rows of `k / elems`
-/// blocks of `spec.kind`; `x`, `bias`, `y` of `F`, FP32 accumulation.
+/// blocks of `spec.kind`; `x`, `bias`, `y` of `F`, FP32 accumulation. Refused
+/// ([`LaunchError::TooLarge`]) for more than [`GEMV_MAX_ROWS`] rows, a `k` that is not a
+/// whole number of blocks, or sizes past 32-bit indexing.
 pub fn launch_quant_gemv<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     w: &Handle,
@@ -231,4 +233,78 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::dequant::launch_dequantize;
+    use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
+
+    /// Launches the glue cannot reach (it passes only valid codes and sizes) are refused
+    /// before they reach the device.
+    #[test]
+    fn bad_launches_are_refused() {
+        let Ok(client) = std::panic::catch_unwind(|| WgpuRuntime::client(&WgpuDevice::Cpu)) else {
+            let required = std::env::var("BROTENSOR_REQUIRE_GPU").unwrap_or_default();
+            assert!(
+                !matches!(required.as_str(), "wgpu" | "any"),
+                "no software wgpu adapter"
+            );
+            eprintln!("quant launch checks: SKIPPED (no software wgpu adapter)");
+            return;
+        };
+        let h = client.empty(1024);
+        assert_eq!(
+            launch_dequantize::<WgpuRuntime, f32>(&client, &h, &h, 13, 1),
+            Err(LaunchError::UnknownBlockKind(13))
+        );
+        // 40 Q8_0 blocks (1360 bytes) do not fit a 1024-byte buffer.
+        assert!(matches!(
+            launch_dequantize::<WgpuRuntime, f32>(&client, &h, &h, super::super::blocks::Q8_0, 40),
+            Err(LaunchError::BufferTooSmall { arg: "w", .. })
+        ));
+        let spec = QuantGemvSpec {
+            m: 1,
+            n: 1,
+            k: 32,
+            kind: 99,
+            bias: false,
+            act: 0,
+        };
+        let gemv = |spec| launch_quant_gemv::<WgpuRuntime, f32>(&client, &h, &h, None, &h, spec);
+        assert_eq!(gemv(spec), Err(LaunchError::UnknownBlockKind(99)));
+        let q8 = super::super::blocks::Q8_0;
+        // More rows than the GEMV takes, a row of a partial block, a missing bias.
+        assert!(gemv(QuantGemvSpec {
+            m: 9,
+            kind: q8,
+            ..spec
+        })
+        .is_err());
+        assert!(gemv(QuantGemvSpec {
+            k: 31,
+            kind: q8,
+            ..spec
+        })
+        .is_err());
+        assert!(matches!(
+            gemv(QuantGemvSpec {
+                kind: q8,
+                bias: true,
+                ..spec
+            }),
+            Err(LaunchError::BufferTooSmall { arg: "bias", .. })
+        ));
+        // A weight buffer too short for its rows.
+        assert!(matches!(
+            gemv(QuantGemvSpec {
+                n: 100,
+                k: 64,
+                kind: q8,
+                ..spec
+            }),
+            Err(LaunchError::BufferTooSmall { arg: "w", .. })
+        ));
+    }
 }
