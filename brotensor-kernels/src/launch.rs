@@ -39,6 +39,9 @@ pub enum LaunchError {
         /// Which argument.
         what: &'static str,
     },
+    /// A block-quantized launch got a block type code that is not one of
+    /// `quant::blocks::KINDS`.
+    UnknownBlockKind(u32),
 }
 
 impl core::fmt::Display for LaunchError {
@@ -59,6 +62,7 @@ impl core::fmt::Display for LaunchError {
             LaunchError::ZeroDivisor { what } => {
                 write!(f, "`{what}` is zero but the launch has elements to process")
             }
+            LaunchError::UnknownBlockKind(kind) => write!(f, "unknown block type code {kind}"),
         }
     }
 }
