@@ -82,7 +82,7 @@ impl GemmSpec {
 
 /// The epilogue activation `act` (comptime) of one value.
 #[cube]
-fn activate(v: f32, #[comptime] act: u32) -> f32 {
+pub(crate) fn activate(v: f32, #[comptime] act: u32) -> f32 {
     let x = Vector::<f32, Const<1>>::new(v);
     let mut out = x;
     if comptime!(act == 1) {
