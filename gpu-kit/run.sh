@@ -54,6 +54,7 @@ step kernels_spirv "$bin/brotensor-tests-spirv" --exact \
 step bench "$bin/bench_elementwise"
 step bench_dense "$bin/bench_dense"
 step bench_ops "$bin/bench_ops"
+step bench_quant_gemm "$bin/bench_quant_gemm_gpu"
 step bench_dense_tiled env BROTENSOR_CMMA=0 BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_dense"
 step torch_peer python3 "$here/torch_peer.py"
 

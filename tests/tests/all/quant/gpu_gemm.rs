@@ -16,7 +16,8 @@ fn erf(x: f64) -> f64 {
     let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
     let poly = t
         * (0.254_829_592
-            + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     (1.0 - poly * (-x * x).exp()).copysign(x)
 }
 
@@ -93,7 +94,10 @@ fn gemm_tol(dtype: Dtype, k: usize) -> (f32, f32) {
 
 /// Runs the case on `dev` through `quant_linear` and checks it.
 fn run(dev: Device, c: &Case) {
-    assert!(c.m > QUANT_GEMV_MAX_ROWS, "a GEMM case needs more than 8 rows");
+    assert!(
+        c.m > QUANT_GEMV_MAX_ROWS,
+        "a GEMM case needs more than 8 rows"
+    );
     let h = host_case(c);
     let w = Tensor::from_raw_bytes_on(dev, &h.raw, c.n, c.k, c.wtype).unwrap();
     let x = tensor(dev, &h.x, c.m, c.k, c.dtype).unwrap();
@@ -119,7 +123,10 @@ fn every_weight_type_and_activation_dtype_matches_a_float64_product() {
         for (t, &wtype) in QUANT_WEIGHT_DTYPES.iter().enumerate() {
             // Two 256-element blocks, or eight of 32, per row.
             let k = 512;
-            for (d, dtype) in [Dtype::F32, Dtype::F16, Dtype::BF16].into_iter().enumerate() {
+            for (d, dtype) in [Dtype::F32, Dtype::F16, Dtype::BF16]
+                .into_iter()
+                .enumerate()
+            {
                 for (i, m) in [9, 64, 100].into_iter().enumerate() {
                     run(
                         dev,
