@@ -54,8 +54,10 @@ step kernels_spirv "$bin/brotensor-tests-spirv" --exact \
 step bench "$bin/bench_elementwise"
 step bench_dense "$bin/bench_dense"
 step bench_ops "$bin/bench_ops"
-# The quantized decode GEMV on every GPU device, >= 256 MB of weights per block type.
+# The quantized decode GEMV on every GPU device, >= 256 MB of weights per block type, and the
+# prefill GEMM beside the dense linear of the same shape.
 step bench_quant_gpu "$bin/bench_quant_gpu"
+step bench_quant_gemm "$bin/bench_quant_gemm_gpu"
 step bench_dense_tiled env BROTENSOR_CMMA=0 BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_dense"
 step bench_attention_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_attention_gpu"
 step torch_peer python3 "$here/torch_peer.py"
