@@ -104,8 +104,9 @@ fn check_core(
 }
 
 /// A plain (non-causal-offset, no cap) core spec over `lk` keys.
-fn spec(nq: usize, nkv: usize, lk: usize, causal: bool) -> FlashSpec {
+fn spec(op: &'static str, nq: usize, nkv: usize, lk: usize, causal: bool) -> FlashSpec {
     FlashSpec {
+        op,
         nq,
         nkv,
         lk,
@@ -158,7 +159,7 @@ pub fn flash_attention_forward(
             ),
         ));
     }
-    let s = spec(num_heads, num_heads, k.rows(), causal);
+    let s = spec(op, num_heads, num_heads, k.rows(), causal);
     run(be, (q, k, v), mask, &s, o)
 }
 
@@ -195,7 +196,7 @@ pub fn flash_attention_gqa_forward(
             ),
         ));
     }
-    let s = spec(num_q_heads, num_kv_heads, k.rows(), causal);
+    let s = spec(op, num_q_heads, num_kv_heads, k.rows(), causal);
     run(be, (q, k, v), mask, &s, o)
 }
 
@@ -234,7 +235,7 @@ pub fn flash_attention_windowed_forward(
     let s = FlashSpec {
         q_offset: k.rows() - q.rows(),
         window,
-        ..spec(num_heads, nkv, k.rows(), true)
+        ..spec(op, num_heads, nkv, k.rows(), true)
     };
     run(be, (q, k, v), mask, &s, o)
 }
@@ -365,7 +366,7 @@ pub fn flash_attention_varlen_forward(
         k,
         v,
         &seqs,
-        &spec(num_heads, num_heads, k.rows(), causal),
+        &spec(op, num_heads, num_heads, k.rows(), causal),
         o,
     )
 }
@@ -422,7 +423,7 @@ pub fn flash_attention_decode(
         q_offset: valid_len - q.rows(),
         window,
         softcap: attn_softcap,
-        ..spec(num_q_heads, num_kv_heads, valid_len, true)
+        ..spec(op, num_q_heads, num_kv_heads, valid_len, true)
     };
     run(be, (q, k_cache, v_cache), None, &s, o)
 }
@@ -466,7 +467,7 @@ pub fn flash_attention_decode_masked(
         window,
         softcap: attn_softcap,
         offset_from_mask: true,
-        ..spec(num_q_heads, num_kv_heads, k_cache.rows(), true)
+        ..spec(op, num_q_heads, num_kv_heads, k_cache.rows(), true)
     };
     run(be, (q, k_cache, v_cache), Some(mask), &s, o)
 }
