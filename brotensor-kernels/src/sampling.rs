@@ -229,7 +229,13 @@ fn sample_logits_kernel(
             if j >= end {
                 break;
             }
-            let w = exp_neg((scratch[keys + j] - max) * inv_t);
+            // A key equal to the largest weighs 1, also `+inf` (whose difference is NaN).
+            let key = scratch[keys + j];
+            let mut d = key - max;
+            if key == max {
+                d = 0.0;
+            }
+            let w = exp_neg(d * inv_t);
             scratch[weights + j] = w;
             local += w;
             j += 1;
@@ -246,6 +252,10 @@ fn sample_logits_kernel(
             let mut kept = v;
             if top_k > 0 && top_k < v {
                 kept = top_k;
+            }
+            if max <= -f32::MAX {
+                // Only -inf and NaN: the first ranked token, the argmax's pick.
+                kept = 1;
             }
             if top_p < 1.0 {
                 let at = first_reaching(scratch, weights, &pre, chunk, kept, top_p * total, false);
