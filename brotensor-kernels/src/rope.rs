@@ -247,11 +247,12 @@ pub fn launch_rope_freq<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     check_xy::<F>(x, y, len, &g)?;
-    // The kernel forms positions `row + seq_offset` in 32 bits.
-    check_u32(&[(
-        "rows + seq_offset",
-        sum("rows + seq_offset", g.rows, f.seq_offset)?,
-    )])?;
+    // The kernel forms positions `row + seq_offset`, `row < rows`, in 32 bits.
+    if sum("rows + seq_offset", g.rows, f.seq_offset)? > u32::MAX as usize {
+        return Err(LaunchError::Overflow {
+            what: "rows + seq_offset (positions must fit in 32 bits)",
+        });
+    }
     let (count, dim) = grid_1d(client, pairs)?;
     // SAFETY: x and y hold `len` elements (checked); units past `len / 2` return and every
     // pair unit below it addresses two elements below `len`; `heads`, `half` are nonzero.

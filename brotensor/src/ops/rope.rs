@@ -241,6 +241,10 @@ fn check_table(
     Ok(())
 }
 
+/// One past the largest position [`rope_forward`] and [`rope_backward`] take
+/// (`seq_offset + L` at most this): the GPU kernels compute positions in 32 bits.
+pub const ROPE_POSITION_END: usize = u32::MAX as usize;
+
 /// The shared body of [`rope_forward`] and [`rope_backward`].
 fn rope_positions(
     (op, inverse): (&'static str, bool),
@@ -253,10 +257,19 @@ fn rope_positions(
     let be = dispatch(op, &[(xn, x), (yn, y)])?;
     check_x(op, (xn, x), be, head_dim, num_heads)?;
     params.check(op)?;
-    if seq_offset.checked_add(x.rows()).is_none() {
+    // The GPU kernels form positions `row + seq_offset` in 32 bits: every device refuses
+    // positions past them, so that all agree.
+    if seq_offset
+        .checked_add(x.rows())
+        .is_none_or(|end| end > ROPE_POSITION_END)
+    {
         return Err(Error::shape(
             op,
-            format!("seq_offset {seq_offset} + {} rows overflows", x.rows()),
+            format!(
+                "seq_offset {seq_offset} + {} rows passes the largest position, {}",
+                x.rows(),
+                ROPE_POSITION_END - 1
+            ),
         ));
     }
     prepare_out(y, be.device(), x.dims(), x.dtype())?;

@@ -3,6 +3,8 @@
 //! 6 to 128) replayed on every device in every dtype it computes; the backward ops checked as
 //! transposes in f64 (`<dy, rope(x)> = <rope^T(dy), x>`); and every error case.
 
+mod positions;
+
 use std::collections::HashMap;
 
 use brotensor::ops::{self, MropeTables, RopeLayout, RopeParams, RopeYarn};
