@@ -83,24 +83,34 @@ fn check_core(
             ),
         ));
     }
-    if let Some(m) = mask {
-        if m.dtype() != Dtype::F32 {
-            return Err(Error::Dtype {
-                op,
-                operand: "mask",
-                expected: "must be F32".into(),
-                found: m.dtype(),
-            });
-        }
-        if m.numel() != mask_len {
-            return Err(Error::shape(
-                op,
-                format!("`mask` has {} values but needs {mask_len}", m.numel()),
-            ));
-        }
-    }
+    check_key_mask(op, mask, mask_len)?;
     prepare_out(o, be.device(), &[q.rows(), q.cols()], q.dtype())?;
     Ok((be, hd))
+}
+
+/// Checks an optional key mask (the forward core's and the backward's): F32 with
+/// `mask_len` values.
+pub(super) fn check_key_mask(
+    op: &'static str,
+    mask: Option<&Tensor>,
+    mask_len: usize,
+) -> Result<()> {
+    let Some(m) = mask else { return Ok(()) };
+    if m.dtype() != Dtype::F32 {
+        return Err(Error::Dtype {
+            op,
+            operand: "mask",
+            expected: "must be F32".into(),
+            found: m.dtype(),
+        });
+    }
+    if m.numel() != mask_len {
+        return Err(Error::shape(
+            op,
+            format!("`mask` has {} values but needs {mask_len}", m.numel()),
+        ));
+    }
+    Ok(())
 }
 
 /// A plain (non-causal-offset, no cap) core spec over `lk` keys.
@@ -242,7 +252,7 @@ pub fn flash_attention_windowed_forward(
 
 /// Reads and checks a prefix-sum operand: I32, `batch + 1` values, starting at 0, never
 /// decreasing, ending at `rows`. Returns the values and the longest sequence.
-fn seqlens(
+pub(super) fn seqlens(
     op: &'static str,
     name: &'static str,
     cu: &Tensor,

@@ -446,7 +446,9 @@ pub struct MropeTables<'a> {
 /// `head_dim / 2`), pairs `[0, d_t)` take angle `tables[0]` at row `positions[0][r]` and
 /// column `i`, pairs `[d_t, d_t + d_h)` table `1` at column `i - d_t`, and the rest table `2`
 /// at `i - d_t - d_h`. `tables[a]` are `(max_pos_a, d_a)` F32; `positions[a]` are `L` I32
-/// values in `[0, max_pos_a)` on `x`'s device (read back once to check them). With
+/// values in `[0, max_pos_a)` on `x`'s device. On a GPU the op reads the position streams
+/// back to the host to check them: one device sync per call, waiting for the work queued
+/// before it. With
 /// `d_h = d_w = 0` and positions `0..L` this is [`rope_apply`]. Errors as [`rope_apply`],
 /// and when the sections do not add up to `head_dim / 2` or a position is out of its table.
 #[allow(clippy::too_many_arguments)]
