@@ -6,6 +6,7 @@ use brotensor::{ops, Device, Dtype, Error, Tensor};
 use brotensor_tests::{read_f32, reference_with, tensor, tolerance, Check, Input};
 
 mod errors;
+mod long;
 mod passes;
 mod qkvo;
 mod reference;
