@@ -104,7 +104,10 @@ pub fn rank_key(x: f32) -> f32 {
 /// [`SAMPLE_CHUNKS`] says) and `Z` the total, keep the first `min(top_k, v)` tokens, then
 /// (when `top_p < 1`) only up to the first with `cum_j >= top_p Z`; draw
 /// `u = uniform24(out0)` of substream `counter + row` and pick the first kept token with
-/// `u cum_last < cum_j`, else the last kept. Requires `v >= 1` and `v < 2^24`.
+/// `u cum_last < cum_j`, else the last kept. A token whose key equals the largest weighs 1
+/// (so `+inf` logits share the draw); a row whose largest key is `-f32::MAX` or less (only
+/// `-inf` and NaN) keeps only its first ranked token. Requires `v >= 1`, `v < 2^24` and a
+/// finite `inv_temperature` (the ops treat an overflowing one as greedy decoding).
 pub fn sample_logits(
     logits: &[f32],
     v: usize,
@@ -155,7 +158,11 @@ fn sample_row(
     });
     let max = rank_key(row[order[0] as usize]);
     for (w, &o) in e.iter_mut().zip(order.iter()) {
-        *w = exp_neg((rank_key(row[o as usize]) - max) * p.inv_temperature);
+        // A key equal to the largest weighs 1, also when both are `+inf` (whose difference
+        // is NaN): `+inf` logits share all the probability.
+        let k = rank_key(row[o as usize]);
+        let d = if k == max { 0.0 } else { k - max };
+        *w = exp_neg(d * p.inv_temperature);
     }
     // Chunked partial sums: cum_j = (sum of the earlier chunks) + (sum within j's chunk).
     let chunk = v.div_ceil(SAMPLE_CHUNKS);
@@ -170,6 +177,11 @@ fn sample_row(
     }
     let total = prefix;
     let mut kept = if p.top_k > 0 { p.top_k.min(v) } else { v };
+    if max <= -f32::MAX {
+        // No logit above `-f32::MAX` (only `-inf` and NaN): the first ranked token, the
+        // argmax's pick.
+        kept = 1;
+    }
     if p.top_p < 1.0 {
         let threshold = p.top_p * total;
         if let Some(j) = cum[..kept].iter().position(|&c| c >= threshold) {

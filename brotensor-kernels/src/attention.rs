@@ -14,7 +14,9 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_divisors, check_len, extent, grid_1d, strided_span, sum, LaunchError};
+use crate::launch::{
+    check_divisors, check_len, check_u32, extent, grid_1d, strided_span, sum, LaunchError,
+};
 use crate::primitives::{cube_sum, row_grid, REDUCE_UNITS};
 
 #[cube(launch_unchecked)]
@@ -194,6 +196,7 @@ pub fn launch_slot_mask<R: Runtime, F: Float + CubeElement>(
     )?;
     check_len("x", x, reach, core::mem::size_of::<F>())?;
     check_len("mask", mask, k, 4)?;
+    check_u32(&[("offset + span", reach)])?;
     let (count, dim) = grid_1d(client, k)?;
     // SAFETY: x holds offset + (k - 1) stride + 1 elements and mask k (checked); units past
     // `k` return.
@@ -223,6 +226,7 @@ pub fn launch_causal_mask<R: Runtime>(
         return Ok(());
     }
     check_len("mask", mask, l, 4)?;
+    check_u32(&[("l", l), ("q", q)])?;
     let (count, dim) = grid_1d(client, l)?;
     // SAFETY: mask holds l floats (checked); units past `l` return.
     unsafe {
@@ -253,6 +257,7 @@ pub fn launch_mask_rows<R: Runtime, F: Float + CubeElement>(
     check_divisors(&[("mask_len", mask_len)])?;
     check_len("y", y, len, core::mem::size_of::<F>())?;
     check_len("mask", mask, mask_len, 4)?;
+    check_u32(&[("rows * cols", len)])?;
     let (count, dim) = grid_1d(client, len)?;
     // SAFETY: y holds rows*cols elements and mask mask_len (checked, nonzero); units past
     // `len` return and mask indices are `% mask_len`.
@@ -300,6 +305,7 @@ pub fn launch_rel_pos_bias<R: Runtime, F: Float + CubeElement>(
         b,
     )?;
     check_len("s", s, len, b)?;
+    check_u32(&[("heads * l * l", len)])?;
     let (count, dim) = grid_1d(client, len)?;
     // SAFETY: every buffer holds what its index reaches (checked): rows of q below heads*l,
     // table rows below 2g - 1 (qy + gh - 1 - ky with qy, ky < gh), and units past `len`
@@ -367,6 +373,7 @@ pub fn launch_window_rows<R: Runtime, F: Float + CubeElement>(
     let b = core::mem::size_of::<F>();
     check_len("x", x, src, b)?;
     check_len("out", out, len, b)?;
+    check_u32(&[("window rows source", src), ("window rows output", len)])?;
     let (count, dim) = grid_1d(client, len)?;
     // SAFETY: x holds `src` and out `len` elements (checked); every source index lies inside
     // the grid (partition reads only y < gh, x < gw) or inside the windows (reverse), and
@@ -413,6 +420,7 @@ pub fn launch_token_moments<R: Runtime, F: Float + CubeElement>(
     )?;
     check_len("mass", mass, lk, 4)?;
     check_len("centroid", centroid, extent("2 lk", &[2, lk])?, 4)?;
+    check_u32(&[("lq * lk", extent("lq * lk", &[lq, lk])?), ("2 lk", 2 * lk)])?;
     let (count, dim) = row_grid(client, lk)?;
     // SAFETY: attn holds lq*lk elements, mass lk and centroid 2 lk (checked); cubes past `lk`
     // return and units read only rows below lq; w_lat is nonzero whenever a row is read.

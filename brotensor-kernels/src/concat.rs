@@ -14,7 +14,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, grid_1d, strided_span, sum, LaunchError};
+use crate::launch::{check_len, extent, fits_u32, grid_1d, strided_span, sum, LaunchError};
 use crate::primitives::arg;
 
 /// Element `e` of a buffer of packed elements (in the low bits of the result).
@@ -149,12 +149,11 @@ pub fn launch_copy_blocks<R: Runtime>(
         });
     }
     let (src_end, dst_end) = (b.reach(true)?, b.reach(false)?);
-    // A little headroom: a unit's word index times `pack` may pass the end by a word.
-    if u32::try_from(src_end.max(dst_end).saturating_add(8)).is_err() {
-        return Err(LaunchError::Overflow {
-            what: "block copy reach (must fit in 32 bits)",
-        });
-    }
+    // `fits_u32` keeps headroom: a unit's word index times `pack` may pass the end by a word.
+    fits_u32(
+        "block copy reach (must fit in 32 bits)",
+        src_end.max(dst_end),
+    )?;
     let (src_words, dst_words) = (src_end.div_ceil(pack), dst_end.div_ceil(pack));
     check_len("src", src, src_words, 4)?;
     check_len("dst", dst, dst_words, 4)?;
@@ -165,11 +164,7 @@ pub fn launch_copy_blocks<R: Runtime>(
         b.width / pack + 2
     };
     let units = extent("height * window", &[b.height, window])?;
-    if u32::try_from(units).is_err() {
-        return Err(LaunchError::Overflow {
-            what: "height * window (must fit in 32 bits)",
-        });
-    }
+    fits_u32("height * window (must fit in 32 bits)", units)?;
     // A one-row copy's pitch is never used; make it the width for the kernel's division.
     let pitch = |p: usize| if b.height == 1 { b.width } else { p };
     let geom: Vec<u32> = [

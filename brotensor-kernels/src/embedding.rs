@@ -14,7 +14,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::concat::element;
-use crate::launch::{check_len, extent, grid_1d, LaunchError};
+use crate::launch::{check_len, extent, fits_u32, grid_1d, LaunchError};
 use crate::primitives::{arg, cube_sum, REDUCE_UNITS};
 
 /// Ids each unit of the id check visits at most (a cube covers `REDUCE_UNITS` times that),
@@ -170,16 +170,6 @@ fn pack_of(elem_bytes: usize) -> Result<u32, LaunchError> {
         _ => Err(LaunchError::Overflow {
             what: "element width (1, 2 or 4 bytes)",
         }),
-    }
-}
-
-/// `n` as a `u32`, or an error unless `n` plus a little headroom fits in 32 bits (the
-/// kernels index with `u32`, and a unit's word index times `pack` may pass the end by a
-/// word).
-fn fits_u32(what: &'static str, n: usize) -> Result<u32, LaunchError> {
-    match u32::try_from(n.saturating_add(8)) {
-        Ok(_) => Ok(n as u32),
-        Err(_) => Err(LaunchError::Overflow { what }),
     }
 }
 

@@ -17,7 +17,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, grid_1d, LaunchError};
+use crate::launch::{check_len, check_u32, extent, grid_1d, sum, LaunchError};
 
 /// Units per attention cube.
 pub const UNITS: usize = 64;
@@ -410,12 +410,31 @@ pub struct Flash {
     pub causal: bool,
     /// Position of query row 0.
     pub q_offset: usize,
-    /// Sliding window (0: unbounded).
+    /// Sliding window (0: unbounded; one past every query position is unbounded too).
     pub window: usize,
     /// Soft-cap (0: none).
     pub softcap: f32,
     /// `q_offset` is the mask's last kept key.
     pub offset_from_mask: bool,
+}
+
+impl Flash {
+    /// The window the kernel applies: 0 (unbounded) when `window` reaches past every query
+    /// position. A query sits at most at `q_offset + q_rows - 1`, or `k_rows - 1 + q_rows - 1`
+    /// when its offset is the mask's last kept key, so a window of at least
+    /// `q_offset + k_rows + q_rows` keeps every key the causal rule keeps, as the CPU's
+    /// `max(0, pos + 1 - window)` does; the kernel's `j + window` then stays in 32 bits.
+    pub fn effective_window(&self) -> usize {
+        let beyond = self
+            .q_offset
+            .saturating_add(self.k_rows)
+            .saturating_add(self.q_rows);
+        if self.window >= beyond {
+            0
+        } else {
+            self.window
+        }
+    }
 }
 
 /// The packed sequences of a varlen launch: the I32 prefix sums (`batch + 1` values each)
@@ -460,12 +479,31 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
     if g.q_rows == 0 || g.hd == 0 || g.nq == 0 {
         return Ok(());
     }
-    if g.hd > MAX_HEAD_DIM || g.nkv == 0 || !g.nq.is_multiple_of(g.nkv) {
+    if g.hd > MAX_HEAD_DIM {
         return Err(LaunchError::TooLarge { vectors: g.hd });
+    }
+    if g.nkv == 0 || !g.nq.is_multiple_of(g.nkv) {
+        return Err(LaunchError::Invalid {
+            what: "nkv must be nonzero and divide nq",
+        });
     }
     let e = core::mem::size_of::<F>();
     let q_len = extent("q_rows * nq * hd", &[g.q_rows, g.nq, g.hd])?;
     let k_len = extent("k_rows * nkv * hd", &[g.k_rows, g.nkv, g.hd])?;
+    let window = g.effective_window();
+    // Every index the kernel forms: element offsets, query positions `i + q_offset` (causal)
+    // and `j + window`.
+    check_u32(&[("q_rows * nq * hd", q_len), ("k_rows * nkv * hd", k_len)])?;
+    if g.causal {
+        check_u32(&[
+            (
+                "q_offset + q_rows + k_rows",
+                sum("q_offset + q_rows", g.q_offset, g.q_rows)
+                    .and_then(|p| sum("q_offset + q_rows + k_rows", p, g.k_rows))?,
+            ),
+            ("k_rows + window", g.k_rows.saturating_add(window)),
+        ])?;
+    }
     check_len("q", q, q_len, e)?;
     check_len("k", k, k_len, e)?;
     check_len("v", v, k_len, e)?;
@@ -514,6 +552,13 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
     };
     let ml_len = extent("slots * 2", &[slots, 2])?.max(1);
     let acc_len = extent("slots * hd", &[slots, g.hd])?.max(1);
+    check_u32(&[
+        ("partial slots * hd", acc_len),
+        (
+            "chunks * chunk",
+            extent("chunks * chunk", &[chunks, chunk])?,
+        ),
+    ])?;
     let part_ml = client.empty(extent("partial bytes", &[ml_len, 4])?);
     let part_acc = client.empty(extent("partial bytes", &[acc_len, 4])?);
     let (cu_q, cu_k, cu_len) = match &varlen {
@@ -547,7 +592,7 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
             g.nkv,
             g.hd,
             g.q_offset,
-            g.window,
+            window,
             chunk,
             chunks,
             1.0 / (g.hd as f32).sqrt(),
@@ -599,6 +644,7 @@ pub fn launch_kv_append<R: Runtime, F: Float + CubeElement>(
     let e = core::mem::size_of::<F>();
     check_len("src", src, len, e)?;
     check_len("cache", cache, total, e)?;
+    check_u32(&[("cache_rows * cols", total)])?;
     let (count, dim) = grid_1d(client, len)?;
     // SAFETY: units past `len` return; the others read `src[i]`, `i < len`, and write
     // `cache[start + i] < total` (both checked).

@@ -22,7 +22,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, LaunchError};
+use crate::launch::{check_len, check_u32, extent, LaunchError};
 use crate::primitives::{arg, cube_max, cube_sum, row_grid, REDUCE_UNITS};
 
 /// The largest head dimension the kernels take (one unit per head column).
@@ -433,12 +433,16 @@ pub fn launch_flash_attention_backward<R: Runtime, F: Float + CubeElement>(
     if let Some(m) = buffers.mask {
         check_len("mask", m, rows_k, 4)?;
     }
-    // Cube indices are `row * heads + h`, in 32 bits on some devices.
-    if extent("rows * heads", &[rows_q.max(rows_k), heads])? > u32::MAX as usize {
-        return Err(LaunchError::TooLarge {
-            vectors: rows_q.max(rows_k),
-        });
-    }
+    // Element offsets, statistics and cube indices (`row * heads + h`) are 32-bit.
+    check_u32(&[
+        ("rows_q * heads * head_dim", len_q),
+        ("rows_k * heads * head_dim", len_k),
+        ("heads * rows_q", stats),
+        (
+            "rows * heads",
+            extent("rows * heads", &[rows_q.max(rows_k), heads])?,
+        ),
+    ])?;
     let masked = buffers.mask.is_some();
     let lse = client.empty(stats.max(1) * 4);
     let delta = client.empty(stats.max(1) * 4);

@@ -42,6 +42,11 @@ pub enum LaunchError {
     /// A block-quantized launch got a block type code that is not one of
     /// `quant::blocks::KINDS`.
     UnknownBlockKind(u32),
+    /// An argument breaks the launch's contract (a head count that does not divide another).
+    Invalid {
+        /// Which argument, and the rule it breaks.
+        what: &'static str,
+    },
 }
 
 impl core::fmt::Display for LaunchError {
@@ -63,6 +68,7 @@ impl core::fmt::Display for LaunchError {
                 write!(f, "`{what}` is zero but the launch has elements to process")
             }
             LaunchError::UnknownBlockKind(kind) => write!(f, "unknown block type code {kind}"),
+            LaunchError::Invalid { what } => write!(f, "invalid argument: {what}"),
         }
     }
 }
@@ -76,6 +82,28 @@ pub(crate) fn check_divisors(divisors: &[(&'static str, usize)]) -> Result<(), L
         Some(&(what, _)) => Err(LaunchError::ZeroDivisor { what }),
         None => Ok(()),
     }
+}
+
+/// Room kept under `u32::MAX` by [`fits_u32`]: a unit's index may pass the end of its range
+/// by a vector or a packed word before its bounds check.
+const U32_HEADROOM: usize = 8;
+
+/// `n` as a `u32`, or [`LaunchError::Overflow`] naming `what` unless `n` plus a little
+/// headroom fits in 32 bits. Kernel `usize` arguments and indices are 32-bit on every
+/// runtime (cubecl's default address type), so every length, size, offset and scalar a
+/// kernel indexes with passes here first: a wrapped value would read or write elsewhere.
+pub(crate) fn fits_u32(what: &'static str, n: usize) -> Result<u32, LaunchError> {
+    match u32::try_from(n.saturating_add(U32_HEADROOM)) {
+        Ok(_) => Ok(n as u32),
+        Err(_) => Err(LaunchError::Overflow { what }),
+    }
+}
+
+/// [`fits_u32`] for every `(what, value)`.
+pub(crate) fn check_u32(values: &[(&'static str, usize)]) -> Result<(), LaunchError> {
+    values
+        .iter()
+        .try_for_each(|&(what, n)| fits_u32(what, n).map(|_| ()))
 }
 
 /// Checks that `handle` holds `elems` elements of `elem_bytes` bytes each.
@@ -190,6 +218,21 @@ mod tests {
         assert_eq!(
             sum("s", usize::MAX, 1),
             Err(LaunchError::Overflow { what: "s" })
+        );
+    }
+
+    #[test]
+    fn the_u32_guard_keeps_headroom() {
+        assert_eq!(fits_u32("n", 0), Ok(0));
+        let last = u32::MAX as usize - U32_HEADROOM;
+        assert_eq!(fits_u32("n", last), Ok(last as u32));
+        for n in [last + 1, u32::MAX as usize, 1 << 32, usize::MAX] {
+            assert_eq!(fits_u32("n", n), Err(LaunchError::Overflow { what: "n" }));
+        }
+        assert_eq!(check_u32(&[("a", 1), ("b", 1 << 20)]), Ok(()));
+        assert_eq!(
+            check_u32(&[("a", 1), ("b", 1 << 32), ("c", usize::MAX)]),
+            Err(LaunchError::Overflow { what: "b" })
         );
     }
 

@@ -12,7 +12,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_divisors, check_len, extent, grid_1d, sum, LaunchError};
+use crate::launch::{check_divisors, check_len, check_u32, extent, grid_1d, sum, LaunchError};
 
 /// Buffer offset of the first element of pair `p` (see the module docs); the second is
 /// `half` (half-split) or 1 (interleaved) further on.
@@ -210,6 +210,7 @@ impl RopeGeometry {
 /// Checks `x` and `y` of a rope launch (`len` elements of `F`) and the divisors of `g`.
 fn check_xy<F>(x: &Handle, y: &Handle, len: usize, g: &RopeGeometry) -> Result<(), LaunchError> {
     check_divisors(&[("heads", g.heads), ("half", g.half)])?;
+    check_u32(&[("rows * heads * 2 half", len)])?;
     let bytes = core::mem::size_of::<F>();
     check_len("x", x, len, bytes)?;
     check_len("y", y, len, bytes)
@@ -246,6 +247,12 @@ pub fn launch_rope_freq<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     check_xy::<F>(x, y, len, &g)?;
+    // The kernel forms positions `row + seq_offset`, `row < rows`, in 32 bits.
+    if sum("rows + seq_offset", g.rows, f.seq_offset)? > u32::MAX as usize {
+        return Err(LaunchError::Overflow {
+            what: "rows + seq_offset (positions must fit in 32 bits)",
+        });
+    }
     let (count, dim) = grid_1d(client, pairs)?;
     // SAFETY: x and y hold `len` elements (checked); units past `len / 2` return and every
     // pair unit below it addresses two elements below `len`; `heads`, `half` are nonzero.
@@ -293,6 +300,7 @@ pub fn launch_rope_table<R: Runtime, F: Float + CubeElement>(
     };
     check_len("cos", cos, table, 4)?;
     check_len("sin", sin, table, 4)?;
+    check_u32(&[("cos/sin table", table)])?;
     let (count, dim) = grid_1d(client, pairs)?;
     // SAFETY: x, y hold `len` elements and the tables `table` floats (checked); a pair unit
     // reads table entry `p` (per head, `p < pairs`) or `row * half + i < rows * half`.
@@ -342,6 +350,7 @@ impl MropeAxisArgs<'_> {
         check_len("cos", self.cos, table, 4)?;
         check_len("sin", self.sin, table, 4)?;
         check_len("pos", self.pos, rows, 4)?;
+        check_u32(&[("max_pos * pairs", table)])?;
         Ok(table)
     }
 }

@@ -11,7 +11,7 @@ mod rank;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, grid_1d, LaunchError};
+use crate::launch::{check_len, check_u32, extent, grid_1d, LaunchError};
 use crate::primitives::{arg, row_grid, REDUCE_UNITS};
 use philox::{add_u64, exp_neg, normal, philox4x32_10, uniform24};
 use rank::{barrier, first_reaching, order_pair, partial_sum};
@@ -229,7 +229,13 @@ fn sample_logits_kernel(
             if j >= end {
                 break;
             }
-            let w = exp_neg((scratch[keys + j] - max) * inv_t);
+            // A key equal to the largest weighs 1, also `+inf` (whose difference is NaN).
+            let key = scratch[keys + j];
+            let mut d = key - max;
+            if key == max {
+                d = 0.0;
+            }
+            let w = exp_neg(d * inv_t);
             scratch[weights + j] = w;
             local += w;
             j += 1;
@@ -246,6 +252,10 @@ fn sample_logits_kernel(
             let mut kept = v;
             if top_k > 0 && top_k < v {
                 kept = top_k;
+            }
+            if max <= -f32::MAX {
+                // Only -inf and NaN: the first ranked token, the argmax's pick.
+                kept = 1;
             }
             if top_p < 1.0 {
                 let at = first_reaching(scratch, weights, &pre, chunk, kept, top_p * total, false);
@@ -283,14 +293,6 @@ fn words(v: u64) -> (u32, u32) {
     (v as u32, (v >> 32) as u32)
 }
 
-/// Refuses lengths that a kernel's 32-bit element index cannot reach.
-fn check_u32(vectors: usize) -> Result<(), LaunchError> {
-    if vectors > u32::MAX as usize {
-        return Err(LaunchError::TooLarge { vectors });
-    }
-    Ok(())
-}
-
 /// The Philox blocks of `blocks` `(counter words 0..4, key words 0..2)` sextuples of `ctr_key`
 /// (u32) into `out` (`4 blocks` u32).
 pub fn launch_philox_blocks<R: Runtime>(
@@ -306,7 +308,7 @@ pub fn launch_philox_blocks<R: Runtime>(
     let outs = extent("blocks * 4", &[blocks, 4])?;
     check_len("ctr_key", ctr_key, ins, 4)?;
     check_len("out", out, outs, 4)?;
-    check_u32(ins)?;
+    check_u32(&[("blocks * 6", ins)])?;
     let (count, dim) = grid_1d(client, blocks)?;
     // SAFETY: units past `blocks` return; unit `b` reads `6 b .. 6 b + 6 <= ins` and writes
     // `4 b .. 4 b + 4 <= outs` (both lengths checked).
@@ -348,7 +350,7 @@ pub fn launch_random_fill<R: Runtime>(
         return Ok(());
     }
     check_len("y", y, len, 4)?;
-    check_u32(len)?;
+    check_u32(&[("len", len)])?;
     let (count, dim) = grid_1d(client, len)?;
     let ((k0, k1), (c0, c1)) = (words(key), words(counter));
     // SAFETY: units past `len` return; unit `i` writes `y[i]`, `i < len` (checked).
@@ -406,7 +408,7 @@ pub fn launch_sample_logits<R: Runtime>(
     }
     let len = extent("rows * v", &[rows, v])?;
     let work = extent("3 * rows * v", &[3, rows, v])?;
-    check_u32(work)?;
+    check_u32(&[("3 * rows * v", work)])?;
     check_len("logits", logits, len, 4)?;
     check_len("scratch", scratch, work, 4)?;
     check_len("indices", indices, rows, 4)?;

@@ -17,7 +17,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::elementwise::{apply_binary, BinaryInstr};
-use crate::launch::{check_len, grid_1d, LaunchError};
+use crate::launch::{check_len, fits_u32, grid_1d, LaunchError};
 
 /// The highest rank the kernel takes: a tensor's 8 dims plus the word pair of a 64-bit
 /// element.
@@ -136,11 +136,7 @@ pub fn launch_strided_gather<R: Runtime>(
         return Ok(());
     }
     let numel = crate::launch::extent("numel", layout.dims)?;
-    if u32::try_from(numel).is_err() {
-        return Err(LaunchError::Overflow {
-            what: "numel (must fit in 32 bits)",
-        });
-    }
+    fits_u32("numel (must fit in 32 bits)", numel)?;
     let words = numel.div_ceil(pack);
     check_len("out", out, words, 4)?;
     // Strides modulo 2^32 (two's complement for negative ones): every element's true index
@@ -270,11 +266,7 @@ pub fn launch_strided_binary<R: Runtime, F: Float + CubeElement>(
     if numel == 0 {
         return Ok(());
     }
-    if u32::try_from(numel).is_err() {
-        return Err(LaunchError::Overflow {
-            what: "numel (must fit in 32 bits)",
-        });
-    }
+    fits_u32("numel (must fit in 32 bits)", numel)?;
     check_len("out", out, numel, bytes)?;
     let rank = lx.dims.len();
     // Offsets, dims and strides modulo 2^32, as in `launch_strided_gather`.

@@ -11,9 +11,9 @@ use crate::{Result, Tensor};
 /// Matrices are `(rows, cols)` views of their tensors (leading dims folded); `ids` is an I32
 /// tensor of `m` ids (any shape); the data tensors share a dtype with an element size.
 pub(crate) trait EmbeddingOps: OnDevice {
-    /// How many of `ids` lie outside `[0, rows)`.
-    fn count_bad_ids(&self, _ids: &Tensor, _rows: usize) -> Result<usize> {
-        Err(missing("count_bad_ids", self))
+    /// How many of `ids` lie outside `[0, rows)`; errors name `op`, the calling op.
+    fn count_bad_ids(&self, op: &'static str, _ids: &Tensor, _rows: usize) -> Result<usize> {
+        Err(missing(op, self))
     }
     /// `y (m, cols)`: `y[i, :] = x[ids[i], :]`, bits copied.
     fn gather_rows(&self, _x: &Tensor, _ids: &Tensor, _y: &mut Tensor) -> Result<()> {

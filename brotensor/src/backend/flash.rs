@@ -14,6 +14,8 @@ use crate::{Result, Tensor};
 /// when `softcap > 0`. A row with no kept key is zero.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct FlashSpec {
+    /// The public op's name, for error messages.
+    pub op: &'static str,
     /// Query heads.
     pub nq: usize,
     /// Key/value heads (divides `nq`).

@@ -157,7 +157,7 @@ fn check_ids(op: &'static str, be: &dyn Backend, ids: &Tensor, rows: usize) -> R
     if ids.numel() == 0 {
         return Ok(());
     }
-    match be.count_bad_ids(ids, rows)? {
+    match be.count_bad_ids(op, ids, rows)? {
         0 => Ok(()),
         bad => Err(Error::invalid(
             op,

@@ -83,29 +83,40 @@ fn check_core(
             ),
         ));
     }
-    if let Some(m) = mask {
-        if m.dtype() != Dtype::F32 {
-            return Err(Error::Dtype {
-                op,
-                operand: "mask",
-                expected: "must be F32".into(),
-                found: m.dtype(),
-            });
-        }
-        if m.numel() != mask_len {
-            return Err(Error::shape(
-                op,
-                format!("`mask` has {} values but needs {mask_len}", m.numel()),
-            ));
-        }
-    }
+    check_key_mask(op, mask, mask_len)?;
     prepare_out(o, be.device(), &[q.rows(), q.cols()], q.dtype())?;
     Ok((be, hd))
 }
 
+/// Checks an optional key mask (the forward core's and the backward's): F32 with
+/// `mask_len` values.
+pub(super) fn check_key_mask(
+    op: &'static str,
+    mask: Option<&Tensor>,
+    mask_len: usize,
+) -> Result<()> {
+    let Some(m) = mask else { return Ok(()) };
+    if m.dtype() != Dtype::F32 {
+        return Err(Error::Dtype {
+            op,
+            operand: "mask",
+            expected: "must be F32".into(),
+            found: m.dtype(),
+        });
+    }
+    if m.numel() != mask_len {
+        return Err(Error::shape(
+            op,
+            format!("`mask` has {} values but needs {mask_len}", m.numel()),
+        ));
+    }
+    Ok(())
+}
+
 /// A plain (non-causal-offset, no cap) core spec over `lk` keys.
-fn spec(nq: usize, nkv: usize, lk: usize, causal: bool) -> FlashSpec {
+fn spec(op: &'static str, nq: usize, nkv: usize, lk: usize, causal: bool) -> FlashSpec {
     FlashSpec {
+        op,
         nq,
         nkv,
         lk,
@@ -158,7 +169,7 @@ pub fn flash_attention_forward(
             ),
         ));
     }
-    let s = spec(num_heads, num_heads, k.rows(), causal);
+    let s = spec(op, num_heads, num_heads, k.rows(), causal);
     run(be, (q, k, v), mask, &s, o)
 }
 
@@ -195,7 +206,7 @@ pub fn flash_attention_gqa_forward(
             ),
         ));
     }
-    let s = spec(num_q_heads, num_kv_heads, k.rows(), causal);
+    let s = spec(op, num_q_heads, num_kv_heads, k.rows(), causal);
     run(be, (q, k, v), mask, &s, o)
 }
 
@@ -234,14 +245,14 @@ pub fn flash_attention_windowed_forward(
     let s = FlashSpec {
         q_offset: k.rows() - q.rows(),
         window,
-        ..spec(num_heads, nkv, k.rows(), true)
+        ..spec(op, num_heads, nkv, k.rows(), true)
     };
     run(be, (q, k, v), mask, &s, o)
 }
 
 /// Reads and checks a prefix-sum operand: I32, `batch + 1` values, starting at 0, never
 /// decreasing, ending at `rows`. Returns the values and the longest sequence.
-fn seqlens(
+pub(super) fn seqlens(
     op: &'static str,
     name: &'static str,
     cu: &Tensor,
@@ -365,7 +376,7 @@ pub fn flash_attention_varlen_forward(
         k,
         v,
         &seqs,
-        &spec(num_heads, num_heads, k.rows(), causal),
+        &spec(op, num_heads, num_heads, k.rows(), causal),
         o,
     )
 }
@@ -422,7 +433,7 @@ pub fn flash_attention_decode(
         q_offset: valid_len - q.rows(),
         window,
         softcap: attn_softcap,
-        ..spec(num_q_heads, num_kv_heads, valid_len, true)
+        ..spec(op, num_q_heads, num_kv_heads, valid_len, true)
     };
     run(be, (q, k_cache, v_cache), None, &s, o)
 }
@@ -466,7 +477,7 @@ pub fn flash_attention_decode_masked(
         window,
         softcap: attn_softcap,
         offset_from_mask: true,
-        ..spec(num_q_heads, num_kv_heads, k_cache.rows(), true)
+        ..spec(op, num_q_heads, num_kv_heads, k_cache.rows(), true)
     };
     run(be, (q, k_cache, v_cache), Some(mask), &s, o)
 }

@@ -10,6 +10,7 @@
 
 use brotensor_cpu::flash_grad::FlashBwdGeometry;
 
+use super::flash_attention::{check_key_mask, seqlens};
 use super::{check_dtypes_match, check_float, dispatch, prepare_out};
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -54,26 +55,6 @@ fn check_core(
         return Err(Error::shape(op, "more rows than I32 prefix sums can hold"));
     }
     Ok(d / num_heads)
-}
-
-/// Checks an optional key mask: F32 with `lk` values.
-fn check_mask(op: &'static str, mask: Option<&Tensor>, lk: usize) -> Result<()> {
-    let Some(m) = mask else { return Ok(()) };
-    if m.dtype() != Dtype::F32 {
-        return Err(Error::Dtype {
-            op,
-            operand: "mask",
-            expected: "masks are F32".into(),
-            found: m.dtype(),
-        });
-    }
-    if m.numel() != lk {
-        return Err(Error::shape(
-            op,
-            format!("`mask` has {} values but there are {lk} keys", m.numel()),
-        ));
-    }
-    Ok(())
 }
 
 /// Sizes the gradients (`dq` like `q`, `dk`, `dv` like `k`) and zeroes them when there is
@@ -131,7 +112,7 @@ fn core_backward(
             ),
         ));
     }
-    check_mask(op, mask, k.rows())?;
+    check_key_mask(op, mask, k.rows())?;
     prepare_out(o_fwd, be.device(), &[q.rows(), q.cols()], q.dtype())?;
     if !prepare_grads(be, (q, k), [dq, dk, dv])? {
         return o_fwd.zero();
@@ -189,18 +170,10 @@ fn read_cu(
     rows: usize,
     max_len: usize,
 ) -> Result<Vec<usize>> {
-    if cu.dtype() != Dtype::I32 {
-        return Err(Error::Dtype {
-            op,
-            operand: name,
-            expected: "prefix sums are I32".into(),
-            found: cu.dtype(),
-        });
-    }
     let want = batch
         .checked_add(1)
         .ok_or_else(|| Error::invalid(op, "batch_size overflows"))?;
-    if cu.numel() != want {
+    if cu.dtype() == Dtype::I32 && cu.numel() != want {
         return Err(Error::shape(
             op,
             format!(
@@ -209,27 +182,15 @@ fn read_cu(
             ),
         ));
     }
-    let values = cu.to_vec::<i32>()?;
-    let bad = |why: String| Error::invalid(op, format!("`{name}` {why}"));
-    if values[0] != 0 {
-        return Err(bad(format!("must start at 0, starts at {}", values[0])));
-    }
-    for (b, w) in values.windows(2).enumerate() {
-        if w[1] < w[0] {
-            return Err(bad(format!("decreases at sequence {b}")));
-        }
-        let len = (w[1] - w[0]) as usize;
-        if len > max_len {
-            return Err(bad(format!(
-                "holds a sequence of {len} rows, more than the max_seqlen {max_len}"
-            )));
-        }
-    }
-    let last = values[batch] as usize;
-    if last != rows {
-        return Err(bad(format!(
-            "ends at {last} but the tensor has {rows} rows"
-        )));
+    // Start, monotonicity and end: the forward's checks.
+    let (values, longest) = seqlens(op, name, cu, rows)?;
+    if longest > max_len {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "`{name}` holds a sequence of {longest} rows, more than the max_seqlen {max_len}"
+            ),
+        ));
     }
     Ok(values.into_iter().map(|v| v as usize).collect())
 }

@@ -241,6 +241,10 @@ fn check_table(
     Ok(())
 }
 
+/// One past the largest position [`rope_forward`] and [`rope_backward`] take
+/// (`seq_offset + L` at most this): the GPU kernels compute positions in 32 bits.
+pub const ROPE_POSITION_END: usize = u32::MAX as usize;
+
 /// The shared body of [`rope_forward`] and [`rope_backward`].
 fn rope_positions(
     (op, inverse): (&'static str, bool),
@@ -253,10 +257,19 @@ fn rope_positions(
     let be = dispatch(op, &[(xn, x), (yn, y)])?;
     check_x(op, (xn, x), be, head_dim, num_heads)?;
     params.check(op)?;
-    if seq_offset.checked_add(x.rows()).is_none() {
+    // The GPU kernels form positions `row + seq_offset` in 32 bits: every device refuses
+    // positions past them, so that all agree.
+    if seq_offset
+        .checked_add(x.rows())
+        .is_none_or(|end| end > ROPE_POSITION_END)
+    {
         return Err(Error::shape(
             op,
-            format!("seq_offset {seq_offset} + {} rows overflows", x.rows()),
+            format!(
+                "seq_offset {seq_offset} + {} rows passes the largest position, {}",
+                x.rows(),
+                ROPE_POSITION_END - 1
+            ),
         ));
     }
     prepare_out(y, be.device(), x.dims(), x.dtype())?;
@@ -433,7 +446,9 @@ pub struct MropeTables<'a> {
 /// `head_dim / 2`), pairs `[0, d_t)` take angle `tables[0]` at row `positions[0][r]` and
 /// column `i`, pairs `[d_t, d_t + d_h)` table `1` at column `i - d_t`, and the rest table `2`
 /// at `i - d_t - d_h`. `tables[a]` are `(max_pos_a, d_a)` F32; `positions[a]` are `L` I32
-/// values in `[0, max_pos_a)` on `x`'s device (read back once to check them). With
+/// values in `[0, max_pos_a)` on `x`'s device. On a GPU the op reads the position streams
+/// back to the host to check them: one device sync per call, waiting for the work queued
+/// before it. With
 /// `d_h = d_w = 0` and positions `0..L` this is [`rope_apply`]. Errors as [`rope_apply`],
 /// and when the sections do not add up to `head_dim / 2` or a position is out of its table.
 #[allow(clippy::too_many_arguments)]

@@ -79,7 +79,8 @@ fn draw_for(
     if v == 0 && rows > 0 {
         return Err(Error::shape(op, "V == 0 with N > 0: no token to pick"));
     }
-    if temperature == 0.0 {
+    // A temperature whose reciprocal overflows f32 (below ~3e-39) is greedy decoding too.
+    if temperature == 0.0 || !(1.0 / temperature).is_finite() {
         return Ok(None);
     }
     if v > SAMPLE_MAX_VOCAB {
@@ -99,10 +100,14 @@ fn draw_for(
 
 /// `indices (N, 1)` I32 (resized): one token id per row of `logits (N, V)` F32.
 ///
-/// `temperature == 0` is the argmax of each row (the lowest index on ties; no random
-/// number used). Otherwise, per row `n`: rank the tokens by logit, descending, equal logits
-/// by ascending index (NaN ranks as `-f32::MAX`); weigh them `exp((x - x_max) / temperature)`
-/// (the softmax numerators); keep the first `top_k` (`0`: all); if `top_p < 1`, keep only the
+/// `temperature == 0`, or one so small that `1 / temperature` overflows f32, is the argmax
+/// of each row (the lowest index on ties; no random number used). Otherwise, per row `n`:
+/// rank the tokens by logit, descending, equal logits by ascending index (NaN ranks as
+/// `-f32::MAX`); weigh them `exp((x - x_max) / temperature)` (the softmax numerators; a
+/// logit equal to `x_max` weighs 1, so `+inf` logits share all the probability, drawn among
+/// in rank order); a row with no logit above `-f32::MAX` (only `-inf` and NaN) picks its
+/// first ranked token (index 0 when all are `-inf` or all NaN); keep the first `top_k`
+/// (`0`: all); if `top_p < 1`, keep only the
 /// shortest ranked prefix whose weight reaches `top_p` of the total (at least one token);
 /// draw `u = uniform(counter + n)` and pick the first kept token whose ranked cumulative
 /// weight exceeds `u` times the kept total (the last kept if none does).

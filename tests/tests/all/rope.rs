@@ -3,6 +3,8 @@
 //! 6 to 128) replayed on every device in every dtype it computes; the backward ops checked as
 //! transposes in f64 (`<dy, rope(x)> = <rope^T(dy), x>`); and every error case.
 
+mod positions;
+
 use std::collections::HashMap;
 
 use brotensor::ops::{self, MropeTables, RopeLayout, RopeParams, RopeYarn};
@@ -173,6 +175,7 @@ fn rope_matches_numpy_fixtures() {
     let cases = cases();
     let mut seen: HashMap<(String, RopeLayout), usize> = HashMap::new();
     let mut yarn_runs = 0;
+    let mut ran = Vec::new();
     for (device, dtype) in runs() {
         for (n, c) in cases.iter().enumerate() {
             let tag = format!(
@@ -195,12 +198,27 @@ fn rope_matches_numpy_fixtures() {
             let got = read_f32(&y).unwrap();
             assert_close_rows(&tag, &want, &got, c.dims[1] * c.dims[2], tolerance(dtype));
             *seen.entry((c.op.clone(), c.layout)).or_default() += 1;
+            ran.push((c.op.clone(), c.layout, device, dtype));
             yarn_runs += usize::from(c.yarn.is_some());
         }
     }
     // Every op in both layouts came from the fixture.
     assert_eq!(seen.len(), 12, "ops x layouts covered: {:?}", seen.keys());
     assert!(yarn_runs >= 12, "YaRN cases ran {yarn_runs} times");
+    // ... and on every device in every dtype it computes (F16 where supported), so that no
+    // (op, layout) passes by running on the CPU alone.
+    for (op, layout) in seen.keys() {
+        for (device, dtype) in runs() {
+            if dtype == Dtype::F16 && !brotensor::supports_dtype(device, dtype).unwrap() {
+                continue;
+            }
+            assert!(
+                ran.iter()
+                    .any(|(o, l, d, t)| o == op && l == layout && *d == device && *t == dtype),
+                "{op} {layout:?} never ran on {device} in {dtype}"
+            );
+        }
+    }
 }
 
 /// `sum a_i b_i` in f64.

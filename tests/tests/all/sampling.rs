@@ -3,6 +3,7 @@
 //! `sample_logits` against a float64 implementation of its contract written here, and every
 //! error case.
 
+mod edge;
 mod reference;
 
 use brotensor::cubecl::prelude::*;

@@ -8,7 +8,7 @@ use crate::backend::EmbeddingOps;
 use crate::{Result, Tensor};
 
 impl EmbeddingOps for CpuBackend {
-    fn count_bad_ids(&self, ids: &Tensor, rows: usize) -> Result<usize> {
+    fn count_bad_ids(&self, _op: &'static str, ids: &Tensor, rows: usize) -> Result<usize> {
         Ok(emb::count_bad_ids(ids.host(), rows))
     }
 

@@ -13,15 +13,14 @@ use crate::backend::EmbeddingOps;
 use crate::{Dtype, Result, Tensor};
 
 impl<R: Runtime> EmbeddingOps for CubeBackend<R> {
-    fn count_bad_ids(&self, ids: &Tensor, rows: usize) -> Result<usize> {
-        const OP: &str = "count_bad_ids";
+    fn count_bad_ids(&self, op: &'static str, ids: &Tensor, rows: usize) -> Result<usize> {
         let (partial, n) =
             k::launch_count_bad_ids(&self.client, &out_handle(ids), ids.numel(), rows)
-                .map_err(|e| self.launch_error(OP, e))?;
+                .map_err(|e| self.launch_error(op, e))?;
         let bytes = self
             .client
             .read_one(partial)
-            .map_err(|e| self.gpu_error(OP, format!("{e:?}")))?;
+            .map_err(|e| self.gpu_error(op, format!("{e:?}")))?;
         Ok(bytemuck::cast_slice::<u8, u32>(&bytes[..n * 4])
             .iter()
             .map(|&c| c as usize)

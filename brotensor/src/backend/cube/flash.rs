@@ -15,7 +15,7 @@ impl<R: Runtime> CubeBackend<R> {
         let hd = q.cols() / spec.nq.max(1);
         if hd > fk::MAX_HEAD_DIM {
             return Err(Error::invalid(
-                "flash_attention",
+                spec.op,
                 format!(
                     "head_dim = {hd} exceeds the GPU kernel's {} on {}",
                     fk::MAX_HEAD_DIM,
@@ -64,7 +64,7 @@ impl<R: Runtime> FlashAttentionOps for CubeBackend<R> {
             &oh,
             &g
         ))
-        .map_err(|e| self.launch_error("flash_attention", e))
+        .map_err(|e| self.launch_error(spec.op, e))
     }
 
     fn flash_attention_varlen(
@@ -98,7 +98,7 @@ impl<R: Runtime> FlashAttentionOps for CubeBackend<R> {
             &oh,
             &g
         ))
-        .map_err(|e| self.launch_error("flash_attention_varlen_forward", e))
+        .map_err(|e| self.launch_error(spec.op, e))
     }
 
     fn kv_cache_append(

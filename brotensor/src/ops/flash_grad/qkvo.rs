@@ -6,7 +6,8 @@
 //! `A = attention(Q, K, V)`, `O = A Wo^T + bo`. Backward: `dA = dO Wo`, the core's backward
 //! gives `dQ`, `dK`, `dV` (and the recomputed `A`), then each projection's backward.
 
-use super::{check_mask, core_backward};
+use super::core_backward;
+use crate::ops::flash_attention::check_key_mask;
 use crate::ops::{
     add_inplace, check_float, dispatch, linear_backward_batched, linear_forward_batched, matmul,
 };
@@ -221,7 +222,7 @@ pub fn flash_attention_qkvo_backward(
             format!("causal requires Lq == Lk, got Lq = {lq} and Lk = {lk}"),
         ));
     }
-    check_mask(op, mask, lk)?;
+    check_key_mask(op, mask, lk)?;
     check_accumulator(op, "dwq", dwq, (d, d), x)?;
     check_accumulator(op, "dwk", dwk, (d, d_ctx), x)?;
     check_accumulator(op, "dwv", dwv, (d, d_ctx), x)?;

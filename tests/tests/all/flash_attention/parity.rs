@@ -68,3 +68,43 @@ fn decode_split_kv_hd256() {
         },
     );
 }
+
+/// A window reaching past every position is unbounded on every device: `usize::MAX` and
+/// `u32::MAX` (which a 32-bit `j + window` would wrap) give the `window = 0` output, bit for
+/// bit, and one position short of unbounded still drops keys.
+#[test]
+fn windows_past_every_position_are_unbounded() {
+    let (lq, lk, nh, hd) = (5, 23, 2, 8);
+    let mut rng = SplitMix64::new(0xF2A7);
+    let (q, k, v) = (
+        rng.uniform(lq * nh * hd, -1.0, 1.0),
+        rng.uniform(lk * nh * hd, -1.0, 1.0),
+        rng.uniform(lk * nh * hd, -1.0, 1.0),
+    );
+    for device in super::devices() {
+        let run = |window: usize| {
+            let t = |x: &[f32], rows| Tensor::from_slice_on(device, x, rows, nh * hd).unwrap();
+            let mut o = Tensor::default();
+            ops::flash_attention_windowed_forward(
+                &t(&q, lq),
+                &t(&k, lk),
+                &t(&v, lk),
+                None,
+                nh,
+                window,
+                &mut o,
+            )
+            .unwrap();
+            o.to_vec::<f32>().unwrap()
+        };
+        let unbounded = run(0);
+        for window in [usize::MAX, u32::MAX as usize, lk] {
+            assert_eq!(run(window), unbounded, "on {device}, window {window}");
+        }
+        assert_ne!(
+            run(lk - 1),
+            unbounded,
+            "on {device}: a window of Lk - 1 drops key 0"
+        );
+    }
+}
