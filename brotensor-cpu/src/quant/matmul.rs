@@ -180,8 +180,9 @@ pub fn gemm(
         return;
     };
     let mut t = vec![0.0f32; n * m];
-    if k > 0 {
-        let panel = (PANEL_ELEMS / k).clamp(16, 256);
+    // k == 0 leaves the product zero.
+    if let Some(per_row) = PANEL_ELEMS.checked_div(k) {
+        let panel = per_row.clamp(16, 256);
         let xt = Mat::new(x, m, k).t();
         t.par_chunks_mut(panel * m)
             .zip(w.par_chunks(panel * row_bytes))

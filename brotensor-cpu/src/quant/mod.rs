@@ -21,67 +21,15 @@ const BLOCKS_PER_TASK: usize = 64;
 /// (the per-block `match` folds away).
 macro_rules! for_kind {
     ($kind:expr, |$k:ident| $body:expr) => {
+        for_kind!(@arms $kind, $k, $body,
+            Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K IQ4_NL IQ4_XS MXFP4)
+    };
+    (@arms $kind:expr, $k:ident, $body:expr, $($v:ident)*) => {
         match $kind {
-            Block::Q4_0 => {
-                let $k = Block::Q4_0;
+            $(Block::$v => {
+                let $k = Block::$v;
                 $body
-            }
-            Block::Q4_1 => {
-                let $k = Block::Q4_1;
-                $body
-            }
-            Block::Q5_0 => {
-                let $k = Block::Q5_0;
-                $body
-            }
-            Block::Q5_1 => {
-                let $k = Block::Q5_1;
-                $body
-            }
-            Block::Q8_0 => {
-                let $k = Block::Q8_0;
-                $body
-            }
-            Block::Q8_1 => {
-                let $k = Block::Q8_1;
-                $body
-            }
-            Block::Q2_K => {
-                let $k = Block::Q2_K;
-                $body
-            }
-            Block::Q3_K => {
-                let $k = Block::Q3_K;
-                $body
-            }
-            Block::Q4_K => {
-                let $k = Block::Q4_K;
-                $body
-            }
-            Block::Q5_K => {
-                let $k = Block::Q5_K;
-                $body
-            }
-            Block::Q6_K => {
-                let $k = Block::Q6_K;
-                $body
-            }
-            Block::Q8_K => {
-                let $k = Block::Q8_K;
-                $body
-            }
-            Block::IQ4_NL => {
-                let $k = Block::IQ4_NL;
-                $body
-            }
-            Block::IQ4_XS => {
-                let $k = Block::IQ4_XS;
-                $body
-            }
-            Block::MXFP4 => {
-                let $k = Block::MXFP4;
-                $body
-            }
+            })*
         }
     };
 }
