@@ -33,8 +33,9 @@ const GEMV_TASK_ROWS: usize = 16;
 /// Accumulator lanes per activation row in [`gemv`]: two 16-wide vectors, independent chains.
 const LANES: usize = 32;
 
-/// Target FP32 elements of one decoded [`gemm`] panel (1 MiB, an L2's worth).
-const PANEL_ELEMS: usize = 1 << 18;
+/// Target FP32 elements of one decoded [`gemm`] panel (4 MiB: fewer panels means fewer
+/// re-packings of `x` by the `gemm` crate, one per panel).
+const PANEL_ELEMS: usize = 1 << 20;
 
 /// Checks the length contract shared by [`gemv`] and [`gemm`] and returns `(m, row_bytes)`,
 /// or `None` when the output is empty.
