@@ -1,50 +1,11 @@
-//! Host dequantization of the GGUF block formats to FP32, parallel over blocks. The float
-//! operations follow ggml's reference order, so results match it (and the Python `gguf`
-//! package) bit for bit.
+//! The one definition of every GGUF block layout: where each block keeps its scales and
+//! quants, and how they decode to FP32 in ggml's reference order (so the results match ggml
+//! and the Python `gguf` package bit for bit). The host decoder and the quantized products
+//! both decode through [`block`].
 
 use half::f16;
-use rayon::prelude::*;
 
-use crate::simd::wide;
-
-/// Blocks decoded per parallel task: 8 KiB (legacy) to 64 KiB (K-quant) of output.
-const BLOCKS_PER_TASK: usize = 64;
-
-/// A GGUF block format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(non_camel_case_types)]
-pub enum Block {
-    /// 32 elements: f16 scale, 4-bit quants offset by 8.
-    Q4_0,
-    /// 32 elements: f16 scale and min, 4-bit quants.
-    Q4_1,
-    /// 32 elements: f16 scale, 5-bit quants offset by 16.
-    Q5_0,
-    /// 32 elements: f16 scale and min, 5-bit quants.
-    Q5_1,
-    /// 32 elements: f16 scale, int8 quants.
-    Q8_0,
-    /// 32 elements: f16 scale and sum, int8 quants.
-    Q8_1,
-    /// 256 elements: 2-bit quants, 4-bit scales and mins.
-    Q2_K,
-    /// 256 elements: 3-bit quants, 6-bit scales.
-    Q3_K,
-    /// 256 elements: 4-bit quants, 6-bit scales and mins.
-    Q4_K,
-    /// 256 elements: 5-bit quants, 6-bit scales and mins.
-    Q5_K,
-    /// 256 elements: 6-bit quants, int8 scales.
-    Q6_K,
-    /// 256 elements: f32 scale, int8 quants, block sums.
-    Q8_K,
-    /// 32 elements: f16 scale, 4-bit indices into a non-linear codebook.
-    IQ4_NL,
-    /// 256 elements: f16 scale, 6-bit sub-block scales, IQ4_NL codebook indices.
-    IQ4_XS,
-    /// 32 elements: E8M0 shared exponent, 4-bit E2M1 values.
-    MXFP4,
-}
+use super::Block;
 
 /// The IQ4_NL / IQ4_XS codebook.
 const IQ4_VALUES: [i8; 16] = [
@@ -53,35 +14,13 @@ const IQ4_VALUES: [i8; 16] = [
 /// E2M1 values, doubled (the E8M0 scale is halved to match).
 const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
-impl Block {
-    /// `(elements, bytes)` per block: the one block layout table (the GGUF reader and the
-    /// block dtypes take their sizes from it). Sizes follow ggml.
-    pub const fn size(self) -> (usize, usize) {
-        match self {
-            Block::Q4_0 => (32, 18),
-            Block::Q4_1 => (32, 20),
-            Block::Q5_0 => (32, 22),
-            Block::Q5_1 => (32, 24),
-            Block::Q8_0 => (32, 34),
-            Block::Q8_1 => (32, 36),
-            Block::Q2_K => (256, 84),
-            Block::Q3_K => (256, 110),
-            Block::Q4_K => (256, 144),
-            Block::Q5_K => (256, 176),
-            Block::Q6_K => (256, 210),
-            Block::Q8_K => (256, 292),
-            Block::IQ4_NL => (32, 18),
-            Block::IQ4_XS => (256, 136),
-            Block::MXFP4 => (32, 17),
-        }
-    }
-}
-
+#[inline(always)]
 fn h(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
 /// The 6-bit scale and min `j` of a K-quant's 12 packed scale bytes.
+#[inline(always)]
 fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
@@ -93,8 +32,10 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// Decodes the block `b` (`kind.size().1` bytes) of `kind` into `y` (`kind.size().0`
+/// elements). Inlined so that a caller with a constant `kind` gets the one layout's code.
 #[inline(always)]
-fn block(kind: Block, b: &[u8], y: &mut [f32]) {
+pub(crate) fn block(kind: Block, b: &[u8], y: &mut [f32]) {
     match kind {
         Block::Q4_0 => {
             let d = h(b, 0);
@@ -172,11 +113,12 @@ fn block(kind: Block, b: &[u8], y: &mut [f32]) {
                 ((a0 >> 4) & k2) | (((tmp >> 4) & k1) << 4),
                 ((a1 >> 4) & k2) | (((tmp >> 6) & k1) << 4),
             ];
-            let scales: Vec<i8> = words
-                .iter()
-                .flat_map(|w| w.to_le_bytes())
-                .map(|v| v as i8)
-                .collect();
+            let mut scales = [0i8; 16];
+            for (s, w) in scales.chunks_exact_mut(4).zip(words) {
+                for (s, v) in s.iter_mut().zip(w.to_le_bytes()) {
+                    *s = v as i8;
+                }
+            }
             let mut is = 0;
             let mut m = 1u8;
             for n in 0..2 {
@@ -284,26 +226,4 @@ fn block(kind: Block, b: &[u8], y: &mut [f32]) {
             }
         }
     }
-}
-
-/// Dequantizes whole blocks of `kind` from `bytes` into `out`. Panics unless `bytes` is a
-/// whole number of blocks and `out` holds their elements.
-pub fn dequantize(kind: Block, bytes: &[u8], out: &mut [f32]) {
-    let (elems, size) = kind.size();
-    assert!(
-        bytes.len().is_multiple_of(size) && out.len() == bytes.len() / size * elems,
-        "dequantize: lengths"
-    );
-    out.par_chunks_mut(elems * BLOCKS_PER_TASK)
-        .zip(bytes.par_chunks(size * BLOCKS_PER_TASK))
-        .for_each(|(y, b)| {
-            wide(
-                #[inline(always)]
-                |_| {
-                    for (y, b) in y.chunks_exact_mut(elems).zip(b.chunks_exact(size)) {
-                        block(kind, b, y);
-                    }
-                },
-            )
-        });
 }
