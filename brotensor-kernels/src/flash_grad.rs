@@ -375,6 +375,24 @@ pub struct FlashBwdShape {
     pub causal: bool,
 }
 
+/// The loop iterations the software Vulkan device (lavapipe) lets one thread run: it ends a
+/// kernel's loops after this many iterations in all, nested loops counted.
+pub const SOFTWARE_LOOP_LIMIT: u64 = 65_535;
+
+/// An upper bound on the loop iterations one unit of the backward kernels runs for `shape`:
+/// the segment search, then one step per [`REDUCE_UNITS`]-wide tile of the longer side, each
+/// a `head_dim` dot plus two tile-wide passes (counted generously: an estimate that errs
+/// high only refuses early). Where it passes [`SOFTWARE_LOOP_LIMIT`] the
+/// software device would cut the loops short (the kernels do not split long walks yet), so
+/// its glue refuses such shapes there.
+pub fn unit_iterations(shape: &FlashBwdShape) -> u64 {
+    let tiles = shape
+        .rows_q
+        .max(shape.rows_k)
+        .div_ceil(REDUCE_UNITS as usize) as u64;
+    shape.batch as u64 + tiles * (shape.head_dim as u64 + 2 * u64::from(REDUCE_UNITS))
+}
+
 /// The device buffers of a backward launch: inputs `q, k, v, d_o` in the storage type,
 /// an optional F32 key mask (`rows_k` values), the I32 prefix sums, and the outputs `o`
 /// (the recomputed forward output), `dq`, `dk`, `dv` (all overwritten).

@@ -6,7 +6,7 @@ use cubecl::prelude::*;
 use half::{bf16, f16};
 
 use super::{out_handle, with_float, CubeBackend, Narrowed};
-use crate::backend::FlashAttentionGradOps;
+use crate::backend::{Backend, FlashAttentionGradOps};
 use crate::{Dtype, Error, Result, Tensor};
 
 impl<R: Runtime> CubeBackend<R> {
@@ -72,6 +72,20 @@ impl<R: Runtime> CubeBackend<R> {
             batch: cu[0].numel() - 1,
             causal: geometry.causal,
         };
+        if self.is_software() && fg::unit_iterations(&shape) > fg::SOFTWARE_LOOP_LIMIT {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "{} query and {} key rows at head_dim {} need longer per-thread loops \
+                     than the software Vulkan device runs ({} iterations); use the CPU or a \
+                     hardware GPU",
+                    shape.rows_q,
+                    shape.rows_k,
+                    shape.head_dim,
+                    fg::SOFTWARE_LOOP_LIMIT
+                ),
+            ));
+        }
         let c = &self.client;
         with_float!(q.dtype(), |F| fg::launch_flash_attention_backward::<R, F>(
             c, &buffers, shape
