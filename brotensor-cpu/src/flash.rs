@@ -143,7 +143,14 @@ fn pack_keys(k: &[f32], a: &Attention) -> Vec<f32> {
 
 /// The query rows `(i0 .. i0 + positions)` of KV head `g`'s group, scaled: row
 /// `r = ii * group + hh` is query row `i0 + ii` of query head `g * group + hh`.
-fn gather_queries(q: &[f32], a: &Attention, g: usize, i0: usize, positions: usize, rows: &mut Rows) {
+fn gather_queries(
+    q: &[f32],
+    a: &Attention,
+    g: usize,
+    i0: usize,
+    positions: usize,
+    rows: &mut Rows,
+) {
     let (hd, group) = (a.hd, a.nq / a.nkv);
     let dq = a.nq * hd;
     for r in 0..positions * group {
@@ -215,7 +222,8 @@ fn split_kv(q: &[f32], k: &[f32], v: &[f32], mask: Option<&[f32]>, a: &Attention
         for g in 0..nkv {
             for hh in 0..group {
                 let r = i * group + hh;
-                let parts_of = |c: usize| &parts[(g * chunks + c) * part..(g * chunks + c + 1) * part];
+                let parts_of =
+                    |c: usize| &parts[(g * chunks + c) * part..(g * chunks + c + 1) * part];
                 let dst = &mut row[(g * group + hh) * hd..(g * group + hh + 1) * hd];
                 tile::combine(chunks, parts_of, rows_n, r, hd, dst);
             }

@@ -257,7 +257,11 @@ impl Rows {
     pub(super) fn finish(&self, out: &mut [f32]) {
         let hd = self.hd;
         for (r, dst) in out.chunks_exact_mut(hd).enumerate().take(self.n) {
-            let inv = if self.l[r] > 0.0 { 1.0 / self.l[r] } else { 0.0 };
+            let inv = if self.l[r] > 0.0 {
+                1.0 / self.l[r]
+            } else {
+                0.0
+            };
             for (x, &y) in dst.iter_mut().zip(&self.acc[r * hd..(r + 1) * hd]) {
                 *x = y * inv;
             }
