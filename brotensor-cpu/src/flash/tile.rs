@@ -2,8 +2,8 @@
 //! and the register-blocked micro-kernels that advance it by one tile of keys.
 //!
 //! A tile is [`KEY_TILE`] keys. Its scores `S = Q K^T` come either from K packed transposed
-//! (`(hd, keys)`: [`QK_ROWS`] query rows times 32 keys held in sixteen 16-wide
-//! accumulators, one broadcast query value and two key vectors per step of the head
+//! (`(hd, keys)`: [`QK_ROWS`] query rows times 64 keys held in sixteen 16-wide
+//! accumulators, one broadcast query value and four key vectors per step of the head
 //! dimension), or, for a handful of rows, from dot products with K's rows as stored. The
 //! online-softmax update then masks, soft-caps, exponentiates (by [`exp_with`], vectorized)
 //! and rescales, and `O += P V` streams V's rows as vectors into [`PV_ROWS`] rows times 64
@@ -17,9 +17,11 @@ use crate::simd::{wide, MulAdd};
 pub(super) const KEY_TILE: usize = 64;
 /// Query rows of the score micro-kernel; rows are padded to a multiple of it when K is
 /// packed.
-pub(super) const QK_ROWS: usize = 8;
-/// Keys of the score micro-kernel (two vectors of 16).
-const QK_KEYS: usize = 32;
+pub(super) const QK_ROWS: usize = 4;
+/// Keys of the score micro-kernel (four vectors of 16). Four rows of four vectors, not
+/// eight of two: with eight rows LLVM vectorizes across the rows (a chain of dependent
+/// 8-wide FMAs per key) instead of along the keys.
+const QK_KEYS: usize = 64;
 /// Query rows of the `P V` micro-kernel; every row count is padded to a multiple of it.
 pub(super) const PV_ROWS: usize = 4;
 /// Head-dim columns of the `P V` micro-kernel (four vectors of 16).
