@@ -1,21 +1,30 @@
 //! CPU reference of the flash category: flash attention forward passes, decode and the KV
 //! cache.
 //!
-//! One blocked online-softmax core ([`attention`]) serves every forward variant: a block of
-//! [`QUERY_BLOCK`] query rows of one KV head's query heads walks the keys in tiles of
-//! [`KEY_TILE`], keeping a running maximum, sum and FP32 accumulator per row, so no
-//! `Lq x Lk` score matrix is ever held. Work is spread over (KV head, query block) with
-//! rayon; the inner loops are plain slice loops compiled for the widest vector unit (see
-//! [`crate::simd::wide`]).
+//! One blocked online-softmax walk serves every forward variant: a set of query rows of one
+//! KV head's query heads goes over the keys in tiles of [`KEY_TILE`], keeping a running
+//! maximum, sum and FP32 accumulator per row, so no `Lq x Lk` score matrix is ever held.
+//! The two products of a tile run as register-blocked micro-kernels (see [`tile`]).
+//!
+//! - Prefill ([`QUERY_BLOCK`] query rows or more): K is packed transposed per KV head once,
+//!   and rayon spreads (KV head, block of [`QUERY_BLOCK`] query rows); causal blocks walk
+//!   only the key tiles they may see.
+//! - Few query rows (decode): the keys are split into chunks (split-KV), one task per (KV
+//!   head, chunk) keeps a partial softmax, and a combine step merges the chunks, so every
+//!   core streams its part of the cache.
 
 use rayon::prelude::*;
 
-use crate::simd::wide;
+mod tile;
 
-/// Query rows one task handles.
+use tile::{Rows, KEY_TILE};
+
+/// Query rows one prefill task handles.
 pub const QUERY_BLOCK: usize = 16;
-/// Keys scored at a time per row.
-pub const KEY_TILE: usize = 64;
+/// Keys a decode chunk holds at least (a chunk's partial softmax costs one combine).
+const MIN_CHUNK: usize = 512;
+/// Tasks per thread the split-KV path aims at.
+const TASKS_PER_THREAD: usize = 8;
 
 /// Geometry and masking of one attention call over `q (lq, nq*hd)`, `k, v (lk, nkv*hd)`.
 ///
@@ -68,8 +77,9 @@ impl Attention {
 /// `o (lq, nq*hd)` = attention of `q` over `k`, `v` as [`Attention`] describes; `mask`, when
 /// given, holds `lk` values. Lengths: `q` and `o` `lq*nq*hd`, `k` and `v` `lk*nkv*hd`.
 ///
-/// One task per (KV head, block of [`QUERY_BLOCK`] query rows) takes every query head of
-/// that KV head's group, so each K/V tile is read once for the whole group.
+/// From [`QUERY_BLOCK`] query rows on, one task per (KV head, block of query rows) takes
+/// every query head of that KV head's group, so each K/V tile is read once for the whole
+/// group; below, the keys are split across tasks and the partial results combined.
 pub fn attention(
     q: &[f32],
     k: &[f32],
@@ -82,6 +92,11 @@ pub fn attention(
     if lq == 0 || hd == 0 || nkv == 0 {
         return;
     }
+    if lq < QUERY_BLOCK {
+        return split_kv(q, k, v, mask, a, o);
+    }
+    let kt = pack_keys(k, a);
+    let lkp = kt.len() / (nkv * hd);
     // Scratch laid out (nkv, lq, group, hd) so that tasks own disjoint slices; a KV head's
     // `group * hd` values of a query row are then the contiguous columns of that row of `o`.
     let gw = a.nq / nkv * hd;
@@ -90,10 +105,11 @@ pub fn attention(
         .par_chunks_mut(lq * gw)
         .enumerate()
         .for_each(|(g, out_g)| {
+            let kt = &kt[g * hd * lkp..(g + 1) * hd * lkp];
             out_g
                 .par_chunks_mut(QUERY_BLOCK * gw)
                 .enumerate()
-                .for_each(|(b, out)| block(q, k, v, mask, a, g, b * QUERY_BLOCK, out));
+                .for_each(|(b, out)| block(q, kt, v, mask, a, g, b * QUERY_BLOCK, out));
         });
     let d = a.nq * hd;
     o.par_chunks_mut(d).enumerate().for_each(|(i, row)| {
@@ -104,12 +120,55 @@ pub fn attention(
     });
 }
 
-/// One (KV head `g`, query block from row `i0`): `out` holds `(rows, group, hd)` for the
-/// block's rows and the group's query heads.
+/// K transposed per KV head, `(nkv, hd, lkp)` with `lkp` = `lk` rounded up to whole
+/// [`KEY_TILE`]s (zero past `lk`), so a tile's scores read whole vectors of keys.
+fn pack_keys(k: &[f32], a: &Attention) -> Vec<f32> {
+    const STEP: usize = 16;
+    let (hd, dkv) = (a.hd, a.nkv * a.hd);
+    let lkp = a.lk.div_ceil(KEY_TILE) * KEY_TILE;
+    let mut kt = vec![0.0f32; a.nkv * hd * lkp];
+    kt.par_chunks_mut(hd * lkp).enumerate().for_each(|(g, kt)| {
+        for j0 in (0..a.lk).step_by(STEP) {
+            let n = STEP.min(a.lk - j0);
+            for d in 0..hd {
+                let dst = &mut kt[d * lkp + j0..d * lkp + j0 + n];
+                for (c, x) in dst.iter_mut().enumerate() {
+                    *x = k[(j0 + c) * dkv + g * hd + d];
+                }
+            }
+        }
+    });
+    kt
+}
+
+/// The query rows `(i0 .. i0 + positions)` of KV head `g`'s group, scaled: row
+/// `r = ii * group + hh` is query row `i0 + ii` of query head `g * group + hh`.
+fn gather_queries(
+    q: &[f32],
+    a: &Attention,
+    g: usize,
+    i0: usize,
+    positions: usize,
+    rows: &mut Rows,
+) {
+    let (hd, group) = (a.hd, a.nq / a.nkv);
+    let dq = a.nq * hd;
+    for r in 0..positions * group {
+        let (i, h) = (i0 + r / group, g * group + r % group);
+        let src = &q[i * dq + h * hd..i * dq + (h + 1) * hd];
+        for (x, &y) in rows.query_mut(r).iter_mut().zip(src) {
+            *x = y * a.scale;
+        }
+    }
+}
+
+/// One prefill task (KV head `g`, query block from row `i0`) over `kt`, K of head `g`
+/// packed by [`pack_keys`]: `out` holds `(rows, group, hd)` for the block's rows and the
+/// group's query heads.
 #[allow(clippy::too_many_arguments)]
 fn block(
     q: &[f32],
-    k: &[f32],
+    kt: &[f32],
     v: &[f32],
     mask: Option<&[f32]>,
     a: &Attention,
@@ -117,104 +176,59 @@ fn block(
     i0: usize,
     out: &mut [f32],
 ) {
-    let hd = a.hd;
     let group = a.nq / a.nkv;
-    let (dq, dkv) = (a.nq * hd, a.nkv * hd);
-    let positions = out.len() / (group * hd);
-    // Row `r = ii * group + hh`: query row `i0 + ii`, query head `g * group + hh`, scaled.
-    let rows = positions * group;
-    let mut qs = vec![0.0f32; rows * hd];
-    for (r, dst) in qs.chunks_exact_mut(hd).enumerate() {
-        let (i, h) = (i0 + r / group, g * group + r % group);
-        for (x, &y) in dst
-            .iter_mut()
-            .zip(&q[i * dq + h * hd..i * dq + (h + 1) * hd])
-        {
-            *x = y * a.scale;
-        }
-    }
-    let mut m = vec![f32::NEG_INFINITY; rows];
-    let mut l = vec![0.0f32; rows];
-    // The key tile transposed (hd, KEY_TILE): scores vectorize along the keys.
-    let mut kt = vec![0.0f32; hd * KEY_TILE];
-    let mut s = [0.0f32; KEY_TILE];
+    let positions = out.len() / (group * a.hd);
+    let mut rows = Rows::new(positions * group, a.hd, tile::QK_ROWS);
+    gather_queries(q, a, g, i0, positions, &mut rows);
     let lo = a.key_range(i0).0;
     let hi = a.key_range(i0 + positions - 1).1;
-    wide(
-        #[inline(always)]
-        |_| {
-            let mut j0 = lo;
-            while j0 < hi {
-                let j1 = (j0 + KEY_TILE).min(hi);
-                let tn = j1 - j0;
-                for c in 0..tn {
-                    let row = &k[(j0 + c) * dkv + g * hd..(j0 + c) * dkv + (g + 1) * hd];
-                    for (d, &x) in row.iter().enumerate() {
-                        kt[d * KEY_TILE + c] = x;
-                    }
-                }
-                for r in 0..rows {
-                    let (rlo, rhi) = a.key_range(i0 + r / group);
-                    let (t0, t1) = (j0.max(rlo), j1.min(rhi));
-                    if t0 >= t1 {
-                        continue;
-                    }
-                    let st = &mut s[..tn];
-                    st.fill(0.0);
-                    for (d, &qd) in qs[r * hd..(r + 1) * hd].iter().enumerate() {
-                        for (x, &y) in st.iter_mut().zip(&kt[d * KEY_TILE..d * KEY_TILE + tn]) {
-                            *x += qd * y;
-                        }
-                    }
-                    let mut tile_max = f32::NEG_INFINITY;
-                    for (c, x) in st.iter_mut().enumerate() {
-                        let j = j0 + c;
-                        if j < t0 || j >= t1 || mask.is_some_and(|mk| mk[j] <= 0.5) {
-                            *x = f32::NEG_INFINITY;
-                            continue;
-                        }
-                        if a.softcap > 0.0 {
-                            *x = a.softcap * (*x / a.softcap).tanh();
-                        }
-                        tile_max = tile_max.max(*x);
-                    }
-                    if tile_max == f32::NEG_INFINITY {
-                        continue;
-                    }
-                    let m_new = m[r].max(tile_max);
-                    let alpha = (m[r] - m_new).exp();
-                    let acc = &mut out[r * hd..(r + 1) * hd];
-                    if alpha != 1.0 {
-                        for x in acc.iter_mut() {
-                            *x *= alpha;
-                        }
-                    }
-                    let mut sum = 0.0f32;
-                    for (c, &sc) in st.iter().enumerate() {
-                        if sc == f32::NEG_INFINITY {
-                            continue;
-                        }
-                        let p = (sc - m_new).exp();
-                        sum += p;
-                        let j = j0 + c;
-                        let vr = &v[j * dkv + g * hd..j * dkv + (g + 1) * hd];
-                        for (x, &y) in acc.iter_mut().zip(vr) {
-                            *x += p * y;
-                        }
-                    }
-                    l[r] = l[r] * alpha + sum;
-                    m[r] = m_new;
-                }
-                j0 = j1;
-            }
-        },
-    );
-    for r in 0..rows {
-        let inv = if l[r] > 0.0 { 1.0 / l[r] } else { 0.0 };
-        for x in out[r * hd..(r + 1) * hd].iter_mut() {
-            *x *= inv;
-        }
+    let pos = |r: usize| i0 + r / group;
+    // Tiles start on multiples of KEY_TILE, so they never read past the packed keys.
+    rows.walk_packed(kt, v, a, g, mask, lo / KEY_TILE * KEY_TILE, hi, pos);
+    rows.finish(out);
+}
+
+/// Attention for fewer than [`QUERY_BLOCK`] query rows: one task per (KV head, chunk of
+/// keys) keeps the partial softmax of every query row of the head's group over its chunk;
+/// then each row's partials are merged (rescaled to the largest maximum).
+fn split_kv(q: &[f32], k: &[f32], v: &[f32], mask: Option<&[f32]>, a: &Attention, o: &mut [f32]) {
+    let (lq, hd, nkv) = (a.lq, a.hd, a.nkv);
+    let group = a.nq / nkv;
+    let lo = a.key_range(0).0;
+    let hi = a.key_range(lq - 1).1;
+    if hi <= lo {
+        return o.fill(0.0);
     }
+    let span = hi - lo;
+    let wanted = (TASKS_PER_THREAD * rayon::current_num_threads()).div_ceil(nkv);
+    let chunk = span.div_ceil(wanted).max(MIN_CHUNK);
+    let chunks = span.div_ceil(chunk);
+    let rows_n = lq * group;
+    // Per (head, chunk): `rows_n` maxima, `rows_n` sums, then `rows_n * hd` accumulators.
+    let part = rows_n * (hd + 2);
+    let mut parts = vec![0.0f32; nkv * chunks * part];
+    parts.par_chunks_mut(part).enumerate().for_each(|(t, dst)| {
+        let (g, c) = (t / chunks, t % chunks);
+        let c0 = lo + c * chunk;
+        let c1 = (c0 + chunk).min(hi);
+        let mut rows = Rows::new(rows_n, hd, tile::PV_ROWS);
+        gather_queries(q, a, g, 0, lq, &mut rows);
+        let pos = |r: usize| r / group;
+        rows.walk_rows(k, v, a, g, mask, c0, c1, pos);
+        rows.save_partial(dst);
+    });
+    let d = a.nq * hd;
+    o.par_chunks_mut(d).enumerate().for_each(|(i, row)| {
+        for g in 0..nkv {
+            for hh in 0..group {
+                let r = i * group + hh;
+                let parts_of =
+                    |c: usize| &parts[(g * chunks + c) * part..(g * chunks + c + 1) * part];
+                let dst = &mut row[(g * group + hh) * hd..(g * group + hh + 1) * hd];
+                tile::combine(chunks, parts_of, rows_n, r, hd, dst);
+            }
+        }
+    });
 }
 
 /// Packed variable-length attention: sequence `b` covers query rows
