@@ -86,9 +86,10 @@ pub fn cpu_fp32_peak_gflops() -> f64 {
         (t0.elapsed().as_secs_f64(), lanes)
     };
     round();
-    let (best, lanes) = (0..5)
-        .map(|_| round())
-        .fold((f64::INFINITY, 1), |a, b| if b.0 < a.0 { b } else { a });
+    let (best, lanes) =
+        (0..5)
+            .map(|_| round())
+            .fold((f64::INFINITY, 1), |a, b| if b.0 < a.0 { b } else { a });
     let flop = 2.0 * (threads * ITERS * FMA_CHAINS * lanes) as f64;
     flop / best / 1e9
 }
@@ -131,7 +132,9 @@ unsafe fn fma_chains_avx512(iters: usize, seed: f32) -> f32 {
             *x = _mm512_fmadd_ps(*x, a, b);
         }
     }
-    let sum = acc.iter().fold(_mm512_setzero_ps(), |s, &x| _mm512_add_ps(s, x));
+    let sum = acc
+        .iter()
+        .fold(_mm512_setzero_ps(), |s, &x| _mm512_add_ps(s, x));
     _mm512_reduce_add_ps(sum)
 }
 
@@ -148,7 +151,9 @@ unsafe fn fma_chains_avx2(iters: usize, seed: f32) -> f32 {
         }
     }
     let mut lanes = [0.0f32; 8];
-    let sum = acc.iter().fold(_mm256_setzero_ps(), |s, &x| _mm256_add_ps(s, x));
+    let sum = acc
+        .iter()
+        .fold(_mm256_setzero_ps(), |s, &x| _mm256_add_ps(s, x));
     _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
     lanes.iter().sum()
 }
