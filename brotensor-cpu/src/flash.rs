@@ -2,9 +2,9 @@
 //! cache.
 //!
 //! One blocked online-softmax walk serves every forward variant: a set of query rows of one
-//! KV head's query heads goes over the keys in tiles of [`KEY_TILE`], keeping a running
+//! KV head's query heads goes over the keys in tiles of `KEY_TILE`, keeping a running
 //! maximum, sum and FP32 accumulator per row, so no `Lq x Lk` score matrix is ever held.
-//! The two products of a tile run as register-blocked micro-kernels (see [`tile`]).
+//! The two products of a tile run as register-blocked micro-kernels (see the `tile` module).
 //!
 //! - Prefill ([`QUERY_BLOCK`] query rows or more): K is packed transposed per KV head once,
 //!   and rayon spreads (KV head, block of [`QUERY_BLOCK`] query rows); causal blocks walk

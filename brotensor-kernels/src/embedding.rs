@@ -321,7 +321,7 @@ pub fn launch_scatter_rows<R: Runtime>(
 
 /// `dst[ids[i], :] += src[i, :]` in FP32 into a `(rows, cols)` destination, for
 /// `src (m, cols)`, ids in order (repeated ids add up deterministically; ids outside
-/// `[0, rows)` are skipped). One launch per [`WALK_CHUNK`] ids.
+/// `[0, rows)` are skipped). One launch per `WALK_CHUNK` ids.
 ///
 /// Errors (no launch) on sizes past 32 bits or buffers too small.
 pub fn launch_scatter_add_rows<R: Runtime>(

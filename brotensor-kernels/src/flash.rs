@@ -1,6 +1,6 @@
 //! Kernels of the flash category: flash attention forward passes, decode and the KV cache.
 //!
-//! [`flash_kernel`]: `O[i, h] = sum_j softmax_j(s_ij) V[j, kvh]` with
+//! `flash_kernel`: `O[i, h] = sum_j softmax_j(s_ij) V[j, kvh]` with
 //! `s_ij = (Q[i, h] . K[j, kvh]) / sqrt(hd)` (soft-capped when asked), over the keys kept by
 //! the mask, causal and window rules, `kvh = h / (nq / nkv)`. One cube of [`UNITS`] units
 //! takes `tile` rows (query row, query head) of one KV head's group, so the group's heads
@@ -11,8 +11,8 @@
 //!
 //! Split-KV (decode: few queries over a long cache): the keys are cut into chunks along the
 //! grid's z, each cube writes its unnormalised partial `(max, sum, acc)` in FP32, and
-//! [`flash_combine_kernel`] merges the chunks. Varlen runs one sequence per z instead.
-//! [`kv_append_kernel`] copies new rows into a cache.
+//! `flash_combine_kernel` merges the chunks. Varlen runs one sequence per z instead.
+//! `kv_append_kernel` copies new rows into a cache.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -465,7 +465,7 @@ fn split_plan(cubes: usize, keys: usize, tile: usize) -> (usize, usize) {
     (keys.div_ceil(chunk.max(1)).max(1), chunk.max(tile))
 }
 
-/// Attention as [`flash_kernel`] describes, written to `o (q_rows, nq*hd)`; `mask` holds
+/// Attention as `flash_kernel` describes, written to `o (q_rows, nq*hd)`; `mask` holds
 /// `k_rows` F32 values. With `varlen`, one sequence per z (no split); otherwise long key
 /// ranges over few cubes take the split-KV path.
 pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(

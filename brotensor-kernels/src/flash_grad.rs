@@ -10,10 +10,10 @@
 //! Three kernels, one cube of [`REDUCE_UNITS`] units per `(row, head)`, head columns on the
 //! units (so `head_dim <= MAX_HEAD_DIM`), keys or queries in shared-memory tiles of
 //! `REDUCE_UNITS`:
-//! - [`flash_bwd_stats_kernel`]: per query row, the row's max and sum (one pass), `O_i`
+//! - `flash_bwd_stats_kernel`: per query row, the row's max and sum (one pass), `O_i`
 //!   (second pass), the log-sum-exp and `D_i` (FP32 scratch);
-//! - [`flash_bwd_dq_kernel`]: per query row, `dQ_i` over the key tiles;
-//! - [`flash_bwd_dkv_kernel`]: per key row, `dK_j` and `dV_j` over the query tiles.
+//! - `flash_bwd_dq_kernel`: per query row, `dQ_i` over the key tiles;
+//! - `flash_bwd_dkv_kernel`: per key row, `dK_j` and `dV_j` over the query tiles.
 //!
 //! No unit writes what another cube writes, so no atomics are needed. Every accumulation is
 //! FP32 whatever the storage type. Segment bounds read from `cu_*` are clamped to the rows,

@@ -1,6 +1,6 @@
 //! GGUF block-quantized weights on the host: the block table ([`Block`]), the decoder to
 //! FP32 / F16 / BF16 ([`dequantize`], [`dequantize_to`]) and the products that read the
-//! blocks directly ([`gemv`], [`gemm`]). Every block layout is written once, in `decode`; the
+//! blocks directly ([`gemv()`], [`gemm()`]). Every block layout is written once, in `decode`; the
 //! float operations follow ggml's reference order, so decoded values match it (and the Python
 //! `gguf` package) bit for bit.
 

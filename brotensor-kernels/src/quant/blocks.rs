@@ -3,12 +3,12 @@
 //! A quantized weight lives on the device as its raw GGUF blocks, byte-packed back to back
 //! in a `u32` word array (element `4i + j` of the bytes is byte `j` of word `i`, little
 //! endian). Blocks of 18, 34 or 17 bytes do not start on word boundaries, so every field is
-//! read out of the words at any byte offset ([`read_byte`], [`read_u16`], [`read_u32`], and
-//! [`read8`] for a group's 8 quant bytes in two or three word loads) and f16
-//! scales are decoded from their bits ([`f16_bits`]).
+//! read out of the words at any byte offset ([`read_byte()`], [`read_u16()`], [`read_u32()`], and
+//! [`read8()`] for a group's 8 quant bytes in two or three word loads) and f16
+//! scales are decoded from their bits ([`f16_bits()`]).
 //!
 //! The one interface the dequantization, the GEMV and the GEMM kernels share is
-//! [`decode8`]: the 8 consecutive elements `e .. e + 8` (`e` a multiple of 8) of the block
+//! [`decode8()`]: the 8 consecutive elements `e .. e + 8` (`e` a multiple of 8) of the block
 //! starting at byte `at`, decoded to FP32 with the operations in ggml's order (bit-exact with
 //! its reference decoder). Any 8 such elements share their block's scales, so a group costs
 //! one scale decode. The block type is a comptime code ([`Q4_0`] ... [`MXFP4`]); its sizes
@@ -17,7 +17,7 @@
 
 use cubecl::prelude::*;
 
-/// Block type code of Q4_0 (the comptime `kind` of [`decode8`]).
+/// Block type code of Q4_0 (the comptime `kind` of [`decode8()`]).
 pub const Q4_0: u32 = 0;
 /// Block type code of Q4_1.
 pub const Q4_1: u32 = 1;
@@ -169,7 +169,7 @@ pub fn read8(w: &Array<u32>, at: usize, q: &mut Array<u32>) {
     }
 }
 
-/// Byte `t` (0..8) of a [`read8`] run.
+/// Byte `t` (0..8) of a [`read8()`] run.
 #[cube]
 fn byte_at(q: &Array<u32>, #[comptime] t: usize) -> u32 {
     (q[comptime!(t / 4)] >> comptime!((8 * (t % 4)) as u32)) & 0xFF

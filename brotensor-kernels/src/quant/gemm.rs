@@ -4,7 +4,7 @@
 //! Each cube computes a `64 x 64` tile of `y` (64 activation rows by 64 weight rows) with
 //! `16 x 16` units, each a `4 x 4` block in registers. Per 32-deep step along `k` (four
 //! 8-element groups, always inside one block since blocks hold 32 or 256 elements), every
-//! unit decodes one group of the weight tile with [`decode8`] into shared memory as FP32 and
+//! unit decodes one group of the weight tile with [`decode8()`] into shared memory as FP32 and
 //! stages 8 activations (widened to FP32); the cube then multiplies the two slices. The weight
 //! is never decoded whole: each block group is decoded once per 64 activation rows.
 

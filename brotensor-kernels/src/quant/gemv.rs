@@ -3,7 +3,7 @@
 //! directly.
 //!
 //! A cube of 256 units computes [`ROWS_PER_CUBE`] output rows with [`LANES`] units each: a
-//! unit decodes groups of 8 consecutive weights (one [`decode8`]) strided by [`LANES`] along
+//! unit decodes groups of 8 consecutive weights (one [`decode8()`]) strided by [`LANES`] along
 //! the row, and multiplies each decoded group into all `m` activation rows, so every weight
 //! byte is read once for all rows. The FP32 partial sums meet in shared memory (a tree over
 //! the row's lanes), then one unit per activation row adds the bias and applies the

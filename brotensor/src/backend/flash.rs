@@ -37,6 +37,7 @@ pub(crate) struct FlashSpec {
 /// The prefix sums of a packed variable-length batch: the I32 tensors (on the op's device)
 /// and their host copies, validated (monotone, starting at 0, ending at the rows), with the
 /// longest query sequence.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
 pub(crate) struct SeqLens<'a> {
     /// `cu_seqlens_q` (batch + 1 values).
     pub q: &'a Tensor,

@@ -3,7 +3,7 @@
 //! Every op here runs one tiled online-softmax core (FP32 scores and accumulators, never an
 //! `Lq x Lk` score matrix) over pre-projected `Q (Lq, nq*hd)` and `K, V (Lk, nkv*hd)`; the
 //! projected forms (`_qkvo_`, `_project_kv`, `_q_with_kv_cached_`, the INT8-weight variants)
-//! are composites of the linear ops and this core (see [`projected`]).
+//! are composites of the linear ops and this core (in its `projected` submodule).
 //!
 //! Common rules: scale `1 / sqrt(hd)`; an optional F32 key `mask` of `Lk` values drops key
 //! `k` where `mask[k] <= 0.5`; a query row with no kept key gives a zero output row; GQA
