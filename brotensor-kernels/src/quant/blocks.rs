@@ -289,17 +289,23 @@ pub fn decode8(w: &Array<u32>, at: usize, e: usize, out: &mut Array<f32>, #[comp
         }
         read8(w, qs_at + e % 16, &mut q);
         if comptime!(kind == MXFP4) {
-            // 2^(x - 128), half the E8M0 scale, to match the doubled value table.
+            // 2^(x - 128), half the E8M0 scale, to match the doubled value table. For x < 2
+            // that scale is subnormal, which devices that flush subnormal inputs (lavapipe
+            // through SPIR-V) would read as zero: there the value is scaled by 2^(x - 2)
+            // first (exact) and then by 2^-126, the smallest normal, so every normal result
+            // comes out exactly on every device.
             let x = read_byte(w, at);
-            let mut bits = 0x0020_0000u32 << (x & 1);
+            let mut pre = 1.0f32;
+            let mut d = f32::reinterpret(0x0080_0000u32);
             if x >= 2 {
-                bits = (x - 1) << 23;
+                d = f32::reinterpret((x - 1) << 23);
+            } else {
+                pre = f32::reinterpret((125 + x) << 23);
             }
-            let d = f32::reinterpret(bits);
             #[unroll]
             for t in 0..8usize {
                 let v = (byte_at(&q, t) >> nshift) & 0xF;
-                out[t] = d * f32::cast_from(mxfp4_value(v));
+                out[t] = (f32::cast_from(mxfp4_value(v)) * pre) * d;
             }
         } else {
             let d = read_f16(w, at);

@@ -206,10 +206,13 @@ fn long_rows_and_odd_row_counts_match_the_host_decoder() {
             let mut out = Tensor::default();
             ops::dequantize(&w, Dtype::F32, &mut out).unwrap();
             let got = bits(&out.to_vec::<f32>().unwrap());
+            let diff = first_diff(&got, &want);
             assert_eq!(
-                first_diff(&got, &want),
+                diff,
                 None,
-                "{dtype} {rows}x{cols} on {dev}"
+                "{dtype} {rows}x{cols} on {dev}: got {:?}, want {:?}",
+                diff.map(|i| f32::from_bits(got[i])),
+                diff.map(|i| f32::from_bits(want[i]))
             );
         }
     }
