@@ -21,14 +21,14 @@ use cubecl::server::Handle;
 use crate::elementwise::{gelu, gelu_exact, sigmoid, silu};
 use crate::launch::{check_len, extent, strided_span, LaunchError};
 
-const BM: usize = 64;
-const BN: usize = 64;
+pub(crate) const BM: usize = 64;
+pub(crate) const BN: usize = 64;
 const BK: usize = 16;
 /// Units per side of a cube (a cube is `UNITS x UNITS`).
 const UNITS: usize = 16;
 /// Rows and columns of `C` per unit.
-const TM: usize = 4;
-const TN: usize = 4;
+pub(crate) const TM: usize = 4;
+pub(crate) const TN: usize = 4;
 
 /// What a launch computes, beyond the three operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,20 +148,22 @@ fn write_c<F: Float>(
     c[at] = F::cast_from(activate(v, act));
 }
 
-/// One `BK`-deep step of the register tile: `acc += sa[:, rows] x sb[:, cols]` for this
-/// unit's `TM x TN` block (`tx`, `ty` its position in the cube).
+/// One `depth`-deep step of the register tile: `acc += sa[:, rows] x sb[:, cols]` for this
+/// unit's `TM x TN` block (`tx`, `ty` its position in the cube), over `BM`/`BN`-wide shared
+/// tiles (the dense GEMM steps `BK` deep, the quantized GEMM a 32-element block run).
 #[cube]
-fn tile_fma(
+pub(crate) fn tile_fma(
     sa: &SharedMemory<f32>,
     sb: &SharedMemory<f32>,
     acc: &mut Array<f32>,
     tx: usize,
     ty: usize,
+    #[comptime] depth: usize,
 ) {
     let mut ra = Array::<f32>::new(TM);
     let mut rb = Array::<f32>::new(TN);
     #[unroll]
-    for kk in 0..BK {
+    for kk in 0..depth {
         #[unroll]
         for i in 0..TM {
             ra[i] = sa[kk * BM + ty * TM + i];
@@ -283,7 +285,7 @@ fn gemm_v4_kernel<F: Float>(
             sb[bk * BN + bq + t] = vb[t];
         }
         sync_cube();
-        tile_fma(&sa, &sb, &mut acc, tx, ty);
+        tile_fma(&sa, &sb, &mut acc, tx, ty, BK);
         sync_cube();
         k0 += BK;
     }
@@ -372,7 +374,7 @@ fn gemm_kernel<F: Float>(
             sb[kk * BN + j] = v;
         }
         sync_cube();
-        tile_fma(&sa, &sb, &mut acc, tx, ty);
+        tile_fma(&sa, &sb, &mut acc, tx, ty, BK);
         sync_cube();
         k0 += BK;
     }

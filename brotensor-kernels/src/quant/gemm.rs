@@ -14,20 +14,13 @@ use cubecl::server::Handle;
 use super::blocks::{block_bytes, block_elems, decode8, KINDS};
 use super::dequant::quant_extent;
 use crate::launch::{check_len, extent, LaunchError};
-use crate::matmul::activate;
+use crate::matmul::{activate, tile_fma, BM, BN, TM, TN};
 use crate::primitives::arg;
 
-/// Activation rows per cube.
-const BM: usize = 64;
-/// Weight rows (output columns) per cube.
-const BN: usize = 64;
 /// Depth of one step: four 8-element groups.
 const BK: usize = 32;
 /// Units per side of a cube.
 const UNITS: usize = 16;
-/// Rows and columns of `y` per unit.
-const TM: usize = 4;
-const TN: usize = 4;
 /// Most steps along `k` one launch takes (lavapipe ends longer loops).
 const MAX_STEPS: usize = 65_535;
 
@@ -56,38 +49,6 @@ pub struct QuantGemm {
     /// The epilogue activation: 0 none, 1 relu, 2 tanh-GELU, 3 erf-GELU, 4 SiLU, 5
     /// quick-GELU (the C++ codes; any other value is none).
     pub act: u32,
-}
-
-/// One 32-deep step of the register tile: `acc += sx[:, rows] x sw[:, cols]` for this unit's
-/// `TM x TN` block (`tx`, `ty` its position in the cube).
-#[cube]
-fn step_fma(
-    sx: &SharedMemory<f32>,
-    sw: &SharedMemory<f32>,
-    acc: &mut Array<f32>,
-    tx: usize,
-    ty: usize,
-) {
-    let mut rx = Array::<f32>::new(TM);
-    let mut rw = Array::<f32>::new(TN);
-    #[unroll]
-    for kk in 0..BK {
-        #[unroll]
-        for i in 0..TM {
-            rx[i] = sx[kk * BM + ty * TM + i];
-        }
-        #[unroll]
-        for j in 0..TN {
-            rw[j] = sw[kk * BN + tx * TN + j];
-        }
-        #[unroll]
-        for i in 0..TM {
-            #[unroll]
-            for j in 0..TN {
-                acc[i * TN + j] += rx[i] * rw[j];
-            }
-        }
-    }
 }
 
 /// Cube `(X, Y)` computes `y[64 Y .. 64 Y + 64, 64 X .. 64 X + 64]` (edges skipped).
@@ -163,7 +124,7 @@ fn quant_gemm_kernel<F: Float>(
             sx[kk * BM + i] = v;
         }
         sync_cube();
-        step_fma(&sx, &sw, &mut acc, tx, ty);
+        tile_fma(&sx, &sw, &mut acc, tx, ty, BK);
         sync_cube();
         k0 += BK;
     }
