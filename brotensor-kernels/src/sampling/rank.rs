@@ -53,34 +53,28 @@ pub(super) fn first_reaching(
     threshold: f32,
     strict: bool,
 ) -> usize {
-    let units = REDUCE_UNITS as usize;
-    let mut hit = usize::new(REDUCE_UNITS as i64);
-    let mut c = usize::new(0);
-    loop {
-        if c >= units || c * chunk >= len {
-            break;
-        }
-        if reaches(pre[c + 1], threshold, strict) {
+    // Loops without `break`: cubecl 0.10's SPIR-V compiler drops the selection merge of a
+    // loop with two conditional breaks, which Vulkan drivers refuse ("Selection must be
+    // structured"), so each search runs to its bound and keeps its first hit.
+    let units = usize::new(REDUCE_UNITS as i64);
+    let chunks = ((len + chunk - 1) / chunk).min(units);
+    let mut hit = units;
+    for c in 0..chunks {
+        if hit == units && reaches(pre[c + 1], threshold, strict) {
             hit = c;
-            break;
         }
-        c += 1;
     }
     let mut found = len;
     if hit < units {
         let end = len.min((hit + 1) * chunk);
         let mut local = f32::new(0.0);
-        let mut j = hit * chunk;
-        loop {
-            if j >= end {
-                break;
+        for j in hit * chunk..end {
+            if found == len {
+                local += s[weights + j];
+                if reaches(pre[hit] + local, threshold, strict) {
+                    found = j;
+                }
             }
-            local += s[weights + j];
-            if reaches(pre[hit] + local, threshold, strict) {
-                found = j;
-                break;
-            }
-            j += 1;
         }
     }
     found
