@@ -8,6 +8,12 @@
 # Mesa from trixie-backports in it, and runs the test binary (built here) inside it with
 # chroot. Needs root and Debian's mirror; the root is kept for the next run.
 #   BROTENSOR_CMMA_ROOT  where the root is kept (default: target/cmma-root)
+#
+# A kernel the driver refuses shows up as "ComputePipeline with '<kernel>' label is invalid"
+# and, since the panic kills cubecl's server thread, as failures of unrelated later tests.
+# To see why: run the one test in the root with CUBECL_DEBUG_LOG=/tmp/cubecl.log, cut the
+# kernel's ```spirv block out of that log, and run `spirv-as` and `spirv-val` (package
+# spirv-tools) on it inside the root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="${BROTENSOR_CMMA_ROOT:-$PWD/target/cmma-root}"
