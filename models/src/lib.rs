@@ -1,0 +1,37 @@
+//! Real models written only against brotensor's public API: the examples of how to use the
+//! library on a whole network, not special paths inside it.
+//!
+//! - [`minilm`]: all-MiniLM-L6-v2 sentence embeddings (BERT, 6 layers, hidden 384, 12 heads;
+//!   mean pooling and L2 normalisation as sentence-transformers does), F32 safetensors.
+//! - [`smollm2`]: SmolLM2-135M-Instruct text generation from its Q4_1 GGUF file (llama
+//!   architecture), on the quantized weights as they are, with a KV cache.
+//! - [`tokenizer`]: both tokenizers, built with the Hugging Face `tokenizers` crate.
+//! - [`files`]: where the model files live, fetched by `scripts/fetch-models.sh`.
+//!
+//! The binaries `minilm` and `smollm2` are the command-line front ends; `tour` runs both on
+//! every device (the README's main job).
+
+pub mod files;
+pub mod minilm;
+pub mod smollm2;
+pub mod tokenizer;
+
+use brotensor::{Device, Dtype};
+
+/// Parses a device name as the CLIs take it (`cpu`, `wgpu:N`, `cuda:N`).
+pub fn parse_device(name: &str) -> anyhow::Result<Device> {
+    name.parse::<Device>()
+        .map_err(|e| anyhow::anyhow!("unknown device `{name}`: {e}"))
+}
+
+/// Parses a compute dtype name: `f32`, `f16`, `bf16`.
+pub fn parse_dtype(name: &str) -> anyhow::Result<Dtype> {
+    match name.to_ascii_lowercase().as_str() {
+        "f32" => Ok(Dtype::F32),
+        "f16" => Ok(Dtype::F16),
+        "bf16" => Ok(Dtype::BF16),
+        _ => Err(anyhow::anyhow!(
+            "unknown dtype `{name}` (expected f32, f16 or bf16)"
+        )),
+    }
+}

@@ -1,0 +1,375 @@
+//! SmolLM2-135M-Instruct from its Q4_1 GGUF file: a llama decoder (30 layers, width 576,
+//! 9 query and 3 KV heads of 64, RMSNorm, RoPE on adjacent pairs as GGUF llama weights
+//! expect, SwiGLU FFN of 1536, output tied to the Q8_0 token embedding).
+//!
+//! The weights stay in their GGUF blocks on the device: every product is
+//! `ops::quant_linear` reading Q4_1 / Q8_0 blocks with FP32 activations (no 8-bit rounding
+//! of the activations, unlike llama.cpp), and an embedding row is decoded from its Q8_0
+//! blocks on the host when its token comes in. Attention runs over a KV cache with
+//! `ops::flash_attention_decode` (causal, bottom-right, GQA without copying K/V).
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context};
+use brotensor::io::gguf::{self, GgufFile, TensorInfo};
+use brotensor::ops::{self, Act, RopeParams};
+use brotensor::{Device, Dtype, Tensor};
+use tokenizers::Tokenizer;
+
+use crate::files::progress;
+use crate::tokenizer;
+
+/// The hyper-parameters read from the GGUF metadata.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// Decoder layers.
+    pub layers: usize,
+    /// Model width.
+    pub width: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Head size.
+    pub head_dim: usize,
+    /// FFN width.
+    pub ffn: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// The trained context length.
+    pub context: usize,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// RoPE frequency base.
+    pub rope_base: f32,
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    ffn_norm: Tensor,
+    /// `ffn_gate` rows then `ffn_up` rows, one quantized matrix (`2 ffn x width`), so one
+    /// product feeds `swiglu_forward`.
+    gate_up: Tensor,
+    down: Tensor,
+}
+
+/// The loaded model on one device.
+pub struct SmolLm2 {
+    /// Its hyper-parameters.
+    pub config: Config,
+    device: Device,
+    dtype: Dtype,
+    file: GgufFile,
+    tokenizer: Tokenizer,
+    bos: Option<u32>,
+    eos: u32,
+    embed: TensorInfo,
+    layers: Vec<Layer>,
+    output_norm: Tensor,
+    /// The tied output projection: the token embedding's Q8_0 blocks.
+    lm_head: Tensor,
+}
+
+/// A KV cache: one `(capacity, kv_heads * head_dim)` K and V per layer.
+pub struct Cache {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    len: usize,
+}
+
+impl Cache {
+    /// Tokens held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no token.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Tokens it can hold.
+    pub fn capacity(&self) -> usize {
+        self.k.first().map_or(0, Tensor::rows)
+    }
+}
+
+/// How to pick each next token.
+#[derive(Debug, Clone, Copy)]
+pub struct Sampling {
+    /// 0: greedy (the argmax).
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens (0: all).
+    pub top_k: i32,
+    /// Keep the smallest prefix reaching this probability (1: all).
+    pub top_p: f32,
+    /// The Philox key: equal seeds give equal tokens on every device.
+    pub seed: u64,
+}
+
+impl Sampling {
+    /// Greedy decoding.
+    pub fn greedy() -> Sampling {
+        Sampling {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+fn usize_meta(file: &GgufFile, key: &str) -> anyhow::Result<usize> {
+    Ok(usize::try_from(file.meta_u64(key)?).with_context(|| key.to_string())?)
+}
+
+impl SmolLm2 {
+    /// Maps the GGUF at `path` and uploads its weights to `device` (quantized matrices as
+    /// their blocks; norms in `dtype`, the dtype activations are computed in).
+    pub fn load(path: &Path, device: Device, dtype: Dtype) -> anyhow::Result<SmolLm2> {
+        let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let arch = file.meta_str("general.architecture")?;
+        if arch != "llama" {
+            bail!("{} is a `{arch}` model; this example runs llama ones", path.display());
+        }
+        let heads = usize_meta(&file, "llama.attention.head_count")?;
+        let width = usize_meta(&file, "llama.embedding_length")?;
+        let config = Config {
+            layers: usize_meta(&file, "llama.block_count")?,
+            width,
+            heads,
+            kv_heads: usize_meta(&file, "llama.attention.head_count_kv")?,
+            head_dim: width / heads.max(1),
+            ffn: usize_meta(&file, "llama.feed_forward_length")?,
+            vocab: file.meta_str_array("tokenizer.ggml.tokens")?.len(),
+            context: usize_meta(&file, "llama.context_length")?,
+            rms_eps: file.meta_f64("llama.attention.layer_norm_rms_epsilon")? as f32,
+            rope_base: file
+                .find_meta("llama.rope.freq_base")
+                .and_then(|v| v.as_f64())
+                .unwrap_or(10_000.0) as f32,
+        };
+        if heads == 0 || width % heads != 0 || config.kv_heads == 0 || heads % config.kv_heads != 0 {
+            bail!("unsupported head layout: {config:?}");
+        }
+        let tokenizer = tokenizer::from_gguf(&file)?;
+        let bos = tokenizer::gguf_adds_bos(&file)?;
+        let eos = u32::try_from(file.meta_u64("tokenizer.ggml.eos_token_id")?)?;
+
+        let bar = progress(config.layers as u64 + 1, "smollm2");
+        let info = |name: &str| -> anyhow::Result<TensorInfo> { Ok(file.get_tensor(name)?.clone()) };
+        let raw = |name: &str| -> anyhow::Result<Tensor> {
+            Ok(gguf::upload_raw_on(device, &file, &info(name)?)?)
+        };
+        let norm = |name: &str| -> anyhow::Result<Tensor> {
+            Ok(gguf::dequantize_tensor_on(device, &file, &info(name)?)?.to_dtype(dtype)?)
+        };
+        let embed = info("token_embd.weight")?;
+        let lm_head = match file.find_tensor("output.weight") {
+            Some(out) => gguf::upload_raw_on(device, &file, out)?,
+            None => gguf::upload_raw_on(device, &file, &embed)?,
+        };
+        let output_norm = norm("output_norm.weight")?;
+        bar.inc(1);
+        let mut layers = Vec::with_capacity(config.layers);
+        for i in 0..config.layers {
+            let name = |t: &str| format!("blk.{i}.{t}.weight");
+            let gate = info(&name("ffn_gate"))?;
+            let up = info(&name("ffn_up"))?;
+            if gate.dtype != up.dtype || gate.shape != up.shape {
+                bail!("blk.{i}: ffn_gate and ffn_up differ in type or shape");
+            }
+            let dt = gate.dtype.ok_or_else(|| anyhow!("blk.{i}.ffn_gate is {}", gate.type_name))?;
+            let mut bytes = Vec::with_capacity(gate.nbytes + up.nbytes);
+            bytes.extend_from_slice(file.data(&gate));
+            bytes.extend_from_slice(file.data(&up));
+            let gate_up =
+                Tensor::from_raw_bytes_nd_on(device, &bytes, &[2 * config.ffn, width], dt)?;
+            layers.push(Layer {
+                attn_norm: norm(&name("attn_norm"))?,
+                q: raw(&name("attn_q"))?,
+                k: raw(&name("attn_k"))?,
+                v: raw(&name("attn_v"))?,
+                out: raw(&name("attn_output"))?,
+                ffn_norm: norm(&name("ffn_norm"))?,
+                gate_up,
+                down: raw(&name("ffn_down"))?,
+            });
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        Ok(SmolLm2 {
+            config,
+            device,
+            dtype,
+            file,
+            tokenizer,
+            bos,
+            eos,
+            embed,
+            layers,
+            output_norm,
+            lm_head,
+        })
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The tokenizer built from the GGUF metadata.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The end-of-sequence token.
+    pub fn eos(&self) -> u32 {
+        self.eos
+    }
+
+    /// Token ids of `text` (BOS first when the GGUF asks for it; special tokens matched).
+    pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        let mut ids: Vec<u32> = self.bos.into_iter().collect();
+        ids.extend(tokenizer::encode(&self.tokenizer, text, false)?);
+        Ok(ids)
+    }
+
+    /// The text of `ids`.
+    pub fn decode(&self, ids: &[u32]) -> anyhow::Result<String> {
+        tokenizer::decode(&self.tokenizer, ids)
+    }
+
+    /// `user` wrapped by the GGUF's chat template (`tokenizer.chat_template`), ready for the
+    /// assistant's answer.
+    pub fn chat_prompt(&self, user: &str) -> anyhow::Result<String> {
+        let template = self.file.meta_str("tokenizer.chat_template")?;
+        let mut env = minijinja::Environment::new();
+        env.add_template("chat", template)?;
+        let messages = vec![minijinja::context! { role => "user", content => user }];
+        Ok(env.get_template("chat")?.render(minijinja::context! {
+            messages => messages,
+            add_generation_prompt => true,
+        })?)
+    }
+
+    /// An empty KV cache for `capacity` tokens.
+    pub fn new_cache(&self, capacity: usize) -> anyhow::Result<Cache> {
+        let c = &self.config;
+        let cols = c.kv_heads * c.head_dim;
+        let mut k = Vec::with_capacity(c.layers);
+        let mut v = Vec::with_capacity(c.layers);
+        for _ in 0..c.layers {
+            k.push(Tensor::zeros_on(self.device, capacity, cols, self.dtype)?);
+            v.push(Tensor::zeros_on(self.device, capacity, cols, self.dtype)?);
+        }
+        Ok(Cache { k, v, len: 0 })
+    }
+
+    /// The embedding rows of `ids`, decoded from their Q8_0 blocks on the host.
+    fn embed_rows(&self, ids: &[u32]) -> anyhow::Result<Tensor> {
+        let dt = self.embed.dtype.ok_or_else(|| anyhow!("token_embd is {}", self.embed.type_name))?;
+        let data = self.file.data(&self.embed);
+        let row_bytes = data.len() / self.config.vocab;
+        let mut rows = Vec::with_capacity(ids.len() * self.config.width);
+        for &id in ids {
+            let id = id as usize;
+            if id >= self.config.vocab {
+                bail!("token id {id} is outside the vocabulary of {}", self.config.vocab);
+            }
+            rows.extend(gguf::dequantize(dt, &data[id * row_bytes..(id + 1) * row_bytes])?);
+        }
+        Ok(Tensor::from_slice_on(self.device, &rows, ids.len(), self.config.width)?
+            .to_dtype(self.dtype)?)
+    }
+
+    /// Runs `ids` (at positions `cache.len() ..`) through the decoder, appending their keys
+    /// and values to `cache`; returns the next-token logits `(1, vocab)` F32 of the last one.
+    pub fn forward(&self, ids: &[u32], cache: &mut Cache) -> anyhow::Result<Tensor> {
+        let c = &self.config;
+        let n = ids.len();
+        if n == 0 {
+            bail!("forward needs at least one token");
+        }
+        let pos = cache.len;
+        if pos + n > cache.capacity() {
+            bail!("the KV cache holds {} tokens; {} more do not fit", cache.capacity(), n);
+        }
+        let rope = RopeParams::new(c.rope_base);
+        let mut x = self.embed_rows(ids)?;
+        let [mut h, mut q, mut k, mut v, mut qr, mut kr, mut o, mut a, mut gu, mut s] =
+            std::array::from_fn(|_| Tensor::default());
+        for (i, l) in self.layers.iter().enumerate() {
+            ops::rms_norm_forward(&x, &l.attn_norm, c.rms_eps, &mut h)?;
+            ops::quant_linear(&l.q, None, &h, Act::None, &mut q)?;
+            ops::quant_linear(&l.k, None, &h, Act::None, &mut k)?;
+            ops::quant_linear(&l.v, None, &h, Act::None, &mut v)?;
+            ops::rope_forward(&q, c.head_dim, c.heads, pos, &rope, &mut qr)?;
+            ops::rope_forward(&k, c.head_dim, c.kv_heads, pos, &rope, &mut kr)?;
+            ops::kv_cache_append(&kr, &v, pos, &mut cache.k[i], &mut cache.v[i])?;
+            ops::flash_attention_decode(
+                &qr, &cache.k[i], &cache.v[i], pos + n, c.heads, c.kv_heads, 0.0, 0, &mut o,
+            )?;
+            ops::quant_linear(&l.out, None, &o, Act::None, &mut a)?;
+            ops::add_inplace(&mut x, &a)?;
+            ops::rms_norm_forward(&x, &l.ffn_norm, c.rms_eps, &mut h)?;
+            ops::quant_linear(&l.gate_up, None, &h, Act::None, &mut gu)?;
+            ops::swiglu_forward(&gu, &mut s)?;
+            ops::quant_linear(&l.down, None, &s, Act::None, &mut a)?;
+            ops::add_inplace(&mut x, &a)?;
+        }
+        cache.len = pos + n;
+        let last = x.narrow(0, n - 1, 1)?.contiguous()?;
+        ops::rms_norm_forward(&last, &self.output_norm, c.rms_eps, &mut h)?;
+        let mut logits = Tensor::default();
+        ops::quant_linear(&self.lm_head, None, &h, Act::None, &mut logits)?;
+        Ok(logits.to_dtype(Dtype::F32)?)
+    }
+
+    /// The next token from `logits (1, vocab)` F32; `step` picks the draw's substream.
+    pub fn pick(&self, logits: &Tensor, sampling: &Sampling, step: u64) -> anyhow::Result<u32> {
+        let mut idx = Tensor::default();
+        ops::sample_logits(
+            logits,
+            sampling.temperature,
+            sampling.top_k,
+            sampling.top_p,
+            sampling.seed,
+            step,
+            &mut idx,
+        )?;
+        let id = idx.to_vec::<i32>()?[0];
+        u32::try_from(id).map_err(|_| anyhow!("sampled a negative token id {id}"))
+    }
+
+    /// Prefills `prompt` and generates up to `max_tokens` tokens (stopping after EOS),
+    /// calling `on_token` with each new one. Returns the new tokens.
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &Sampling,
+        mut on_token: impl FnMut(u32) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<u32>> {
+        let mut cache = self.new_cache(prompt.len() + max_tokens)?;
+        let mut out = Vec::with_capacity(max_tokens);
+        if max_tokens == 0 {
+            return Ok(out);
+        }
+        let mut logits = self.forward(prompt, &mut cache)?;
+        for step in 0..max_tokens {
+            let id = self.pick(&logits, sampling, step as u64)?;
+            out.push(id);
+            on_token(id)?;
+            if id == self.eos || step + 1 == max_tokens {
+                break;
+            }
+            logits = self.forward(&[id], &mut cache)?;
+        }
+        Ok(out)
+    }
+}
