@@ -1,0 +1,190 @@
+//! The two real models against references that are not our code (float64 numpy forwards of
+//! the same weights and the Python `tokenizers` package: `tests/fixtures/models/`, made by
+//! `make_models.py`), on the CPU and on every GPU (a wgpu device is required in CI).
+//!
+//! The model files come from `scripts/fetch-models.sh` (the test script runs it first); a
+//! missing file fails the tests, it never skips them.
+
+use std::path::PathBuf;
+
+use brotensor::{Device, Dtype};
+use brotensor_models::minilm::{cosine, MiniLm};
+use brotensor_models::smollm2::{Sampling, SmolLm2};
+use brotensor_models::{files, tokenizer};
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models").join(name)
+}
+
+fn json(name: &str) -> Value {
+    let text = std::fs::read_to_string(fixture(name)).expect("fixture");
+    serde_json::from_str(&text).expect("fixture JSON")
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("id list")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .expect("number list")
+        .iter()
+        .map(|x| x.as_f64().expect("number"))
+        .collect()
+}
+
+/// The CPU and every GPU (failing when `BROTENSOR_REQUIRE_GPU` names a missing kind), after
+/// making sure the model files are there.
+fn devices() -> Vec<Device> {
+    files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
+    let mut all = vec![Device::Cpu];
+    all.extend(brotensor_tests::gpu_devices());
+    all
+}
+
+#[test]
+fn tokenizers_match_the_python_package() {
+    files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
+    let cases = json("tokenizer_ids.json");
+    let bert = tokenizer::from_json_file(&files::minilm_dir().join("tokenizer.json")).unwrap();
+    let gguf = brotensor::io::gguf::GgufFile::open(files::smollm2_gguf()).unwrap();
+    let bpe = tokenizer::from_gguf(&gguf).unwrap();
+    let mut checked = 0;
+    for (name, tok) in [("minilm", &bert), ("smollm2", &bpe)] {
+        // MiniLM's ids carry [CLS] ... [SEP]; SmolLM2's raw text gets no BOS.
+        let add_special = name == "minilm";
+        for case in cases[name].as_array().unwrap() {
+            let text = case["text"].as_str().unwrap();
+            let got = tokenizer::encode(tok, text, add_special).unwrap();
+            assert_eq!(got, ids(&case["ids"]), "{name}: {text:?}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "only {checked} tokenizer cases");
+    // llama.cpp's id for "The" (a tokenizer adding a prefix space gives 378).
+    assert_eq!(tokenizer::encode(&bpe, "The", false).unwrap(), [504]);
+    assert_eq!(tokenizer::gguf_adds_bos(&gguf).unwrap(), None);
+}
+
+#[test]
+fn minilm_embeddings_match_the_float64_reference() {
+    let reference = json("minilm.json");
+    let sentences: Vec<&str> = reference["sentences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let want: Vec<Vec<f64>> = reference["embeddings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(floats)
+        .collect();
+    let want_ids: Vec<Vec<u32>> = reference["ids"].as_array().unwrap().iter().map(ids).collect();
+    let mut runs = 0;
+    for device in devices() {
+        let dtypes: &[Dtype] = if device.is_gpu() {
+            &[Dtype::F32, Dtype::F16, Dtype::BF16]
+        } else {
+            &[Dtype::F32]
+        };
+        for &dtype in dtypes {
+            if !brotensor::supports_dtype(device, dtype).unwrap() {
+                eprintln!("note: {device} has no {dtype}; MiniLM not run in it there");
+                continue;
+            }
+            let model = MiniLm::load(&files::minilm_dir(), device, dtype).unwrap();
+            assert_eq!(model.tokenize(&sentences).unwrap(), want_ids, "{device}");
+            let got = model.embed(&sentences).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (s, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.len(), w.len());
+                let g64: Vec<f64> = g.iter().map(|&x| f64::from(x)).collect();
+                let cos = cosine_f64(&g64, w);
+                if dtype == Dtype::F32 {
+                    // Unit vectors of 384 values (each up to ~0.2): 1e-4 absolute is about
+                    // 1e-3 of the largest, and a zero, halved or wrong element breaks it.
+                    let err = g64.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                    assert!(err <= 1e-4, "{device} F32 sentence {s}: max error {err:e}");
+                } else {
+                    assert!(cos >= 0.999, "{device} {dtype} sentence {s}: cosine {cos}");
+                }
+                // Unit length: a halved or scaled output fails even where the cosine would not.
+                let norm = g64.iter().map(|x| x * x).sum::<f64>().sqrt();
+                assert!((norm - 1.0).abs() < 1e-3, "{device} {dtype}: norm {norm}");
+            }
+            // The similarity the model exists for: the two cat sentences are close.
+            assert!(cosine(&got[0], &got[1]) > 0.7 && cosine(&got[0], &got[2]) < 0.2);
+            runs += 1;
+        }
+    }
+    assert!(runs >= 1);
+}
+
+fn cosine_f64(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let nb = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+/// The prompt's next-token logits: within `LOGIT_TOL` times the largest logit of the float64
+/// forward (our quantized products read the same dequantized weights and keep FP32
+/// activations, so the difference is FP32 rounding through 30 layers: measured below 1e-4 of
+/// the scale on the CPU and lavapipe). The reference's smallest top-1/top-2 gap over the
+/// 16 greedy steps is 0.145, 0.7% of the scale; the tolerance of 0.2% keeps every argmax of
+/// the reference's path away from a tie, so the same 16 greedy tokens are required too.
+const LOGIT_TOL: f64 = 2e-3;
+
+#[test]
+fn smollm2_follows_the_float64_reference_and_samples_alike_everywhere() {
+    let reference = json("smollm2.json");
+    let prompt_ids = ids(&reference["ids"]);
+    let greedy = ids(&reference["greedy"]);
+    let bytes = std::fs::read(fixture("smollm2_logits.bin")).unwrap();
+    let want: Vec<f64> = bytes
+        .chunks_exact(4)
+        .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+        .collect();
+    let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let sampling = Sampling { temperature: 0.8, top_k: 40, top_p: 0.95, seed: 1234 };
+    let mut sampled: Vec<(Device, Vec<u32>)> = Vec::new();
+    for device in devices() {
+        let model = SmolLm2::load(&files::smollm2_gguf(), device, Dtype::F32).unwrap();
+        let prompt = model.encode(reference["prompt"].as_str().unwrap()).unwrap();
+        assert_eq!(prompt, prompt_ids, "{device}: prompt ids");
+
+        let mut cache = model.new_cache(prompt.len() + 1).unwrap();
+        let logits = model.forward(&prompt, &mut cache).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(logits.len(), want.len());
+        let err = logits
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (f64::from(*g) - w).abs())
+            .fold(0.0, f64::max);
+        eprintln!("{device}: largest logit error {err:.3e} of scale {scale:.2}");
+        assert!(err <= LOGIT_TOL * scale, "{device}: logit error {err} > {}", LOGIT_TOL * scale);
+
+        let tokens = model.generate(&prompt, greedy.len(), &Sampling::greedy(), |_| Ok(())).unwrap();
+        assert_eq!(tokens, greedy, "{device}: greedy tokens");
+        assert_eq!(
+            model.decode(&tokens).unwrap(),
+            reference["greedy_text"].as_str().unwrap()
+        );
+
+        let tokens = model.generate(&prompt, 16, &sampling, |_| Ok(())).unwrap();
+        assert_eq!(tokens.len(), 16, "{device}: sampling stopped early: {tokens:?}");
+        sampled.push((device, tokens));
+    }
+    let (first, rest) = sampled.split_first().unwrap();
+    assert_ne!(first.1, greedy, "sampling at temperature 0.8 gave the greedy path");
+    for (device, tokens) in rest {
+        assert_eq!(tokens, &first.1, "sampled tokens on {device} differ from {}", first.0);
+    }
+}
