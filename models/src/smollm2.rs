@@ -8,7 +8,9 @@
 //! blocks on the host when its token comes in. Attention runs over a KV cache with
 //! `ops::flash_attention_decode` (causal, bottom-right, GQA without copying K/V).
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use brotensor::io::gguf::{self, GgufFile, TensorInfo};
@@ -95,6 +97,26 @@ impl Cache {
     /// Tokens it can hold.
     pub fn capacity(&self) -> usize {
         self.k.first().map_or(0, Tensor::rows)
+    }
+}
+
+/// Time spent per op kind, filled by [`SmolLm2::forward_timed`].
+#[derive(Debug, Default, Clone)]
+pub struct OpTimes {
+    /// Op name to (total time, calls).
+    pub by_op: BTreeMap<&'static str, (Duration, usize)>,
+}
+
+impl OpTimes {
+    fn add(&mut self, name: &'static str, d: Duration) {
+        let e = self.by_op.entry(name).or_default();
+        e.0 += d;
+        e.1 += 1;
+    }
+
+    /// The total time.
+    pub fn total(&self) -> Duration {
+        self.by_op.values().map(|v| v.0).sum()
     }
 }
 
@@ -290,6 +312,26 @@ impl SmolLm2 {
     /// Runs `ids` (at positions `cache.len() ..`) through the decoder, appending their keys
     /// and values to `cache`; returns the next-token logits `(1, vocab)` F32 of the last one.
     pub fn forward(&self, ids: &[u32], cache: &mut Cache) -> anyhow::Result<Tensor> {
+        self.forward_inner(ids, cache, None)
+    }
+
+    /// [`SmolLm2::forward`], adding each op's time to `times` (the device is synchronized
+    /// after every op, so the sum is slower than an untimed forward).
+    pub fn forward_timed(
+        &self,
+        ids: &[u32],
+        cache: &mut Cache,
+        times: &mut OpTimes,
+    ) -> anyhow::Result<Tensor> {
+        self.forward_inner(ids, cache, Some(times))
+    }
+
+    fn forward_inner(
+        &self,
+        ids: &[u32],
+        cache: &mut Cache,
+        mut times: Option<&mut OpTimes>,
+    ) -> anyhow::Result<Tensor> {
         let c = &self.config;
         let n = ids.len();
         if n == 0 {
@@ -299,35 +341,66 @@ impl SmolLm2 {
         if pos + n > cache.capacity() {
             bail!("the KV cache holds {} tokens; {} more do not fit", cache.capacity(), n);
         }
+        let device = self.device;
         let rope = RopeParams::new(c.rope_base);
+        let start = Instant::now();
         let mut x = self.embed_rows(ids)?;
+        if let Some(t) = times.as_deref_mut() {
+            brotensor::sync(device)?;
+            t.add("embedding (host Q8_0 rows)", start.elapsed());
+        }
+        let mut timed = |name: &'static str, f: &mut dyn FnMut() -> brotensor::Result<()>| {
+            match times.as_deref_mut() {
+                None => f(),
+                Some(t) => {
+                    let start = Instant::now();
+                    f()?;
+                    brotensor::sync(device)?;
+                    t.add(name, start.elapsed());
+                    Ok(())
+                }
+            }
+        };
         let [mut h, mut q, mut k, mut v, mut qr, mut kr, mut o, mut a, mut gu, mut s] =
             std::array::from_fn(|_| Tensor::default());
         for (i, l) in self.layers.iter().enumerate() {
-            ops::rms_norm_forward(&x, &l.attn_norm, c.rms_eps, &mut h)?;
-            ops::quant_linear(&l.q, None, &h, Act::None, &mut q)?;
-            ops::quant_linear(&l.k, None, &h, Act::None, &mut k)?;
-            ops::quant_linear(&l.v, None, &h, Act::None, &mut v)?;
-            ops::rope_forward(&q, c.head_dim, c.heads, pos, &rope, &mut qr)?;
-            ops::rope_forward(&k, c.head_dim, c.kv_heads, pos, &rope, &mut kr)?;
-            ops::kv_cache_append(&kr, &v, pos, &mut cache.k[i], &mut cache.v[i])?;
-            ops::flash_attention_decode(
-                &qr, &cache.k[i], &cache.v[i], pos + n, c.heads, c.kv_heads, 0.0, 0, &mut o,
-            )?;
-            ops::quant_linear(&l.out, None, &o, Act::None, &mut a)?;
-            ops::add_inplace(&mut x, &a)?;
-            ops::rms_norm_forward(&x, &l.ffn_norm, c.rms_eps, &mut h)?;
-            ops::quant_linear(&l.gate_up, None, &h, Act::None, &mut gu)?;
-            ops::swiglu_forward(&gu, &mut s)?;
-            ops::quant_linear(&l.down, None, &s, Act::None, &mut a)?;
-            ops::add_inplace(&mut x, &a)?;
+            timed("rms_norm", &mut || ops::rms_norm_forward(&x, &l.attn_norm, c.rms_eps, &mut h))?;
+            timed("quant_linear q,k,v", &mut || {
+                ops::quant_linear(&l.q, None, &h, Act::None, &mut q)?;
+                ops::quant_linear(&l.k, None, &h, Act::None, &mut k)?;
+                ops::quant_linear(&l.v, None, &h, Act::None, &mut v)
+            })?;
+            timed("rope", &mut || {
+                ops::rope_forward(&q, c.head_dim, c.heads, pos, &rope, &mut qr)?;
+                ops::rope_forward(&k, c.head_dim, c.kv_heads, pos, &rope, &mut kr)
+            })?;
+            let (kc, vc) = (&mut cache.k[i], &mut cache.v[i]);
+            timed("kv_cache_append", &mut || ops::kv_cache_append(&kr, &v, pos, kc, vc))?;
+            timed("flash_attention_decode", &mut || {
+                ops::flash_attention_decode(
+                    &qr, kc, vc, pos + n, c.heads, c.kv_heads, 0.0, 0, &mut o,
+                )
+            })?;
+            timed("quant_linear out", &mut || ops::quant_linear(&l.out, None, &o, Act::None, &mut a))?;
+            timed("add (residual)", &mut || ops::add_inplace(&mut x, &a))?;
+            timed("rms_norm", &mut || ops::rms_norm_forward(&x, &l.ffn_norm, c.rms_eps, &mut h))?;
+            timed("quant_linear gate+up", &mut || {
+                ops::quant_linear(&l.gate_up, None, &h, Act::None, &mut gu)
+            })?;
+            timed("swiglu", &mut || ops::swiglu_forward(&gu, &mut s))?;
+            timed("quant_linear down", &mut || ops::quant_linear(&l.down, None, &s, Act::None, &mut a))?;
+            timed("add (residual)", &mut || ops::add_inplace(&mut x, &a))?;
         }
         cache.len = pos + n;
-        let last = x.narrow(0, n - 1, 1)?.contiguous()?;
-        ops::rms_norm_forward(&last, &self.output_norm, c.rms_eps, &mut h)?;
         let mut logits = Tensor::default();
-        ops::quant_linear(&self.lm_head, None, &h, Act::None, &mut logits)?;
-        Ok(logits.to_dtype(Dtype::F32)?)
+        timed("output norm + lm_head (Q8_0)", &mut || {
+            let last = x.narrow(0, n - 1, 1)?.contiguous()?;
+            ops::rms_norm_forward(&last, &self.output_norm, c.rms_eps, &mut h)?;
+            ops::quant_linear(&self.lm_head, None, &h, Act::None, &mut logits)?;
+            logits = logits.to_dtype(Dtype::F32)?;
+            Ok(())
+        })?;
+        Ok(logits)
     }
 
     /// The next token from `logits (1, vocab)` F32; `step` picks the draw's substream.
