@@ -81,11 +81,13 @@ fn smollm2_brotensor(device: Device, profile: bool) -> anyhow::Result<String> {
         tokens = out;
     }
     let mut line = format!(
-        "{{\"impl\":\"brotensor\",\"device\":\"{device}\",\"prefill5\":{:.2},\"prefill128\":{:.2},\"decode\":{:.2},\"tokens\":{:?}",
+        "{{\"impl\":\"brotensor\",\"device\":\"{device}\",\"prefill5\":{:.2},\"prefill128\":{:.2},\"decode\":{:.2},\"tokens\":{:?},\"short_ids\":{:?},\"long_ids\":{:?}",
         short.len() as f64 / p5,
         128.0 / p128,
         DECODE as f64 / decode_secs,
-        tokens
+        tokens,
+        short,
+        long
     );
     if profile {
         let mut times = OpTimes::default();

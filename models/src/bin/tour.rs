@@ -15,8 +15,15 @@ use brotensor_models::smollm2::{Sampling, SmolLm2};
 use brotensor_models::files;
 use serde_json::Value;
 
+/// A reference file: from `tests/fixtures/models/` under the working directory (a copied
+/// checkout), else in the checkout this binary was built from.
 fn reference(name: &str) -> anyhow::Result<Value> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models").join(name);
+    let local = PathBuf::from("tests/fixtures/models").join(name);
+    let path = if local.is_file() {
+        local
+    } else {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models").join(name)
+    };
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     Ok(serde_json::from_str(&text)?)
 }

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""The real models against their peers, in one run, round by round (issue 16).
+
+SmolLM2-135M-Instruct Q4_1 on the CPU: prefill of 5 and 128 tokens and 64 greedy decode
+steps, tokens/s, for brotensor, candle-transformers' quantized_llama (both from
+`bench_models`, built with `--features candle`) and llama.cpp (llama-cpp-python, in this
+process). MiniLM sentences/s at batch 1 and 32 for brotensor and candle-transformers' bert.
+Contenders alternate within each round (this machine's memory bandwidth drifts); the table
+gives each one's best round and the ratios.
+
+    python3 benches/bench_models.py [--rounds 3] [--threads 2] [--no-llama]
+
+llama-cpp-python 0.3.36 is built from source by pip (about 15 minutes on 2 cores) into
+$BROTENSOR_LLAMA_VENV (default /tmp/brotensor-llama-venv) the first time; this script
+re-executes itself with that venv's python.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release", "bench_models")
+VENV = os.environ.get("BROTENSOR_LLAMA_VENV", "/tmp/brotensor-llama-venv")
+MODELS = os.environ.get("BROTENSOR_MODELS", os.path.expanduser("~/.cache/brotensor/models"))
+GGUF = os.path.join(MODELS, "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+DECODE = 64
+
+
+def ensure_venv():
+    py = os.path.join(VENV, "bin", "python")
+    if not os.path.exists(py):
+        subprocess.check_call([sys.executable, "-m", "venv", VENV])
+    ok = subprocess.call([py, "-c", "import llama_cpp, numpy"], stderr=subprocess.DEVNULL) == 0
+    if not ok:
+        print("bench_models: building llama-cpp-python 0.3.36 (about 15 minutes)", flush=True)
+        subprocess.check_call([py, "-m", "pip", "install", "-q", "llama-cpp-python==0.3.36", "numpy==2.4.6"])
+    return py
+
+
+def run_bin(*args):
+    out = subprocess.run([BIN, *args], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def llama_smollm2(short, long, threads):
+    import numpy as np
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=GGUF, n_ctx=512, n_batch=512, n_threads=threads,
+                n_threads_batch=threads, verbose=False)
+    assert llm.tokenize(b"The capital of France is", add_bos=False, special=False) == short, \
+        "llama.cpp tokenizes the prompt differently"
+
+    def prefill(ids):
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(ids)
+        return time.perf_counter() - t
+
+    prefill(short)
+    p5 = min(prefill(short) for _ in range(5))
+    p128 = min(prefill(long) for _ in range(3))
+    best, tokens = float("inf"), []
+    for _ in range(3):
+        llm.reset()
+        llm.eval(short)
+        out = []
+        t = time.perf_counter()
+        for _ in range(DECODE):
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            out.append(tok)
+            llm.eval([tok])
+        best = min(best, time.perf_counter() - t)
+        tokens = out
+    return {"impl": "llama.cpp", "prefill5": len(short) / p5, "prefill128": 128 / p128,
+            "decode": DECODE / best, "tokens": tokens}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--no-llama", action="store_true")
+    args = ap.parse_args()
+    if not args.no_llama and os.environ.get("BROTENSOR_IN_VENV") != "1":
+        py = ensure_venv()
+        os.environ["BROTENSOR_IN_VENV"] = "1"
+        os.execv(py, [py, *sys.argv])
+    subprocess.check_call(["cargo", "build", "--release", "-q", "-p", "brotensor-benches",
+                           "--features", "candle", "--bin", "bench_models"], cwd=ROOT)
+    best = {}
+
+    def keep(key, res, fields):
+        b = best.setdefault(key, {"tokens": res.get("tokens")})
+        for f in fields:
+            b[f] = max(b.get(f, 0.0), res[f])
+
+    for r in range(args.rounds):
+        ours = run_bin("smollm2", "brotensor")
+        keep("brotensor", ours, ["prefill5", "prefill128", "decode"])
+        keep("candle", run_bin("smollm2", "candle"), ["prefill5", "prefill128", "decode"])
+        if not args.no_llama:
+            keep("llama.cpp", llama_smollm2(ours["short_ids"], ours["long_ids"], args.threads),
+                 ["prefill5", "prefill128", "decode"])
+        keep("minilm brotensor", run_bin("minilm", "brotensor"), ["batch1", "batch32"])
+        keep("minilm candle", run_bin("minilm", "candle"), ["batch1", "batch32"])
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+
+    print("| SmolLM2-135M Q4_1, CPU | prefill 5 tok/s | prefill 128 tok/s | decode tok/s | same 64 greedy tokens as brotensor |")
+    print("|---|---|---|---|---|")
+    ref = best["brotensor"]["tokens"]
+    for name in ("brotensor", "llama.cpp", "candle"):
+        if name in best:
+            b = best[name]
+            same = "yes" if b["tokens"] == ref else f"first {next((i for i, (a, c) in enumerate(zip(b['tokens'], ref)) if a != c), len(ref))}"
+            print(f"| {name} | {b['prefill5']:.1f} | {b['prefill128']:.1f} | {b['decode']:.1f} | {same} |")
+    ours = best["brotensor"]
+    for name in ("llama.cpp", "candle"):
+        if name in best:
+            b = best[name]
+            print(f"| brotensor / {name} | {ours['prefill5'] / b['prefill5']:.2f}x | "
+                  f"{ours['prefill128'] / b['prefill128']:.2f}x | {ours['decode'] / b['decode']:.2f}x | |")
+    print()
+    print("| MiniLM-L6, CPU | batch 1 sentences/s | batch 32 sentences/s |")
+    print("|---|---|---|")
+    for name in ("minilm brotensor", "minilm candle"):
+        b = best[name]
+        print(f"| {name.split()[1]} | {b['batch1']:.1f} | {b['batch32']:.1f} |")
+    a, c = best["minilm brotensor"], best["minilm candle"]
+    print(f"| brotensor / candle | {a['batch1'] / c['batch1']:.2f}x | {a['batch32'] / c['batch32']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
