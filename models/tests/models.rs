@@ -63,9 +63,14 @@ fn tokenizers_match_the_python_package() {
             let got = tokenizer::encode(tok, text, add_special).unwrap();
             assert_eq!(got, ids(&case["ids"]), "{name}: {text:?}");
             checked += 1;
+            // llama.cpp's own ids (make_llamacpp_ids.py), for the GGUF tokenizer.
+            if let Some(llama) = case.get("llamacpp_ids") {
+                assert_eq!(got, ids(llama), "{name} vs llama.cpp: {text:?}");
+                checked += 1;
+            }
         }
     }
-    assert!(checked >= 30, "only {checked} tokenizer cases");
+    assert!(checked >= 45, "only {checked} tokenizer cases");
     // llama.cpp's id for "The" (a tokenizer adding a prefix space gives 378).
     assert_eq!(tokenizer::encode(&bpe, "The", false).unwrap(), [504]);
     assert_eq!(tokenizer::gguf_adds_bos(&gguf).unwrap(), None);
@@ -134,13 +139,17 @@ fn cosine_f64(a: &[f64], b: &[f64]) -> f64 {
     dot / (na * nb)
 }
 
-/// The prompt's next-token logits: within `LOGIT_TOL` times the largest logit of the float64
-/// forward (our quantized products read the same dequantized weights and keep FP32
-/// activations, so the difference is FP32 rounding through 30 layers: measured below 1e-4 of
-/// the scale on the CPU and lavapipe). The reference's smallest top-1/top-2 gap over the
-/// 16 greedy steps is 0.145, 0.7% of the scale; the tolerance of 0.2% keeps every argmax of
-/// the reference's path away from a tie, so the same 16 greedy tokens are required too.
-const LOGIT_TOL: f64 = 2e-3;
+/// The prompt's next-token logits: within `LOGIT_TOL` times the largest logit (19.8) of the
+/// float64 forward. Our quantized products read the same dequantized weights with FP32
+/// activations, so what is left is FP32 rounding through 30 layers: measured 1.5e-5 on the
+/// CPU and 2.2e-5 on lavapipe (about 1e-6 of the scale), and 5.1e-5 for a float32 numpy
+/// forward. 5e-4 of the scale (0.01) leaves room for other devices' summation orders and
+/// still fails a zero, halved or one wrong logit. The reference's smallest top-1/top-2 gap
+/// over its 16 greedy steps is 0.145, over ten times that bound, so the same 16 greedy
+/// tokens are required as well. (llama.cpp and candle round activations to 8 bits before
+/// each quantized product; with that rounding the reference itself changes at step 6, where
+/// its lead is 0.22, so their tokens are not what this test compares.)
+const LOGIT_TOL: f64 = 5e-4;
 
 #[test]
 fn smollm2_follows_the_float64_reference_and_samples_alike_everywhere() {
