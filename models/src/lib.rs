@@ -35,3 +35,29 @@ pub fn parse_dtype(name: &str) -> anyhow::Result<Dtype> {
         )),
     }
 }
+
+/// The command-line options every model CLI shares.
+#[derive(clap::Args, Debug)]
+pub struct DeviceArgs {
+    /// Device: cpu, wgpu:N or cuda:N (default: the library's default device).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Compute dtype: f32, f16 or bf16 (16-bit on GPUs only).
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+}
+
+impl DeviceArgs {
+    /// Initialises brotensor, fetches the model files if they are missing, and returns the
+    /// chosen device and dtype.
+    pub fn resolve(&self) -> anyhow::Result<(Device, Dtype)> {
+        brotensor::init()?;
+        let device = match &self.device {
+            Some(d) => parse_device(d)?,
+            None => brotensor::default_device(),
+        };
+        let dtype = parse_dtype(&self.dtype)?;
+        files::ensure_models()?;
+        Ok((device, dtype))
+    }
+}

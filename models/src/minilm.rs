@@ -51,9 +51,8 @@ impl Norm {
 }
 
 struct Layer {
-    q: Dense,
-    k: Dense,
-    v: Dense,
+    /// Query, key and value projections stacked: `(3 * 384, 384)`, one product for the three.
+    qkv: Dense,
     out: Dense,
     attn_norm: Norm,
     up: Dense,
@@ -86,16 +85,42 @@ fn host_f32(file: &SafeTensors, name: &str) -> anyhow::Result<Vec<f32>> {
         .collect())
 }
 
+/// The query, key and value weights and biases under `prefix` stacked into one dense layer
+/// of `3 * 384` outputs, on `device` in `dtype`.
+fn stacked(
+    file: &SafeTensors,
+    prefix: &str,
+    device: Device,
+    dtype: Dtype,
+) -> anyhow::Result<Dense> {
+    let mut w = Vec::with_capacity(3 * HIDDEN * HIDDEN);
+    let mut b = Vec::with_capacity(3 * HIDDEN);
+    for part in ["query", "key", "value"] {
+        w.extend(host_f32(file, &format!("{prefix}.{part}.weight"))?);
+        b.extend(host_f32(file, &format!("{prefix}.{part}.bias"))?);
+    }
+    if w.len() != 3 * HIDDEN * HIDDEN || b.len() != 3 * HIDDEN {
+        bail!("unexpected attention shapes under {prefix}");
+    }
+    Ok(Dense {
+        w: Tensor::from_slice_on(device, &w, 3 * HIDDEN, HIDDEN)?.to_dtype(dtype)?,
+        b: Tensor::from_slice_on(device, &b, 1, 3 * HIDDEN)?.to_dtype(dtype)?,
+    })
+}
+
 impl MiniLm {
     /// Loads `model.safetensors` and `tokenizer.json` from `dir` onto `device`, converting
     /// the weights to `dtype` (F32, or F16/BF16 where the device computes in them).
     pub fn load(dir: &Path, device: Device, dtype: Dtype) -> anyhow::Result<MiniLm> {
-        if !brotensor::supports_dtype(device, dtype)? || (device == Device::Cpu && dtype != Dtype::F32) {
+        if !brotensor::supports_dtype(device, dtype)?
+            || (device == Device::Cpu && dtype != Dtype::F32)
+        {
             bail!("{device} does not compute in {dtype}");
         }
         let tokenizer = tokenizer::from_json_file(&dir.join("tokenizer.json"))?;
         let path = dir.join("model.safetensors");
-        let file = SafeTensors::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let file =
+            SafeTensors::open(&path).with_context(|| format!("opening {}", path.display()))?;
         let bar = progress((LAYERS + 1) as u64, "minilm");
         let get = |name: &str, rows: usize, cols: usize| -> anyhow::Result<Tensor> {
             let view = file.get(name)?;
@@ -120,7 +145,9 @@ impl MiniLm {
             bail!("unexpected embedding shapes in {}", path.display());
         }
         for row in pos.chunks_exact_mut(HIDDEN) {
-            row.iter_mut().zip(&types[..HIDDEN]).for_each(|(p, t)| *p += t);
+            row.iter_mut()
+                .zip(&types[..HIDDEN])
+                .for_each(|(p, t)| *p += t);
         }
         let position =
             Tensor::from_slice_on(device, &pos, MAX_POSITIONS, HIDDEN)?.to_dtype(dtype)?;
@@ -130,9 +157,7 @@ impl MiniLm {
         for i in 0..LAYERS {
             let p = format!("encoder.layer.{i}");
             layers.push(Layer {
-                q: dense(&format!("{p}.attention.self.query"), HIDDEN, HIDDEN)?,
-                k: dense(&format!("{p}.attention.self.key"), HIDDEN, HIDDEN)?,
-                v: dense(&format!("{p}.attention.self.value"), HIDDEN, HIDDEN)?,
+                qkv: stacked(&file, &format!("{p}.attention.self"), device, dtype)?,
                 out: dense(&format!("{p}.attention.output.dense"), HIDDEN, HIDDEN)?,
                 attn_norm: norm(&format!("{p}.attention.output.LayerNorm"))?,
                 up: dense(&format!("{p}.intermediate.dense"), FFN, HIDDEN)?,
@@ -195,7 +220,10 @@ impl MiniLm {
         let mut longest = 0;
         for s in ids {
             if s.is_empty() || s.len() > MAX_POSITIONS {
-                bail!("a sentence has {} tokens; 1 to {MAX_POSITIONS} fit", s.len());
+                bail!(
+                    "a sentence has {} tokens; 1 to {MAX_POSITIONS} fit",
+                    s.len()
+                );
             }
             longest = longest.max(s.len());
             for (p, &t) in s.iter().enumerate() {
@@ -216,12 +244,13 @@ impl MiniLm {
         let mut h = Tensor::default();
         self.embed_norm.forward(&x, &mut h)?;
 
-        let [mut q, mut k, mut v, mut o, mut a, mut h1, mut u, mut g, mut d] =
+        let [mut qkv, mut o, mut a, mut h1, mut u, mut g, mut d] =
             std::array::from_fn(|_| Tensor::default());
         for l in &self.layers {
-            l.q.forward(&h, &mut q)?;
-            l.k.forward(&h, &mut k)?;
-            l.v.forward(&h, &mut v)?;
+            l.qkv.forward(&h, &mut qkv)?;
+            let q = qkv.narrow(1, 0, HIDDEN)?;
+            let k = qkv.narrow(1, HIDDEN, HIDDEN)?;
+            let v = qkv.narrow(1, 2 * HIDDEN, HIDDEN)?;
             ops::flash_attention_varlen_forward(
                 &q, &k, &v, &cu_t, &cu_t, longest, longest, HEADS, HEAD_DIM, false, &mut o,
             )?;
@@ -254,7 +283,11 @@ impl MiniLm {
 
 /// Cosine similarity of two unit vectors (their dot product, in f64).
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
     let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     dot / (na * nb)

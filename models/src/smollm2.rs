@@ -146,7 +146,7 @@ impl Sampling {
 }
 
 fn usize_meta(file: &GgufFile, key: &str) -> anyhow::Result<usize> {
-    Ok(usize::try_from(file.meta_u64(key)?).with_context(|| key.to_string())?)
+    usize::try_from(file.meta_u64(key)?).with_context(|| key.to_string())
 }
 
 impl SmolLm2 {
@@ -156,7 +156,10 @@ impl SmolLm2 {
         let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
         let arch = file.meta_str("general.architecture")?;
         if arch != "llama" {
-            bail!("{} is a `{arch}` model; this example runs llama ones", path.display());
+            bail!(
+                "{} is a `{arch}` model; this example runs llama ones",
+                path.display()
+            );
         }
         let heads = usize_meta(&file, "llama.attention.head_count")?;
         let width = usize_meta(&file, "llama.embedding_length")?;
@@ -175,7 +178,8 @@ impl SmolLm2 {
                 .and_then(|v| v.as_f64())
                 .unwrap_or(10_000.0) as f32,
         };
-        if heads == 0 || width % heads != 0 || config.kv_heads == 0 || heads % config.kv_heads != 0 {
+        if heads == 0 || width % heads != 0 || config.kv_heads == 0 || heads % config.kv_heads != 0
+        {
             bail!("unsupported head layout: {config:?}");
         }
         let tokenizer = tokenizer::from_gguf(&file)?;
@@ -183,7 +187,8 @@ impl SmolLm2 {
         let eos = u32::try_from(file.meta_u64("tokenizer.ggml.eos_token_id")?)?;
 
         let bar = progress(config.layers as u64 + 1, "smollm2");
-        let info = |name: &str| -> anyhow::Result<TensorInfo> { Ok(file.get_tensor(name)?.clone()) };
+        let info =
+            |name: &str| -> anyhow::Result<TensorInfo> { Ok(file.get_tensor(name)?.clone()) };
         let raw = |name: &str| -> anyhow::Result<Tensor> {
             Ok(gguf::upload_raw_on(device, &file, &info(name)?)?)
         };
@@ -205,7 +210,9 @@ impl SmolLm2 {
             if gate.dtype != up.dtype || gate.shape != up.shape {
                 bail!("blk.{i}: ffn_gate and ffn_up differ in type or shape");
             }
-            let dt = gate.dtype.ok_or_else(|| anyhow!("blk.{i}.ffn_gate is {}", gate.type_name))?;
+            let dt = gate
+                .dtype
+                .ok_or_else(|| anyhow!("blk.{i}.ffn_gate is {}", gate.type_name))?;
             let mut bytes = Vec::with_capacity(gate.nbytes + up.nbytes);
             bytes.extend_from_slice(file.data(&gate));
             bytes.extend_from_slice(file.data(&up));
@@ -294,19 +301,30 @@ impl SmolLm2 {
 
     /// The embedding rows of `ids`, decoded from their Q8_0 blocks on the host.
     fn embed_rows(&self, ids: &[u32]) -> anyhow::Result<Tensor> {
-        let dt = self.embed.dtype.ok_or_else(|| anyhow!("token_embd is {}", self.embed.type_name))?;
+        let dt = self
+            .embed
+            .dtype
+            .ok_or_else(|| anyhow!("token_embd is {}", self.embed.type_name))?;
         let data = self.file.data(&self.embed);
         let row_bytes = data.len() / self.config.vocab;
         let mut rows = Vec::with_capacity(ids.len() * self.config.width);
         for &id in ids {
             let id = id as usize;
             if id >= self.config.vocab {
-                bail!("token id {id} is outside the vocabulary of {}", self.config.vocab);
+                bail!(
+                    "token id {id} is outside the vocabulary of {}",
+                    self.config.vocab
+                );
             }
-            rows.extend(gguf::dequantize(dt, &data[id * row_bytes..(id + 1) * row_bytes])?);
+            rows.extend(gguf::dequantize(
+                dt,
+                &data[id * row_bytes..(id + 1) * row_bytes],
+            )?);
         }
-        Ok(Tensor::from_slice_on(self.device, &rows, ids.len(), self.config.width)?
-            .to_dtype(self.dtype)?)
+        Ok(
+            Tensor::from_slice_on(self.device, &rows, ids.len(), self.config.width)?
+                .to_dtype(self.dtype)?,
+        )
     }
 
     /// Runs `ids` (at positions `cache.len() ..`) through the decoder, appending their keys
@@ -339,7 +357,11 @@ impl SmolLm2 {
         }
         let pos = cache.len;
         if pos + n > cache.capacity() {
-            bail!("the KV cache holds {} tokens; {} more do not fit", cache.capacity(), n);
+            bail!(
+                "the KV cache holds {} tokens; {} more do not fit",
+                cache.capacity(),
+                n
+            );
         }
         let device = self.device;
         let rope = RopeParams::new(c.rope_base);
@@ -349,8 +371,10 @@ impl SmolLm2 {
             brotensor::sync(device)?;
             t.add("embedding (host Q8_0 rows)", start.elapsed());
         }
-        let mut timed = |name: &'static str, f: &mut dyn FnMut() -> brotensor::Result<()>| {
-            match times.as_deref_mut() {
+        let mut timed =
+            |name: &'static str, f: &mut dyn FnMut() -> brotensor::Result<()>| match times
+                .as_deref_mut()
+            {
                 None => f(),
                 Some(t) => {
                     let start = Instant::now();
@@ -359,12 +383,13 @@ impl SmolLm2 {
                     t.add(name, start.elapsed());
                     Ok(())
                 }
-            }
-        };
+            };
         let [mut h, mut q, mut k, mut v, mut qr, mut kr, mut o, mut a, mut gu, mut s] =
             std::array::from_fn(|_| Tensor::default());
         for (i, l) in self.layers.iter().enumerate() {
-            timed("rms_norm", &mut || ops::rms_norm_forward(&x, &l.attn_norm, c.rms_eps, &mut h))?;
+            timed("rms_norm", &mut || {
+                ops::rms_norm_forward(&x, &l.attn_norm, c.rms_eps, &mut h)
+            })?;
             timed("quant_linear q,k,v", &mut || {
                 ops::quant_linear(&l.q, None, &h, Act::None, &mut q)?;
                 ops::quant_linear(&l.k, None, &h, Act::None, &mut k)?;
@@ -375,20 +400,36 @@ impl SmolLm2 {
                 ops::rope_forward(&k, c.head_dim, c.kv_heads, pos, &rope, &mut kr)
             })?;
             let (kc, vc) = (&mut cache.k[i], &mut cache.v[i]);
-            timed("kv_cache_append", &mut || ops::kv_cache_append(&kr, &v, pos, kc, vc))?;
+            timed("kv_cache_append", &mut || {
+                ops::kv_cache_append(&kr, &v, pos, kc, vc)
+            })?;
             timed("flash_attention_decode", &mut || {
                 ops::flash_attention_decode(
-                    &qr, kc, vc, pos + n, c.heads, c.kv_heads, 0.0, 0, &mut o,
+                    &qr,
+                    kc,
+                    vc,
+                    pos + n,
+                    c.heads,
+                    c.kv_heads,
+                    0.0,
+                    0,
+                    &mut o,
                 )
             })?;
-            timed("quant_linear out", &mut || ops::quant_linear(&l.out, None, &o, Act::None, &mut a))?;
+            timed("quant_linear out", &mut || {
+                ops::quant_linear(&l.out, None, &o, Act::None, &mut a)
+            })?;
             timed("add (residual)", &mut || ops::add_inplace(&mut x, &a))?;
-            timed("rms_norm", &mut || ops::rms_norm_forward(&x, &l.ffn_norm, c.rms_eps, &mut h))?;
+            timed("rms_norm", &mut || {
+                ops::rms_norm_forward(&x, &l.ffn_norm, c.rms_eps, &mut h)
+            })?;
             timed("quant_linear gate+up", &mut || {
                 ops::quant_linear(&l.gate_up, None, &h, Act::None, &mut gu)
             })?;
             timed("swiglu", &mut || ops::swiglu_forward(&gu, &mut s))?;
-            timed("quant_linear down", &mut || ops::quant_linear(&l.down, None, &s, Act::None, &mut a))?;
+            timed("quant_linear down", &mut || {
+                ops::quant_linear(&l.down, None, &s, Act::None, &mut a)
+            })?;
             timed("add (residual)", &mut || ops::add_inplace(&mut x, &a))?;
         }
         cache.len = pos + n;

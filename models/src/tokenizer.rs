@@ -43,7 +43,9 @@ pub fn from_gguf(file: &GgufFile) -> anyhow::Result<Tokenizer> {
     }
     let tokens = file.meta_str_array("tokenizer.ggml.tokens")?;
     let merges = file.meta_str_array("tokenizer.ggml.merges")?;
-    let types = file.meta_i64_array("tokenizer.ggml.token_type").unwrap_or_default();
+    let types = file
+        .meta_i64_array("tokenizer.ggml.token_type")
+        .unwrap_or_default();
 
     let mut vocab = Map::with_capacity(tokens.len());
     let mut added = Vec::new();

@@ -14,7 +14,9 @@ use brotensor_models::{files, tokenizer};
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models")
+        .join(name)
 }
 
 fn json(name: &str) -> Value {
@@ -91,7 +93,12 @@ fn minilm_embeddings_match_the_float64_reference() {
         .iter()
         .map(floats)
         .collect();
-    let want_ids: Vec<Vec<u32>> = reference["ids"].as_array().unwrap().iter().map(ids).collect();
+    let want_ids: Vec<Vec<u32>> = reference["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(ids)
+        .collect();
     let mut runs = 0;
     for device in devices() {
         let dtypes: &[Dtype] = if device.is_gpu() {
@@ -115,7 +122,11 @@ fn minilm_embeddings_match_the_float64_reference() {
                 if dtype == Dtype::F32 {
                     // Unit vectors of 384 values (each up to ~0.2): 1e-4 absolute is about
                     // 1e-3 of the largest, and a zero, halved or wrong element breaks it.
-                    let err = g64.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                    let err = g64
+                        .iter()
+                        .zip(w)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0.0, f64::max);
                     assert!(err <= 1e-4, "{device} F32 sentence {s}: max error {err:e}");
                 } else {
                     assert!(cos >= 0.999, "{device} {dtype} sentence {s}: cosine {cos}");
@@ -162,7 +173,12 @@ fn smollm2_follows_the_float64_reference_and_samples_alike_everywhere() {
         .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
         .collect();
     let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-    let sampling = Sampling { temperature: 0.8, top_k: 40, top_p: 0.95, seed: 1234 };
+    let sampling = Sampling {
+        temperature: 0.8,
+        top_k: 40,
+        top_p: 0.95,
+        seed: 1234,
+    };
     let mut sampled: Vec<(Device, Vec<u32>)> = Vec::new();
     for device in devices() {
         let model = SmolLm2::load(&files::smollm2_gguf(), device, Dtype::F32).unwrap();
@@ -170,7 +186,11 @@ fn smollm2_follows_the_float64_reference_and_samples_alike_everywhere() {
         assert_eq!(prompt, prompt_ids, "{device}: prompt ids");
 
         let mut cache = model.new_cache(prompt.len() + 1).unwrap();
-        let logits = model.forward(&prompt, &mut cache).unwrap().to_vec::<f32>().unwrap();
+        let logits = model
+            .forward(&prompt, &mut cache)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
         assert_eq!(logits.len(), want.len());
         let err = logits
             .iter()
@@ -178,9 +198,15 @@ fn smollm2_follows_the_float64_reference_and_samples_alike_everywhere() {
             .map(|(g, w)| (f64::from(*g) - w).abs())
             .fold(0.0, f64::max);
         eprintln!("{device}: largest logit error {err:.3e} of scale {scale:.2}");
-        assert!(err <= LOGIT_TOL * scale, "{device}: logit error {err} > {}", LOGIT_TOL * scale);
+        assert!(
+            err <= LOGIT_TOL * scale,
+            "{device}: logit error {err} > {}",
+            LOGIT_TOL * scale
+        );
 
-        let tokens = model.generate(&prompt, greedy.len(), &Sampling::greedy(), |_| Ok(())).unwrap();
+        let tokens = model
+            .generate(&prompt, greedy.len(), &Sampling::greedy(), |_| Ok(()))
+            .unwrap();
         assert_eq!(tokens, greedy, "{device}: greedy tokens");
         assert_eq!(
             model.decode(&tokens).unwrap(),
@@ -188,12 +214,23 @@ fn smollm2_follows_the_float64_reference_and_samples_alike_everywhere() {
         );
 
         let tokens = model.generate(&prompt, 16, &sampling, |_| Ok(())).unwrap();
-        assert_eq!(tokens.len(), 16, "{device}: sampling stopped early: {tokens:?}");
+        assert_eq!(
+            tokens.len(),
+            16,
+            "{device}: sampling stopped early: {tokens:?}"
+        );
         sampled.push((device, tokens));
     }
     let (first, rest) = sampled.split_first().unwrap();
-    assert_ne!(first.1, greedy, "sampling at temperature 0.8 gave the greedy path");
+    assert_ne!(
+        first.1, greedy,
+        "sampling at temperature 0.8 gave the greedy path"
+    );
     for (device, tokens) in rest {
-        assert_eq!(tokens, &first.1, "sampled tokens on {device} differ from {}", first.0);
+        assert_eq!(
+            tokens, &first.1,
+            "sampled tokens on {device} differ from {}",
+            first.0
+        );
     }
 }

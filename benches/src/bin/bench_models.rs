@@ -17,7 +17,8 @@ use brotensor_models::{files, parse_device};
 const DECODE: usize = 64;
 /// The prompts: 5 tokens, and the first 128 tokens of this text.
 const SHORT: &str = "The capital of France is";
-const LONG: &str = "The history of the city begins with a small settlement on an island in the river, \
+const LONG: &str =
+    "The history of the city begins with a small settlement on an island in the river, \
 where fishermen and traders built wooden houses and a modest temple. Over the centuries the \
 settlement grew into a market town, then into the seat of kings who raised walls, bridges, \
 churches and palaces. Scholars came to its schools, merchants to its fairs, and artists to its \
@@ -28,11 +29,30 @@ Today millions of visitors walk along its quays every year.";
 
 /// Sentences for the MiniLM batches.
 fn sentences(n: usize) -> Vec<String> {
-    let subjects = ["The cat", "A young engineer", "The old bridge", "Our team", "The market"];
+    let subjects = [
+        "The cat",
+        "A young engineer",
+        "The old bridge",
+        "Our team",
+        "The market",
+    ];
     let verbs = ["watches", "builds", "crosses", "reviews", "opens"];
-    let objects = ["the river at dawn.", "a new prototype.", "the quiet valley.", "every report twice.", "before sunrise."];
+    let objects = [
+        "the river at dawn.",
+        "a new prototype.",
+        "the quiet valley.",
+        "every report twice.",
+        "before sunrise.",
+    ];
     (0..n)
-        .map(|i| format!("{} {} {}", subjects[i % 5], verbs[(i / 5) % 5], objects[(i / 25 + i) % 5]))
+        .map(|i| {
+            format!(
+                "{} {} {}",
+                subjects[i % 5],
+                verbs[(i / 5) % 5],
+                objects[(i / 25 + i) % 5]
+            )
+        })
         .collect()
 }
 
@@ -51,7 +71,11 @@ fn smollm2_brotensor(device: Device, profile: bool) -> anyhow::Result<String> {
     let model = SmolLm2::load(&files::smollm2_gguf(), device, Dtype::F32)?;
     let short = model.encode(SHORT)?;
     let mut long = model.encode(LONG)?;
-    anyhow::ensure!(long.len() >= 128, "the long prompt has only {} tokens", long.len());
+    anyhow::ensure!(
+        long.len() >= 128,
+        "the long prompt has only {} tokens",
+        long.len()
+    );
     long.truncate(128);
     let prefill = |ids: &[u32]| -> anyhow::Result<()> {
         let mut cache = model.new_cache(ids.len())?;
@@ -103,7 +127,11 @@ fn smollm2_brotensor(device: Device, profile: bool) -> anyhow::Result<String> {
             .iter()
             .map(|(k, (d, n))| format!("\"{k}\":[{:.1},{n}]", d.as_secs_f64() / 32.0 * 1e6))
             .collect();
-        line += &format!(",\"profile_us_per_token\":{{{}}},\"profile_total_us\":{:.1}", parts.join(","), total / 32.0 * 1e6);
+        line += &format!(
+            ",\"profile_us_per_token\":{{{}}},\"profile_total_us\":{:.1}",
+            parts.join(","),
+            total / 32.0 * 1e6
+        );
     }
     Ok(line + "}")
 }
@@ -143,7 +171,9 @@ mod peer {
         let load = || -> anyhow::Result<quantized_llama::ModelWeights> {
             let mut file = std::fs::File::open(&path)?;
             let content = gguf_file::Content::read(&mut file)?;
-            Ok(quantized_llama::ModelWeights::from_gguf(content, &mut file, &dev)?)
+            Ok(quantized_llama::ModelWeights::from_gguf(
+                content, &mut file, &dev,
+            )?)
         };
         // The same token ids as brotensor's (our tokenizer matches llama.cpp's).
         let gguf = brotensor::io::gguf::GgufFile::open(&path)?;
@@ -202,9 +232,14 @@ mod peer {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         tok.with_padding(Some(tokenizers::PaddingParams::default()));
         let embed = |batch: &[&str]| -> anyhow::Result<CTensor> {
-            let enc = tok.encode_batch(batch.to_vec(), true).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let enc = tok
+                .encode_batch(batch.to_vec(), true)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             let ids: Vec<Vec<u32>> = enc.iter().map(|e| e.get_ids().to_vec()).collect();
-            let mask: Vec<Vec<u32>> = enc.iter().map(|e| e.get_attention_mask().to_vec()).collect();
+            let mask: Vec<Vec<u32>> = enc
+                .iter()
+                .map(|e| e.get_attention_mask().to_vec())
+                .collect();
             let ids = CTensor::new(ids, &dev)?;
             let mask = CTensor::new(mask, &dev)?;
             let types = ids.zeros_like()?;

@@ -44,6 +44,7 @@ fn reaches(cum: f32, threshold: f32, strict: bool) -> bool {
 /// `pre[c] + (the in-order sum of its chunk up to it)`, so it is non-decreasing and the
 /// search only walks the first chunk whose total reaches.
 #[cube]
+#[allow(clippy::manual_div_ceil)] // `div_ceil` has no #[cube] expansion
 pub(super) fn first_reaching(
     s: &Array<f32>,
     weights: usize,

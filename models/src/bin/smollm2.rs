@@ -7,18 +7,14 @@ use std::io::Write;
 use std::time::Instant;
 
 use brotensor_models::smollm2::{Sampling, SmolLm2};
-use brotensor_models::{files, parse_device, parse_dtype};
+use brotensor_models::{files, DeviceArgs};
 use clap::Parser;
 
 /// Generates text with SmolLM2-135M-Instruct on a brotensor device.
 #[derive(Parser)]
 struct Args {
-    /// Device: cpu, wgpu:N or cuda:N (default: the library's default device).
-    #[arg(long)]
-    device: Option<String>,
-    /// Activation dtype: f32, f16 or bf16 (16-bit on GPUs only).
-    #[arg(long, default_value = "f32")]
-    dtype: String,
+    #[command(flatten)]
+    target: DeviceArgs,
     /// Tokens to generate at most.
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
@@ -44,15 +40,13 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    brotensor::init()?;
-    let device = match &args.device {
-        Some(d) => parse_device(d)?,
-        None => brotensor::default_device(),
-    };
-    let dtype = parse_dtype(&args.dtype)?;
-    files::ensure_models()?;
+    let (device, dtype) = args.target.resolve()?;
     let model = SmolLm2::load(&files::smollm2_gguf(), device, dtype)?;
-    let text = if args.raw { args.prompt.clone() } else { model.chat_prompt(&args.prompt)? };
+    let text = if args.raw {
+        args.prompt.clone()
+    } else {
+        model.chat_prompt(&args.prompt)?
+    };
     let prompt = model.encode(&text)?;
     let sampling = Sampling {
         temperature: args.temperature,
@@ -60,7 +54,10 @@ fn main() -> anyhow::Result<()> {
         top_p: args.top_p,
         seed: args.seed,
     };
-    eprintln!("SmolLM2-135M-Instruct on {device} ({dtype}), {} prompt tokens", prompt.len());
+    eprintln!(
+        "SmolLM2-135M-Instruct on {device} ({dtype}), {} prompt tokens",
+        prompt.len()
+    );
     let mut out = Vec::new();
     let mut shown = String::new();
     let mut first = None;

@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 use brotensor::{Device, Dtype};
+use brotensor_models::files;
 use brotensor_models::minilm::{cosine, MiniLm};
 use brotensor_models::smollm2::{Sampling, SmolLm2};
-use brotensor_models::files;
 use serde_json::Value;
 
 /// A reference file: from `tests/fixtures/models/` under the working directory (a copied
@@ -22,9 +22,12 @@ fn reference(name: &str) -> anyhow::Result<Value> {
     let path = if local.is_file() {
         local
     } else {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models").join(name)
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/models")
+            .join(name)
     };
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     Ok(serde_json::from_str(&text)?)
 }
 
@@ -38,15 +41,22 @@ fn verdict(ok: bool) -> &'static str {
 
 /// MiniLM on `device`: embeddings of the reference sentences against the float64 ones.
 fn minilm(device: Device, reference: &Value) -> anyhow::Result<bool> {
-    let sentences: Vec<&str> =
-        reference["sentences"].as_array().context("sentences")?.iter().filter_map(Value::as_str).collect();
+    let sentences: Vec<&str> = reference["sentences"]
+        .as_array()
+        .context("sentences")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
     let model = MiniLm::load(&files::minilm_dir(), device, Dtype::F32)?;
     model.embed(&sentences)?; // warm-up: kernels compile on first use
     let start = Instant::now();
     let emb = model.embed(&sentences)?;
     let secs = start.elapsed().as_secs_f64();
     let mut err = 0f64;
-    for (got, want) in emb.iter().zip(reference["embeddings"].as_array().context("embeddings")?) {
+    for (got, want) in emb
+        .iter()
+        .zip(reference["embeddings"].as_array().context("embeddings")?)
+    {
         for (g, w) in got.iter().zip(want.as_array().context("embedding")?) {
             err = err.max((f64::from(*g) - w.as_f64().unwrap_or(f64::NAN)).abs());
         }
@@ -60,7 +70,10 @@ fn minilm(device: Device, reference: &Value) -> anyhow::Result<bool> {
         verdict(ok)
     );
     for (i, a) in emb.iter().enumerate() {
-        let row: Vec<String> = emb.iter().map(|b| format!("{:6.3}", cosine(a, b))).collect();
+        let row: Vec<String> = emb
+            .iter()
+            .map(|b| format!("{:6.3}", cosine(a, b)))
+            .collect();
         println!("    {}  {}", row.join(" "), sentences[i]);
     }
     Ok(ok)
