@@ -54,6 +54,12 @@ def llama_smollm2(short, long, threads):
     assert llm.tokenize(b"The capital of France is", add_bos=False, special=False) == short, \
         "llama.cpp tokenizes the prompt differently"
 
+    n_vocab = llm.n_vocab()
+
+    def last_logits():
+        # llama-cpp-python 0.3.36 keeps `scores` only with logits_all; read the context's.
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,))
+
     def prefill(ids):
         llm.reset()
         t = time.perf_counter()
@@ -70,7 +76,7 @@ def llama_smollm2(short, long, threads):
         out = []
         t = time.perf_counter()
         for _ in range(DECODE):
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = int(np.argmax(last_logits()))
             out.append(tok)
             llm.eval([tok])
         best = min(best, time.perf_counter() - t)
