@@ -10,7 +10,8 @@
 //!
 //! - [`gemv`] (decode, `m <= GEMV_MAX_ROWS`): rayon over tasks of [`GEMV_TASK_ROWS`] weight
 //!   rows; each block is decoded once and multiplied into every activation row, so every
-//!   weight byte is read once for the whole batch.
+//!   weight byte is read once for the whole batch. On AVX-512 CPUs the common kinds take the
+//!   kernels of `avx512`, which decode in registers; the rest take the portable path.
 //! - [`gemm`] (prefill): rayon over panels of weight rows; a panel is decoded once into an
 //!   FP32 buffer of about [`PANEL_ELEMS`] elements (cache-sized, per task) and multiplied with
 //!   all `m` activation rows by the `gemm` crate, so the decode cost is shared by `m` rows.
@@ -112,19 +113,28 @@ pub fn gemv(
         t.par_chunks_mut(GEMV_TASK_ROWS * m)
             .zip(w.par_chunks(GEMV_TASK_ROWS * row_bytes))
             .for_each(|(t, w)| {
-                wide(
-                    #[inline(always)]
-                    |ma| {
-                        for_kind!(kind, |kd| if m == 1 {
-                            gemv_rows::<1>(kd, ma, w, row_bytes, x, 1, t)
-                        } else {
-                            gemv_rows::<GEMV_MAX_ROWS>(kd, ma, w, row_bytes, x, m, t)
-                        })
-                    },
-                )
+                #[cfg(target_arch = "x86_64")]
+                if super::avx512::rows(kind, w, row_bytes, x, m, t) {
+                    return;
+                }
+                portable(kind, w, row_bytes, x, m, t)
             });
     }
     finish(&t, m, bias, act, y);
+}
+
+/// [`gemv_rows`] for any kind, on the widest vectors [`wide`] has.
+fn portable(kind: Block, w: &[u8], row_bytes: usize, x: &[f32], m: usize, t: &mut [f32]) {
+    wide(
+        #[inline(always)]
+        |ma| {
+            for_kind!(kind, |kd| if m == 1 {
+                gemv_rows::<1>(kd, ma, w, row_bytes, x, 1, t)
+            } else {
+                gemv_rows::<GEMV_MAX_ROWS>(kd, ma, w, row_bytes, x, m, t)
+            })
+        },
+    )
 }
 
 /// `t[r, i] = w[r] . x[i]` for the rows of `w` (whole rows of `row_bytes`) and `m <= M`
@@ -195,4 +205,42 @@ pub fn gemm(
             });
     }
     finish(&t, m, bias, act, y);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{blocks, check, floats};
+    use super::*;
+
+    /// The portable path (every kind on CPUs without AVX-512, the other kinds on all).
+    #[test]
+    fn the_portable_path_matches_the_decoded_float64_product() {
+        let (n, k) = (5, 512);
+        for kind in [
+            Block::Q4_0,
+            Block::Q4_1,
+            Block::Q5_0,
+            Block::Q5_1,
+            Block::Q8_0,
+            Block::Q8_1,
+            Block::Q2_K,
+            Block::Q3_K,
+            Block::Q4_K,
+            Block::Q5_K,
+            Block::Q6_K,
+            Block::Q8_K,
+            Block::IQ4_NL,
+            Block::IQ4_XS,
+            Block::MXFP4,
+        ] {
+            let w = blocks(kind, n, k);
+            let row_bytes = w.len() / n;
+            for m in 1..=GEMV_MAX_ROWS {
+                let x = floats(m * k, m as u64);
+                let mut t = vec![f32::NAN; n * m];
+                portable(kind, &w, row_bytes, &x, m, &mut t);
+                check(kind, &w, &x, m, &t);
+            }
+        }
+    }
 }
