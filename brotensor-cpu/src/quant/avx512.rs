@@ -2,7 +2,8 @@
 //! Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL): each block's quants are unpacked, converted and scaled to
 //! FP32 in registers, 32 elements at a time (no decoded buffer), and fused multiply-added
 //! with FP32 activations into two accumulators per activation row, all `m <= 8` rows at once
-//! (each block is decoded once per call).
+//! (each block is decoded once per call). 4-bit quants index a 16-entry table of their
+//! (sub-)block's values with one permute, in place of a conversion and a multiply-add.
 //!
 //! The weights are the values `decode::block` gives, except where ggml rounds twice for
 //! `d q + min` (Q4_1, Q5_1, Q4_K): one fused multiply-add here, at most one ulp apart.
@@ -152,6 +153,22 @@ unsafe fn scaled(q: __m512i, d: __m512) -> __m512 {
     _mm512_mul_ps(_mm512_cvtepi32_ps(q), d)
 }
 
+/// The 16 values `q d + c` of 4-bit quants `q = 0..16` (one rounding each), a table for
+/// [`lookup`].
+#[inline(always)]
+unsafe fn table16(d: __m512, c: __m512) -> __m512 {
+    let q = _mm512_setr_ps(
+        0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+    );
+    _mm512_fmadd_ps(q, d, c)
+}
+
+/// `table[q & 15]` in every lane: one permute in place of a conversion and a multiply-add.
+#[inline(always)]
+unsafe fn lookup(q: __m512i, table: __m512) -> __m512 {
+    _mm512_permutexvar_ps(q, table)
+}
+
 /// `q d + c` in FP32, one rounding.
 #[inline(always)]
 unsafe fn affine(q: __m512i, d: __m512, c: __m512) -> __m512 {
@@ -167,9 +184,9 @@ impl Kind for Q4_0 {
     unsafe fn block(b: &[u8], mut f: impl FnMut(usize, [__m512; 2])) {
         // (q - 8) d, exactly as decoded: -8 d is exact, q d - 8 d rounds once.
         let d = splat_f16(b, 0);
-        let c = _mm512_mul_ps(d, _mm512_set1_ps(-8.0));
-        let [lo, hi] = nibbles(bytes(b, 2));
-        f(0, [affine(lo, d, c), affine(hi, d, c)]);
+        let t = table16(d, _mm512_mul_ps(d, _mm512_set1_ps(-8.0)));
+        let q = bytes(b, 2);
+        f(0, [lookup(q, t), lookup(_mm512_srli_epi32::<4>(q), t)]);
     }
 }
 
@@ -180,9 +197,9 @@ impl Kind for Q4_1 {
     const SIZE: usize = 20;
     #[inline(always)]
     unsafe fn block(b: &[u8], mut f: impl FnMut(usize, [__m512; 2])) {
-        let (d, min) = (splat_f16(b, 0), splat_f16(b, 2));
-        let [lo, hi] = nibbles(bytes(b, 4));
-        f(0, [affine(lo, d, min), affine(hi, d, min)]);
+        let t = table16(splat_f16(b, 0), splat_f16(b, 2));
+        let q = bytes(b, 4);
+        f(0, [lookup(q, t), lookup(_mm512_srli_epi32::<4>(q), t)]);
     }
 }
 
@@ -246,8 +263,8 @@ impl Kind for Q4K {
             for (s, q) in [(2 * j, [lo0, lo1]), (2 * j + 1, [hi0, hi1])] {
                 let (sc, mn) = scale_min_k4(s, scales);
                 let dl = _mm512_set1_ps(d * sc as f32);
-                let ml = _mm512_set1_ps(-(min * mn as f32));
-                f(32 * s, [affine(q[0], dl, ml), affine(q[1], dl, ml)]);
+                let t = table16(dl, _mm512_set1_ps(-(min * mn as f32)));
+                f(32 * s, [lookup(q[0], t), lookup(q[1], t)]);
             }
         }
     }
@@ -298,12 +315,10 @@ impl Kind for Iq4Nl {
     const SIZE: usize = 18;
     #[inline(always)]
     unsafe fn block(b: &[u8], mut f: impl FnMut(usize, [__m512; 2])) {
-        let d = splat_f16(b, 0);
-        let table = _mm512_cvtepi8_epi32(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast()));
-        let [lo, hi] = nibbles(bytes(b, 2));
-        let lo = _mm512_permutexvar_epi32(lo, table);
-        let hi = _mm512_permutexvar_epi32(hi, table);
-        f(0, [scaled(lo, d), scaled(hi, d)]);
+        let values = _mm512_cvtepi8_epi32(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast()));
+        let t = scaled(values, splat_f16(b, 0));
+        let q = bytes(b, 2);
+        f(0, [lookup(q, t), lookup(_mm512_srli_epi32::<4>(q), t)]);
     }
 }
 
