@@ -31,9 +31,6 @@ pub const GEMV_MAX_ROWS: usize = 8;
 /// Weight rows per parallel task of [`gemv`].
 const GEMV_TASK_ROWS: usize = 16;
 
-/// Accumulator lanes per activation row in [`gemv`]: two 16-wide vectors, independent chains.
-const LANES: usize = 32;
-
 /// Target FP32 elements of one decoded [`gemm`] panel (4 MiB: fewer panels means fewer
 /// re-packings of `x` by the `gemm` crate, one per panel).
 const PANEL_ELEMS: usize = 1 << 20;
@@ -123,50 +120,65 @@ pub fn gemv(
     finish(&t, m, bias, act, y);
 }
 
-/// [`gemv_rows`] for any kind, on the widest vectors [`wide`] has.
+/// [`gemv_rows`] for any kind, on the widest vectors [`wide`] has: the activation rows in
+/// groups of 4, 2 or 1, so that each group's accumulators stay in registers (each group
+/// decodes the weights again).
 fn portable(kind: Block, w: &[u8], row_bytes: usize, x: &[f32], m: usize, t: &mut [f32]) {
-    wide(
-        #[inline(always)]
-        |ma| {
-            for_kind!(kind, |kd| if m == 1 {
-                gemv_rows::<1>(kd, ma, w, row_bytes, x, 1, t)
-            } else {
-                gemv_rows::<GEMV_MAX_ROWS>(kd, ma, w, row_bytes, x, m, t)
-            })
-        },
-    )
+    let k = x.len() / m;
+    let mut i = 0;
+    while i < m {
+        let g = match m - i {
+            1 => 1,
+            2 | 3 => 2,
+            _ => 4,
+        };
+        let x = &x[i * k..(i + g) * k];
+        wide(
+            #[inline(always)]
+            |ma| {
+                for_kind!(kind, |kd| match g {
+                    1 => gemv_rows::<1, 32>(kd, ma, w, row_bytes, x, i, t),
+                    2 => gemv_rows::<2, 16>(kd, ma, w, row_bytes, x, i, t),
+                    _ => gemv_rows::<4, 16>(kd, ma, w, row_bytes, x, i, t),
+                })
+            },
+        );
+        i += g;
+    }
 }
 
-/// `t[r, i] = w[r] . x[i]` for the rows of `w` (whole rows of `row_bytes`) and `m <= M`
-/// activation rows of `x`.
+/// `t[r, col + i] = w[r] . x[i]` for the rows of `w` (whole rows of `row_bytes`) and the `M`
+/// activation rows of `x`, with `L` accumulator lanes per activation row; `t` has
+/// `t.len() / rows` columns.
 #[inline(always)]
-fn gemv_rows<const M: usize>(
+fn gemv_rows<const M: usize, const L: usize>(
     kind: Block,
     ma: MulAdd,
     w: &[u8],
     row_bytes: usize,
     x: &[f32],
-    m: usize,
+    col: usize,
     t: &mut [f32],
 ) {
     let (elems, size) = kind.size();
-    let k = x.len() / m;
+    let k = x.len() / M;
+    let cols = t.len() / (w.len() / row_bytes);
     let mut buf = [0.0f32; 256];
-    for (row, out) in w.chunks_exact(row_bytes).zip(t.chunks_exact_mut(m)) {
-        let mut acc = [[0.0f32; LANES]; M];
+    for (row, out) in w.chunks_exact(row_bytes).zip(t.chunks_exact_mut(cols)) {
+        let mut acc = [[0.0f32; L]; M];
         for (b, blk) in row.chunks_exact(size).enumerate() {
             let buf = &mut buf[..elems];
             decode::block(kind, blk, buf);
-            for (i, acc) in acc.iter_mut().enumerate().take(m) {
+            for (i, acc) in acc.iter_mut().enumerate() {
                 let xs = &x[i * k + b * elems..][..elems];
-                for (wv, xv) in buf.chunks_exact(LANES).zip(xs.chunks_exact(LANES)) {
-                    for l in 0..LANES {
+                for (wv, xv) in buf.chunks_exact(L).zip(xs.chunks_exact(L)) {
+                    for l in 0..L {
                         acc[l] = ma.apply(wv[l], xv[l], acc[l]);
                     }
                 }
             }
         }
-        for (o, acc) in out.iter_mut().zip(&acc) {
+        for (o, acc) in out[col..col + M].iter_mut().zip(&acc) {
             *o = acc.iter().sum();
         }
     }
