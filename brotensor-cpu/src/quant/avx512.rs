@@ -50,13 +50,29 @@ trait Kind {
     const ELEMS: usize;
     /// Bytes per block.
     const SIZE: usize;
-    /// Calls `f(at, [v, u])` for every 32 elements of the block `b` (`SIZE` bytes): `v`
-    /// holds elements `at..at + 16`, `u` elements `at + 16..at + 32`.
+    /// Whether [`Kind::block`] takes [`Kind::scales`]: then [`dot`] converts them for a run
+    /// of blocks ahead of the quants, and the block loop broadcasts them from memory (a
+    /// load) rather than converting f16 in wide registers (a gain where a block has two).
+    const SCALES: bool = false;
+    /// The scale and offset of the block `b` (`SIZE` bytes) where [`Kind::SCALES`].
+    ///
+    /// # Safety
+    /// As [`Kind::block`].
+    #[inline(always)]
+    unsafe fn scales(_b: &[u8]) -> [f32; 2] {
+        [0.0; 2]
+    }
+    /// Calls `f(at, [v, u])` for every 32 elements of the block `b` (`SIZE` bytes), with its
+    /// [`Kind::scales`] `s` (zeros unless [`Kind::SCALES`]): `v` holds elements
+    /// `at..at + 16`, `u` elements `at + 16..at + 32`.
     ///
     /// # Safety
     /// The CPU must have the features [`run`] enables.
-    unsafe fn block(b: &[u8], f: impl FnMut(usize, [__m512; 2]));
+    unsafe fn block(b: &[u8], s: &[f32; 2], f: impl FnMut(usize, [__m512; 2]));
 }
+
+/// Blocks per run of [`Kind::scales`] in [`dot`].
+const SCALE_RUN: usize = 32;
 
 /// Checks the lengths and runs [`dot`] for the constant `m`.
 ///
@@ -94,21 +110,31 @@ unsafe fn dot<K: Kind, const M: usize>(w: &[u8], row_bytes: usize, x: &[f32], t:
     let k = x.len() / M;
     for (row, out) in w.chunks_exact(row_bytes).zip(t.chunks_exact_mut(M)) {
         let mut acc = [[_mm512_setzero_ps(); 2]; M];
-        for (b, blk) in row.chunks_exact(K::SIZE).enumerate() {
-            let x = x.as_ptr().add(b * K::ELEMS);
-            K::block(
-                blk,
-                #[inline(always)]
-                |at, v| {
-                    for (i, acc) in acc.iter_mut().enumerate() {
-                        // In bounds: row i's block b spans `i * k + b * ELEMS..+ELEMS` and
-                        // `at + 32 <= ELEMS`.
-                        let x = x.add(i * k + at);
-                        acc[0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(x), acc[0]);
-                        acc[1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(x.add(16)), acc[1]);
-                    }
-                },
-            );
+        // Elements `at..at + 32` of block `b` times every activation row.
+        let mut fma = |b: usize, at: usize, v: [__m512; 2]| {
+            for (i, acc) in acc.iter_mut().enumerate() {
+                // In bounds: row i's block b spans `i * k + b * ELEMS..+ELEMS` and
+                // `at + 32 <= ELEMS`.
+                let x = x.as_ptr().add(i * k + b * K::ELEMS + at);
+                acc[0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(x), acc[0]);
+                acc[1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(x.add(16)), acc[1]);
+            }
+        };
+        if K::SCALES {
+            for (r, run) in row.chunks(SCALE_RUN * K::SIZE).enumerate() {
+                let mut scales = [[0.0; 2]; SCALE_RUN];
+                for (s, blk) in scales.iter_mut().zip(run.chunks_exact(K::SIZE)) {
+                    *s = K::scales(blk);
+                }
+                for (b, (blk, s)) in run.chunks_exact(K::SIZE).zip(&scales).enumerate() {
+                    let b = r * SCALE_RUN + b;
+                    K::block(blk, s, |at, v| fma(b, at, v));
+                }
+            }
+        } else {
+            for (b, blk) in row.chunks_exact(K::SIZE).enumerate() {
+                K::block(blk, &[0.0; 2], |at, v| fma(b, at, v));
+            }
         }
         for (o, a) in out.iter_mut().zip(acc) {
             *o = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1]));
@@ -122,6 +148,20 @@ unsafe fn splat_f16(b: &[u8], at: usize) -> __m512 {
     _mm512_cvtph_ps(_mm256_set1_epi16(
         u16::from_le_bytes([b[at], b[at + 1]]) as i16
     ))
+}
+
+/// `*v` in every lane, broadcast from memory.
+#[inline(always)]
+unsafe fn splat(v: &f32) -> __m512 {
+    _mm512_broadcastss_ps(_mm_load_ss(v))
+}
+
+/// The two f16 at `b[at..at + 4]`.
+#[inline(always)]
+unsafe fn f16_pair(b: &[u8], at: usize) -> [f32; 2] {
+    let v = i32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+    [_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v))]
 }
 
 /// The 16 bytes `b[at..at + 16]`, zero-extended to 32-bit lanes.
@@ -181,7 +221,7 @@ impl Kind for Q4_0 {
     const ELEMS: usize = 32;
     const SIZE: usize = 18;
     #[inline(always)]
-    unsafe fn block(b: &[u8], mut f: impl FnMut(usize, [__m512; 2])) {
+    unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
         // (q - 8) d, exactly as decoded: -8 d is exact, q d - 8 d rounds once.
         let d = splat_f16(b, 0);
         let t = table16(d, _mm512_mul_ps(d, _mm512_set1_ps(-8.0)));
@@ -195,9 +235,14 @@ struct Q4_1;
 impl Kind for Q4_1 {
     const ELEMS: usize = 32;
     const SIZE: usize = 20;
+    const SCALES: bool = true;
     #[inline(always)]
-    unsafe fn block(b: &[u8], mut f: impl FnMut(usize, [__m512; 2])) {
-        let t = table16(splat_f16(b, 0), splat_f16(b, 2));
+    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+        f16_pair(b, 0)
+    }
+    #[inline(always)]
+    unsafe fn block(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
+        let t = table16(splat(&s[0]), splat(&s[1]));
         let q = bytes(b, 4);
         f(0, [lookup(q, t), lookup(_mm512_srli_epi32::<4>(q), t)]);
     }
@@ -209,14 +254,19 @@ struct Q5<const ONE: bool>;
 impl<const ONE: bool> Kind for Q5<ONE> {
     const ELEMS: usize = 32;
     const SIZE: usize = if ONE { 24 } else { 22 };
+    const SCALES: bool = ONE;
     #[inline(always)]
-    unsafe fn block(b: &[u8], mut f: impl FnMut(usize, [__m512; 2])) {
-        let d = splat_f16(b, 0);
-        // Q5_0: (q - 16) d, exact as for Q4_0.
-        let c = if ONE {
-            splat_f16(b, 2)
+    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+        f16_pair(b, 0)
+    }
+    #[inline(always)]
+    unsafe fn block(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
+        let (d, c) = if ONE {
+            (splat(&s[0]), splat(&s[1]))
         } else {
-            _mm512_mul_ps(d, _mm512_set1_ps(-16.0))
+            // (q - 16) d, exact as for Q4_0.
+            let d = splat_f16(b, 0);
+            (d, _mm512_mul_ps(d, _mm512_set1_ps(-16.0)))
         };
         let at = if ONE { 4 } else { 2 };
         // Bit j of `qh` is the fifth bit of element j.
@@ -235,7 +285,7 @@ impl Kind for Q8_0 {
     const ELEMS: usize = 32;
     const SIZE: usize = 34;
     #[inline(always)]
-    unsafe fn block(b: &[u8], mut f: impl FnMut(usize, [__m512; 2])) {
+    unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
         let d = splat_f16(b, 0);
         f(
             0,
@@ -253,7 +303,7 @@ impl Kind for Q4K {
     const ELEMS: usize = 256;
     const SIZE: usize = 144;
     #[inline(always)]
-    unsafe fn block(b: &[u8], mut f: impl FnMut(usize, [__m512; 2])) {
+    unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
         let (d, min) = (h(b, 0), h(b, 2));
         let scales = &b[4..16];
         for j in 0..4 {
@@ -276,7 +326,7 @@ impl Kind for Q6K {
     const ELEMS: usize = 256;
     const SIZE: usize = 210;
     #[inline(always)]
-    unsafe fn block(b: &[u8], mut f: impl FnMut(usize, [__m512; 2])) {
+    unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
         let d = h(b, 208);
         for n in 0..2 {
             for j in 0..4 {
@@ -314,7 +364,7 @@ impl Kind for Iq4Nl {
     const ELEMS: usize = 32;
     const SIZE: usize = 18;
     #[inline(always)]
-    unsafe fn block(b: &[u8], mut f: impl FnMut(usize, [__m512; 2])) {
+    unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
         let values = _mm512_cvtepi8_epi32(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast()));
         let t = scaled(values, splat_f16(b, 0));
         let q = bytes(b, 2);
