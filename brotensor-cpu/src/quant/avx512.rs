@@ -110,16 +110,8 @@ unsafe fn dot<K: Kind, const M: usize>(w: &[u8], row_bytes: usize, x: &[f32], t:
     let k = x.len() / M;
     for (row, out) in w.chunks_exact(row_bytes).zip(t.chunks_exact_mut(M)) {
         let mut acc = [[_mm512_setzero_ps(); 2]; M];
-        // Elements `at..at + 32` of block `b` times every activation row.
-        let mut fma = |b: usize, at: usize, v: [__m512; 2]| {
-            for (i, acc) in acc.iter_mut().enumerate() {
-                // In bounds: row i's block b spans `i * k + b * ELEMS..+ELEMS` and
-                // `at + 32 <= ELEMS`.
-                let x = x.as_ptr().add(i * k + b * K::ELEMS + at);
-                acc[0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(x), acc[0]);
-                acc[1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(x.add(16)), acc[1]);
-            }
-        };
+        // In bounds: row i's block b spans `i * k + b * ELEMS..+ELEMS` and `at + 32 <= ELEMS`.
+        let x = |b: usize, at: usize| x.as_ptr().add(b * K::ELEMS + at);
         if K::SCALES {
             for (r, run) in row.chunks(SCALE_RUN * K::SIZE).enumerate() {
                 let mut scales = [[0.0; 2]; SCALE_RUN];
@@ -128,17 +120,40 @@ unsafe fn dot<K: Kind, const M: usize>(w: &[u8], row_bytes: usize, x: &[f32], t:
                 }
                 for (b, (blk, s)) in run.chunks_exact(K::SIZE).zip(&scales).enumerate() {
                     let b = r * SCALE_RUN + b;
-                    K::block(blk, s, |at, v| fma(b, at, v));
+                    K::block(
+                        blk,
+                        s,
+                        #[inline(always)]
+                        |at, v| fma(&mut acc, x(b, at), k, v),
+                    );
                 }
             }
         } else {
             for (b, blk) in row.chunks_exact(K::SIZE).enumerate() {
-                K::block(blk, &[0.0; 2], |at, v| fma(b, at, v));
+                K::block(
+                    blk,
+                    &[0.0; 2],
+                    #[inline(always)]
+                    |at, v| fma(&mut acc, x(b, at), k, v),
+                );
             }
         }
         for (o, a) in out.iter_mut().zip(acc) {
             *o = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1]));
         }
+    }
+}
+
+/// `acc[i] += v . x[i k..i k + 32]` (two 16-lane halves) for every activation row `i`.
+///
+/// # Safety
+/// As [`Kind::block`]; `x[(M - 1) k + 32]` must be in bounds.
+#[inline(always)]
+unsafe fn fma<const M: usize>(acc: &mut [[__m512; 2]; M], x: *const f32, k: usize, v: [__m512; 2]) {
+    for (i, acc) in acc.iter_mut().enumerate() {
+        let x = x.add(i * k);
+        acc[0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(x), acc[0]);
+        acc[1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(x.add(16)), acc[1]);
     }
 }
 
