@@ -17,7 +17,8 @@
 //!   all `m` activation rows by the `gemm` crate, so the decode cost is shared by `m` rows.
 //!
 //! Both write a transposed `(n, m)` product first and finish with one pass that adds the bias,
-//! applies the activation and transposes into `y`.
+//! applies the activation and transposes into `y`; [`gemv`] with one activation row writes
+//! `y` (the same layout then) and finishes each task's rows in the task.
 
 use rayon::prelude::*;
 
@@ -30,6 +31,10 @@ pub const GEMV_MAX_ROWS: usize = 8;
 
 /// Weight rows per parallel task of [`gemv`].
 const GEMV_TASK_ROWS: usize = 16;
+
+/// Outputs below which [`finish`] runs on the calling thread: a parallel section costs a
+/// round trip to the pool (about 10 us from outside it), more than the pass itself.
+const SERIAL_FINISH: usize = 1 << 16;
 
 /// Target FP32 elements of one decoded [`gemm`] panel (4 MiB: fewer panels means fewer
 /// re-packings of `x` by the `gemm` crate, one per panel).
@@ -73,15 +78,21 @@ fn shape(
     (m > 0).then_some((m, row_bytes))
 }
 
-/// `y[i, r] = act(t[r, i] + bias[r])` for the transposed product `t (n, m)`.
+/// `y[i, r] = act(t[r, i] + bias[r])` for the transposed product `t (n, m)`; on this thread
+/// when small (below [`SERIAL_FINISH`] elements).
 fn finish(t: &[f32], m: usize, bias: Option<&[f32]>, act: Act, y: &mut [f32]) {
     let n = t.len() / m;
-    y.par_chunks_mut(n).enumerate().for_each(|(i, y)| {
+    let row = |(i, y): (usize, &mut [f32])| {
         for (r, v) in y.iter_mut().enumerate() {
             let s = t[r * m + i] + bias.map_or(0.0, |b| b[r]);
             *v = act.apply(s);
         }
-    });
+    };
+    if t.len() < SERIAL_FINISH {
+        y.chunks_mut(n).enumerate().for_each(row);
+    } else {
+        y.par_chunks_mut(n).enumerate().for_each(row);
+    }
 }
 
 /// The decode-path product (see the module doc): `w` holds `n` rows of `k` elements (`k` a
@@ -105,17 +116,33 @@ pub fn gemv(
         return;
     };
     assert!(m <= GEMV_MAX_ROWS, "gemv: {m} rows");
+    let rows = |w: &[u8], t: &mut [f32]| {
+        #[cfg(target_arch = "x86_64")]
+        if super::avx512::rows(kind, w, row_bytes, x, m, t) {
+            return;
+        }
+        portable(kind, w, row_bytes, x, m, t)
+    };
+    if m == 1 && k > 0 {
+        // `y` is the transposed product: each task finishes its own rows (one parallel
+        // section, no buffer).
+        y.par_chunks_mut(GEMV_TASK_ROWS)
+            .zip(w.par_chunks(GEMV_TASK_ROWS * row_bytes))
+            .enumerate()
+            .for_each(|(c, (y, w))| {
+                rows(w, y);
+                let bias = bias.map(|b| &b[c * GEMV_TASK_ROWS..]);
+                for (r, v) in y.iter_mut().enumerate() {
+                    *v = act.apply(*v + bias.map_or(0.0, |b| b[r]));
+                }
+            });
+        return;
+    }
     let mut t = vec![0.0f32; n * m];
     if k > 0 {
         t.par_chunks_mut(GEMV_TASK_ROWS * m)
             .zip(w.par_chunks(GEMV_TASK_ROWS * row_bytes))
-            .for_each(|(t, w)| {
-                #[cfg(target_arch = "x86_64")]
-                if super::avx512::rows(kind, w, row_bytes, x, m, t) {
-                    return;
-                }
-                portable(kind, w, row_bytes, x, m, t)
-            });
+            .for_each(|(t, w)| rows(w, t));
     }
     finish(&t, m, bias, act, y);
 }
