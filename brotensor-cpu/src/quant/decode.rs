@@ -8,20 +8,21 @@ use half::f16;
 use super::Block;
 
 /// The IQ4_NL / IQ4_XS codebook.
-const IQ4_VALUES: [i8; 16] = [
+pub(super) const IQ4_VALUES: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 /// E2M1 values, doubled (the E8M0 scale is halved to match).
 const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
+/// The f16 at `b[at..at + 2]`.
 #[inline(always)]
-fn h(b: &[u8], at: usize) -> f32 {
+pub(super) fn h(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
 /// The 6-bit scale and min `j` of a K-quant's 12 packed scale bytes.
 #[inline(always)]
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub(super) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -10,13 +10,15 @@
 //!
 //! - [`gemv`] (decode, `m <= GEMV_MAX_ROWS`): rayon over tasks of [`GEMV_TASK_ROWS`] weight
 //!   rows; each block is decoded once and multiplied into every activation row, so every
-//!   weight byte is read once for the whole batch.
+//!   weight byte is read once for the whole batch. On AVX-512 CPUs the common kinds take the
+//!   kernels of `avx512`, which decode in registers; the rest take the portable path.
 //! - [`gemm`] (prefill): rayon over panels of weight rows; a panel is decoded once into an
 //!   FP32 buffer of about [`PANEL_ELEMS`] elements (cache-sized, per task) and multiplied with
 //!   all `m` activation rows by the `gemm` crate, so the decode cost is shared by `m` rows.
 //!
 //! Both write a transposed `(n, m)` product first and finish with one pass that adds the bias,
-//! applies the activation and transposes into `y`.
+//! applies the activation and transposes into `y`; [`gemv`] with one activation row writes
+//! `y` (the same layout then) and finishes each task's rows in the task.
 
 use rayon::prelude::*;
 
@@ -30,8 +32,9 @@ pub const GEMV_MAX_ROWS: usize = 8;
 /// Weight rows per parallel task of [`gemv`].
 const GEMV_TASK_ROWS: usize = 16;
 
-/// Accumulator lanes per activation row in [`gemv`]: two 16-wide vectors, independent chains.
-const LANES: usize = 32;
+/// Outputs below which [`finish`] runs on the calling thread: a parallel section costs a
+/// round trip to the pool (about 10 us from outside it), more than the pass itself.
+const SERIAL_FINISH: usize = 1 << 16;
 
 /// Target FP32 elements of one decoded [`gemm`] panel (4 MiB: fewer panels means fewer
 /// re-packings of `x` by the `gemm` crate, one per panel).
@@ -75,15 +78,21 @@ fn shape(
     (m > 0).then_some((m, row_bytes))
 }
 
-/// `y[i, r] = act(t[r, i] + bias[r])` for the transposed product `t (n, m)`.
+/// `y[i, r] = act(t[r, i] + bias[r])` for the transposed product `t (n, m)`; on this thread
+/// when small (below [`SERIAL_FINISH`] elements).
 fn finish(t: &[f32], m: usize, bias: Option<&[f32]>, act: Act, y: &mut [f32]) {
     let n = t.len() / m;
-    y.par_chunks_mut(n).enumerate().for_each(|(i, y)| {
+    let row = |(i, y): (usize, &mut [f32])| {
         for (r, v) in y.iter_mut().enumerate() {
             let s = t[r * m + i] + bias.map_or(0.0, |b| b[r]);
             *v = act.apply(s);
         }
-    });
+    };
+    if t.len() < SERIAL_FINISH {
+        y.chunks_mut(n).enumerate().for_each(row);
+    } else {
+        y.par_chunks_mut(n).enumerate().for_each(row);
+    }
 }
 
 /// The decode-path product (see the module doc): `w` holds `n` rows of `k` elements (`k` a
@@ -107,56 +116,96 @@ pub fn gemv(
         return;
     };
     assert!(m <= GEMV_MAX_ROWS, "gemv: {m} rows");
+    let rows = |w: &[u8], t: &mut [f32]| {
+        #[cfg(target_arch = "x86_64")]
+        if super::avx512::rows(kind, w, row_bytes, x, m, t) {
+            return;
+        }
+        portable(kind, w, row_bytes, x, m, t)
+    };
+    if m == 1 && k > 0 {
+        // `y` is the transposed product: each task finishes its own rows (one parallel
+        // section, no buffer).
+        y.par_chunks_mut(GEMV_TASK_ROWS)
+            .zip(w.par_chunks(GEMV_TASK_ROWS * row_bytes))
+            .enumerate()
+            .for_each(|(c, (y, w))| {
+                rows(w, y);
+                let bias = bias.map(|b| &b[c * GEMV_TASK_ROWS..]);
+                for (r, v) in y.iter_mut().enumerate() {
+                    *v = act.apply(*v + bias.map_or(0.0, |b| b[r]));
+                }
+            });
+        return;
+    }
     let mut t = vec![0.0f32; n * m];
     if k > 0 {
         t.par_chunks_mut(GEMV_TASK_ROWS * m)
             .zip(w.par_chunks(GEMV_TASK_ROWS * row_bytes))
-            .for_each(|(t, w)| {
-                wide(
-                    #[inline(always)]
-                    |ma| {
-                        for_kind!(kind, |kd| if m == 1 {
-                            gemv_rows::<1>(kd, ma, w, row_bytes, x, 1, t)
-                        } else {
-                            gemv_rows::<GEMV_MAX_ROWS>(kd, ma, w, row_bytes, x, m, t)
-                        })
-                    },
-                )
-            });
+            .for_each(|(t, w)| rows(w, t));
     }
     finish(&t, m, bias, act, y);
 }
 
-/// `t[r, i] = w[r] . x[i]` for the rows of `w` (whole rows of `row_bytes`) and `m <= M`
-/// activation rows of `x`.
+/// [`gemv_rows`] for any kind, on the widest vectors [`wide`] has: the activation rows in
+/// groups of 4, 2 or 1, so that each group's accumulators stay in registers (each group
+/// decodes the weights again).
+fn portable(kind: Block, w: &[u8], row_bytes: usize, x: &[f32], m: usize, t: &mut [f32]) {
+    let k = x.len() / m;
+    let mut i = 0;
+    while i < m {
+        let g = match m - i {
+            1 => 1,
+            2 | 3 => 2,
+            _ => 4,
+        };
+        let x = &x[i * k..(i + g) * k];
+        wide(
+            #[inline(always)]
+            |ma| {
+                for_kind!(kind, |kd| match g {
+                    1 => gemv_rows::<1, 32>(kd, ma, w, row_bytes, x, i, t),
+                    2 => gemv_rows::<2, 16>(kd, ma, w, row_bytes, x, i, t),
+                    _ => gemv_rows::<4, 16>(kd, ma, w, row_bytes, x, i, t),
+                })
+            },
+        );
+        i += g;
+    }
+}
+
+/// `t[r, col + i] = w[r] . x[i]` for the rows of `w` (whole rows of `row_bytes`) and the `M`
+/// activation rows of `x`, with `L` accumulator lanes per activation row; `t` has
+/// `t.len() / rows` columns.
 #[inline(always)]
-fn gemv_rows<const M: usize>(
+fn gemv_rows<const M: usize, const L: usize>(
     kind: Block,
     ma: MulAdd,
     w: &[u8],
     row_bytes: usize,
     x: &[f32],
-    m: usize,
+    col: usize,
     t: &mut [f32],
 ) {
     let (elems, size) = kind.size();
-    let k = x.len() / m;
+    let k = x.len() / M;
+    let cols = t.len() / (w.len() / row_bytes);
     let mut buf = [0.0f32; 256];
-    for (row, out) in w.chunks_exact(row_bytes).zip(t.chunks_exact_mut(m)) {
-        let mut acc = [[0.0f32; LANES]; M];
+    for (row, out) in w.chunks_exact(row_bytes).zip(t.chunks_exact_mut(cols)) {
+        let mut acc = [[0.0f32; L]; M];
         for (b, blk) in row.chunks_exact(size).enumerate() {
             let buf = &mut buf[..elems];
             decode::block(kind, blk, buf);
-            for (i, acc) in acc.iter_mut().enumerate().take(m) {
+            for (i, acc) in acc.iter_mut().enumerate() {
                 let xs = &x[i * k + b * elems..][..elems];
-                for (wv, xv) in buf.chunks_exact(LANES).zip(xs.chunks_exact(LANES)) {
-                    for l in 0..LANES {
+                for (wv, xv) in buf.chunks_exact(L).zip(xs.chunks_exact(L)) {
+                    for l in 0..L {
                         acc[l] = ma.apply(wv[l], xv[l], acc[l]);
                     }
                 }
             }
         }
-        for (o, acc) in out.iter_mut().zip(&acc) {
+        for (o, acc) in out[col..col + M].iter_mut().zip(&acc) {
             *o = acc.iter().sum();
         }
     }
@@ -195,4 +244,42 @@ pub fn gemm(
             });
     }
     finish(&t, m, bias, act, y);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{blocks, check, floats};
+    use super::*;
+
+    /// The portable path (every kind on CPUs without AVX-512, the other kinds on all).
+    #[test]
+    fn the_portable_path_matches_the_decoded_float64_product() {
+        let (n, k) = (5, 512);
+        for kind in [
+            Block::Q4_0,
+            Block::Q4_1,
+            Block::Q5_0,
+            Block::Q5_1,
+            Block::Q8_0,
+            Block::Q8_1,
+            Block::Q2_K,
+            Block::Q3_K,
+            Block::Q4_K,
+            Block::Q5_K,
+            Block::Q6_K,
+            Block::Q8_K,
+            Block::IQ4_NL,
+            Block::IQ4_XS,
+            Block::MXFP4,
+        ] {
+            let w = blocks(kind, n, k);
+            let row_bytes = w.len() / n;
+            for m in 1..=GEMV_MAX_ROWS {
+                let x = floats(m * k, m as u64);
+                let mut t = vec![f32::NAN; n * m];
+                portable(kind, &w, row_bytes, &x, m, &mut t);
+                check(kind, &w, &x, m, &t);
+            }
+        }
+    }
 }

@@ -34,6 +34,8 @@ macro_rules! for_kind {
     };
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod decode;
 mod matmul;
 
@@ -139,5 +141,77 @@ pub fn dequantize_to<O: FloatElem>(kind: Block, bytes: &[u8], out: &mut [O]) {
             decode_serial(kind, b, buf);
             O::narrow(buf, y);
         });
+    }
+}
+
+/// Random blocks and the float64 check shared by the product tests.
+#[cfg(test)]
+mod testing {
+    use super::{dequantize, Block};
+
+    /// xorshift64 bytes.
+    fn random_bytes(n: usize, mut s: u64) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// `n` rows of `k` elements of random valid blocks of `kind`: random quants, every
+    /// scale finite (f16 scales 0.01, f16 minimums -0.01, MXFP4 exponents near 1).
+    pub(super) fn blocks(kind: Block, n: usize, k: usize) -> Vec<u8> {
+        let (elems, size) = kind.size();
+        let mut w = random_bytes(n * k / elems * size, 1 + size as u64);
+        let (d_at, min_at) = match kind {
+            Block::Q4_1 | Block::Q5_1 | Block::Q4_K | Block::Q5_K => (0, Some(2)),
+            Block::Q2_K => (80, Some(82)),
+            Block::Q3_K => (108, None),
+            Block::Q6_K => (208, None),
+            _ => (0, None),
+        };
+        for b in w.chunks_exact_mut(size) {
+            match kind {
+                Block::MXFP4 => b[0] = 120 + b[0] % 16,
+                Block::Q8_K => b[..4].copy_from_slice(&0.01f32.to_le_bytes()),
+                _ => b[d_at..d_at + 2].copy_from_slice(&0x211Fu16.to_le_bytes()),
+            }
+            if let Some(at) = min_at {
+                b[at..at + 2].copy_from_slice(&0xA11Fu16.to_le_bytes());
+            }
+        }
+        w
+    }
+
+    /// `n` random activations in [-2, 2).
+    pub(super) fn floats(n: usize, seed: u64) -> Vec<f32> {
+        random_bytes(n, seed)
+            .iter()
+            .map(|&v| v as f32 / 64.0 - 2.0)
+            .collect()
+    }
+
+    /// Asserts that `t (n, m)` is `w . x^T` for the blocks `w` (`n` rows) and `x (m, k)`
+    /// (`t[r * m + i] = w[r] . x[i]`) within FP32 accumulation error: 1e-6 of the sum of the products' magnitudes.
+    pub(super) fn check(kind: Block, w: &[u8], x: &[f32], m: usize, t: &[f32]) {
+        let (elems, size) = kind.size();
+        let mut wf = vec![0.0f32; w.len() / size * elems];
+        dequantize(kind, w, &mut wf);
+        let (k, n) = (x.len() / m, t.len() / m);
+        for r in 0..n {
+            for i in 0..m {
+                let (w, x) = (&wf[r * k..][..k], &x[i * k..][..k]);
+                let want: f64 = w.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let scale: f64 = w.iter().zip(x).map(|(&a, &b)| (a * b).abs() as f64).sum();
+                let got = t[r * m + i] as f64;
+                assert!(
+                    (got - want).abs() <= 1e-6 * scale,
+                    "{kind:?} m={m} ({r}, {i}): {got} vs {want}"
+                );
+            }
+        }
     }
 }
