@@ -1,8 +1,8 @@
 //! The AVX-512 [`gemv`](super::gemv) kernels of the common block kinds (Q4_0, Q4_1, Q5_0,
-//! Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL): each block's quants are unpacked, converted and scaled to
+//! Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4): each block's quants are unpacked, converted and scaled to
 //! FP32 in registers, 32 elements at a time (no decoded buffer), and fused multiply-added
 //! with FP32 activations into two accumulators per activation row, all `m <= 8` rows at once
-//! (each block is decoded once per call). 4-bit quants index a 16-entry table of their
+//! (each block is decoded once per call). 4-bit quants and codes index a 16-entry table of their
 //! (sub-)block's values with one permute, in place of a conversion and a multiply-add.
 //!
 //! The weights are the values `decode::block` gives, except where ggml rounds twice for
@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::decode::{h, scale_min_k4, IQ4_VALUES};
+use super::decode::{e8m0_half, h, scale_min_k4, IQ4_VALUES, MXFP4_VALUES};
 use super::Block;
 
 /// Runs the AVX-512 kernel of `kind` if it has one and the CPU has AVX-512 (F, BW) and F16C:
@@ -37,6 +37,8 @@ pub(super) fn rows(
         Block::Q4_K => run::<Q4K>,
         Block::Q6_K => run::<Q6K>,
         Block::IQ4_NL => run::<Iq4Nl>,
+        Block::IQ4_XS => run::<Iq4Xs>,
+        Block::MXFP4 => run::<Mxfp4>,
         _ => return false,
     };
     // SAFETY: the features `run` enables were detected above.
@@ -380,9 +382,54 @@ impl Kind for Iq4Nl {
     const SIZE: usize = 18;
     #[inline(always)]
     unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
-        let values = _mm512_cvtepi8_epi32(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast()));
-        let t = scaled(values, splat_f16(b, 0));
+        let t = codebook(&IQ4_VALUES, splat_f16(b, 0));
         let q = bytes(b, 2);
+        f(0, [lookup(q, t), lookup(_mm512_srli_epi32::<4>(q), t)]);
+    }
+}
+
+/// The 16 int8 `values` as FP32 times `d`, a table for [`lookup`].
+#[inline(always)]
+unsafe fn codebook(values: &[i8; 16], d: __m512) -> __m512 {
+    scaled(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(values.as_ptr().cast())),
+        d,
+    )
+}
+
+struct Iq4Xs;
+
+impl Kind for Iq4Xs {
+    const ELEMS: usize = 256;
+    const SIZE: usize = 136;
+    #[inline(always)]
+    unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
+        let d = h(b, 0);
+        let scales_h = u16::from_le_bytes([b[2], b[3]]);
+        for ib in 0..8 {
+            // 32 elements with one 6-bit scale: low nibbles of 16 bytes, then high.
+            let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
+            let high = ((scales_h >> (2 * ib)) & 3) as u8;
+            let dl = d * ((low | (high << 4)) as i32 - 32) as f32;
+            let t = codebook(&IQ4_VALUES, _mm512_set1_ps(dl));
+            let q = bytes(b, 8 + 16 * ib);
+            f(
+                32 * ib,
+                [lookup(q, t), lookup(_mm512_srli_epi32::<4>(q), t)],
+            );
+        }
+    }
+}
+
+struct Mxfp4;
+
+impl Kind for Mxfp4 {
+    const ELEMS: usize = 32;
+    const SIZE: usize = 17;
+    #[inline(always)]
+    unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
+        let t = codebook(&MXFP4_VALUES, _mm512_set1_ps(e8m0_half(b[0])));
+        let q = bytes(b, 1);
         f(0, [lookup(q, t), lookup(_mm512_srli_epi32::<4>(q), t)]);
     }
 }
@@ -404,6 +451,8 @@ mod tests {
             Block::Q4_K,
             Block::Q6_K,
             Block::IQ4_NL,
+            Block::IQ4_XS,
+            Block::MXFP4,
         ] {
             let w = blocks(kind, n, k);
             for m in 1..=8 {
