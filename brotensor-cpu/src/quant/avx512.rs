@@ -1,16 +1,16 @@
 //! The AVX-512 [`gemv`](super::gemv) kernels of the common block kinds (Q4_0, Q4_1, Q5_0,
-//! Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL): each block's quants are unpacked, converted and scaled to
+//! Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4): each block's quants are unpacked, converted and scaled to
 //! FP32 in registers, 32 elements at a time (no decoded buffer), and fused multiply-added
 //! with FP32 activations into two accumulators per activation row, all `m <= 8` rows at once
-//! (each block is decoded once per call). 4-bit quants index a 16-entry table of their
+//! (each block is decoded once per call). 4-bit quants and codes index a 16-entry table of their
 //! (sub-)block's values with one permute, in place of a conversion and a multiply-add.
 //!
 //! The weights are the values `decode::block` gives, except where ggml rounds twice for
-//! `d q + min` (Q4_1, Q5_1, Q4_K): one fused multiply-add here, at most one ulp apart.
+//! `d q + min` (Q4_1, Q5_1, Q4_K, Q5_K): one fused multiply-add here, at most one ulp apart.
 
 use std::arch::x86_64::*;
 
-use super::decode::{h, scale_min_k4, IQ4_VALUES};
+use super::decode::{e8m0_half, h, scale_min_k4, IQ4_VALUES, MXFP4_VALUES};
 use super::Block;
 
 /// Runs the AVX-512 kernel of `kind` if it has one and the CPU has AVX-512 (F, BW) and F16C:
@@ -35,8 +35,11 @@ pub(super) fn rows(
         Block::Q5_1 => run::<Q5<true>>,
         Block::Q8_0 => run::<Q8_0>,
         Block::Q4_K => run::<Q4K>,
+        Block::Q5_K => run::<Q5K>,
         Block::Q6_K => run::<Q6K>,
         Block::IQ4_NL => run::<Iq4Nl>,
+        Block::IQ4_XS => run::<Iq4Xs>,
+        Block::MXFP4 => run::<Mxfp4>,
         _ => return false,
     };
     // SAFETY: the features `run` enables were detected above.
@@ -335,6 +338,39 @@ impl Kind for Q4K {
     }
 }
 
+struct Q5K;
+
+impl Kind for Q5K {
+    const ELEMS: usize = 256;
+    const SIZE: usize = 176;
+    #[inline(always)]
+    unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
+        let (d, min) = (h(b, 0), h(b, 2));
+        let scales = &b[4..16];
+        // Bit s of the 32 bytes at 16 is the fifth bit of sub-block s's element.
+        let qh = [bytes(b, 16), bytes(b, 32)];
+        for j in 0..4 {
+            // As Q4_K, the low nibbles at 48 + 32j for sub-block 2j, the high ones for 2j + 1.
+            let [lo0, hi0] = nibbles(bytes(b, 48 + 32 * j));
+            let [lo1, hi1] = nibbles(bytes(b, 64 + 32 * j));
+            for (s, q) in [(2 * j, [lo0, lo1]), (2 * j + 1, [hi0, hi1])] {
+                let (sc, mn) = scale_min_k4(s, scales);
+                let dl = _mm512_set1_ps(d * sc as f32);
+                let ml = _mm512_set1_ps(-(min * mn as f32));
+                let (q0, q1) = (fifth(q[0], qh[0], s), fifth(q[1], qh[1], s));
+                f(32 * s, [affine(q0, dl, ml), affine(q1, dl, ml)]);
+            }
+        }
+    }
+}
+
+/// `q` with 16 added in the lanes whose `qh` has bit `bit` set.
+#[inline(always)]
+unsafe fn fifth(q: __m512i, qh: __m512i, bit: usize) -> __m512i {
+    let k = _mm512_test_epi32_mask(qh, _mm512_set1_epi32(1 << bit));
+    _mm512_mask_or_epi32(q, k, q, _mm512_set1_epi32(16))
+}
+
 struct Q6K;
 
 impl Kind for Q6K {
@@ -380,9 +416,54 @@ impl Kind for Iq4Nl {
     const SIZE: usize = 18;
     #[inline(always)]
     unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
-        let values = _mm512_cvtepi8_epi32(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast()));
-        let t = scaled(values, splat_f16(b, 0));
+        let t = codebook(&IQ4_VALUES, splat_f16(b, 0));
         let q = bytes(b, 2);
+        f(0, [lookup(q, t), lookup(_mm512_srli_epi32::<4>(q), t)]);
+    }
+}
+
+/// The 16 int8 `values` as FP32 times `d`, a table for [`lookup`].
+#[inline(always)]
+unsafe fn codebook(values: &[i8; 16], d: __m512) -> __m512 {
+    scaled(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(values.as_ptr().cast())),
+        d,
+    )
+}
+
+struct Iq4Xs;
+
+impl Kind for Iq4Xs {
+    const ELEMS: usize = 256;
+    const SIZE: usize = 136;
+    #[inline(always)]
+    unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
+        let d = h(b, 0);
+        let scales_h = u16::from_le_bytes([b[2], b[3]]);
+        for ib in 0..8 {
+            // 32 elements with one 6-bit scale: low nibbles of 16 bytes, then high.
+            let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
+            let high = ((scales_h >> (2 * ib)) & 3) as u8;
+            let dl = d * ((low | (high << 4)) as i32 - 32) as f32;
+            let t = codebook(&IQ4_VALUES, _mm512_set1_ps(dl));
+            let q = bytes(b, 8 + 16 * ib);
+            f(
+                32 * ib,
+                [lookup(q, t), lookup(_mm512_srli_epi32::<4>(q), t)],
+            );
+        }
+    }
+}
+
+struct Mxfp4;
+
+impl Kind for Mxfp4 {
+    const ELEMS: usize = 32;
+    const SIZE: usize = 17;
+    #[inline(always)]
+    unsafe fn block(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [__m512; 2])) {
+        let t = codebook(&MXFP4_VALUES, _mm512_set1_ps(e8m0_half(b[0])));
+        let q = bytes(b, 1);
         f(0, [lookup(q, t), lookup(_mm512_srli_epi32::<4>(q), t)]);
     }
 }
@@ -402,8 +483,11 @@ mod tests {
             Block::Q5_1,
             Block::Q8_0,
             Block::Q4_K,
+            Block::Q5_K,
             Block::Q6_K,
             Block::IQ4_NL,
+            Block::IQ4_XS,
+            Block::MXFP4,
         ] {
             let w = blocks(kind, n, k);
             for m in 1..=8 {

@@ -12,12 +12,23 @@ pub(super) const IQ4_VALUES: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 /// E2M1 values, doubled (the E8M0 scale is halved to match).
-const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+pub(super) const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// The f16 at `b[at..at + 2]`.
 #[inline(always)]
 pub(super) fn h(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// 2^(e - 128) for the E8M0 exponent `e`: half the MXFP4 scale, matching the doubled value
+/// table.
+#[inline(always)]
+pub(super) fn e8m0_half(e: u8) -> f32 {
+    if e < 2 {
+        f32::from_bits(0x0020_0000 << e)
+    } else {
+        f32::from_bits(((e as u32) - 1) << 23)
+    }
 }
 
 /// The 6-bit scale and min `j` of a K-quant's 12 packed scale bytes.
@@ -214,13 +225,7 @@ pub(crate) fn block(kind: Block, b: &[u8], y: &mut [f32]) {
             }
         }
         Block::MXFP4 => {
-            // 2^(e - 128): half the E8M0 scale, matching the doubled value table.
-            let e = b[0];
-            let d = if e < 2 {
-                f32::from_bits(0x0020_0000 << e)
-            } else {
-                f32::from_bits(((e as u32) - 1) << 23)
-            };
+            let d = e8m0_half(b[0]);
             for j in 0..16 {
                 y[j] = d * MXFP4_VALUES[(b[1 + j] & 0xF) as usize] as f32;
                 y[j + 16] = d * MXFP4_VALUES[(b[1 + j] >> 4) as usize] as f32;
