@@ -36,6 +36,16 @@ pub fn parse_dtype(name: &str) -> anyhow::Result<Dtype> {
     }
 }
 
+/// Runs `f` on a thread of rayon's global pool, the pool brotensor's CPU ops run on.
+///
+/// Each CPU op is a parallel section; entered from a thread outside the pool, every one
+/// costs a hand-over and a wake-up (about 10 us), which for a decode step of ~400 small ops
+/// is a large share. Run from inside the pool, the calling thread takes part in the work
+/// instead. Harmless for GPU devices.
+pub fn in_cpu_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
+}
+
 /// The command-line options every model CLI shares.
 #[derive(clap::Args, Debug)]
 pub struct DeviceArgs {

@@ -202,12 +202,15 @@ impl MiniLm {
         self.embed_ids(&ids)
     }
 
-    /// [`MiniLm::embed`] from token ids (each sentence non-empty, at most 512 tokens).
+    /// [`MiniLm::embed`] from token ids (each sentence non-empty, at most 512 tokens). Runs
+    /// inside the CPU thread pool ([`crate::in_cpu_pool`]).
     pub fn embed_ids(&self, ids: &[Vec<u32>]) -> anyhow::Result<Vec<Vec<f32>>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let e = self.forward(ids)?.to_dtype(Dtype::F32)?.to_vec::<f32>()?;
+        let e = crate::in_cpu_pool(|| -> anyhow::Result<Vec<f32>> {
+            Ok(self.forward(ids)?.to_dtype(Dtype::F32)?.to_vec::<f32>()?)
+        })?;
         Ok(e.chunks_exact(HIDDEN).map(<[f32]>::to_vec).collect())
     }
 

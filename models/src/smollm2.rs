@@ -461,29 +461,32 @@ impl SmolLm2 {
     }
 
     /// Prefills `prompt` and generates up to `max_tokens` tokens (stopping after EOS),
-    /// calling `on_token` with each new one. Returns the new tokens.
+    /// calling `on_token` with each new one. Returns the new tokens. Runs inside the CPU
+    /// thread pool ([`crate::in_cpu_pool`]).
     pub fn generate(
         &self,
         prompt: &[u32],
         max_tokens: usize,
         sampling: &Sampling,
-        mut on_token: impl FnMut(u32) -> anyhow::Result<()>,
+        mut on_token: impl FnMut(u32) -> anyhow::Result<()> + Send,
     ) -> anyhow::Result<Vec<u32>> {
-        let mut cache = self.new_cache(prompt.len() + max_tokens)?;
-        let mut out = Vec::with_capacity(max_tokens);
-        if max_tokens == 0 {
-            return Ok(out);
-        }
-        let mut logits = self.forward(prompt, &mut cache)?;
-        for step in 0..max_tokens {
-            let id = self.pick(&logits, sampling, step as u64)?;
-            out.push(id);
-            on_token(id)?;
-            if id == self.eos || step + 1 == max_tokens {
-                break;
+        crate::in_cpu_pool(|| {
+            let mut cache = self.new_cache(prompt.len() + max_tokens)?;
+            let mut out = Vec::with_capacity(max_tokens);
+            if max_tokens == 0 {
+                return Ok(out);
             }
-            logits = self.forward(&[id], &mut cache)?;
-        }
-        Ok(out)
+            let mut logits = self.forward(prompt, &mut cache)?;
+            for step in 0..max_tokens {
+                let id = self.pick(&logits, sampling, step as u64)?;
+                out.push(id);
+                on_token(id)?;
+                if id == self.eos || step + 1 == max_tokens {
+                    break;
+                }
+                logits = self.forward(&[id], &mut cache)?;
+            }
+            Ok(out)
+        })
     }
 }

@@ -280,7 +280,9 @@ fn main() -> anyhow::Result<()> {
     let profile = args.iter().any(|a| a == "--profile");
     brotensor::init()?;
     files::ensure_models()?;
-    let line = match (model, which) {
+    // The same thread as `SmolLm2::generate` uses: one of the CPU pool's.
+    let line = brotensor_models::in_cpu_pool(|| -> anyhow::Result<String> {
+        Ok(match (model, which) {
         ("smollm2", "brotensor") => smollm2_brotensor(device, profile)?,
         ("minilm", "brotensor") => minilm_brotensor(device)?,
         #[cfg(feature = "candle")]
@@ -288,7 +290,8 @@ fn main() -> anyhow::Result<()> {
         #[cfg(feature = "candle")]
         ("minilm", "candle") => peer::minilm()?,
         _ => anyhow::bail!("usage: bench_models smollm2|minilm brotensor|candle [--device D] [--profile] (candle needs --features candle)"),
-    };
+        })
+    })?;
     println!("{line}");
     Ok(())
 }
