@@ -296,12 +296,15 @@ pub fn decode8(w: &Array<u32>, at: usize, e: usize, out: &mut Array<f32>, #[comp
             // comes out exactly on every device.
             let x = read_byte(w, at);
             let mut pre = 1.0f32;
-            let mut d = f32::reinterpret(0x0080_0000u32);
+            // The exponent field of `d`: 1 (2^-126) below x = 2. A run-time value, as CUDA
+            // C++ cannot reinterpret a constant.
+            let mut field = 1u32;
             if x >= 2 {
-                d = f32::reinterpret((x - 1) << 23);
+                field = x - 1;
             } else {
                 pre = f32::reinterpret((125 + x) << 23);
             }
+            let d = f32::reinterpret(field << 23);
             #[unroll]
             for t in 0..8usize {
                 let v = (byte_at(&q, t) >> nshift) & 0xF;
