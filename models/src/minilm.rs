@@ -23,6 +23,8 @@ const HEAD_DIM: usize = HIDDEN / HEADS;
 const LAYERS: usize = 6;
 const FFN: usize = 1536;
 const MAX_POSITIONS: usize = 512;
+/// Sentences per forward pass.
+const BATCH: usize = 64;
 /// `layer_norm_eps` of the model's config.
 const LN_EPS: f32 = 1e-12;
 
@@ -208,10 +210,15 @@ impl MiniLm {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let e = crate::in_cpu_pool(|| -> anyhow::Result<Vec<f32>> {
-            Ok(self.forward(ids)?.to_dtype(Dtype::F32)?.to_vec::<f32>()?)
-        })?;
-        Ok(e.chunks_exact(HIDDEN).map(<[f32]>::to_vec).collect())
+        // Batches of at most BATCH sentences keep the (B, T) pooling matrix small.
+        let mut out = Vec::with_capacity(ids.len());
+        for batch in ids.chunks(BATCH) {
+            let e = crate::in_cpu_pool(|| -> anyhow::Result<Vec<f32>> {
+                Ok(self.forward(batch)?.to_dtype(Dtype::F32)?.to_vec::<f32>()?)
+            })?;
+            out.extend(e.chunks_exact(HIDDEN).map(<[f32]>::to_vec));
+        }
+        Ok(out)
     }
 
     /// The pooled, normalised `(B, 384)` embeddings in the model's dtype.
@@ -268,7 +275,11 @@ impl MiniLm {
         }
 
         // Mean pooling: row b of the (B, T) matrix averages sentence b's rows.
-        let mut pool = vec![0f32; ids.len() * t];
+        let cells = ids
+            .len()
+            .checked_mul(t)
+            .context("pooling matrix size overflows")?;
+        let mut pool = vec![0f32; cells];
         for (b, w) in cu.windows(2).enumerate() {
             let (s, e) = (w[0] as usize, w[1] as usize);
             let inv = 1.0 / (e - s) as f32;

@@ -471,7 +471,11 @@ impl SmolLm2 {
         mut on_token: impl FnMut(u32) -> anyhow::Result<()> + Send,
     ) -> anyhow::Result<Vec<u32>> {
         crate::in_cpu_pool(|| {
-            let mut cache = self.new_cache(prompt.len() + max_tokens)?;
+            let capacity = prompt
+                .len()
+                .checked_add(max_tokens)
+                .context("prompt plus max_tokens overflows")?;
+            let mut cache = self.new_cache(capacity)?;
             let mut out = Vec::with_capacity(max_tokens);
             if max_tokens == 0 {
                 return Ok(out);
