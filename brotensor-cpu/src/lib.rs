@@ -6,6 +6,7 @@
 //! they are never UB).
 
 pub mod activation;
+pub mod algebra;
 pub mod attention;
 pub mod cast;
 pub mod concat;

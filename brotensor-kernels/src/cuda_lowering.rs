@@ -237,6 +237,7 @@ fn every_kernel_lowers_to_cuda() {
         units: Vec::new(),
         failures: Vec::new(),
     };
+    crate::algebra::lower_for_cuda(&mut l);
     crate::attention::lower_for_cuda(&mut l);
     crate::batch_norm::lower_for_cuda(&mut l);
     crate::bf16_words::lower_for_cuda(&mut l);

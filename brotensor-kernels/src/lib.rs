@@ -24,6 +24,7 @@
 //! `k (cols / 256 + 8)` iterations) under about `65535 * 256 / k` columns. Hardware GPUs have
 //! no such limit.
 
+pub mod algebra;
 pub mod attention;
 pub mod batch_norm;
 pub mod bf16_words;

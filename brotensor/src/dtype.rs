@@ -6,8 +6,10 @@ use crate::{Error, Result};
 
 /// What a tensor's bytes are.
 ///
-/// F32, F16 and BF16 are the arithmetic dtypes ops dispatch on. I8, I32 and F64 are storage
-/// carriers (indices, masks, weight-only INT8). The `Q*` variants are GGUF block carriers:
+/// F32, F16 and BF16 are the arithmetic dtypes of the C++-contract ops. F64, I64, C64 and C128
+/// are the wide dtypes of the tensor-algebra ops ([`crate::ops::algebra`]); complex values are
+/// stored as interleaved `(re, im)` pairs. I8 and I32 are storage carriers (indices, masks,
+/// weight-only INT8). The `Q*` variants are GGUF block carriers:
 /// opaque blocks of 32 (legacy) or 256 (K-quant) elements, sized with
 /// [`Dtype::storage_bytes`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,8 +25,14 @@ pub enum Dtype {
     I8,
     /// Signed 32-bit integer.
     I32,
-    /// IEEE binary64 (storage only).
+    /// IEEE binary64.
     F64,
+    /// Signed 64-bit integer (arithmetic wraps).
+    I64,
+    /// Complex of two binary32: `(re, im)`, 8 bytes.
+    C64,
+    /// Complex of two binary64: `(re, im)`, 16 bytes.
+    C128,
     /// GGUF Q4_0: 32 elements in 18 bytes.
     Q4_0,
     /// GGUF Q4_1: 32 elements in 20 bytes.
@@ -59,13 +67,16 @@ pub enum Dtype {
 
 impl Dtype {
     /// Every dtype, in declaration order.
-    pub const ALL: [Dtype; 21] = [
+    pub const ALL: [Dtype; 24] = [
         Dtype::F32,
         Dtype::F16,
         Dtype::BF16,
         Dtype::I8,
         Dtype::I32,
         Dtype::F64,
+        Dtype::I64,
+        Dtype::C64,
+        Dtype::C128,
         Dtype::Q4_0,
         Dtype::Q4_1,
         Dtype::Q5_0,
@@ -89,7 +100,8 @@ impl Dtype {
             Dtype::F32 | Dtype::I32 => Some(4),
             Dtype::F16 | Dtype::BF16 => Some(2),
             Dtype::I8 => Some(1),
-            Dtype::F64 => Some(8),
+            Dtype::F64 | Dtype::I64 | Dtype::C64 => Some(8),
+            Dtype::C128 => Some(16),
             _ => None,
         }
     }
@@ -112,9 +124,15 @@ impl Dtype {
             Dtype::IQ4_NL => Block::IQ4_NL,
             Dtype::IQ4_XS => Block::IQ4_XS,
             Dtype::MXFP4 => Block::MXFP4,
-            Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::I8 | Dtype::I32 | Dtype::F64 => {
-                return None
-            }
+            Dtype::F32
+            | Dtype::F16
+            | Dtype::BF16
+            | Dtype::I8
+            | Dtype::I32
+            | Dtype::F64
+            | Dtype::I64
+            | Dtype::C64
+            | Dtype::C128 => return None,
         })
     }
 
@@ -141,9 +159,24 @@ impl Dtype {
         self.block_size() > 1
     }
 
-    /// Whether ops compute on this dtype (F32, F16, BF16).
+    /// Whether this is an arithmetic dtype of the C++-contract ops (F32, F16, BF16).
     pub const fn is_float(self) -> bool {
         matches!(self, Dtype::F32 | Dtype::F16 | Dtype::BF16)
+    }
+
+    /// Whether this is a complex dtype (C64, C128).
+    pub const fn is_complex(self) -> bool {
+        matches!(self, Dtype::C64 | Dtype::C128)
+    }
+
+    /// Whether this is a real floating-point dtype (F32, F16, BF16, F64).
+    pub const fn is_real_float(self) -> bool {
+        matches!(self, Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F64)
+    }
+
+    /// Whether this is an integer dtype (I8, I32, I64).
+    pub const fn is_int(self) -> bool {
+        matches!(self, Dtype::I8 | Dtype::I32 | Dtype::I64)
     }
 
     /// Bytes that `numel` elements occupy. Errors if `numel` is not a whole number of blocks
@@ -192,6 +225,8 @@ mod tests {
         assert_eq!(Dtype::Q4_K.storage_bytes(256).unwrap(), 144);
         assert_eq!(Dtype::F32.storage_bytes(6).unwrap(), 24);
         assert_eq!(Dtype::F64.size_bytes(), Some(8));
+        assert_eq!(Dtype::C64.size_bytes(), Some(8));
+        assert_eq!(Dtype::C128.storage_bytes(3).unwrap(), 48);
         assert_eq!(Dtype::Q8_0.size_bytes(), None);
         assert!(Dtype::Q4_K.storage_bytes(100).is_err());
         assert!(Dtype::F64.storage_bytes(usize::MAX).is_err());

@@ -99,6 +99,36 @@ impl Layout {
         })
     }
 
+    /// A layout with explicit strides and offset over the same storage as `self` (a
+    /// broadcast, a diagonal). Errors when the rank or a stride count is wrong or it reaches
+    /// outside the elements `self` reaches.
+    pub(crate) fn restrided(
+        &self,
+        op: &'static str,
+        dims: &[usize],
+        strides: &[isize],
+        offset: usize,
+    ) -> Result<Layout> {
+        checked_dims(op, dims)?;
+        if strides.len() != dims.len() {
+            return Err(Error::invalid(op, "one stride per dim"));
+        }
+        let mut out = Layout::dense(op, dims)?;
+        out.strides[..dims.len()].copy_from_slice(strides);
+        out.offset = offset;
+        let reach = |l: &Layout| brotensor_cpu::strided::span(l.dims(), l.strides(), l.offset);
+        if !dims.contains(&0) {
+            let inside = match (reach(&out), reach(self)) {
+                (Some((lo, hi)), Some((a, b))) => lo >= a && hi <= b,
+                _ => false,
+            };
+            if !inside {
+                return Err(Error::invalid(op, "the view reaches outside its tensor"));
+            }
+        }
+        Ok(out)
+    }
+
     /// The dims.
     pub(crate) fn dims(&self) -> &[usize] {
         &self.dims[..self.rank]

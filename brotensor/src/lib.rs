@@ -36,6 +36,8 @@ pub use device::Device;
 pub use dtype::Dtype;
 pub use error::{Error, Result};
 pub use layout::MAX_RANK;
+/// The complex element type of C64 (`Complex<f32>`) and C128 (`Complex<f64>`) tensors.
+pub use num_complex::Complex;
 pub use runtime::{
     available_devices, compute_dtype, compute_dtype_on, default_device, device_name, init,
     is_available, is_software, matmul_uses_matrix_units, max_buffer_bytes, memory_info,

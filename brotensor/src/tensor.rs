@@ -34,6 +34,15 @@ impl Element for i32 {
 impl Element for f64 {
     const DTYPE: Dtype = Dtype::F64;
 }
+impl Element for i64 {
+    const DTYPE: Dtype = Dtype::I64;
+}
+impl Element for crate::Complex<f32> {
+    const DTYPE: Dtype = Dtype::C64;
+}
+impl Element for crate::Complex<f64> {
+    const DTYPE: Dtype = Dtype::C128;
+}
 
 /// An N-d tensor (rank 0 to [`MAX_RANK`](crate::MAX_RANK)) with a dtype and a device.
 ///
@@ -661,6 +670,28 @@ impl Tensor {
         match self.storage() {
             Some(Storage::Host(h)) => &bytemuck::cast_slice(h.bytes())[..n],
             _ => panic!("host(): not a committed dense CPU tensor"),
+        }
+    }
+
+    /// The CPU contents as `&[W]` for a plain word type `W` of the dtype's element size (the
+    /// structural ops move elements without looking at them). Callers guarantee a committed
+    /// dense host tensor.
+    pub(crate) fn host_words<W: bytemuck::Pod>(&self) -> &[W] {
+        assert_eq!(Some(std::mem::size_of::<W>()), self.dtype.size_bytes());
+        let n = self.numel();
+        match self.storage() {
+            Some(Storage::Host(h)) => &bytemuck::cast_slice(h.bytes())[..n],
+            _ => panic!("host_words(): not a committed dense CPU tensor"),
+        }
+    }
+
+    /// [`Tensor::host_words`] for writing; callers guarantee a writable host tensor.
+    pub(crate) fn host_words_mut<W: bytemuck::Pod>(&mut self) -> &mut [W] {
+        assert_eq!(Some(std::mem::size_of::<W>()), self.dtype.size_bytes());
+        let n = self.numel();
+        match self.storage_mut() {
+            Some(Storage::Host(h)) => &mut bytemuck::cast_slice_mut(h.bytes_mut())[..n],
+            _ => panic!("host_words_mut(): not a committed writable CPU tensor"),
         }
     }
 

@@ -7,6 +7,7 @@
 //! assume operands are consistent.
 
 mod activation;
+mod algebra;
 mod attention;
 mod concat;
 pub(crate) mod cpu;
@@ -29,6 +30,7 @@ mod sampling;
 pub(crate) mod storage;
 
 pub(crate) use activation::{ActivationOps, Glu, SnakeGrads};
+pub(crate) use algebra::{AlgebraOps, ComplexMap, FloatMap, IndexMap, PadSpec, ReduceOp};
 pub(crate) use attention::AttentionOps;
 pub(crate) use concat::ConcatOps;
 pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
@@ -81,6 +83,7 @@ pub(crate) trait Backend:
     + FlashAttentionGradOps
     + SamplingOps
     + QuantOps
+    + AlgebraOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

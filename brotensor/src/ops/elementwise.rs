@@ -6,9 +6,35 @@
 //! arithmetic dtype is F32; GPUs also compute F16 and BF16 (where
 //! [`supports_dtype`](crate::supports_dtype) says so), with FP32 math inside.
 
+use super::algebra::{in_place, wide_map};
 use super::{check_float, check_same, dispatch, dispatch_inplace, prepare_out};
-use crate::backend::{Binary, Src, Unary};
+use crate::backend::{Binary, ComplexMap, FloatMap, Src, Unary};
 use crate::{Dtype, Error, Result, Tensor};
+
+/// The tensor-algebra instruction of a math function, for F64 operands.
+fn wide_unary(op: Unary) -> (Option<FloatMap>, Option<ComplexMap>) {
+    let f = match op {
+        Unary::Exp => FloatMap::Exp,
+        Unary::Log => FloatMap::Log,
+        Unary::Sin => FloatMap::Sin,
+        Unary::Cos => FloatMap::Cos,
+        Unary::Rsqrt => FloatMap::Rsqrt,
+        Unary::Tanh => FloatMap::Tanh,
+        _ => return (None, None),
+    };
+    (Some(f), None)
+}
+
+/// The tensor-algebra instructions of an arithmetic op, for F64, C64 and C128 operands.
+fn wide_binary(op: Binary) -> (Option<FloatMap>, Option<ComplexMap>) {
+    match op {
+        Binary::Add => (Some(FloatMap::Add), Some(ComplexMap::Add)),
+        Binary::Sub => (Some(FloatMap::Sub), Some(ComplexMap::Sub)),
+        Binary::Mul => (Some(FloatMap::Mul), Some(ComplexMap::Mul)),
+        Binary::Div => (Some(FloatMap::Div), Some(ComplexMap::Div)),
+        _ => (None, None),
+    }
+}
 
 /// `out = op(x; a, b)`, `out` resized to `x`.
 pub(crate) fn unary_out(
@@ -18,6 +44,9 @@ pub(crate) fn unary_out(
     out: &mut Tensor,
     (a, b): (f32, f32),
 ) -> Result<()> {
+    if let Some(r) = wide_map(name, wide_unary(op), &[("x", x)], out) {
+        return r;
+    }
     let be = dispatch(name, &[("x", x), ("out", out)])?;
     check_float(name, "x", x, be)?;
     prepare_out(out, be.device(), x.dims(), x.dtype())?;
@@ -34,12 +63,28 @@ pub(crate) fn unary_inplace(
     y: &mut Tensor,
     (a, b): (f32, f32),
 ) -> Result<()> {
+    if !y.dtype().is_float() {
+        return in_place(y, |x, out| {
+            wide_map(name, wide_unary(op), &[("x", x)], out)
+                .unwrap_or_else(|| check_float_dtype(name, x))
+        });
+    }
     let be = dispatch_inplace(name, ("y", y), &[])?;
     check_float(name, "y", y, be)?;
     if y.numel() == 0 {
         return Ok(());
     }
     be.unary(name, op, Src::Out, y, a, b)
+}
+
+/// The dtype error of an op that computes F32, F16 and BF16 only.
+fn check_float_dtype(op: &'static str, x: &Tensor) -> Result<()> {
+    Err(Error::Dtype {
+        op,
+        operand: "x",
+        expected: "expected F32, F16 or BF16".into(),
+        found: x.dtype(),
+    })
 }
 
 /// `out = op(x, y; a, b)`, `out` resized to `x`.
@@ -88,6 +133,9 @@ fn arith_out(
     b: &Tensor,
     out: &mut Tensor,
 ) -> Result<()> {
+    if let Some(r) = wide_map(name, wide_binary(op), &[("a", a), ("b", b)], out) {
+        return r;
+    }
     let dense = |t: &Tensor| !t.is_committed() || t.layout().is_dense();
     if a.dims() == b.dims() && dense(a) && dense(b) {
         return binary_out(name, op, ("a", a), ("b", b), out, (0.0, 0.0));
@@ -127,6 +175,12 @@ fn arith_views(
 
 /// `a = op(a, b)` in place, `b` broadcast to `a`'s dims (numpy rules).
 fn arith_inplace(name: &'static str, op: Binary, a: &mut Tensor, b: &Tensor) -> Result<()> {
+    if !a.dtype().is_float() {
+        return in_place(a, |x, out| {
+            wide_map(name, wide_binary(op), &[("a", x), ("b", b)], out)
+                .unwrap_or_else(|| check_float_dtype(name, x))
+        });
+    }
     if a.dims() == b.dims() {
         return binary_inplace(name, op, a, b, (0.0, 0.0));
     }

@@ -26,6 +26,7 @@
 #[macro_use]
 pub mod elementwise;
 pub mod activation;
+pub mod algebra;
 pub mod attention;
 pub mod concat;
 pub mod embedding;
@@ -41,6 +42,7 @@ pub mod rope;
 pub mod sampling;
 
 pub use activation::*;
+pub use algebra::*;
 pub use attention::*;
 pub use concat::*;
 pub use elementwise::*;

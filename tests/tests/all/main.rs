@@ -1,5 +1,6 @@
 //! brotensor's integration tests, in one binary (so the GPU check kit carries one file).
 
+mod algebra;
 mod attention;
 mod buffer_stability;
 mod cast_rounding;

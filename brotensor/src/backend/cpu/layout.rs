@@ -39,7 +39,8 @@ pub(super) fn strided_copy(
         1 => go!(u8),
         2 => go!(u16),
         4 => go!(u32),
-        _ => go!(u64),
+        8 => go!(u64),
+        _ => go!([u64; 2]),
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! file holds the backend itself (memory, sync); each op family's glue is in its own file.
 
 mod activation;
+mod algebra;
 mod attention;
 mod concat;
 mod elementwise;
@@ -58,7 +59,11 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, dtype: Dtype) -> bool {
-        dtype == Dtype::F32
+        // F32 for every op; the wide dtypes for the tensor-algebra ops.
+        matches!(
+            dtype,
+            Dtype::F32 | Dtype::F64 | Dtype::I64 | Dtype::C64 | Dtype::C128
+        )
     }
 
     fn converts(&self, dtype: Dtype) -> bool {

@@ -10,10 +10,10 @@ use crate::backend::ConcatOps;
 use crate::{Error, Result, Tensor};
 
 /// The element width the word kernels move (1, 2 or 4 bytes) and the factor that turns
-/// element counts into counts of it: 64-bit elements move as two 32-bit halves.
+/// element counts into counts of it: 64- and 128-bit elements move as 2 or 4 32-bit words.
 pub(super) fn word_width(op: &'static str, t: &Tensor) -> Result<(usize, usize)> {
     match t.dtype().size_bytes() {
-        Some(8) => Ok((4, 2)),
+        Some(w @ (8 | 16)) => Ok((4, w / 4)),
         Some(w @ (1 | 2 | 4)) => Ok((w, 1)),
         _ => Err(Error::invalid(
             op,

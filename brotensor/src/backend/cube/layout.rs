@@ -20,15 +20,16 @@ pub(super) fn strided_copy<R: Runtime>(
     let width = crate::backend::gather_width(op, dtype)?;
     let (mut dims, mut strides) = (layout.dims().to_vec(), layout.strides().to_vec());
     let mut offset = layout.offset();
-    // 64-bit elements move as pairs of 32-bit words: one more dim, in words.
-    if width == 8 {
+    // 64- and 128-bit elements move as 2 or 4 32-bit words: one more dim, in words.
+    if width > 4 {
+        let words = width / 4;
         let too_large = || Error::invalid(op, "the layout's word indices overflow");
         for s in strides.iter_mut() {
-            *s = s.checked_mul(2).ok_or_else(too_large)?;
+            *s = s.checked_mul(words as isize).ok_or_else(too_large)?;
         }
-        dims.push(2);
+        dims.push(words);
         strides.push(1);
-        offset = offset.checked_mul(2).ok_or_else(too_large)?;
+        offset = offset.checked_mul(words).ok_or_else(too_large)?;
     }
     let gather = GatherLayout {
         dims: &dims,

@@ -3,6 +3,7 @@
 //! family shares; each family's glue is in its own file.
 
 mod activation;
+mod algebra;
 mod attention;
 mod concat;
 mod dtype_policy;
@@ -46,6 +47,12 @@ pub(crate) struct CubeBackend<R: Runtime> {
     f16: bool,
     /// Native bf16 arithmetic; without it BF16 runs as packed words (`bf16_words`).
     bf16: bool,
+    /// 64-bit floats (F64, C128) in kernels.
+    f64: bool,
+    /// 64-bit integers (I64) in kernels.
+    i64: bool,
+    /// Atomic add of f32, f64 and i64 in kernels (the scatter-add's fast path).
+    atomic_add: [bool; 3],
     /// The CubeCL streams that threads have queued work on. CubeCL 0.10 gives each OS thread
     /// its own stream (with its own memory pool): syncing, trimming and memory figures visit
     /// every one of them, so they mean the whole device.
@@ -63,6 +70,13 @@ impl<R: Runtime> CubeBackend<R> {
         let props = client.properties();
         let f16 = props.supports_type(f16::as_type_native_unchecked());
         let bf16 = props.supports_type(bf16::as_type_native_unchecked());
+        let f64 = props.supports_type(f64::as_type_native_unchecked());
+        let i64 = props.supports_type(i64::as_type_native_unchecked());
+        let atomic_add = [
+            algebra::atomic_add::<f32>(props),
+            algebra::atomic_add::<f64>(props),
+            algebra::atomic_add::<i64>(props),
+        ];
         CubeBackend {
             device,
             client,
@@ -70,6 +84,9 @@ impl<R: Runtime> CubeBackend<R> {
             software,
             f16,
             bf16,
+            f64,
+            i64,
+            atomic_add,
             streams: Default::default(),
         }
     }
@@ -178,8 +195,14 @@ impl<R: Runtime> Backend for CubeBackend<R> {
     }
 
     fn supports(&self, dtype: Dtype) -> bool {
-        // Natively, or (BF16) as packed 16-bit words.
-        self.policy(dtype) != DtypePolicy::Unsupported
+        match dtype {
+            // The tensor-algebra dtypes, where the shader language has their parts' types.
+            Dtype::F64 | Dtype::C128 => self.f64,
+            Dtype::I64 => self.i64,
+            Dtype::C64 => true,
+            // Natively, or (BF16) as packed 16-bit words.
+            _ => self.policy(dtype) != DtypePolicy::Unsupported,
+        }
     }
 
     fn max_buffer_bytes(&self) -> u64 {

@@ -1,0 +1,622 @@
+//! Element-wise maps for the tensor-algebra dtypes.
+//!
+//! [`FloatMap`] is one instruction set over real floats (`f32`, `f64`), computed in the
+//! storage type with numpy's NaN rules; [`ComplexMap`] works on interleaved `(re, im)`
+//! pairs. Both are one kernel each, the instruction a comptime parameter.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::launch::{check_len, grid_1d, LaunchError};
+
+/// A real-float element-wise instruction. Operands `x`, `y`, `z` in order; the arity is
+/// [`FloatMap::arity`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FloatMap {
+    /// `e^x`.
+    Exp,
+    /// `ln x` (NaN below 0, -inf at 0).
+    Log,
+    /// `sin x`.
+    Sin,
+    /// `cos x`.
+    Cos,
+    /// `tanh x`.
+    Tanh,
+    /// `sqrt x`.
+    Sqrt,
+    /// `1 / sqrt x`.
+    Rsqrt,
+    /// `e^x - 1`, accurate near 0.
+    Expm1,
+    /// `ln(1 + x)`, accurate near 0.
+    Log1p,
+    /// `|x|`.
+    Abs,
+    /// `-1`, `0` or `1` by the sign of `x` (zero keeps its sign; NaN stays NaN).
+    Sign,
+    /// `-x`.
+    Neg,
+    /// `x + y`.
+    Add,
+    /// `x - y`.
+    Sub,
+    /// `x * y`.
+    Mul,
+    /// `x / y`.
+    Div,
+    /// The larger of `x` and `y`; NaN if either is.
+    Maximum,
+    /// The smaller of `x` and `y`; NaN if either is.
+    Minimum,
+    /// `x^y` with numpy's rules (negative bases with integer exponents).
+    Pow,
+    /// `1` where `x == y`, else `0`.
+    Eq,
+    /// `1` where `x != y` (NaN included), else `0`.
+    Ne,
+    /// `1` where `x < y`, else `0`.
+    Lt,
+    /// `1` where `x <= y`, else `0`.
+    Le,
+    /// `1` where `x > y`, else `0`.
+    Gt,
+    /// `1` where `x >= y`, else `0`.
+    Ge,
+    /// `y` where `x != 0` (NaN counts as non-zero), else `z`.
+    Select,
+    /// `minimum(maximum(x, y), z)`: `x` clamped to the bounds `y`, `z`.
+    Clamp,
+}
+
+impl FloatMap {
+    /// Every instruction, in declaration order.
+    pub const ALL: [FloatMap; 27] = [
+        FloatMap::Exp,
+        FloatMap::Log,
+        FloatMap::Sin,
+        FloatMap::Cos,
+        FloatMap::Tanh,
+        FloatMap::Sqrt,
+        FloatMap::Rsqrt,
+        FloatMap::Expm1,
+        FloatMap::Log1p,
+        FloatMap::Abs,
+        FloatMap::Sign,
+        FloatMap::Neg,
+        FloatMap::Add,
+        FloatMap::Sub,
+        FloatMap::Mul,
+        FloatMap::Div,
+        FloatMap::Maximum,
+        FloatMap::Minimum,
+        FloatMap::Pow,
+        FloatMap::Eq,
+        FloatMap::Ne,
+        FloatMap::Lt,
+        FloatMap::Le,
+        FloatMap::Gt,
+        FloatMap::Ge,
+        FloatMap::Select,
+        FloatMap::Clamp,
+    ];
+
+    /// How many operands the instruction reads.
+    pub const fn arity(self) -> usize {
+        use FloatMap::*;
+        match self {
+            Exp | Log | Sin | Cos | Tanh | Sqrt | Rsqrt | Expm1 | Log1p | Abs | Sign | Neg => 1,
+            Select | Clamp => 3,
+            _ => 2,
+        }
+    }
+
+    /// Whether the instruction is a transcendental function (exp, log and their kin, the
+    /// trigonometric functions, tanh, pow): these need the shader language's math library,
+    /// which Vulkan has for 16- and 32-bit floats only.
+    pub const fn is_transcendental(self) -> bool {
+        use FloatMap::*;
+        matches!(self, Exp | Log | Sin | Cos | Tanh | Expm1 | Log1p | Pow)
+    }
+}
+
+/// A complex element-wise instruction on `(re, im)` pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ComplexMap {
+    /// `x + y`.
+    Add,
+    /// `x - y`.
+    Sub,
+    /// `x * y`.
+    Mul,
+    /// `x / y`, by Smith's method on operands scaled by powers of two (finite, right
+    /// quotients for operands near the largest or smallest finite values).
+    Div,
+    /// `-x`.
+    Neg,
+    /// The conjugate of `x`.
+    Conj,
+}
+
+impl ComplexMap {
+    /// Every instruction, in declaration order.
+    pub const ALL: [ComplexMap; 6] = [
+        ComplexMap::Add,
+        ComplexMap::Sub,
+        ComplexMap::Mul,
+        ComplexMap::Div,
+        ComplexMap::Neg,
+        ComplexMap::Conj,
+    ];
+
+    /// How many operands the instruction reads.
+    pub const fn arity(self) -> usize {
+        match self {
+            ComplexMap::Neg | ComplexMap::Conj => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// Whether `v` is NaN, by the bits of its f32 conversion (NaN stays NaN): `v != v` may be
+/// folded away by a compiler that assumes finite math (WGSL allows it), and CubeCL 0.10's
+/// WGSL `is_nan` for f64 has its two bit masks swapped.
+#[cube]
+pub fn nan<F: Numeric>(v: F) -> bool {
+    f32::is_nan(f32::cast_from(v))
+}
+
+/// `1` when `c` holds and neither operand is NaN (`unordered_true`: or either is NaN).
+#[cube]
+fn ordered<F: Float>(c: bool, x: F, y: F, #[comptime] unordered_true: bool) -> F {
+    let unordered = nan::<F>(x) || nan::<F>(y);
+    let mut r = c && !unordered;
+    if comptime!(unordered_true) {
+        r = c || unordered;
+    }
+    indicator::<F>(r)
+}
+
+/// numpy's `maximum`: NaN when either operand is.
+#[cube]
+fn maximum<F: Float>(x: F, y: F) -> F {
+    let mut r = y;
+    if nan::<F>(x) || (x > y && !nan::<F>(y)) {
+        r = x;
+    }
+    r
+}
+
+/// numpy's `minimum`: NaN when either operand is.
+#[cube]
+fn minimum<F: Float>(x: F, y: F) -> F {
+    let mut r = y;
+    if nan::<F>(x) || (x < y && !nan::<F>(y)) {
+        r = x;
+    }
+    r
+}
+
+/// `1` when `c`, else `0`.
+#[cube]
+fn indicator<F: Float>(c: bool) -> F {
+    let mut r = F::new(0.0);
+    if c {
+        r = F::new(1.0);
+    }
+    r
+}
+
+/// numpy's `power` for real floats: `x^0 = 1` and `1^y = 1` (even for NaN), a negative base
+/// takes integer exponents only (the sign by the exponent's parity), `0^y` is 0 for
+/// positive and inf for negative `y`. `inf` and `nan` come from the host: arithmetic that
+/// makes them (`1 / 0`) may be folded to garbage by a compiler that assumes finite math.
+#[cube]
+fn power<F: Float>(x: F, y: F, inf: F, not_a_number: F) -> F {
+    let zero = F::new(0.0);
+    let one = F::new(1.0);
+    let ay = F::abs(y);
+    let integral = F::floor(y) == y;
+    let odd = integral && F::floor(ay * F::new(0.5)) * F::new(2.0) != ay;
+    let mut r = F::powf(F::abs(x), y);
+    if x == zero {
+        r = zero;
+        if y < zero {
+            r = inf;
+        }
+    } else if x < zero {
+        if !integral {
+            r = not_a_number;
+        } else if odd {
+            r = zero - r;
+        }
+    }
+    if nan::<F>(x) || nan::<F>(y) {
+        r = not_a_number;
+    }
+    if y == zero || x == one {
+        r = one;
+    }
+    r
+}
+
+/// One real-float instruction on loaded operands.
+#[cube]
+fn apply_float<F: Float>(x: F, y: F, z: F, specials: &Array<F>, #[comptime] instr: FloatMap) -> F {
+    let zero = F::new(0.0);
+    let one = F::new(1.0);
+    match instr {
+        FloatMap::Exp => F::exp(x),
+        FloatMap::Log => F::ln(x),
+        FloatMap::Sin => F::sin(x),
+        FloatMap::Cos => F::cos(x),
+        FloatMap::Tanh => {
+            // tanh(x) = e / (e + 2), e = expm1(2x): exact near 0, saturates to +-1.
+            let e = expm1::<F>(x + x);
+            let mut r = e / (e + F::new(2.0));
+            if x > F::new(20.0) {
+                r = one;
+            }
+            r
+        }
+        FloatMap::Sqrt => F::sqrt(x),
+        FloatMap::Rsqrt => one / F::sqrt(x),
+        FloatMap::Expm1 => expm1::<F>(x),
+        FloatMap::Log1p => log1p::<F>(x),
+        FloatMap::Abs => F::abs(x),
+        FloatMap::Sign => {
+            let mut r = x;
+            if nan::<F>(x) {
+                r = x;
+            } else {
+                if x > zero {
+                    r = one;
+                }
+                if x < zero {
+                    r = zero - one;
+                }
+            }
+            r
+        }
+        FloatMap::Neg => x * F::new(-1.0),
+        FloatMap::Add => x + y,
+        FloatMap::Sub => x - y,
+        FloatMap::Mul => x * y,
+        FloatMap::Div => x / y,
+        FloatMap::Maximum => maximum::<F>(x, y),
+        FloatMap::Minimum => minimum::<F>(x, y),
+        FloatMap::Pow => power::<F>(x, y, specials[0], specials[1]),
+        FloatMap::Eq => ordered::<F>(x == y, x, y, false),
+        FloatMap::Ne => ordered::<F>(x != y, x, y, true),
+        FloatMap::Lt => ordered::<F>(x < y, x, y, false),
+        FloatMap::Le => ordered::<F>(x <= y, x, y, false),
+        FloatMap::Gt => ordered::<F>(x > y, x, y, false),
+        FloatMap::Ge => ordered::<F>(x >= y, x, y, false),
+        FloatMap::Select => {
+            let mut r = z;
+            if x != zero || nan::<F>(x) {
+                r = y;
+            }
+            r
+        }
+        FloatMap::Clamp => minimum::<F>(maximum::<F>(x, y), z),
+    }
+}
+
+/// `e^x - 1`: the Taylor series below `|x| = 1/2` (19 terms, built in `F` so f64 keeps its
+/// precision), `e^x - 1` above it, where the subtraction loses under 2 ulp.
+#[cube]
+fn expm1<F: Float>(x: F) -> F {
+    let mut r = F::exp(x) - F::new(1.0);
+    if F::abs(x) < F::new(0.5) {
+        let mut term = x;
+        let mut sum = x;
+        #[unroll]
+        for k in 2..20u32 {
+            term = term * x / F::cast_from(k);
+            sum += term;
+        }
+        r = sum;
+    }
+    r
+}
+
+/// `ln(1 + x)`: `2 atanh(s)` with `s = x / (2 + x)` as a series below `|x| = 1/2` (terms to
+/// `s^35`), `ln(1 + x)` above it.
+#[cube]
+fn log1p<F: Float>(x: F) -> F {
+    let mut r = F::ln(F::new(1.0) + x);
+    if F::abs(x) < F::new(0.5) {
+        let s = x / (F::new(2.0) + x);
+        let s2 = s * s;
+        let mut power = s;
+        let mut sum = s;
+        #[unroll]
+        for j in 1..18u32 {
+            power *= s2;
+            sum += power / F::cast_from(2 * j + 1);
+        }
+        r = sum + sum;
+    }
+    r
+}
+
+#[cube(launch_unchecked)]
+fn float_map_kernel<F: Float>(
+    x: &Array<F>,
+    y: &Array<F>,
+    z: &Array<F>,
+    specials: &Array<F>,
+    out: &mut Array<F>,
+    #[comptime] instr: FloatMap,
+) {
+    let i = ABSOLUTE_POS;
+    if i < out.len() {
+        let arity = comptime!(instr.arity());
+        let vx = x[i];
+        let mut vy = vx;
+        let mut vz = vx;
+        if comptime!(arity >= 2) {
+            vy = y[i];
+        }
+        if comptime!(arity == 3) {
+            vz = z[i];
+        }
+        out[i] = apply_float::<F>(vx, vy, vz, specials, instr);
+    }
+}
+
+/// Smith's division of `(a + bi) / (c + di)`: the ratio of the smaller to the larger part
+/// of the divisor keeps every intermediate in range. A zero divisor gives numpy's
+/// infinities and NaNs.
+#[cube]
+#[allow(unused_assignments)]
+fn smith<F: Float>(a: F, b: F, c: F, d: F) -> (F, F) {
+    let zero = F::new(0.0);
+    let ac = F::abs(c);
+    let ad = F::abs(d);
+    let mut re = zero;
+    let mut im = zero;
+    if ac >= ad {
+        if ac == zero && ad == zero {
+            re = a / ac;
+            im = b / ac;
+        } else {
+            let r = d / c;
+            let den = c + d * r;
+            re = (a + b * r) / den;
+            im = (b - a * r) / den;
+        }
+    } else {
+        let r = c / d;
+        let den = c * r + d;
+        re = (a * r + b) / den;
+        im = (b * r - a) / den;
+    }
+    (re, im)
+}
+
+/// `(a + bi) / (c + di)`: [`smith`] on parts first scaled toward 1 by powers of two where
+/// they exceed `2^32` (f32; `2^256` when `wide`, f64) or fall below its inverse, so operands
+/// near the largest or smallest values give finite, right quotients.
+#[cube]
+fn complex_div<F: Float>(a: F, b: F, c: F, d: F, #[comptime] wide: bool) -> (F, F) {
+    let zero = F::new(0.0);
+    let one = F::new(1.0);
+    let mut big = F::new(4_294_967_296.0);
+    if comptime!(wide) {
+        let b2 = big * big;
+        let b4 = b2 * b2;
+        big = b4 * b4;
+    }
+    let small = one / big;
+    let mut a = a;
+    let mut b = b;
+    let mut c = c;
+    let mut d = d;
+    let mut undo = one;
+    let n = F::max(F::abs(a), F::abs(b));
+    if n > big {
+        a *= small;
+        b *= small;
+        undo = big;
+    } else if n < small && n > zero {
+        a *= big;
+        b *= big;
+        undo = small;
+    }
+    let m = F::max(F::abs(c), F::abs(d));
+    let mut undo_den = one;
+    if m > big {
+        c *= small;
+        d *= small;
+        undo_den = small;
+    } else if m < small && m > zero {
+        c *= big;
+        d *= big;
+        undo_den = big;
+    }
+    let (re, im) = smith::<F>(a, b, c, d);
+    (re * undo * undo_den, im * undo * undo_den)
+}
+
+#[cube(launch_unchecked)]
+fn complex_map_kernel<F: Float>(
+    x: &Array<F>,
+    y: &Array<F>,
+    out: &mut Array<F>,
+    #[comptime] instr: ComplexMap,
+    #[comptime] wide: bool,
+) {
+    let i = ABSOLUTE_POS;
+    if i * 2 < out.len() {
+        let a = x[2 * i];
+        let b = x[2 * i + 1];
+        let mut c = a;
+        let mut d = b;
+        if comptime!(instr.arity() == 2) {
+            c = y[2 * i];
+            d = y[2 * i + 1];
+        }
+        let minus = F::new(-1.0);
+        let (re, im) = match instr {
+            ComplexMap::Add => (a + c, b + d),
+            ComplexMap::Sub => (a - c, b - d),
+            ComplexMap::Mul => (a * c - b * d, a * d + b * c),
+            ComplexMap::Div => complex_div::<F>(a, b, c, d, wide),
+            ComplexMap::Neg => (a * minus, b * minus),
+            ComplexMap::Conj => (a, b * minus),
+        };
+        out[2 * i] = re;
+        out[2 * i + 1] = im;
+    }
+}
+
+/// Checks the operands of a map over `scalars` scalars of `bytes` bytes and returns them in
+/// order, the unused ones bound to `x`.
+fn operands<'a>(
+    inputs: &[&'a Handle],
+    arity: usize,
+    scalars: usize,
+    bytes: usize,
+) -> Result<[&'a Handle; 3], LaunchError> {
+    if inputs.len() != arity {
+        return Err(LaunchError::Invalid {
+            what: "operand count (must match the instruction's arity)",
+        });
+    }
+    for h in inputs {
+        check_len("input", h, scalars, bytes)?;
+    }
+    let first = inputs[0];
+    Ok([
+        first,
+        inputs.get(1).copied().unwrap_or(first),
+        inputs.get(2).copied().unwrap_or(first),
+    ])
+}
+
+/// `out[i] = instr(x[i], y[i], z[i])` for `numel` real floats of type `F`; `inputs` holds
+/// the instruction's [`arity`](FloatMap::arity) buffers.
+///
+/// Errors (no launch) when the operand count is wrong, a buffer is shorter than `numel`, or
+/// `numel` needs more than 32 bits.
+pub fn launch_float_map<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    instr: FloatMap,
+    inputs: &[&Handle],
+    out: &Handle,
+    numel: usize,
+) -> Result<(), LaunchError> {
+    let bytes = core::mem::size_of::<F>();
+    let [x, y, z] = operands(inputs, instr.arity(), numel, bytes)?;
+    check_len("out", out, numel, bytes)?;
+    crate::launch::fits_u32("numel (must fit in 32 bits)", numel)?;
+    if numel == 0 {
+        return Ok(());
+    }
+    let (count, dim) = grid_1d(client, numel)?;
+    let specials = client.create_from_slice(F::as_bytes(&[F::INFINITY, F::NAN]));
+    // SAFETY: every operand and `out` hold `numel` elements (checked above) and unit
+    // `i < numel` reads and writes element `i` only; `specials` holds the 2 values read.
+    unsafe {
+        float_map_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), numel),
+            ArrayArg::from_raw_parts(y.clone(), numel),
+            ArrayArg::from_raw_parts(z.clone(), numel),
+            ArrayArg::from_raw_parts(specials, 2),
+            ArrayArg::from_raw_parts(out.clone(), numel),
+            instr,
+        );
+    }
+    Ok(())
+}
+
+/// `out[i] = instr(x[i], y[i])` for `numel` complex numbers whose parts are `F`
+/// (interleaved `(re, im)`, so each buffer holds `2 numel` values of `F`).
+///
+/// Errors (no launch) when the operand count is wrong, a buffer is too short, or `2 numel`
+/// needs more than 32 bits.
+pub fn launch_complex_map<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    instr: ComplexMap,
+    inputs: &[&Handle],
+    out: &Handle,
+    numel: usize,
+) -> Result<(), LaunchError> {
+    let bytes = core::mem::size_of::<F>();
+    let scalars = crate::launch::extent("complex parts", &[numel, 2])?;
+    let [x, y, _] = operands(inputs, instr.arity(), scalars, bytes)?;
+    check_len("out", out, scalars, bytes)?;
+    crate::launch::fits_u32("parts (must fit in 32 bits)", scalars)?;
+    if numel == 0 {
+        return Ok(());
+    }
+    let (count, dim) = grid_1d(client, numel)?;
+    // SAFETY: every operand and `out` hold `2 numel` parts (checked above); unit `i < numel`
+    // reads and writes parts `2i` and `2i + 1` only.
+    unsafe {
+        complex_map_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(x.clone(), scalars),
+            ArrayArg::from_raw_parts(y.clone(), scalars),
+            ArrayArg::from_raw_parts(out.clone(), scalars),
+            instr,
+            bytes == 8,
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{Lowering as L, Rt};
+    let a = L::array;
+    for instr in FloatMap::ALL {
+        l.lower(float_map_kernel::FloatMapKernel::<f32, Rt>::new(
+            L::settings_1d(),
+            l.client.clone(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            instr,
+        ));
+        l.lower(float_map_kernel::FloatMapKernel::<f64, Rt>::new(
+            L::settings_1d(),
+            l.client.clone(),
+            a(),
+            a(),
+            a(),
+            a(),
+            a(),
+            instr,
+        ));
+    }
+    for instr in ComplexMap::ALL {
+        l.lower(complex_map_kernel::ComplexMapKernel::<f32, Rt>::new(
+            L::settings_1d(),
+            l.client.clone(),
+            a(),
+            a(),
+            a(),
+            instr,
+            false,
+        ));
+        l.lower(complex_map_kernel::ComplexMapKernel::<f64, Rt>::new(
+            L::settings_1d(),
+            l.client.clone(),
+            a(),
+            a(),
+            a(),
+            instr,
+            true,
+        ));
+    }
+}

@@ -1,0 +1,336 @@
+//! The hand cases of the tensor-algebra contract, its error cases and long axes, on every
+//! device.
+
+use brotensor::ops::{self, ScatterDims};
+use brotensor::{Complex, Dtype, Tensor};
+
+use super::{build, check, devices, supported, values};
+
+fn f64s(device: brotensor::Device, v: &[f64], dims: &[usize]) -> Tensor {
+    Tensor::from_slice_nd_on(device, v, dims).unwrap()
+}
+
+fn f32s(device: brotensor::Device, v: &[f32], dims: &[usize]) -> Tensor {
+    Tensor::from_slice_nd_on(device, v, dims).unwrap()
+}
+
+#[test]
+fn pads_crop_interleave_and_survive_extreme_paddings() {
+    for d in devices() {
+        let x = f32s(d, &[1.0, 2.0, 3.0, 4.0], &[4]);
+        let p = |lo: i64, hi: i64, int: u64| {
+            ops::pad(&x, &[lo], &[hi], &[int])
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        assert_eq!(p(-1, 0, 0), [2.0, 3.0, 4.0], "{d}");
+        assert_eq!(p(-1, 0, 1), [0.0, 2.0, 0.0, 3.0, 0.0, 4.0], "{d}");
+        assert_eq!(
+            p(1, -2, 2),
+            [0.0, 1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 3.0, 0.0],
+            "{d}"
+        );
+        let two = f32s(d, &[7.0, 8.0], &[2]);
+        let extreme = ops::pad(&two, &[i64::MIN], &[i64::MAX], &[0]).unwrap();
+        assert_eq!(extreme.to_vec::<f32>().unwrap(), [0.0], "{d}");
+        assert!(
+            ops::pad(&x, &[-3], &[-2], &[0]).is_err(),
+            "{d}: a negative size must fail"
+        );
+        assert!(
+            ops::pad(&x, &[0, 0], &[0], &[0]).is_err(),
+            "{d}: wrong spec count"
+        );
+    }
+}
+
+#[test]
+fn overlapping_scatter_accumulates_and_skips_out_of_range_windows() {
+    let dn = ScatterDims {
+        update_window_dims: vec![],
+        inserted_window_dims: vec![0],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: 1,
+    };
+    for d in devices() {
+        for dtype in [Dtype::F32, Dtype::F64, Dtype::I64, Dtype::C64, Dtype::C128] {
+            if !supported(d, dtype) {
+                eprintln!("scatter {dtype} on {d}: SKIPPED (the device has no {dtype})");
+                continue;
+            }
+            let pairs = |v: &[f64]| v.iter().map(|&x| (x, -x)).collect::<Vec<_>>();
+            let operand = build(d, dtype, &[4], &pairs(&[1.0, 10.0, 100.0, 1000.0]));
+            let updates = build(d, dtype, &[4], &pairs(&[2.0, 3.0, 99.0, 5.0]));
+            let idx = Tensor::from_slice_nd_on(d, &[1i64, 1, -1, 3], &[4, 1]).unwrap();
+            let y = ops::scatter_add(&operand, &idx, &updates, &dn).unwrap();
+            let want = pairs(&[1.0, 15.0, 100.0, 1005.0]);
+            let want: Vec<_> = if dtype.is_complex() {
+                want
+            } else {
+                want.iter().map(|p| (p.0, 0.0)).collect()
+            };
+            check(&format!("scatter {dtype} on {d}"), &want, &values(&y), 0.0);
+        }
+        // Many updates on one target: every order gives the same integer-valued sum.
+        let n = 5000;
+        let operand = f32s(d, &[0.0; 3], &[3]);
+        let updates = f32s(d, &vec![1.0; n], &[n]);
+        let idx = Tensor::from_slice_nd_on(
+            d,
+            &(0..n as i64).map(|i| i % 2).collect::<Vec<_>>(),
+            &[n, 1],
+        )
+        .unwrap();
+        let y = ops::scatter_add(&operand, &idx, &updates, &dn).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), [2500.0, 2500.0, 0.0], "{d}");
+    }
+}
+
+#[test]
+fn max_and_min_propagate_nan_at_short_and_long_axes() {
+    for d in devices() {
+        for n in [4usize, 1024, 70_000] {
+            let mut v: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let x = f32s(d, &v, &[1, n]);
+            assert_eq!(
+                ops::reduce_max(&x, 1).unwrap().to_vec::<f32>().unwrap(),
+                [(n - 1) as f32],
+                "{d} {n}"
+            );
+            assert_eq!(
+                ops::reduce_min(&x, 1).unwrap().to_vec::<f32>().unwrap(),
+                [0.0],
+                "{d} {n}"
+            );
+            v[n / 2] = f32::NAN;
+            let x = f32s(d, &v, &[n, 1]);
+            assert!(
+                ops::reduce_max(&x, 0).unwrap().to_vec::<f32>().unwrap()[0].is_nan(),
+                "{d} {n}"
+            );
+            assert!(
+                ops::reduce_min(&x, 0).unwrap().to_vec::<f32>().unwrap()[0].is_nan(),
+                "{d} {n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sums_of_long_axes_and_integer_wrap() {
+    for d in devices() {
+        // 2^21 + 5 elements: longer than one unit's loop bound everywhere; exact in f64.
+        let n = (1 << 21) + 5;
+        if supported(d, Dtype::F64) {
+            let v: Vec<f64> = (0..n).map(|i| (i % 7) as f64).collect();
+            let want: f64 = v.iter().sum();
+            let got = ops::reduce_sum(&f64s(d, &v, &[n]), 0)
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap();
+            assert_eq!(got, [want], "{d}");
+        }
+        let v: Vec<f32> = (0..n).map(|i| ((i % 3) as f32) - 1.0).collect();
+        let got = ops::reduce_sum(&f32s(d, &v, &[n]), 0)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(
+            got,
+            [v.iter().map(|&x| x as f64).sum::<f64>() as f32],
+            "{d}"
+        );
+        if supported(d, Dtype::I64) {
+            let x =
+                Tensor::from_slice_nd_on(d, &[i64::MAX, 1, 3, 1 << 62, 4, -1], &[3, 2]).unwrap();
+            let s = ops::reduce_sum(&x, 0).unwrap().to_vec::<i64>().unwrap();
+            assert_eq!(
+                s,
+                [
+                    i64::MAX.wrapping_add(3).wrapping_add(4),
+                    1i64 + (1 << 62) - 1
+                ],
+                "{d}"
+            );
+            let p = ops::reduce_prod(&x, 1).unwrap().to_vec::<i64>().unwrap();
+            assert_eq!(p, [i64::MAX, 3i64.wrapping_mul(1 << 62), -4], "{d}");
+        }
+    }
+}
+
+#[test]
+fn complex_division_near_the_largest_values_is_finite_and_right() {
+    for d in devices() {
+        let q = ops::div(
+            &Tensor::from_slice_nd_on(
+                d,
+                &[Complex::new(2.0f32, 0.0), Complex::new(1e38, 1e38)],
+                &[2],
+            )
+            .unwrap(),
+            &Tensor::from_slice_nd_on(
+                d,
+                &[Complex::new(1e38f32, 1e38), Complex::new(1e38, 1e38)],
+                &[2],
+            )
+            .unwrap(),
+        )
+        .unwrap()
+        .to_vec::<Complex<f32>>()
+        .unwrap();
+        // 1e-38 is subnormal in f32: a device that flushes subnormals gives 0 (reported).
+        let tiny_ok = (q[0].re - 1e-38).abs() < 1e-43 && (q[0].im + 1e-38).abs() < 1e-43;
+        assert!(q[0].re.is_finite() && q[0].im.is_finite(), "{d}: {q:?}");
+        assert!(tiny_ok || (q[0].re == 0.0 && q[0].im == 0.0), "{d}: {q:?}");
+        if !tiny_ok {
+            eprintln!("{d}: f32 subnormal quotient flushed to zero");
+        }
+        assert_eq!((q[1].re, q[1].im), (1.0, 0.0), "{d}");
+        if supported(d, Dtype::C128) {
+            let q = ops::div(
+                &Tensor::from_slice_nd_on(d, &[Complex::new(2.0f64, 0.0)], &[1]).unwrap(),
+                &Tensor::from_slice_nd_on(d, &[Complex::new(1e308f64, 1e308)], &[1]).unwrap(),
+            )
+            .unwrap()
+            .to_vec::<Complex<f64>>()
+            .unwrap();
+            assert!(((q[0].re - 1e-308) / 1e-308).abs() < 1e-6, "{d}: {q:?}");
+            assert!(((q[0].im + 1e-308) / 1e-308).abs() < 1e-6, "{d}: {q:?}");
+        }
+        // Signed zeros: -(+0) is -0, conj(a + 0i) is a - 0i.
+        let z = Tensor::from_slice_nd_on(d, &[Complex::new(0.0f32, 0.0)], &[1]).unwrap();
+        let n = ops::neg(&z).unwrap().to_vec::<Complex<f32>>().unwrap()[0];
+        assert!(n.re.is_sign_negative() && n.im.is_sign_negative(), "{d}");
+        let c = ops::conj(&z).unwrap().to_vec::<Complex<f32>>().unwrap()[0];
+        assert!(c.re.is_sign_positive() && c.im.is_sign_negative(), "{d}");
+    }
+}
+
+#[test]
+fn float_indices_must_be_finite_integers() {
+    for d in devices() {
+        let x = f32s(d, &(0..20).map(|i| i as f32).collect::<Vec<_>>(), &[20]);
+        for bad in [1.5f32, f32::NAN, f32::INFINITY] {
+            let s = f32s(d, &[bad], &[1]);
+            assert!(
+                ops::dynamic_slice(&x, &s, &[2]).is_err(),
+                "{d}: index {bad} accepted"
+            );
+        }
+        // 2^24 is an integer in f32: accepted, then clamped to the last window.
+        let s = f32s(d, &[16_777_216.0], &[1]);
+        assert_eq!(
+            ops::dynamic_slice(&x, &s, &[2])
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            [18.0, 19.0],
+            "{d}"
+        );
+        let s = f32s(d, &[-5.0], &[1]);
+        assert_eq!(
+            ops::dynamic_slice(&x, &s, &[2])
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            [0.0, 1.0],
+            "{d}"
+        );
+    }
+}
+
+#[test]
+fn conversions_refuse_values_an_integer_cannot_hold() {
+    for d in devices() {
+        for bad in [f32::NAN, f32::INFINITY, 3e19, -1e19] {
+            let x = f32s(d, &[1.0, bad], &[2]);
+            assert!(
+                ops::convert(&x, Dtype::I64).is_err() || !supported(d, Dtype::I64),
+                "{d}: {bad} to I64"
+            );
+        }
+        assert!(
+            ops::convert(&f32s(d, &[3e9], &[1]), Dtype::I32).is_err(),
+            "{d}: 3e9 to I32"
+        );
+        let ok = ops::convert(&f32s(d, &[-2.7, 2.7], &[2]), Dtype::I32).unwrap();
+        assert_eq!(
+            ok.to_vec::<i32>().unwrap(),
+            [-2, 2],
+            "{d}: truncation toward zero"
+        );
+    }
+}
+
+#[test]
+fn empty_shapes_pass_through_every_op() {
+    for d in devices() {
+        for dims in [vec![0usize, 2], vec![0, 0], vec![0]] {
+            let x = f32s(d, &[], &dims);
+            let same = |t: Tensor| assert_eq!(t.dims(), &dims[..], "{d}");
+            same(ops::exp(&x).unwrap());
+            same(ops::maximum(&x, &x).unwrap());
+            same(ops::select(&x, &x, &x).unwrap());
+            same(
+                ops::transpose(&x, &(0..dims.len()).rev().collect::<Vec<_>>())
+                    .map(|t| {
+                        let mut r = dims.clone();
+                        r.reverse();
+                        assert_eq!(t.dims(), &r[..]);
+                        Tensor::zeros_nd_on(d, &dims, Dtype::F32).unwrap()
+                    })
+                    .unwrap(),
+            );
+            same(ops::reverse(&x, &[0]).unwrap());
+            same(ops::convert(&x, Dtype::C64).unwrap());
+            same(
+                ops::concatenate(&[&x, &x], dims.len() - 1)
+                    .map(|t| {
+                        assert_eq!(t.numel(), 0);
+                        x.try_clone().unwrap()
+                    })
+                    .unwrap(),
+            );
+            let r = ops::reduce_sum(&x, 0).unwrap();
+            assert_eq!(r.dims()[0], 1, "{d}");
+            assert!(r.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.0), "{d}");
+            let m = ops::reduce_max(&x, 0).unwrap().to_vec::<f32>().unwrap();
+            assert!(m.iter().all(|&v| v == f32::NEG_INFINITY), "{d}");
+            if dims.len() == 2 {
+                same(ops::tril(&x, 0).unwrap());
+            }
+        }
+    }
+}
+
+#[test]
+fn every_error_case_is_a_clear_error() {
+    for d in devices() {
+        let x = f32s(d, &[1.0; 6], &[2, 3]);
+        let msg = |r: brotensor::Result<Tensor>| r.expect_err("must fail").to_string();
+        for m in [
+            msg(ops::transpose(&x, &[0, 0])),
+            msg(ops::transpose(&x, &[0])),
+            msg(ops::broadcast_in_dim(&x, &[2, 4], &[0, 1])),
+            msg(ops::broadcast_in_dim(&x, &[2, 3], &[1, 1])),
+            msg(ops::broadcast_in_dim(&x, &[2, 3, 4], &[0])),
+            msg(ops::extract_diagonal(&x, 1, 1)),
+            msg(ops::extract_diagonal(&x, 0, 2)),
+            msg(ops::reduce_sum(&x, 2)),
+            msg(ops::tril(&f32s(d, &[1.0; 3], &[3]), 0)),
+            msg(ops::concatenate(&[&x, &f32s(d, &[1.0; 4], &[2, 2])], 0)),
+            msg(ops::slice(&x, &[0, 0], &[3, 3], &[1, 1])),
+            msg(ops::slice(&x, &[0, 0], &[2, 3], &[1, 0])),
+            msg(ops::maximum(&x, &f32s(d, &[1.0; 3], &[3]))),
+            msg(ops::reduce_max(
+                &Tensor::from_slice_nd_on(d, &[Complex::new(1.0f32, 0.0)], &[1]).unwrap(),
+                0,
+            )),
+            msg(ops::conj(&x)),
+            msg(ops::embed_diagonal(&x, 1, 1)),
+        ] {
+            assert!(m.starts_with("brotensor: "), "{d}: {m}");
+        }
+    }
+}
