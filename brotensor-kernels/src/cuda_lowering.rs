@@ -1,23 +1,34 @@
 //! Test-only: every kernel, in every specialisation the library can launch, lowered to CUDA
-//! C++ with CubeCL's CUDA compiler (no GPU needed).
+//! C++ with CubeCL's CUDA compiler, and to Metal Shading Language with cubecl-cpp's Metal
+//! dialect (no GPU needed for either).
 //!
 //! Each kernel file has a `lower_for_cuda` function (under `cfg(test)`) that builds its
 //! kernels' definitions for the whole launch domain: every float storage type the backend
 //! dispatches to (`with_float!` in `brotensor/src/backend/cube/`), every vector size that
 //! [`crate::launch::vector_size_for`] can return, every instruction (each instruction set's
-//! `ALL`), and every value of each comptime flag. A new comptime parameter breaks the build
-//! of these functions (the kernel constructors are positional); a new kernel, instruction or
-//! dtype fails [`every_kernel_lowers_to_cuda`], which cross-checks the sources. With
-//! `BROTENSOR_CUDA_DIR` set, the test writes one `.cu` file per unit there, which
-//! `scripts/nvrtc_check.py` compiles to PTX.
+//! `ALL`), and every value of each comptime flag. The function keeps its name for both
+//! targets: it hands each definition to [`Lowering::lower`], which compiles it for the
+//! [`Target`] the lowering was made for (a file whose specialisations differ by target asks
+//! [`Lowering::target`]). A new comptime parameter breaks the build of these functions (the
+//! kernel constructors are positional); a new kernel, instruction or dtype fails
+//! [`every_kernel_lowers_to_cuda`] and [`every_kernel_lowers_to_msl`], which cross-check the
+//! sources. With `BROTENSOR_CUDA_DIR` set, the CUDA test writes one `.cu` file per unit
+//! there, which `scripts/nvrtc_check.py` compiles to PTX; with `BROTENSOR_MSL_DIR` set, the
+//! MSL test writes one `.metal` file per unit there.
+//!
+//! Metal runs through wgpu, whose Metal backend in CubeCL registers no BF16 type: the MSL
+//! lowering skips the specialisations listed in [`MSL_SKIPS`] (BF16 tensors reach Metal as
+//! 16-bit words, `crate::bf16_words`, which it does lower) and prints what it skipped.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use cubecl::cuda::CudaCompiler;
 use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 use cubecl::Compiler;
+use cubecl_cpp::MslCompiler;
 
 /// The runtime whose client builds the kernel definitions (the struct wants a client; the
 /// software Vulkan device serves, and the definition is compiled for CUDA, not for it).
@@ -45,25 +56,121 @@ pub(crate) use for_floats;
 /// The names of the types [`for_floats`] visits, as `with_float!` in the backend spells them.
 const FLOAT_NAMES: [&str; 3] = ["f32", "f16", "bf16"];
 
-/// One kernel definition lowered to CUDA C++.
+/// The language a [`Lowering`] compiles the kernel definitions to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// CUDA C++, with CubeCL's CUDA compiler (as the CUDA runtime compiles before NVRTC).
+    Cuda,
+    /// Metal Shading Language, with cubecl-cpp's Metal dialect (as cubecl-wgpu's Metal
+    /// backend compiles before handing the source to Metal).
+    Msl,
+}
+
+impl Target {
+    /// The target's name in messages.
+    fn name(self) -> &'static str {
+        match self {
+            Target::Cuda => "CUDA C++",
+            Target::Msl => "MSL",
+        }
+    }
+
+    /// The extension of the files the test writes.
+    fn extension(self) -> &'static str {
+        match self {
+            Target::Cuda => "cu",
+            Target::Msl => "metal",
+        }
+    }
+
+    /// The environment variable naming the folder the test writes its units to.
+    fn dir_var(self) -> &'static str {
+        match self {
+            Target::Cuda => "BROTENSOR_CUDA_DIR",
+            Target::Msl => "BROTENSOR_MSL_DIR",
+        }
+    }
+}
+
+/// A family of specialisations the MSL lowering leaves out on purpose.
+struct Skip {
+    /// Which units: a description for the printed list.
+    what: &'static str,
+    /// Whether the rule takes the unit: its kernel type name and its compact comptime info.
+    applies: fn(kernel: &str, info: &str) -> bool,
+    /// Why these units are never launched on Metal.
+    reason: &'static str,
+}
+
+/// Whether `kernel`'s type names `half::bf16` (a generic argument: the storage or the
+/// destination type).
+fn names_bf16(kernel: &str, _info: &str) -> bool {
+    kernel.contains(std::any::type_name::<half::bf16>())
+}
+
+/// The specialisations [`every_kernel_lowers_to_msl`] does not lower, with the reason. Only
+/// the BF16 ones: CubeCL's wgpu Metal backend registers no BF16 type (`register_types` in
+/// cubecl-wgpu 0.10's `backend/metal.rs`), so the library runs BF16 there as 16-bit words
+/// (`crate::bf16_words`, lowered). Float atomics need no rule: no kernel uses atomics (and
+/// that backend registers f32 atomic add and load/store). The tensor-core product is lowered
+/// in its 8x8x8 configuration, the one Metal's simdgroup matrices offer (see
+/// `crate::matmul::lower_for_cuda`).
+const MSL_SKIPS: &[Skip] = &[Skip {
+    what: "every specialisation with a bf16 type argument",
+    applies: names_bf16,
+    reason: "Metal through wgpu has no BF16 (cubecl-wgpu's Metal backend does not register \
+             it); BF16 tensors run there as words in bf16_words, which is lowered",
+}];
+
+/// One kernel definition lowered to the target language.
 struct Unit {
     /// `type_name` of the kernel struct (kernel module, generics, runtime).
     kernel: &'static str,
     /// The kernel id's comptime information (vector size, flags).
     info: String,
-    /// The CUDA C++ translation unit.
+    /// The translation unit.
     source: String,
 }
+
+/// One specialisation left out by a rule of [`MSL_SKIPS`].
+struct Skipped {
+    /// `type_name` of the kernel struct.
+    kernel: &'static str,
+    /// The kernel id's comptime information.
+    info: String,
+    /// The index of the rule in [`MSL_SKIPS`].
+    rule: usize,
+}
+
+/// Held while a unit is compiled and formatted (see [`Lowering::lower`]).
+static CPP_COMPILER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Collects the lowered units of every kernel file.
 pub(crate) struct Lowering {
     /// The client the kernel structs are built with.
     pub(crate) client: ComputeClient<Rt>,
+    target: Target,
     units: Vec<Unit>,
+    skipped: Vec<Skipped>,
     failures: Vec<String>,
 }
 
 impl Lowering {
+    fn new(client: ComputeClient<Rt>, target: Target) -> Self {
+        Self {
+            client,
+            target,
+            units: Vec::new(),
+            skipped: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    /// The language this lowering compiles to.
+    pub(crate) fn target(&self) -> Target {
+        self.target
+    }
+
     /// Settings of a launch with `dim` units per cube.
     pub(crate) fn settings(dim: CubeDim) -> KernelSettings {
         KernelSettings::default().cube_dim(dim)
@@ -90,24 +197,73 @@ impl Lowering {
         sizes.into_iter().collect()
     }
 
-    /// Lowers `kernel` to CUDA C++ (unchecked mode, as every launch is) and keeps the unit.
+    /// Lowers `kernel` to the target language (unchecked mode, as every launch is) and keeps
+    /// the unit, or records it as skipped (MSL: a rule of [`MSL_SKIPS`] takes it) or as a
+    /// failure (a compilation error, a panic while defining, compiling or formatting it, or
+    /// an `#error` line in the source).
     pub(crate) fn lower<K: CubeKernel>(&mut self, kernel: K) {
         let id = kernel.id();
         let kernel_type = std::any::type_name::<K>();
         let info = compact_info(&format!("{id:?}"));
-        let mut compiler = CudaCompiler::default();
-        match compiler.compile(
-            kernel.define(),
-            &Default::default(),
-            ExecutionMode::Unchecked,
-            kernel.address_type(),
-        ) {
-            Ok(source) => self.units.push(Unit {
-                kernel: kernel_type,
-                info,
-                source: source.to_string(),
-            }),
-            Err(e) => self.failures.push(format!("{kernel_type} {info}: {e}")),
+        if self.target == Target::Msl {
+            if let Some(rule) = MSL_SKIPS
+                .iter()
+                .position(|r| (r.applies)(kernel_type, &info))
+            {
+                self.skipped.push(Skipped {
+                    kernel: kernel_type,
+                    info,
+                    rule,
+                });
+                return;
+            }
+        }
+        let target = self.target;
+        // cubecl-cpp numbers the temporaries it declares while formatting a kernel with one
+        // process-wide counter, which each compilation resets: two threads compiling at
+        // once (the CUDA and MSL tests run in parallel) could declare one name twice.
+        let _one_at_a_time = CPP_COMPILER
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lowered = catch_unwind(AssertUnwindSafe(|| {
+            let definition = kernel.define();
+            let address = kernel.address_type();
+            let mode = ExecutionMode::Unchecked;
+            match target {
+                Target::Cuda => CudaCompiler::default()
+                    .compile(definition, &Default::default(), mode, address)
+                    .map(|k| k.to_string()),
+                Target::Msl => MslCompiler::default()
+                    .compile(definition, &Default::default(), mode, address)
+                    .map(|k| k.to_string()),
+            }
+        }));
+        match lowered {
+            Ok(Ok(source)) => {
+                if let Some(line) = source
+                    .lines()
+                    .find(|l| l.trim_start().starts_with("#error"))
+                {
+                    self.failures
+                        .push(format!("{kernel_type} {info}: {}", line.trim()));
+                } else {
+                    self.units.push(Unit {
+                        kernel: kernel_type,
+                        info,
+                        source,
+                    });
+                }
+            }
+            Ok(Err(e)) => self.failures.push(format!("{kernel_type} {info}: {e}")),
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)");
+                self.failures
+                    .push(format!("{kernel_type} {info}: panicked: {message}"));
+            }
         }
     }
 }
@@ -209,34 +365,35 @@ fn comptime_value<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     rest.split([',', ' ']).next()
 }
 
-/// A file name for unit `i`: its kernel's module name and the index.
-fn file_name(i: usize, unit: &Unit) -> String {
+/// A file name for unit `i`: its kernel's module name, the index and `extension`.
+fn file_name(i: usize, unit: &Unit, extension: &str) -> String {
     let module = unit
         .kernel
         .split('<')
         .next()
         .and_then(|p| p.rsplit("::").nth(1))
         .unwrap_or("kernel");
-    format!("{i:04}_{module}.cu")
+    format!("{i:04}_{module}.{extension}")
 }
 
-#[test]
-fn every_kernel_lowers_to_cuda() {
-    let Ok(client) = std::panic::catch_unwind(|| WgpuRuntime::client(&WgpuDevice::Cpu)) else {
+/// Lowers every kernel file's units for `target`, or `None` (the test then passes as
+/// skipped) where there is no software wgpu adapter to build the definitions with and none
+/// is required.
+fn lower_all(target: Target) -> Option<Lowering> {
+    let Ok(client) = catch_unwind(|| WgpuRuntime::client(&WgpuDevice::Cpu)) else {
         let required = std::env::var("BROTENSOR_REQUIRE_GPU").unwrap_or_default();
-        let dir = std::env::var("BROTENSOR_CUDA_DIR").is_ok();
+        let dir = std::env::var(target.dir_var()).is_ok();
         assert!(
             !dir && !matches!(required.as_str(), "wgpu" | "any"),
             "no software wgpu adapter to build the kernel definitions with"
         );
-        eprintln!("CUDA lowering: SKIPPED (no software wgpu adapter)");
-        return;
+        eprintln!(
+            "{} lowering: SKIPPED (no software wgpu adapter)",
+            target.name()
+        );
+        return None;
     };
-    let mut l = Lowering {
-        client,
-        units: Vec::new(),
-        failures: Vec::new(),
-    };
+    let mut l = Lowering::new(client, target);
     crate::algebra::lower_for_cuda(&mut l);
     crate::attention::lower_for_cuda(&mut l);
     crate::batch_norm::lower_for_cuda(&mut l);
@@ -258,16 +415,30 @@ fn every_kernel_lowers_to_cuda() {
     crate::strided::lower_for_cuda(&mut l);
     assert!(
         l.failures.is_empty(),
-        "kernels CubeCL cannot lower to CUDA C++:\n{}",
+        "kernels CubeCL cannot lower to {} ({} of {}):\n{}",
+        target.name(),
+        l.failures.len(),
+        l.failures.len() + l.units.len() + l.skipped.len(),
         l.failures.join("\n")
     );
+    Some(l)
+}
 
-    // Cross-check the enumeration against the sources, so that it cannot fall behind them.
+/// Cross-checks the enumeration against the sources, so that it cannot fall behind them:
+/// every launched kernel, every instruction and every dispatched float type has a unit
+/// (lowered, or skipped by a rule of [`MSL_SKIPS`]). Returns the number of kernels.
+fn check_coverage(l: &Lowering) -> usize {
     let root = env!("CARGO_MANIFEST_DIR");
     let read = |p: &str| {
         std::fs::read_to_string(format!("{root}/{p}")).unwrap_or_else(|e| panic!("{p}: {e}"))
     };
-    let lowered = |needle: &str| l.units.iter().any(|u| u.kernel.contains(needle));
+    let seen: Vec<(&str, &str)> = l
+        .units
+        .iter()
+        .map(|u| (u.kernel, u.info.as_str()))
+        .chain(l.skipped.iter().map(|s| (s.kernel, s.info.as_str())))
+        .collect();
+    let lowered = |needle: &str| seen.iter().any(|(kernel, _)| kernel.contains(needle));
     let mut missing = Vec::new();
     let files = source_files(&format!("{root}/src"), "");
     let mut kernels = 0;
@@ -310,13 +481,12 @@ fn every_kernel_lowers_to_cuda() {
     }
     for (op, kernels, comptime) in &ops {
         for k in *kernels {
-            let hit = l.units.iter().any(|u| {
-                u.kernel.contains(k)
+            let hit = seen.iter().any(|(kernel, info)| {
+                kernel.contains(k)
                     && if *comptime {
-                        comptime_value(&u.info, "instr") == Some(op.as_str())
+                        comptime_value(info, "instr") == Some(op.as_str())
                     } else {
-                        u.kernel.contains(&format!("::{op},"))
-                            || u.kernel.contains(&format!("::{op}>"))
+                        kernel.contains(&format!("::{op},")) || kernel.contains(&format!("::{op}>"))
                     }
             });
             if !hit {
@@ -337,29 +507,98 @@ fn every_kernel_lowers_to_cuda() {
     missing.dedup();
     assert!(
         missing.is_empty(),
-        "launched by the library but not lowered to CUDA (add them to the kernel file's \
+        "launched by the library but not lowered to {} (add them to the kernel file's \
          lower_for_cuda):\n{}",
+        l.target.name(),
         missing.join("\n")
     );
+    kernels
+}
 
+/// With the target's folder variable set, writes each distinct unit there (two comment lines
+/// naming the kernel and its comptime values, then the source). Returns how many it wrote.
+fn write_units(l: &Lowering) -> usize {
+    let Ok(dir) = std::env::var(l.target.dir_var()) else {
+        return 0;
+    };
     let mut seen = BTreeSet::new();
     let mut unique = 0;
-    if let Ok(dir) = std::env::var("BROTENSOR_CUDA_DIR") {
-        std::fs::create_dir_all(&dir).expect("create BROTENSOR_CUDA_DIR");
-        for (i, unit) in l.units.iter().enumerate() {
-            if !seen.insert(unit.source.clone()) {
-                continue;
-            }
-            unique += 1;
-            let mut text = String::new();
-            writeln!(text, "// kernel: {}", unit.kernel).unwrap();
-            writeln!(text, "// comptime: {}", unit.info.replace('\n', " ")).unwrap();
-            text.push_str(&unit.source);
-            std::fs::write(format!("{dir}/{}", file_name(i, unit)), text).expect("write unit");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", l.target.dir_var()));
+    for (i, unit) in l.units.iter().enumerate() {
+        if !seen.insert(unit.source.clone()) {
+            continue;
         }
+        unique += 1;
+        let mut text = String::new();
+        writeln!(text, "// kernel: {}", unit.kernel).unwrap();
+        writeln!(text, "// comptime: {}", unit.info.replace('\n', " ")).unwrap();
+        text.push_str(&unit.source);
+        let name = file_name(i, unit, l.target.extension());
+        std::fs::write(format!("{dir}/{name}"), text).expect("write unit");
     }
+    unique
+}
+
+#[test]
+fn every_kernel_lowers_to_cuda() {
+    let Some(l) = lower_all(Target::Cuda) else {
+        return;
+    };
+    let kernels = check_coverage(&l);
+    let unique = write_units(&l);
     eprintln!(
         "CUDA lowering: {} units from {kernels} kernels ({unique} distinct written)",
         l.units.len()
+    );
+}
+
+#[test]
+fn every_kernel_lowers_to_msl() {
+    let Some(l) = lower_all(Target::Msl) else {
+        return;
+    };
+    let kernels = check_coverage(&l);
+    // Metal through wgpu has no BF16 type: a lowered unit must not use one (a kernel that
+    // uses bf16 without naming it in its type would need a rule in MSL_SKIPS).
+    let bfloat: Vec<String> = l
+        .units
+        .iter()
+        .filter(|u| u.source.contains("bfloat"))
+        .map(|u| format!("{} {}", u.kernel, u.info))
+        .collect();
+    assert!(
+        bfloat.is_empty(),
+        "MSL units that use bfloat, which Metal through wgpu does not offer:\n{}",
+        bfloat.join("\n")
+    );
+    // The tensor-core product is lowered (in its 8x8x8 configuration) as simdgroup matrices.
+    assert!(
+        l.units
+            .iter()
+            .any(|u| u.kernel.contains("::gemm_cmma_kernel::")
+                && u.source.contains("simdgroup_multiply_accumulate")),
+        "no MSL unit of the tensor-core product uses simdgroup matrices"
+    );
+    let unique = write_units(&l);
+    eprintln!(
+        "MSL lowering: skipped on purpose ({} units):",
+        l.skipped.len()
+    );
+    for (i, rule) in MSL_SKIPS.iter().enumerate() {
+        let mut per_kernel: BTreeMap<&str, usize> = BTreeMap::new();
+        for s in l.skipped.iter().filter(|s| s.rule == i) {
+            let name = s.kernel.split('<').next().unwrap_or(s.kernel);
+            *per_kernel.entry(name).or_default() += 1;
+        }
+        let count: usize = per_kernel.values().sum();
+        eprintln!("  {} ({count} units): {}", rule.what, rule.reason);
+        for (kernel, n) in per_kernel {
+            eprintln!("    {kernel}: {n}");
+        }
+    }
+    eprintln!(
+        "MSL lowering: {} units from {kernels} kernels ({unique} distinct written), {} skipped",
+        l.units.len(),
+        l.skipped.len()
     );
 }

@@ -39,6 +39,8 @@ pub mod glu;
 mod launch;
 pub mod loss;
 pub mod matmul;
+#[cfg(test)]
+mod metadata_contract;
 mod primitives;
 pub mod quant;
 pub mod reduce;

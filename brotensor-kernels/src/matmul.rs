@@ -825,17 +825,22 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     Ok(())
 }
 
-/// Every kernel of this file in every specialisation the library can launch on CUDA, lowered
-/// to CUDA C++ (see `crate::cuda_lowering`): every transpose, accumulate, bias and
-/// activation setting, and the tensor-core kernel for the 16-bit types with CUDA's warp of
-/// 32 and 16x16x16 fragments.
+/// Every kernel of this file in every specialisation the library can launch on CUDA (or
+/// Metal), lowered to CUDA C++ (or MSL; see `crate::cuda_lowering`): every transpose,
+/// accumulate, bias and activation setting, and the tensor-core kernel for the 16-bit types
+/// with a plane of 32 (CUDA's warp, Apple's SIMD group) and 16x16x16 fragments on CUDA,
+/// 8x8x8 on Metal (the only simdgroup matrices it has).
 #[cfg(test)]
 pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
-    use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
+    use crate::cuda_lowering::{for_floats, Lowering as L, Rt, Target};
     let c = l.client.clone();
     let a = L::array;
     let tiled = || L::settings(CubeDim::new_2d(UNITS as u32, UNITS as u32));
-    let (plane, frag) = (32, FRAGS[0]);
+    let frag = match l.target() {
+        Target::Cuda => FRAGS[0],
+        Target::Msl => FRAGS[1],
+    };
+    let plane = 32;
     let cmma = || L::settings(CubeDim::new_1d(cmma_units(plane, frag) as u32));
     let flags = [false, true];
     for_floats!(|F| {
