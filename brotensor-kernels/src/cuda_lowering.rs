@@ -115,12 +115,37 @@ fn names_bf16(kernel: &str, _info: &str) -> bool {
 /// that backend registers f32 atomic add and load/store). The tensor-core product is lowered
 /// in its 8x8x8 configuration, the one Metal's simdgroup matrices offer (see
 /// `crate::matmul::lower_for_cuda`).
-const MSL_SKIPS: &[Skip] = &[Skip {
-    what: "every specialisation with a bf16 type argument",
-    applies: names_bf16,
-    reason: "Metal through wgpu has no BF16 (cubecl-wgpu's Metal backend does not register \
-             it); BF16 tensors run there as words in bf16_words, which is lowered",
-}];
+const MSL_SKIPS: &[Skip] = &[
+    Skip {
+        what: "every specialisation with a bf16 type argument",
+        applies: names_bf16,
+        reason: "Metal through wgpu has no BF16 (cubecl-wgpu's Metal backend does not register \
+                 it); BF16 tensors run there as words in bf16_words, which is lowered",
+    },
+    Skip {
+        what: "every specialisation with an f64 type argument (algebra/)",
+        applies: names_f64,
+        reason: "Metal has no 64-bit floats: F64 and C128 are unsupported dtypes there \
+                 (supports_dtype says so, as cubecl registers no f64 for it)",
+    },
+    Skip {
+        what: "the atomic scatter-add of i64 (algebra/index.rs)",
+        applies: names_i64_atomic,
+        reason: "Metal has no 64-bit atomics (cubecl-cpp's MSL dialect refuses them); the \
+                 library scatters I64 there in conflict-free launches without atomics \
+                 (scatter_add_plain_kernel, lowered)",
+    },
+];
+
+/// Whether a unit has an f64 type argument.
+fn names_f64(kernel: &str, _info: &str) -> bool {
+    kernel.contains("<f64") || kernel.contains(", f64")
+}
+
+/// Whether a unit is the atomic scatter-add over i64.
+fn names_i64_atomic(kernel: &str, _info: &str) -> bool {
+    kernel.contains("scatter_add_atomic_kernel") && kernel.contains("<i64")
+}
 
 /// One kernel definition lowered to the target language.
 struct Unit {

@@ -30,6 +30,10 @@ const ALLOWED: &[(&str, &str)] = &[
         "epilogue activation selector, 0..=5 (matmul, quant GEMM)",
     ),
     ("kind", "GGUF block type selector of the quantized decoders"),
+    (
+        "op",
+        "reduction selector (sum, prod, max, min) of algebra/reduce.rs",
+    ),
     // Tile sizes, hardware widths and pack widths.
     (
         "tile",
@@ -46,10 +50,36 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     ("pack", "elements packed in one 32-bit word (pack width)"),
     (
+        "words",
+        "32-bit words per element of the structural kernels (1, 2 or 4)",
+    ),
+    (
         "t",
         "byte 0..8 of an unrolled 8-byte register run in the quant decoders",
     ),
     // Flags.
+    (
+        "complex",
+        "flag: elements are (re, im) pairs (algebra/reduce.rs)",
+    ),
+    ("from_complex", "flag: the conversion's source is complex"),
+    (
+        "to_complex",
+        "flag: the conversion's destination is complex",
+    ),
+    (
+        "check_range",
+        "flag: flag float values outside an integer range",
+    ),
+    (
+        "wide",
+        "flag: f64 scaling constants in the complex division",
+    ),
+    ("lower", "flag: keep the lower triangle (else the upper)"),
+    (
+        "unordered_true",
+        "flag: a comparison with a NaN operand is true (ne)",
+    ),
     ("accumulate", "flag: add the product to C"),
     ("has_bias", "flag: add a bias in the epilogue"),
     ("masked", "flag: an additive mask is read"),
