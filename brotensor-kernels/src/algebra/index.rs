@@ -41,6 +41,7 @@ fn zero_element(out: &mut Array<u32>, to: u32, #[comptime] words: u32) {
 /// `base + (c - skip + phase) / step` when `c >= skip`, `c - skip <= limit` and
 /// `(c - skip + phase) % step == 0`; any other output element is 0.
 #[cube(launch_unchecked)]
+#[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` has no #[cube] expansion
 fn pad_kernel(
     src: &Array<u32>,
     out: &mut Array<u32>,

@@ -145,7 +145,8 @@ fn reduce_complex<T: Float + Send + Sync>(
 ) where
     Complex<T>: crate::Element,
 {
-    let (id, f): (Complex<T>, fn(Complex<T>, Complex<T>) -> Complex<T>) = match op {
+    type Step<T> = fn(Complex<T>, Complex<T>) -> Complex<T>;
+    let (id, f): (Complex<T>, Step<T>) = match op {
         ReduceOp::Sum => (Complex::new(T::zero(), T::zero()), |a, b| a + b),
         _ => (Complex::new(T::one(), T::zero()), alg::complex_mul),
     };
