@@ -169,9 +169,18 @@ pub fn complex_mul<T: Float>(x: Complex<T>, y: Complex<T>) -> Complex<T> {
     Complex::new(x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re)
 }
 
+/// Columns one task of [`reduce_axis`] carries down the axis (a slice the compiler keeps in
+/// vector registers and L1).
+const COLUMN_TILE: usize = 256;
+
+/// Independent accumulators of a row reduction (the compiler turns them into vector lanes).
+const LANES: usize = 16;
+
 /// Reduces `x`, seen as `[outer, n, inner]`, over its middle axis into `out` (`[outer,
-/// inner]`): `out = fold(identity, f)` in axis order. Panics unless `x.len() == outer n
-/// inner` and `out.len() == outer inner`.
+/// inner]`), starting from `identity`; `f` must be associative and commutative up to
+/// rounding (sum, product, max, min): rows are reduced in `LANES` interleaved partial
+/// results, columns tile by tile down the axis, in parallel. Panics unless `x.len() == outer
+/// n inner` and `out.len() == outer inner`.
 pub fn reduce_axis<T: Copy + Send + Sync>(
     x: &[T],
     (outer, n, inner): (usize, usize, usize),
@@ -181,17 +190,45 @@ pub fn reduce_axis<T: Copy + Send + Sync>(
 ) {
     assert_eq!(x.len(), outer * n * inner, "reduce_axis: input length");
     assert_eq!(out.len(), outer * inner, "reduce_axis: output length");
-    if inner == 0 {
+    if inner == 0 || outer == 0 {
         return;
     }
+    if inner == 1 {
+        // Each output is a contiguous row of `n`.
+        out.par_iter_mut()
+            .with_min_len((1 << 14) / n.max(1) + 1)
+            .enumerate()
+            .for_each(|(o, y)| {
+                let row = &x[o * n..][..n];
+                let mut acc = [identity; LANES];
+                let mut chunks = row.chunks_exact(LANES);
+                for c in &mut chunks {
+                    for j in 0..LANES {
+                        acc[j] = f(acc[j], c[j]);
+                    }
+                }
+                let mut r = identity;
+                for &v in chunks.remainder() {
+                    r = f(r, v);
+                }
+                *y = acc.iter().fold(r, |a, &b| f(a, b));
+            });
+        return;
+    }
+    // Tiles of columns, each carried down the axis.
     out.par_chunks_mut(inner).enumerate().for_each(|(o, row)| {
-        row.fill(identity);
-        for k in 0..n {
-            let src = &x[(o * n + k) * inner..][..inner];
-            for (acc, &v) in row.iter_mut().zip(src) {
-                *acc = f(*acc, v);
-            }
-        }
+        row.par_chunks_mut(COLUMN_TILE)
+            .enumerate()
+            .for_each(|(t, tile)| {
+                tile.fill(identity);
+                let start = t * COLUMN_TILE;
+                for k in 0..n {
+                    let src = &x[(o * n + k) * inner + start..][..tile.len()];
+                    for (acc, &v) in tile.iter_mut().zip(src) {
+                        *acc = f(*acc, v);
+                    }
+                }
+            });
     });
 }
 
@@ -274,23 +311,56 @@ pub fn pad<T: Copy + Send + Sync>(
 }
 
 /// Writes the dense `src` (row-major over `dims`) into `out` at `offset + sum(c_d
-/// strides_d)`. Panics when a position is outside `out` or `src` is not `dims`' product long.
-pub fn place<T: Copy>(src: &[T], dims: &[usize], strides: &[usize], offset: usize, out: &mut [T]) {
+/// strides_d)`. Positions must be distinct. A destination that is one dense block is one
+/// parallel copy; one whose last stride is 1 is copied row by row. Panics when a position
+/// is outside `out` or `src` is not `dims`' product long.
+pub fn place<T: Copy + Send + Sync>(
+    src: &[T],
+    dims: &[usize],
+    strides: &[usize],
+    offset: usize,
+    out: &mut [T],
+) {
     assert_eq!(
         src.len(),
         dims.iter().product::<usize>(),
         "place: source length"
     );
-    let mut coords = vec![0usize; dims.len()];
-    for (e, &v) in src.iter().enumerate() {
-        coords_of(e, dims, &mut coords);
+    if src.is_empty() {
+        return;
+    }
+    let dense = dims
+        .iter()
+        .zip(strides)
+        .rev()
+        .try_fold(1usize, |expect, (&n, &s)| {
+            (n == 1 || s == expect).then(|| expect * n)
+        })
+        .is_some();
+    if dense {
+        let dst = &mut out[offset..offset + src.len()];
+        dst.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        return;
+    }
+    let rank = dims.len();
+    let run = if strides.last() == Some(&1) {
+        dims[rank - 1]
+    } else {
+        1
+    };
+    let outer = &dims[..if run > 1 { rank - 1 } else { rank }];
+    let mut coords = vec![0usize; outer.len()];
+    for (r, chunk) in src.chunks(run).enumerate() {
+        coords_of(r, outer, &mut coords);
         let to = offset
             + coords
                 .iter()
                 .zip(strides)
                 .map(|(c, s)| c * s)
                 .sum::<usize>();
-        out[to] = v;
+        out[to..to + chunk.len()].copy_from_slice(chunk);
     }
 }
 
@@ -349,7 +419,8 @@ impl IndexMap<'_> {
     }
 }
 
-/// `out[e] = src[target(e)]` over `map.dims`. Panics on a skipped entry or an index outside
+/// `out[e] = src[target(e)]` over `map.dims`. Where the last walked dim is a window dim of
+/// operand stride 1, whole runs are copied. Panics on a skipped entry or an index outside
 /// `src`, or unless `out` holds the product of `map.dims`.
 pub fn gather<T: Copy + Send + Sync>(src: &[T], map: &IndexMap<'_>, out: &mut [T]) {
     assert_eq!(
@@ -358,12 +429,20 @@ pub fn gather<T: Copy + Send + Sync>(src: &[T], map: &IndexMap<'_>, out: &mut [T
         "gather: output length"
     );
     let rank = map.dims.len();
-    out.par_iter_mut()
-        .with_min_len(4096)
+    let last = rank.wrapping_sub(1);
+    let contiguous = rank > 0 && map.window_strides[last] == 1 && map.batch_strides[last] == 0;
+    let run = if contiguous { map.dims[last].max(1) } else { 1 };
+    out.par_chunks_mut(run)
+        .with_min_len((4096 / run).max(1))
         .enumerate()
         .for_each_init(
             || vec![0usize; rank],
-            |coords, (e, o)| *o = src[map.target(e, coords).expect("gather: no skipped entry")],
+            |coords, (r, o)| {
+                let at = map
+                    .target(r * run, coords)
+                    .expect("gather: no skipped entry");
+                o.copy_from_slice(&src[at..at + o.len()]);
+            },
         );
 }
 

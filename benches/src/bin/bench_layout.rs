@@ -17,6 +17,10 @@
 //! brotensor materialises a broadcast operand once per view and keeps that copy with the
 //! view, so the broadcast adds make a fresh view per call (as `add(x, v.broadcast_to(..))`
 //! does), and one extra row reuses a single view (the cached copy: the dense add's speed).
+//! The tensor-algebra cases (issue 13): `ops::transpose`, `reduce_sum` over axis 0 and over
+//! the last axis (GB/s of the bytes read), `gather` of all rows in a shuffled order, and
+//! `concatenate` of four 1024 x 4096 blocks, against numpy's `sum`, `take` and
+//! `concatenate` into reused outputs.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -261,6 +265,47 @@ fn main() -> brotensor::Result<()> {
     let (mut s_row, mut s_col, mut s_reused) =
         (Tensor::default(), Tensor::default(), Tensor::default());
 
+    // The tensor-algebra operands: a shuffled row order (row r to position r * 1031 mod N,
+    // a permutation since 1031 is prime to 4096) and four row blocks.
+    let order: Vec<i64> = (0..N as i64).map(|r| (r * 1031) % N as i64).collect();
+    let order_t = Tensor::from_slice_nd_on(cpu, &order, &[N, 1])?;
+    let rows = ops::GatherDims {
+        offset_dims: vec![1],
+        collapsed_slice_dims: vec![0],
+        start_index_map: vec![0],
+        index_vector_dim: 1,
+    };
+    let blocks: Vec<Tensor> = (0..4)
+        .map(|i| Tensor::from_slice_nd_on(cpu, &data[i * n / 4..(i + 1) * n / 4], &[N / 4, N]))
+        .collect::<brotensor::Result<_>>()?;
+    {
+        let g = ops::gather(&x, &order_t, &rows, &[1, N])?.to_vec::<f32>()?;
+        assert_eq!(
+            g[5 * N..6 * N],
+            data[order[5] as usize * N..][..N],
+            "gather rows"
+        );
+        let refs: Vec<&Tensor> = blocks.iter().collect();
+        assert_eq!(
+            ops::concatenate(&refs, 0)?.to_vec::<f32>()?,
+            data,
+            "concatenate"
+        );
+        let s0 = ops::reduce_sum(&x, 0)?.to_vec::<f32>()?;
+        let want: f64 = (0..N).map(|r| data[r * N + 3] as f64).sum();
+        assert!(
+            (s0[3] as f64 - want).abs() < 1e-3 * want.abs().max(1.0),
+            "reduce_sum axis 0"
+        );
+        let s1 = ops::reduce_sum(&x, 1)?.to_vec::<f32>()?;
+        let want: f64 = data[3 * N..4 * N].iter().map(|&v| v as f64).sum();
+        assert!(
+            (s1[3] as f64 - want).abs() < 1e-3 * want.abs().max(1.0),
+            "reduce_sum axis 1"
+        );
+    }
+    let (mut r0, mut r1) = (Tensor::default(), Tensor::default());
+
     let mut cases: Vec<Case> = Vec::new();
     {
         let mut c: Vec<(String, Batch)> = vec![
@@ -272,6 +317,10 @@ fn main() -> brotensor::Result<()> {
             (
                 "brotensor copy_into (reused out)".into(),
                 timed(|| ops::copy_into(&xt, &mut out2).unwrap()),
+            ),
+            (
+                "brotensor ops::transpose(x, [1, 0])".into(),
+                timed(|| drop(ops::transpose(&x, &[1, 0]).unwrap())),
             ),
         ];
         if let Some(np) = &np {
@@ -380,6 +429,79 @@ fn main() -> brotensor::Result<()> {
         cases.push(Case {
             name: "add 4096x4096",
             bytes: 3.0 * tensor_bytes,
+            contenders: c,
+        });
+    }
+
+    for (name, axis, case) in [
+        ("reduce_sum axis 0, 4096x4096", 0usize, "sum0"),
+        ("reduce_sum axis 1, 4096x4096", 1, "sum1"),
+    ] {
+        let out = if axis == 0 { &mut r0 } else { &mut r1 };
+        let out = std::cell::RefCell::new(std::mem::take(out));
+        let mut c: Vec<(String, Batch)> = vec![
+            ("copy (streaming, reference)".into(), copy_batch()),
+            (
+                format!("brotensor reduce_sum_out(x, {axis}) (reused out)"),
+                Box::new({
+                    let x = &x;
+                    move |reps| {
+                        let t0 = Instant::now();
+                        for _ in 0..reps {
+                            ops::reduce_sum_out(x, axis, &mut out.borrow_mut()).unwrap();
+                        }
+                        t0.elapsed().as_secs_f64() / reps as f64
+                    }
+                }),
+            ),
+        ];
+        if let Some(np) = &np {
+            c.push((format!("numpy sum(x, axis={axis}, out=)"), numpy(np, case)));
+        }
+        cases.push(Case {
+            name,
+            bytes: tensor_bytes,
+            contenders: c,
+        });
+    }
+    {
+        let mut c: Vec<(String, Batch)> = vec![
+            ("copy (streaming, reference)".into(), copy_batch()),
+            (
+                "brotensor gather (all rows, shuffled)".into(),
+                timed(|| drop(ops::gather(&x, &order_t, &rows, &[1, N]).unwrap())),
+            ),
+        ];
+        if let Some(np) = &np {
+            c.push((
+                "numpy take(x, order, axis=0, out=)".into(),
+                numpy(np, "take"),
+            ));
+        }
+        cases.push(Case {
+            name: "gather rows 4096x4096",
+            bytes: 2.0 * tensor_bytes,
+            contenders: c,
+        });
+    }
+    {
+        let refs: Vec<&Tensor> = blocks.iter().collect();
+        let mut c: Vec<(String, Batch)> = vec![
+            ("copy (streaming, reference)".into(), copy_batch()),
+            (
+                "brotensor concatenate (4 x 1024x4096, axis 0)".into(),
+                timed(move || drop(ops::concatenate(&refs, 0).unwrap())),
+            ),
+        ];
+        if let Some(np) = &np {
+            c.push((
+                "numpy concatenate(blocks, axis=0, out=)".into(),
+                numpy(np, "concat"),
+            ));
+        }
+        cases.push(Case {
+            name: "concatenate to 4096x4096",
+            bytes: 2.0 * tensor_bytes,
             contenders: c,
         });
     }
