@@ -215,6 +215,34 @@ pub fn reduce_axis<T: Copy + Send + Sync>(
             });
         return;
     }
+    let parts = (rayon::current_num_threads() * 4).min(n).max(1);
+    if outer < parts {
+        // Few outputs rows: bands of the axis reduce whole rows (contiguous reads) into
+        // partial rows, folded in band order.
+        let band = n.div_ceil(parts);
+        for (o, y) in out.chunks_mut(inner).enumerate() {
+            let partials: Vec<Vec<T>> = (0..parts)
+                .into_par_iter()
+                .map(|p| {
+                    let mut acc = vec![identity; inner];
+                    for k in p * band..n.min((p + 1) * band) {
+                        let row = &x[(o * n + k) * inner..][..inner];
+                        for (a, &v) in acc.iter_mut().zip(row) {
+                            *a = f(*a, v);
+                        }
+                    }
+                    acc
+                })
+                .collect();
+            y.fill(identity);
+            for part in partials {
+                for (a, v) in y.iter_mut().zip(part) {
+                    *a = f(*a, v);
+                }
+            }
+        }
+        return;
+    }
     // Tiles of columns, each carried down the axis.
     out.par_chunks_mut(inner).enumerate().for_each(|(o, row)| {
         row.par_chunks_mut(COLUMN_TILE)
@@ -420,9 +448,11 @@ impl IndexMap<'_> {
 }
 
 /// `out[e] = src[target(e)]` over `map.dims`. Where the last walked dim is a window dim of
-/// operand stride 1, whole runs are copied. Panics on a skipped entry or an index outside
-/// `src`, or unless `out` holds the product of `map.dims`.
-pub fn gather<T: Copy + Send + Sync>(src: &[T], map: &IndexMap<'_>, out: &mut [T]) {
+/// operand stride 1, whole runs are copied (with streaming stores for a large output).
+/// Panics on a skipped entry or an index outside `src`, or unless `out` holds the product
+/// of `map.dims`.
+pub fn gather<T: bytemuck::Pod + Send + Sync>(src: &[T], map: &IndexMap<'_>, out: &mut [T]) {
+    use crate::stream::{copy_bytes, streaming, StreamedIter};
     assert_eq!(
         out.len(),
         map.dims.iter().product::<usize>(),
@@ -432,18 +462,27 @@ pub fn gather<T: Copy + Send + Sync>(src: &[T], map: &IndexMap<'_>, out: &mut [T
     let last = rank.wrapping_sub(1);
     let contiguous = rank > 0 && map.window_strides[last] == 1 && map.batch_strides[last] == 0;
     let run = if contiguous { map.dims[last].max(1) } else { 1 };
-    out.par_chunks_mut(run)
-        .with_min_len((4096 / run).max(1))
-        .enumerate()
-        .for_each_init(
-            || vec![0usize; rank],
-            |coords, (r, o)| {
-                let at = map
-                    .target(r * run, coords)
-                    .expect("gather: no skipped entry");
-                o.copy_from_slice(&src[at..at + o.len()]);
-            },
-        );
+    let bytes = std::mem::size_of::<T>();
+    streaming(out.len(), bytes, |s| {
+        out.par_chunks_mut(run)
+            .with_min_len((4096 / run).max(1))
+            .enumerate()
+            .for_each_streamed_init(
+                s,
+                || vec![0usize; rank],
+                |stream, coords, (r, o)| {
+                    let at = map
+                        .target(r * run, coords)
+                        .expect("gather: no skipped entry");
+                    let n = o.len();
+                    copy_bytes(
+                        stream,
+                        bytemuck::cast_slice_mut(o),
+                        bytemuck::cast_slice(&src[at..at + n]),
+                    );
+                },
+            );
+    });
 }
 
 /// `out[target(e)] = add(out[target(e)], updates[e])` for every update `e` in row-major

@@ -115,26 +115,33 @@ fn complex_map_typed<T: Float + Send + Sync>(
     }
 }
 
-/// The reduction of real floats: identity and step (NaN sticks in max/min).
+/// The reduction of real floats: identity and step (NaN sticks in max/min). Each arm is its
+/// own instance of `reduce_axis`, so the step inlines and vectorizes.
 fn reduce_float<T: Float + crate::Element>(
     op: ReduceOp,
     x: &Tensor,
     shape: (usize, usize, usize),
     out: &mut Tensor,
 ) {
-    let (id, f): (T, fn(T, T) -> T) = match op {
-        ReduceOp::Sum => (T::zero(), |a, b| a + b),
-        ReduceOp::Prod => (T::one(), |a, b| a * b),
-        ReduceOp::Max => (
-            T::neg_infinity(),
-            |a, b| if b > a || b.is_nan() { b } else { a },
-        ),
-        ReduceOp::Min => (
-            T::infinity(),
-            |a, b| if b < a || b.is_nan() { b } else { a },
-        ),
-    };
-    alg::reduce_axis(x.host::<T>(), shape, out.host_mut::<T>(), id, f);
+    let (x, y) = (x.host::<T>(), out.host_mut::<T>());
+    match op {
+        ReduceOp::Sum => alg::reduce_axis(x, shape, y, T::zero(), |a, b| a + b),
+        ReduceOp::Prod => alg::reduce_axis(x, shape, y, T::one(), |a, b| a * b),
+        ReduceOp::Max => alg::reduce_axis(x, shape, y, T::neg_infinity(), |a, b| {
+            if b > a || b.is_nan() {
+                b
+            } else {
+                a
+            }
+        }),
+        ReduceOp::Min => alg::reduce_axis(x, shape, y, T::infinity(), |a, b| {
+            if b < a || b.is_nan() {
+                b
+            } else {
+                a
+            }
+        }),
+    }
 }
 
 fn reduce_complex<T: Float + Send + Sync>(
@@ -145,18 +152,21 @@ fn reduce_complex<T: Float + Send + Sync>(
 ) where
     Complex<T>: crate::Element,
 {
-    type Step<T> = fn(Complex<T>, Complex<T>) -> Complex<T>;
-    let (id, f): (Complex<T>, Step<T>) = match op {
-        ReduceOp::Sum => (Complex::new(T::zero(), T::zero()), |a, b| a + b),
-        _ => (Complex::new(T::one(), T::zero()), alg::complex_mul),
-    };
-    alg::reduce_axis(
-        x.host::<Complex<T>>(),
-        shape,
-        out.host_mut::<Complex<T>>(),
-        id,
-        f,
-    );
+    let (x, y) = (x.host::<Complex<T>>(), out.host_mut::<Complex<T>>());
+    match op {
+        ReduceOp::Sum => {
+            alg::reduce_axis(x, shape, y, Complex::new(T::zero(), T::zero()), |a, b| {
+                a + b
+            })
+        }
+        _ => alg::reduce_axis(
+            x,
+            shape,
+            y,
+            Complex::new(T::one(), T::zero()),
+            alg::complex_mul,
+        ),
+    }
 }
 
 /// A host value of one of the conversion dtypes, widened to `(re, im)` in f64 or held as
@@ -255,11 +265,11 @@ impl AlgebraOps for CpuBackend {
             Dtype::C64 => reduce_complex::<f32>(op, x, shape, out),
             Dtype::C128 => reduce_complex::<f64>(op, x, shape, out),
             _ => {
-                let (id, f): (i64, fn(i64, i64) -> i64) = match op {
-                    ReduceOp::Sum => (0, |a, b| a.wrapping_add(b)),
-                    _ => (1, |a, b| a.wrapping_mul(b)),
-                };
-                alg::reduce_axis(x.host::<i64>(), shape, out.host_mut::<i64>(), id, f);
+                let (x, y) = (x.host::<i64>(), out.host_mut::<i64>());
+                match op {
+                    ReduceOp::Sum => alg::reduce_axis(x, shape, y, 0, |a, b| a.wrapping_add(b)),
+                    _ => alg::reduce_axis(x, shape, y, 1, |a, b| a.wrapping_mul(b)),
+                }
             }
         }
         Ok(())
