@@ -77,6 +77,14 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     ("lower", "flag: keep the lower triangle (else the upper)"),
     (
+        "soft",
+        "flag: 64-bit transcendental functions from arithmetic (algebra/soft64.rs)",
+    ),
+    (
+        "cosine",
+        "flag: the cosine (else the sine) of algebra/soft64.rs",
+    ),
+    (
         "unordered_true",
         "flag: a comparison with a NaN operand is true (ne)",
     ),

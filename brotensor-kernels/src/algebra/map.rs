@@ -7,6 +7,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use super::soft64;
 use crate::launch::{check_len, grid_1d, LaunchError};
 
 /// A real-float element-wise instruction. Operands `x`, `y`, `z` in order; the arity is
@@ -212,13 +213,15 @@ fn indicator<F: Float>(c: bool) -> F {
 /// positive and inf for negative `y`. `inf` and `nan` come from the host: arithmetic that
 /// makes them (`1 / 0`) may be folded to garbage by a compiler that assumes finite math.
 #[cube]
-fn power<F: Float>(x: F, y: F, inf: F, not_a_number: F) -> F {
+fn power<F: Float>(x: F, y: F, specials: &Array<F>, #[comptime] soft: bool) -> F {
+    let inf = specials[0];
+    let not_a_number = specials[1];
     let zero = F::new(0.0);
     let one = F::new(1.0);
     let ay = F::abs(y);
     let integral = F::floor(y) == y;
     let odd = integral && F::floor(ay * F::new(0.5)) * F::new(2.0) != ay;
-    let mut r = F::powf(F::abs(x), y);
+    let mut r = abs_pow::<F>(x, y, specials, soft);
     if x == zero {
         r = zero;
         if y < zero {
@@ -240,19 +243,68 @@ fn power<F: Float>(x: F, y: F, inf: F, not_a_number: F) -> F {
     r
 }
 
+/// `e^x`, from the shader's math library or (`soft`, 64-bit on Vulkan) from arithmetic.
+#[cube]
+fn exp_any<F: Float>(x: F, specials: &Array<F>, #[comptime] soft: bool) -> F {
+    if comptime!(soft) {
+        soft64::exp::<F>(x, specials)
+    } else {
+        F::exp(x)
+    }
+}
+
+/// `ln x`, as [`exp_any`].
+#[cube]
+fn ln_any<F: Float>(x: F, specials: &Array<F>, #[comptime] soft: bool) -> F {
+    if comptime!(soft) {
+        soft64::ln::<F>(x, specials)
+    } else {
+        F::ln(x)
+    }
+}
+
+/// `|x|^y`: the math library's `powf`, or (`soft`) `e^(y ln|x|)`.
+#[cube]
+fn abs_pow<F: Float>(x: F, y: F, specials: &Array<F>, #[comptime] soft: bool) -> F {
+    if comptime!(soft) {
+        exp_any::<F>(y * ln_any::<F>(F::abs(x), specials, soft), specials, soft)
+    } else {
+        F::powf(F::abs(x), y)
+    }
+}
+
 /// One real-float instruction on loaded operands.
 #[cube]
-fn apply_float<F: Float>(x: F, y: F, z: F, specials: &Array<F>, #[comptime] instr: FloatMap) -> F {
+fn apply_float<F: Float>(
+    x: F,
+    y: F,
+    z: F,
+    specials: &Array<F>,
+    #[comptime] instr: FloatMap,
+    #[comptime] soft: bool,
+) -> F {
     let zero = F::new(0.0);
     let one = F::new(1.0);
     match instr {
-        FloatMap::Exp => F::exp(x),
-        FloatMap::Log => F::ln(x),
-        FloatMap::Sin => F::sin(x),
-        FloatMap::Cos => F::cos(x),
+        FloatMap::Exp => exp_any::<F>(x, specials, soft),
+        FloatMap::Log => ln_any::<F>(x, specials, soft),
+        FloatMap::Sin => {
+            if comptime!(soft) {
+                soft64::sin_cos::<F>(x, specials, false)
+            } else {
+                F::sin(x)
+            }
+        }
+        FloatMap::Cos => {
+            if comptime!(soft) {
+                soft64::sin_cos::<F>(x, specials, true)
+            } else {
+                F::cos(x)
+            }
+        }
         FloatMap::Tanh => {
             // tanh(x) = e / (e + 2), e = expm1(2x): exact near 0, saturates to +-1.
-            let e = expm1::<F>(x + x);
+            let e = expm1::<F>(x + x, specials, soft);
             let mut r = e / (e + F::new(2.0));
             if x > F::new(20.0) {
                 r = one;
@@ -261,8 +313,8 @@ fn apply_float<F: Float>(x: F, y: F, z: F, specials: &Array<F>, #[comptime] inst
         }
         FloatMap::Sqrt => F::sqrt(x),
         FloatMap::Rsqrt => one / F::sqrt(x),
-        FloatMap::Expm1 => expm1::<F>(x),
-        FloatMap::Log1p => log1p::<F>(x),
+        FloatMap::Expm1 => expm1::<F>(x, specials, soft),
+        FloatMap::Log1p => log1p::<F>(x, specials, soft),
         FloatMap::Abs => F::abs(x),
         FloatMap::Sign => {
             let mut r = x;
@@ -285,7 +337,7 @@ fn apply_float<F: Float>(x: F, y: F, z: F, specials: &Array<F>, #[comptime] inst
         FloatMap::Div => x / y,
         FloatMap::Maximum => maximum::<F>(x, y),
         FloatMap::Minimum => minimum::<F>(x, y),
-        FloatMap::Pow => power::<F>(x, y, specials[0], specials[1]),
+        FloatMap::Pow => power::<F>(x, y, specials, soft),
         FloatMap::Eq => ordered::<F>(x == y, x, y, false),
         FloatMap::Ne => ordered::<F>(x != y, x, y, true),
         FloatMap::Lt => ordered::<F>(x < y, x, y, false),
@@ -306,8 +358,8 @@ fn apply_float<F: Float>(x: F, y: F, z: F, specials: &Array<F>, #[comptime] inst
 /// `e^x - 1`: the Taylor series below `|x| = 1/2` (19 terms, built in `F` so f64 keeps its
 /// precision), `e^x - 1` above it, where the subtraction loses under 2 ulp.
 #[cube]
-fn expm1<F: Float>(x: F) -> F {
-    let mut r = F::exp(x) - F::new(1.0);
+fn expm1<F: Float>(x: F, specials: &Array<F>, #[comptime] soft: bool) -> F {
+    let mut r = exp_any::<F>(x, specials, soft) - F::new(1.0);
     if F::abs(x) < F::new(0.5) {
         let mut term = x;
         let mut sum = x;
@@ -324,8 +376,8 @@ fn expm1<F: Float>(x: F) -> F {
 /// `ln(1 + x)`: `2 atanh(s)` with `s = x / (2 + x)` as a series below `|x| = 1/2` (terms to
 /// `s^35`), `ln(1 + x)` above it.
 #[cube]
-fn log1p<F: Float>(x: F) -> F {
-    let mut r = F::ln(F::new(1.0) + x);
+fn log1p<F: Float>(x: F, specials: &Array<F>, #[comptime] soft: bool) -> F {
+    let mut r = ln_any::<F>(F::new(1.0) + x, specials, soft);
     if F::abs(x) < F::new(0.5) {
         let s = x / (F::new(2.0) + x);
         let s2 = s * s;
@@ -349,6 +401,7 @@ fn float_map_kernel<F: Float>(
     specials: &Array<F>,
     out: &mut Array<F>,
     #[comptime] instr: FloatMap,
+    #[comptime] soft: bool,
 ) {
     let i = ABSOLUTE_POS;
     if i < out.len() {
@@ -362,7 +415,7 @@ fn float_map_kernel<F: Float>(
         if comptime!(arity == 3) {
             vz = z[i];
         }
-        out[i] = apply_float::<F>(vx, vy, vz, specials, instr);
+        out[i] = apply_float::<F>(vx, vy, vz, specials, instr, soft);
     }
 }
 
@@ -497,7 +550,9 @@ fn operands<'a>(
 }
 
 /// `out[i] = instr(x[i], y[i], z[i])` for `numel` real floats of type `F`; `inputs` holds
-/// the instruction's [`arity`](FloatMap::arity) buffers.
+/// the instruction's [`arity`](FloatMap::arity) buffers. With `soft`, the transcendental
+/// functions are computed from arithmetic ([`super::soft64`]), for 64-bit floats where the
+/// shader language's math library has none.
 ///
 /// Errors (no launch) when the operand count is wrong, a buffer is shorter than `numel`, or
 /// `numel` needs more than 32 bits.
@@ -507,6 +562,7 @@ pub fn launch_float_map<R: Runtime, F: Float + CubeElement>(
     inputs: &[&Handle],
     out: &Handle,
     numel: usize,
+    soft: bool,
 ) -> Result<(), LaunchError> {
     let bytes = core::mem::size_of::<F>();
     let [x, y, z] = operands(inputs, instr.arity(), numel, bytes)?;
@@ -516,9 +572,14 @@ pub fn launch_float_map<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let (count, dim) = grid_1d(client, numel)?;
-    let specials = client.create_from_slice(F::as_bytes(&[F::INFINITY, F::NAN]));
+    // The constants of `soft64` (inf and NaN first), in the storage type.
+    let specials = if bytes == 8 {
+        client.create_from_slice(f64::as_bytes(&soft64::CONSTS))
+    } else {
+        client.create_from_slice(f32::as_bytes(&soft64::CONSTS.map(|c| c as f32)))
+    };
     // SAFETY: every operand and `out` hold `numel` elements (checked above) and unit
-    // `i < numel` reads and writes element `i` only; `specials` holds the 2 values read.
+    // `i < numel` reads and writes element `i` only; `specials` holds the constants read.
     unsafe {
         float_map_kernel::launch_unchecked::<F, R>(
             client,
@@ -527,9 +588,10 @@ pub fn launch_float_map<R: Runtime, F: Float + CubeElement>(
             ArrayArg::from_raw_parts(x.clone(), numel),
             ArrayArg::from_raw_parts(y.clone(), numel),
             ArrayArg::from_raw_parts(z.clone(), numel),
-            ArrayArg::from_raw_parts(specials, 2),
+            ArrayArg::from_raw_parts(specials, soft64::CONSTS.len()),
             ArrayArg::from_raw_parts(out.clone(), numel),
             instr,
+            soft,
         );
     }
     Ok(())
@@ -587,7 +649,10 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
             a(),
             a(),
             instr,
+            false,
         ));
+        // CUDA launches f64 with its math library (`soft` false); the arithmetic versions
+        // run on wgpu only (WGSL / SPIR-V, tested on lavapipe), and Metal has no f64.
         l.lower(float_map_kernel::FloatMapKernel::<f64, Rt>::new(
             L::settings_1d(),
             l.client.clone(),
@@ -597,6 +662,7 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
             a(),
             a(),
             instr,
+            false,
         ));
     }
     for instr in ComplexMap::ALL {

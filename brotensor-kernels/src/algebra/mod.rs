@@ -17,6 +17,7 @@ pub mod convert;
 pub mod index;
 pub mod map;
 pub mod reduce;
+pub mod soft64;
 
 /// The most dims a structural kernel takes: 8 tensor dims plus the word dim of a wide
 /// element.

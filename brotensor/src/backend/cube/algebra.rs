@@ -84,24 +84,6 @@ fn pad_dim(
     })
 }
 
-impl<R: Runtime> CubeBackend<R> {
-    /// Errors for a 64-bit transcendental instruction where the shader language has no
-    /// 64-bit math library (Vulkan: GLSL.std.450 is 16/32-bit only).
-    fn check_wide_math(&self, name: &'static str, instr: FloatMap) -> Result<()> {
-        if instr.is_transcendental() && !matches!(self.device, Device::Cuda(_)) {
-            return Err(Error::invalid(
-                name,
-                format!(
-                    "F64 {instr:?} is not available on {}: its shader language has no 64-bit \
-                     transcendental functions (run it on the CPU or CUDA)",
-                    self.device
-                ),
-            ));
-        }
-        Ok(())
-    }
-}
-
 impl<R: Runtime> AlgebraOps for CubeBackend<R> {
     fn float_map(
         &self,
@@ -116,11 +98,13 @@ impl<R: Runtime> AlgebraOps for CubeBackend<R> {
         let c = &self.client;
         let n = out.numel();
         match out.dtype() {
+            // CUDA has a 64-bit math library; Vulkan (GLSL.std.450) and Metal do not, so
+            // there the transcendental functions are computed from arithmetic.
             Dtype::F64 => {
-                self.check_wide_math(name, instr)?;
-                launch_float_map::<R, f64>(c, instr, &refs, &o, n)
+                let soft = !matches!(self.device, Device::Cuda(_));
+                launch_float_map::<R, f64>(c, instr, &refs, &o, n, soft)
             }
-            _ => launch_float_map::<R, f32>(c, instr, &refs, &o, n),
+            _ => launch_float_map::<R, f32>(c, instr, &refs, &o, n, false),
         }
         .map_err(|e| self.launch_error(name, e))
     }
