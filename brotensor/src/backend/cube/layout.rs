@@ -18,7 +18,9 @@ pub(super) fn strided_copy<R: Runtime>(
     dst: &mut Storage,
 ) -> Result<()> {
     let width = crate::backend::gather_width(op, dtype)?;
-    let (mut dims, mut strides) = (layout.dims().to_vec(), layout.strides().to_vec());
+    // Size-1 dims dropped and adjacent dims that step as one fused: fewer ranks, so fewer
+    // JIT specialisations of the gather kernel (a dense block of any shape is rank 1).
+    let (mut dims, mut strides) = brotensor_cpu::strided::simplify(layout.dims(), layout.strides());
     let mut offset = layout.offset();
     // 64- and 128-bit elements move as 2 or 4 32-bit words: one more dim, in words.
     if width > 4 {

@@ -88,6 +88,44 @@ fn overlapping_scatter_accumulates_and_skips_out_of_range_windows() {
 }
 
 #[test]
+fn overlapping_scatter_of_arbitrary_floats_matches_float64_within_tolerance() {
+    // Non-integer updates on few targets: the sum order differs between devices (atomics,
+    // conflict-free launches, the CPU's sequential order), so the result is checked against
+    // the float64 sum with a tolerance relative to the output's scale.
+    let dn = ScatterDims {
+        update_window_dims: vec![1],
+        inserted_window_dims: vec![0],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: 1,
+    };
+    let (rows, cols, n) = (7usize, 5usize, 3000usize);
+    let mut rng = brotensor_tests::SplitMix64::new(0x5ca7);
+    let operand = rng.uniform(rows * cols, -1.0, 1.0);
+    let updates = rng.uniform(n * cols, -1.0, 1.0);
+    let idx: Vec<i64> = (0..n)
+        .map(|_| (rng.next_u64() % (rows as u64 + 2)) as i64 - 1)
+        .collect();
+    let mut want: Vec<(f64, f64)> = operand.iter().map(|&v| (v as f64, 0.0)).collect();
+    for (u, &r) in idx.iter().enumerate() {
+        if (0..rows as i64).contains(&r) {
+            for c in 0..cols {
+                want[r as usize * cols + c].0 += updates[u * cols + c] as f64;
+            }
+        }
+    }
+    for d in devices() {
+        let y = ops::scatter_add(
+            &f32s(d, &operand, &[rows, cols]),
+            &Tensor::from_slice_nd_on(d, &idx, &[n, 1]).unwrap(),
+            &f32s(d, &updates, &[n, cols]),
+            &dn,
+        )
+        .unwrap();
+        check(&format!("float scatter on {d}"), &want, &values(&y), 1e-5);
+    }
+}
+
+#[test]
 fn max_and_min_propagate_nan_at_short_and_long_axes() {
     for d in devices() {
         for n in [4usize, 1024, 70_000] {
