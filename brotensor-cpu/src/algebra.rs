@@ -339,37 +339,16 @@ pub fn pad<T: Copy + Send + Sync>(
 }
 
 /// Writes the dense `src` (row-major over `dims`) into `out` at `offset + sum(c_d
-/// strides_d)`. Positions must be distinct. A destination that is one dense block is one
-/// parallel copy; one whose last stride is 1 is copied row by row. Panics when a position
-/// is outside `out` or `src` is not `dims`' product long.
-pub fn place<T: Copy + Send + Sync>(
-    src: &[T],
-    dims: &[usize],
-    strides: &[usize],
-    offset: usize,
-    out: &mut [T],
-) {
+/// strides_d)`; positions must be distinct. A destination whose last stride is 1 is
+/// copied row by row. Panics when a position is outside `out` or `src` is not `dims`'
+/// product long.
+pub fn place<T: Copy>(src: &[T], dims: &[usize], strides: &[usize], offset: usize, out: &mut [T]) {
     assert_eq!(
         src.len(),
         dims.iter().product::<usize>(),
         "place: source length"
     );
     if src.is_empty() {
-        return;
-    }
-    let dense = dims
-        .iter()
-        .zip(strides)
-        .rev()
-        .try_fold(1usize, |expect, (&n, &s)| {
-            (n == 1 || s == expect).then(|| expect * n)
-        })
-        .is_some();
-    if dense {
-        let dst = &mut out[offset..offset + src.len()];
-        dst.par_chunks_mut(CHUNK)
-            .zip(src.par_chunks(CHUNK))
-            .for_each(|(d, s)| d.copy_from_slice(s));
         return;
     }
     let rank = dims.len();

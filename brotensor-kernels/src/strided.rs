@@ -26,7 +26,7 @@ pub const MAX_GATHER_RANK: usize = 9;
 /// The storage index (in elements) of row-major element `e`. `meta` holds the offset, then
 /// `rank` dims, then `rank` strides (two's complement).
 #[cube]
-fn source_index(e: u32, meta: &Array<u32>, #[comptime] rank: usize) -> u32 {
+pub(crate) fn source_index(e: u32, meta: &Array<u32>, #[comptime] rank: usize) -> u32 {
     let mut rest = e;
     let mut at = meta[0];
     #[unroll]

@@ -11,6 +11,7 @@ use cubecl::server::Handle;
 
 use super::MAX_INDEX_RANK;
 use crate::launch::{check_len, extent, fits_u32, grid_1d, LaunchError};
+use crate::strided::source_index;
 
 /// Copies element `from` of `src` into element `to` of `out`, `words` words each.
 #[cube]
@@ -96,16 +97,8 @@ fn place_kernel(
 ) {
     let e = u32::cast_from(ABSOLUTE_POS);
     if e < numel {
-        let mut rest = e;
-        let mut to = meta[0];
-        #[unroll]
-        for i in 0..rank {
-            let d = rank - 1 - i;
-            let n = meta[1 + d];
-            to += (rest % n) * meta[1 + rank + d];
-            rest /= n;
-        }
-        move_element(src, e, out, to, words);
+        // The strided gather's index map, used the other way round.
+        move_element(src, e, out, source_index(e, meta, rank), words);
     }
 }
 
@@ -441,14 +434,21 @@ pub fn launch_triangle<R: Runtime>(
     if numel == 0 {
         return Ok(());
     }
-    if rows == 0 || cols == 0 || !numel.is_multiple_of(rows * cols) {
+    let matrix = extent("matrix", &[rows, cols])?;
+    if matrix == 0 || !numel.is_multiple_of(matrix) {
         return Err(LaunchError::Invalid {
             what: "matrix dims (rows x cols must divide the element count)",
         });
     }
     let shifted = k.clamp(-(rows as i64), cols as i64) + rows as i64;
     // `c + rows` and `r + shifted` stay below `cols + rows + rows`.
-    fits_u32("rows + cols", rows + rows + cols)?;
+    let reach = rows
+        .checked_add(rows)
+        .and_then(|v| v.checked_add(cols))
+        .ok_or(LaunchError::Overflow {
+            what: "rows + cols",
+        })?;
+    fits_u32("rows + cols", reach)?;
     let meta = [rows as u32, cols as u32, shifted as u32];
     let meta_h = client.create_from_slice(u32::as_bytes(&meta));
     let (count, dim) = grid_1d(client, numel)?;

@@ -69,58 +69,59 @@ fn check_alike(op: &'static str, operands: &[(&'static str, &Tensor)]) -> Result
     Ok(())
 }
 
-/// `out = instr(operands)` for a real-float instruction.
+/// An element-wise instruction of either kernel.
+#[derive(Clone, Copy)]
+enum MapInstr {
+    Real(FloatMap),
+    Complex(ComplexMap),
+}
+
+/// `out = instr(operands)`: real instructions take F32/F64, complex ones C64/C128.
+fn map_op(
+    op: &'static str,
+    instr: MapInstr,
+    operands: &[(&'static str, &Tensor)],
+    out: &mut Tensor,
+) -> Result<()> {
+    let mut all = operands.to_vec();
+    all.push(("out", &*out));
+    let be = dispatch(op, &all)?;
+    let (name, x) = operands[0];
+    let dtypes = match instr {
+        MapInstr::Real(_) => [Dtype::F32, Dtype::F64],
+        MapInstr::Complex(_) => [Dtype::C64, Dtype::C128],
+    };
+    check_dtype(op, name, x, &dtypes, be)?;
+    check_alike(op, operands)?;
+    prepare_out(out, be.device(), x.dims(), x.dtype())?;
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    let inputs: Vec<&Tensor> = operands.iter().map(|(_, t)| *t).collect();
+    match instr {
+        MapInstr::Real(f) => be.float_map(op, f, &inputs, out),
+        MapInstr::Complex(c) => be.complex_map(op, c, &inputs, out),
+    }
+}
+
+/// [`map_op`] with a real-float instruction.
 fn float_op(
     op: &'static str,
     instr: FloatMap,
     operands: &[(&'static str, &Tensor)],
     out: &mut Tensor,
 ) -> Result<()> {
-    let mut all = operands.to_vec();
-    all.push(("out", &*out));
-    let be = dispatch(op, &all)?;
-    check_dtype(
-        op,
-        operands[0].0,
-        operands[0].1,
-        &[Dtype::F32, Dtype::F64],
-        be,
-    )?;
-    check_alike(op, operands)?;
-    let x = operands[0].1;
-    prepare_out(out, be.device(), x.dims(), x.dtype())?;
-    if x.numel() == 0 {
-        return Ok(());
-    }
-    let inputs: Vec<&Tensor> = operands.iter().map(|(_, t)| *t).collect();
-    be.float_map(op, instr, &inputs, out)
+    map_op(op, MapInstr::Real(instr), operands, out)
 }
 
-/// `out = instr(operands)` for a complex instruction.
+/// [`map_op`] with a complex instruction.
 fn complex_op(
     op: &'static str,
     instr: ComplexMap,
     operands: &[(&'static str, &Tensor)],
     out: &mut Tensor,
 ) -> Result<()> {
-    let mut all = operands.to_vec();
-    all.push(("out", &*out));
-    let be = dispatch(op, &all)?;
-    check_dtype(
-        op,
-        operands[0].0,
-        operands[0].1,
-        &[Dtype::C64, Dtype::C128],
-        be,
-    )?;
-    check_alike(op, operands)?;
-    let x = operands[0].1;
-    prepare_out(out, be.device(), x.dims(), x.dtype())?;
-    if x.numel() == 0 {
-        return Ok(());
-    }
-    let inputs: Vec<&Tensor> = operands.iter().map(|(_, t)| *t).collect();
-    be.complex_map(op, instr, &inputs, out)
+    map_op(op, MapInstr::Complex(instr), operands, out)
 }
 
 /// The element-wise route of the arithmetic and math ops for the wide dtypes: F64 through
@@ -504,11 +505,24 @@ pub fn concatenate(inputs: &[&Tensor], axis: usize) -> Result<Tensor> {
     dims[axis] = total;
     let mut out = Tensor::default();
     prepare_out(&mut out, be.device(), &dims, first.dtype())?;
-    let strides = row_major(&dims);
+    // Each input is `outer` rows of `len inner` elements, landing `at inner` into rows of
+    // `total inner`: the block copy of `copy_d2d_strided`. All sizes are at most the
+    // output's element count, which `prepare_out` checked.
+    let outer: usize = dims[..axis].iter().product();
+    let inner: usize = dims[axis + 1..].iter().product();
     let mut at = 0usize;
     for t in inputs {
+        let width = t.dims()[axis] * inner;
         if t.numel() > 0 {
-            be.place(OP, t, t.dims(), &strides, at * strides[axis], &mut out)?;
+            let blocks = brotensor_kernels::concat::Blocks {
+                src_off: 0,
+                src_pitch: width,
+                dst_off: at * inner,
+                dst_pitch: total * inner,
+                width,
+                height: outer,
+            };
+            be.copy_d2d_strided(t, blocks, &mut out)?;
         }
         at += t.dims()[axis];
     }

@@ -8,8 +8,8 @@ use brotensor_kernels::concat::Blocks;
 use crate::backend::ConcatOps;
 use crate::{Result, Tensor};
 
-/// Calls `$body` with `$T` bound to the unsigned integer type of `$width` bytes (1, 2, 4 or
-/// 8): elements moved as bits.
+/// Calls `$body` with `$T` bound to a plain type of `$width` bytes (1, 2, 4, 8 or 16; the
+/// 16-byte C128 as two u64): elements moved as bits.
 macro_rules! by_width {
     ($width:expr, |$T:ident| $body:expr) => {
         match $width {
@@ -25,8 +25,12 @@ macro_rules! by_width {
                 type $T = u32;
                 $body
             }
-            _ => {
+            8 => {
                 type $T = u64;
+                $body
+            }
+            _ => {
+                type $T = [u64; 2];
                 $body
             }
         }
