@@ -7,6 +7,9 @@ use rayon::prelude::*;
 /// Rows per parallel piece of a block copy.
 const ROWS_PER_PIECE: usize = 256;
 
+/// Elements per parallel piece of a contiguous block copy.
+const FLAT_PIECE: usize = 1 << 16;
+
 /// Copies `height` rows of `width` elements: row `r` from `src[src_off + r src_pitch ..]`
 /// to `dst[dst_off + r dst_pitch ..]` (offsets and pitches in elements, pitches at least
 /// `width` when `height > 1`, every row inside both slices: checked by the caller; a
@@ -22,6 +25,15 @@ pub fn copy_blocks<T: Copy + Send + Sync>(
         return;
     }
     let row = |r: usize| src_off + r * src_pitch;
+    if height == 1 || (dst_pitch == width && src_pitch == width) {
+        // Both sides are one contiguous run: copy it in pieces on every core.
+        let n = height * width;
+        dst[dst_off..dst_off + n]
+            .par_chunks_mut(FLAT_PIECE)
+            .zip(src[src_off..src_off + n].par_chunks(FLAT_PIECE))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        return;
+    }
     if height == 1 || dst_pitch == width {
         // Destination rows are contiguous (or there is one): split them into pieces.
         let span = (height - 1) * dst_pitch + width;
