@@ -7,7 +7,7 @@ use cubecl::server::Handle;
 pub const MAX_VECTOR_SIZE: usize = 4;
 
 /// Units per cube for one-dimensional element-wise launches.
-const CUBE_UNITS: u32 = 256;
+pub(crate) const CUBE_UNITS: u32 = 256;
 
 /// A launch that was refused before it reached the device.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -44,7 +44,7 @@ pub(crate) fn cuda_backends() -> Vec<Box<dyn Backend>> {
                 CudaRuntime::client(&CudaDevice { index: i })
             })?;
             Some(
-                Box::new(CubeBackend::new(Device::Cuda(i), client, name, false))
+                Box::new(CubeBackend::new(Device::Cuda(i), client, name, false, false))
                     as Box<dyn Backend>,
             )
         })
@@ -70,7 +70,7 @@ pub(crate) fn wgpu_backends() -> Vec<Box<dyn Backend>> {
 
     // CubeCL addresses an adapter by its type and its index among adapters of that type.
     let mut per_type = [0usize; 3];
-    let mut found: Vec<(u8, WgpuDevice, wgpu::AdapterInfo)> = Vec::new();
+    let mut found: Vec<(u8, WgpuDevice, wgpu::AdapterInfo, wgpu::Features)> = Vec::new();
     let mut have_cpu = false;
     for adapter in adapters {
         let info = adapter.get_info();
@@ -87,15 +87,16 @@ pub(crate) fn wgpu_backends() -> Vec<Box<dyn Backend>> {
         if rank < 3 {
             per_type[rank as usize] += 1;
         }
-        found.push((rank, device, info));
+        found.push((rank, device, info, adapter.features()));
     }
     found.sort_by_key(|(rank, ..)| *rank);
 
     found
         .into_iter()
         .enumerate()
-        .filter_map(|(ordinal, (rank, device, info))| {
+        .filter_map(|(ordinal, (rank, device, info, features))| {
             let what = format!("{:?}, {}", info.backend, info.name);
+            let subgroups = features.contains(wgpu::Features::SUBGROUP);
             let client = guarded(&format!("wgpu:{ordinal} ({what})"), || {
                 WgpuRuntime::client(&device)
             })?;
@@ -105,6 +106,7 @@ pub(crate) fn wgpu_backends() -> Vec<Box<dyn Backend>> {
                 client,
                 what,
                 software,
+                subgroups,
             )) as Box<dyn Backend>)
         })
         .collect()

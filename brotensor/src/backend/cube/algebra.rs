@@ -136,12 +136,13 @@ impl<R: Runtime> AlgebraOps for CubeBackend<R> {
         out: &mut Tensor,
     ) -> Result<()> {
         let (xh, o, c) = (out_handle(x), out_handle(out), &self.client);
+        let p = self.plane_dim_max;
         match x.dtype() {
-            Dtype::F32 => launch_reduce_axis::<R, f32>(c, op, Lanes::Real, &xh, shape, &o),
-            Dtype::F64 => launch_reduce_axis::<R, f64>(c, op, Lanes::Real, &xh, shape, &o),
-            Dtype::I64 => launch_reduce_axis::<R, i64>(c, op, Lanes::Real, &xh, shape, &o),
-            Dtype::C64 => launch_reduce_axis::<R, f32>(c, op, Lanes::Complex, &xh, shape, &o),
-            _ => launch_reduce_axis::<R, f64>(c, op, Lanes::Complex, &xh, shape, &o),
+            Dtype::F32 => launch_reduce_axis::<R, f32>(c, op, Lanes::Real, &xh, shape, &o, p),
+            Dtype::F64 => launch_reduce_axis::<R, f64>(c, op, Lanes::Real, &xh, shape, &o, p),
+            Dtype::I64 => launch_reduce_axis::<R, i64>(c, op, Lanes::Real, &xh, shape, &o, p),
+            Dtype::C64 => launch_reduce_axis::<R, f32>(c, op, Lanes::Complex, &xh, shape, &o, p),
+            _ => launch_reduce_axis::<R, f64>(c, op, Lanes::Complex, &xh, shape, &o, p),
         }
         .map_err(|e| self.launch_error(name, e))
     }

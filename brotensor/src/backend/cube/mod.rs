@@ -53,6 +53,9 @@ pub(crate) struct CubeBackend<R: Runtime> {
     i64: bool,
     /// Atomic add of f32, f64 and i64 in kernels (the scatter-add's fast path).
     atomic_add: [bool; 3],
+    /// The largest plane (warp, subgroup) size, when kernels may use plane operations (the
+    /// reductions' plane path).
+    plane_dim_max: Option<u32>,
     /// The CubeCL streams that threads have queued work on. CubeCL 0.10 gives each OS thread
     /// its own stream (with its own memory pool): syncing, trimming and memory figures visit
     /// every one of them, so they mean the whole device.
@@ -61,11 +64,16 @@ pub(crate) struct CubeBackend<R: Runtime> {
 
 impl<R: Runtime> CubeBackend<R> {
     /// Wraps a client. `description` says what is underneath (API, adapter or card name).
+    /// `subgroups`: the device was created with subgroup operations enabled (wgpu's
+    /// `SUBGROUP` feature) even where CubeCL does not advertise plane operations. CubeCL 0.10
+    /// leaves them unadvertised on CPU adapters; lavapipe's subgroups (8 lanes) run the
+    /// reductions' plane path correctly, and the tests check it there.
     pub(crate) fn new(
         device: Device,
         client: ComputeClient<R>,
         description: String,
         software: bool,
+        subgroups: bool,
     ) -> Self {
         let props = client.properties();
         let f16 = props.supports_type(f16::as_type_native_unchecked());
@@ -77,6 +85,13 @@ impl<R: Runtime> CubeBackend<R> {
             algebra::atomic_add::<f64>(props),
             algebra::atomic_add::<i64>(props),
         ];
+        let plane_ops = subgroups
+            || props
+                .features
+                .plane
+                .contains(cubecl::ir::features::Plane::Ops);
+        let plane_dim_max = Some(props.hardware.plane_size_max)
+            .filter(|p| plane_ops && p.is_power_of_two() && *p <= 256);
         CubeBackend {
             device,
             client,
@@ -87,6 +102,7 @@ impl<R: Runtime> CubeBackend<R> {
             f64,
             i64,
             atomic_add,
+            plane_dim_max,
             streams: Default::default(),
         }
     }

@@ -197,6 +197,148 @@ fn sums_of_long_axes_and_integer_wrap() {
     }
 }
 
+/// A reproducible value in `[-1, 1)` for element `i` of stream `seed`.
+fn noise(seed: u64, i: usize) -> f64 {
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(i as u64);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+}
+
+/// Rows of lengths around the plane path's threshold (256) and its chunk (8192), reduced
+/// along their contiguous axis by every reduction in every dtype, against float64 (or exact
+/// integer) sums and products computed here. On a device with plane operations (lavapipe's
+/// subgroups included) the long rows take the plane kernel and the short ones the unit
+/// kernel.
+#[test]
+fn every_reduction_along_contiguous_rows_of_every_length() {
+    const ROWS: usize = 3;
+    for d in devices() {
+        for n in [1usize, 7, 255, 256, 257, 1000, 8192, 8193, 20_000, 70_001] {
+            for dtype in [Dtype::F32, Dtype::F64, Dtype::I64, Dtype::C64, Dtype::C128] {
+                if !supported(d, dtype) {
+                    eprintln!("{d}: {dtype} unsupported, its row reductions skipped");
+                    continue;
+                }
+                let tag = format!("{d} {dtype} [{ROWS}, {n}]");
+                let complex = dtype.is_complex();
+                let int = dtype == Dtype::I64;
+                // Sums: values in [-1, 1) (integers: wide ones that wrap). Products: near 1
+                // (complex: near the unit circle), so that long rows stay finite.
+                let sum_in: Vec<(f64, f64)> = (0..ROWS * n)
+                    .map(|i| {
+                        if int {
+                            ((noise(1, i) * 2f64.powi(62)).round(), 0.0)
+                        } else {
+                            (noise(1, i), if complex { noise(2, i) } else { 0.0 })
+                        }
+                    })
+                    .collect();
+                let prod_in: Vec<(f64, f64)> = (0..ROWS * n)
+                    .map(|i| {
+                        if int {
+                            ((noise(3, i) * 1000.0).round(), 0.0)
+                        } else if complex {
+                            let (r, t) = (1.0 + 0.01 * noise(3, i), 0.01 * noise(4, i));
+                            (r * t.cos(), r * t.sin())
+                        } else {
+                            (1.0 + 0.01 * noise(3, i), 0.0)
+                        }
+                    })
+                    .collect();
+                let rows = |v: &[(f64, f64)]| -> Vec<Vec<(f64, f64)>> {
+                    v.chunks(n).map(<[_]>::to_vec).collect()
+                };
+                let (tol_sum, tol_prod) = match dtype {
+                    Dtype::F32 | Dtype::C64 => (1e-4, 1e-3),
+                    Dtype::I64 => (0.0, 0.0),
+                    _ => (1e-12, 1e-11),
+                };
+                if int {
+                    let exact = |v: &[(f64, f64)], prod: bool| -> Vec<i64> {
+                        v.chunks(n)
+                            .map(|r| {
+                                r.iter().fold(i64::from(prod), |a, &(x, _)| {
+                                    if prod {
+                                        a.wrapping_mul(x as i64)
+                                    } else {
+                                        a.wrapping_add(x as i64)
+                                    }
+                                })
+                            })
+                            .collect()
+                    };
+                    let x = build(d, dtype, &[ROWS, n], &sum_in);
+                    let got = ops::reduce_sum(&x, 1).unwrap().to_vec::<i64>().unwrap();
+                    assert_eq!(got, exact(&sum_in, false), "{tag} sum");
+                    let x = build(d, dtype, &[ROWS, n], &prod_in);
+                    let got = ops::reduce_prod(&x, 1).unwrap().to_vec::<i64>().unwrap();
+                    assert_eq!(got, exact(&prod_in, true), "{tag} prod");
+                    continue;
+                }
+                let want_sum: Vec<(f64, f64)> = rows(&sum_in)
+                    .iter()
+                    .map(|r| r.iter().fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1)))
+                    .collect();
+                let want_prod: Vec<(f64, f64)> = rows(&prod_in)
+                    .iter()
+                    .map(|r| {
+                        r.iter().fold((1.0, 0.0), |a, b| {
+                            (a.0 * b.0 - a.1 * b.1, a.0 * b.1 + a.1 * b.0)
+                        })
+                    })
+                    .collect();
+                let x = build(d, dtype, &[ROWS, n], &sum_in);
+                check(
+                    &format!("{tag} sum"),
+                    &want_sum,
+                    &values(&ops::reduce_sum(&x, 1).unwrap()),
+                    tol_sum,
+                );
+                let x = build(d, dtype, &[ROWS, n], &prod_in);
+                check(
+                    &format!("{tag} prod"),
+                    &want_prod,
+                    &values(&ops::reduce_prod(&x, 1).unwrap()),
+                    tol_prod,
+                );
+                if complex {
+                    continue;
+                }
+                // Max and min, exact, with a NaN nowhere, then at the rows' first, last and
+                // middle element. F32 inputs are the values rounded to f32.
+                let stored = |x: f64| if dtype == Dtype::F32 { x as f32 as f64 } else { x };
+                for nan_at in [None, Some(0), Some(n - 1), Some(n / 2)] {
+                    let mut v: Vec<(f64, f64)> = sum_in.iter().map(|p| (stored(p.0), 0.0)).collect();
+                    if let Some(k) = nan_at {
+                        for row in v.chunks_mut(n) {
+                            row[k].0 = f64::NAN;
+                        }
+                    }
+                    let pick = |f: fn(f64, f64) -> f64| -> Vec<(f64, f64)> {
+                        v.chunks(n)
+                            .map(|r| {
+                                let nan = r.iter().any(|p| p.0.is_nan());
+                                let m = r.iter().map(|p| p.0).fold(r[0].0, f);
+                                (if nan { f64::NAN } else { m }, 0.0)
+                            })
+                            .collect()
+                    };
+                    let x = build(d, dtype, &[ROWS, n], &v);
+                    let t = format!("{tag} NaN at {nan_at:?}");
+                    let got = values(&ops::reduce_max(&x, 1).unwrap());
+                    check(&format!("{t} max"), &pick(f64::max), &got, 0.0);
+                    let got = values(&ops::reduce_min(&x, 1).unwrap());
+                    check(&format!("{t} min"), &pick(f64::min), &got, 0.0);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn complex_division_near_the_largest_values_is_finite_and_right() {
     for d in devices() {
