@@ -427,11 +427,12 @@ impl IndexMap<'_> {
 }
 
 /// `out[e] = src[target(e)]` over `map.dims`. Where the last walked dim is a window dim of
-/// operand stride 1, whole runs are copied (with streaming stores for a large output).
+/// operand stride 1, whole runs are copied (with streaming stores for a large output, the
+/// next run's source prefetched while one is copied).
 /// Panics on a skipped entry or an index outside `src`, or unless `out` holds the product
 /// of `map.dims`.
 pub fn gather<T: bytemuck::Pod + Send + Sync>(src: &[T], map: &IndexMap<'_>, out: &mut [T]) {
-    use crate::stream::{copy_bytes, streaming, StreamedIter};
+    use crate::stream::{copy_bytes_ahead, streaming, StreamedIter};
     assert_eq!(
         out.len(),
         map.dims.iter().product::<usize>(),
@@ -442,7 +443,8 @@ pub fn gather<T: bytemuck::Pod + Send + Sync>(src: &[T], map: &IndexMap<'_>, out
     let contiguous = rank > 0 && map.window_strides[last] == 1 && map.batch_strides[last] == 0;
     let run = if contiguous { map.dims[last].max(1) } else { 1 };
     let bytes = std::mem::size_of::<T>();
-    streaming(out.len(), bytes, |s| {
+    let out_len = out.len();
+    streaming(out_len, bytes, |s| {
         out.par_chunks_mut(run)
             .with_min_len((4096 / run).max(1))
             .enumerate()
@@ -454,10 +456,18 @@ pub fn gather<T: bytemuck::Pod + Send + Sync>(src: &[T], map: &IndexMap<'_>, out
                         .target(r * run, coords)
                         .expect("gather: no skipped entry");
                     let n = o.len();
-                    copy_bytes(
+                    // The next run's source, prefetched while this one is copied.
+                    let following = (r + 1) * run;
+                    let next = (contiguous && following < out_len)
+                        .then(|| map.target(following, coords))
+                        .flatten()
+                        .and_then(|b| src.get(b..))
+                        .map_or(&[][..], |t| &t[..n.min(t.len())]);
+                    copy_bytes_ahead(
                         stream,
                         bytemuck::cast_slice_mut(o),
                         bytemuck::cast_slice(&src[at..at + n]),
+                        bytemuck::cast_slice(next),
                     );
                 },
             );
@@ -557,5 +567,27 @@ mod tests {
         let mut out = [1, 10, 100, 1000];
         scatter_add(&[2, 3, 99, 5], &map, &mut out, |a, b| a + b);
         assert_eq!(out, [1, 15, 100, 1005]);
+    }
+
+    #[test]
+    fn large_row_gathers_stream_and_prefetch_every_row_right() {
+        // A 16 MiB output turns streaming on, so every row takes the prefetching copy; rows
+        // of 1027 elements start at every offset within a line.
+        let (rows, cols) = (4096usize, 1027usize);
+        let src: Vec<u32> = (0..(rows * cols) as u32).collect();
+        let order: Vec<usize> = (0..rows).map(|r| (r * 1999 + 7) % rows).collect();
+        let bases: Vec<Option<usize>> = order.iter().map(|&r| Some(r * cols)).collect();
+        let map = IndexMap {
+            dims: &[rows, cols],
+            batch_strides: &[1, 0],
+            window_strides: &[0, 1],
+            bases: &bases,
+            exclusive: true,
+        };
+        let mut out = vec![u32::MAX; rows * cols];
+        gather(&src, &map, &mut out);
+        for (i, row) in out.chunks(cols).enumerate() {
+            assert_eq!(row, &src[order[i] * cols..][..cols], "row {i}");
+        }
     }
 }
