@@ -98,3 +98,112 @@ pub(crate) trait AlgebraOps: OnDevice {
         Err(missing("scatter_add", self))
     }
 }
+
+/// An index walk (`dims`, with per-dim strides into the batch table and into the operand)
+/// with its size-1 dims dropped and adjacent dims fused wherever both strides step as one
+/// (`outer stride == inner stride * inner dim`), so a kernel walks the same elements in the
+/// same order at the smallest rank, and fewer rank specialisations are compiled. A walk with
+/// no elements is returned as it is; one of a single element becomes rank 1.
+pub(crate) fn fuse_index_dims(
+    dims: &[usize],
+    batch_strides: &[usize],
+    window_strides: &[usize],
+) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    if dims.contains(&0) {
+        return (dims.to_vec(), batch_strides.to_vec(), window_strides.to_vec());
+    }
+    let mut fused: Vec<(usize, usize, usize)> = Vec::with_capacity(dims.len());
+    for ((&n, &b), &w) in dims.iter().zip(batch_strides).zip(window_strides) {
+        if n == 1 {
+            continue;
+        }
+        let steps_as_one = |outer: usize, inner: usize| Some(outer) == inner.checked_mul(n);
+        match fused.last_mut() {
+            Some(last) if steps_as_one(last.1, b) && steps_as_one(last.2, w) => {
+                *last = (last.0 * n, b, w);
+            }
+            _ => fused.push((n, b, w)),
+        }
+    }
+    if fused.is_empty() {
+        fused.push((1, 0, 0));
+    }
+    (
+        fused.iter().map(|f| f.0).collect(),
+        fused.iter().map(|f| f.1).collect(),
+        fused.iter().map(|f| f.2).collect(),
+    )
+}
+
+/// Pad dims with adjacent dims fused: an outer dim without interior padding absorbs the
+/// unpadded dims inside it (its low and high pads scaled by their size), which pads the same
+/// elements at a smaller rank. A scaling that overflows leaves the dims apart.
+pub(crate) fn fuse_pad_dims(dims: &[usize], pads: &[PadSpec]) -> (Vec<usize>, Vec<PadSpec>) {
+    let unpadded = |p: &PadSpec| p.low == 0 && p.high == 0 && p.interior == 0;
+    // Innermost first.
+    let mut fused: Vec<(usize, PadSpec)> = Vec::with_capacity(dims.len());
+    for (&n, &p) in dims.iter().zip(pads).rev() {
+        if let Some(inner) = fused.last_mut().filter(|g| unpadded(&g.1) && p.interior == 0) {
+            let size = inner.0;
+            let scaled = |v: i64| i64::try_from(size).ok().and_then(|s| v.checked_mul(s));
+            if let (Some(m), Some(low), Some(high)) =
+                (n.checked_mul(size), scaled(p.low), scaled(p.high))
+            {
+                *inner = (
+                    m,
+                    PadSpec {
+                        low,
+                        high,
+                        interior: 0,
+                    },
+                );
+                continue;
+            }
+        }
+        fused.push((n, p));
+    }
+    fused.reverse();
+    fused.into_iter().unzip()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_walks_fuse_where_both_strides_step_as_one() {
+        // A row gather of a [5, 3, 4] operand by 6 indices: output [6, 3, 4], walked by batch
+        // dim 0 and window dims 1, 2 (dense rows): the window dims fuse, the batch dim not.
+        let (d, b, w) = fuse_index_dims(&[6, 3, 4], &[1, 0, 0], &[0, 4, 1]);
+        assert_eq!((d, b, w), (vec![6, 12], vec![1, 0], vec![0, 1]));
+        // Size-1 dims go; a dim whose strides do not chain stays apart.
+        let (d, b, w) = fuse_index_dims(&[1, 2, 1, 3], &[0, 3, 9, 1], &[7, 0, 0, 2]);
+        assert_eq!((d, b, w), (vec![2, 3], vec![3, 1], vec![0, 2]));
+        // Batch and window both chaining: the whole walk is one dim.
+        let (d, b, w) = fuse_index_dims(&[2, 3], &[3, 1], &[6, 2]);
+        assert_eq!((d, b, w), (vec![6], vec![1], vec![2]));
+        assert_eq!(fuse_index_dims(&[1, 1], &[0, 0], &[5, 5]).0, vec![1]);
+        assert_eq!(fuse_index_dims(&[3, 0], &[1, 0], &[0, 1]).0, vec![3, 0]);
+    }
+
+    #[test]
+    fn pads_fuse_outer_dims_into_unpadded_inner_ones() {
+        let p = |low, high, interior| PadSpec {
+            low,
+            high,
+            interior,
+        };
+        let none = p(0, 0, 0);
+        // [3, 4, 5] padded on dim 0 only: one dim of 60 with pads of 20.
+        let (d, s) = fuse_pad_dims(&[3, 4, 5], &[p(1, -2, 0), none, none]);
+        assert_eq!((d, s), (vec![60], vec![p(20, -40, 0)]));
+        // Interior padding or a padded inner dim keeps dims apart.
+        let (d, s) = fuse_pad_dims(&[3, 4, 5], &[p(1, 0, 1), none, p(0, 2, 0)]);
+        assert_eq!((d, s), (vec![3, 4, 5], vec![p(1, 0, 1), none, p(0, 2, 0)]));
+        let (d, s) = fuse_pad_dims(&[3, 4, 5], &[none, p(2, 1, 0), none]);
+        assert_eq!((d, s), (vec![3, 20], vec![none, p(10, 5, 0)]));
+        // Scaling i64::MIN overflows: the dims stay apart.
+        let (d, _) = fuse_pad_dims(&[2, 3], &[p(i64::MIN, 0, 0), none]);
+        assert_eq!(d, vec![2, 3]);
+    }
+}

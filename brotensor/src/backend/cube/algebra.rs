@@ -10,6 +10,7 @@ use cubecl::ir::{StorageType, Type};
 use cubecl::prelude::*;
 
 use super::{out_handle, CubeBackend};
+use crate::backend::algebra::{fuse_index_dims, fuse_pad_dims};
 use crate::backend::{AlgebraOps, ComplexMap, FloatMap, IndexMap, PadSpec, ReduceOp};
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -210,11 +211,13 @@ impl<R: Runtime> AlgebraOps for CubeBackend<R> {
     fn pad(&self, x: &Tensor, pads: &[PadSpec], out: &mut Tensor) -> Result<()> {
         const OP: &str = "pad";
         let w = words(OP, x)?;
-        let dims = x.dims();
+        let (dims, pads) = fuse_pad_dims(x.dims(), pads);
         let mut in_stride = 1usize;
         let mut resolved = Vec::with_capacity(dims.len());
         for d in (0..dims.len()).rev() {
-            resolved.push(pad_dim(OP, dims[d], pads[d], out.dims()[d], in_stride)?);
+            let out_dim = brotensor_cpu::algebra::pad_dim(dims[d], pads[d])
+                .ok_or_else(|| Error::invalid(OP, "a padded dim is negative or overflows"))?;
+            resolved.push(pad_dim(OP, dims[d], pads[d], out_dim, in_stride)?);
             in_stride = in_stride.saturating_mul(dims[d]);
         }
         resolved.reverse();
@@ -281,10 +284,12 @@ impl<R: Runtime> AlgebraOps for CubeBackend<R> {
         const OP: &str = "gather";
         let w = words(OP, src)?;
         let bases = kernel_bases(OP, map.bases, 1)?;
+        let (dims, batch, window) =
+            fuse_index_dims(map.dims, map.batch_strides, map.window_strides);
         let kmap = kidx::IndexMap {
-            dims: map.dims,
-            batch_strides: map.batch_strides,
-            window_strides: map.window_strides,
+            dims: &dims,
+            batch_strides: &batch,
+            window_strides: &window,
             bases: &bases,
         };
         kidx::launch_gather(
@@ -302,6 +307,11 @@ impl<R: Runtime> AlgebraOps for CubeBackend<R> {
         const OP: &str = "scatter_add";
         // Complex values are pairs of scalars: one more dim of 2, in parts.
         let parts = if out.dtype().is_complex() { 2 } else { 1 };
+        // Window strides are below the operand's element count, so their doubles fit too.
+        let scalars = out
+            .numel()
+            .checked_mul(parts)
+            .ok_or_else(|| Error::invalid(OP, "the operand overflows"))?;
         let mut dims = map.dims.to_vec();
         let mut batch = map.batch_strides.to_vec();
         let mut window: Vec<usize> = map.window_strides.iter().map(|s| s * parts).collect();
@@ -310,10 +320,7 @@ impl<R: Runtime> AlgebraOps for CubeBackend<R> {
             batch.push(0);
             window.push(1);
         }
-        let scalars = out
-            .numel()
-            .checked_mul(parts)
-            .ok_or_else(|| Error::invalid(OP, "the operand overflows"))?;
+        let (dims, batch, window) = fuse_index_dims(&dims, &batch, &window);
         let (uh, oh) = (out_handle(updates), out_handle(out));
         let (atomic, slot) = match out.dtype() {
             Dtype::F32 | Dtype::C64 => (self.atomic_add[0], 0),
