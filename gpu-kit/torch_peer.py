@@ -2,8 +2,11 @@
 torch.matmul at 4096^3 in FP16 and BF16 (TFLOP/s), a device-to-device copy of a 4096 x 4096
 tensor (GB/s), and `scaled_dot_product_attention` at the shapes of `bench_attention` (forward
 B=1, H=16, L=1024/4096, hd=64/128, causal and not, in TFLOP/s; decode with 32 query / 8 KV
-heads, hd 128, one query against caches of 512/4096/16384 rows, in GB/s of K/V read). Prints
-a markdown table; skips cleanly without CUDA or torch."""
+heads, hd 128, one query against caches of 512/4096/16384 rows, in GB/s of K/V read), and the
+tensor-algebra ops `bench_ops` times (F32 4096 x 4096: transpose made contiguous, sum over
+axis 0 and 1, amax over axis 1, a shuffled row gather, a concatenation of four row blocks; GB/s
+of the bytes each must read and write once, as `bench_ops` counts them). Prints a markdown
+table; skips cleanly without CUDA or torch."""
 import sys
 
 try:
@@ -47,6 +50,21 @@ for dtype in (torch.float32, torch.float16):
     y = torch.empty_like(x)
     ms = best_ms(lambda: y.copy_(x))
     print(f"| copy_ d2d | {str(dtype)[6:]} | {n}^2 | {ms:.4f} | {2 * x.numel() * x.element_size() / ms / 1e6:.1f} GB/s |")
+
+x = torch.randn(n, n, device="cuda", dtype=torch.float32)
+order = (torch.arange(n, device="cuda") * 1031) % n
+blocks = [b.contiguous() for b in x.split(n // 4, 0)]
+tensor_bytes = x.numel() * 4
+for name, fn, tensors in (
+    ("transpose [1, 0] (.t().contiguous())", lambda: x.t().contiguous(), 2),
+    ("reduce_sum axis 0 (sum(0))", lambda: x.sum(0), 1),
+    ("reduce_sum axis 1 (sum(1))", lambda: x.sum(1), 1),
+    ("reduce_max axis 1 (amax(1))", lambda: x.amax(1), 1),
+    ("gather rows, shuffled (index_select)", lambda: x.index_select(0, order), 2),
+    ("concatenate 4 blocks, axis 0 (cat)", lambda: torch.cat(blocks, 0), 2),
+):
+    ms = best_ms(fn)
+    print(f"| {name} | float32 | {n}^2 | {ms:.4f} | {tensors * tensor_bytes / ms / 1e6:.1f} GB/s |")
 
 import torch.nn.functional as F
 

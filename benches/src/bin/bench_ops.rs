@@ -1,5 +1,6 @@
 //! Throughput of the activations, norms (forward and backward), losses and reductions that
-//! `bench_dense` does not time, on every device, each against a copy of one tensor timed in
+//! `bench_dense` does not time, and of the tensor-algebra ops (transpose, single-axis
+//! reductions, row gather, concatenate), on every device, each against a copy of one tensor timed in
 //! batches alternating with it. Bytes counted are the tensors the op must read and write
 //! once (parameter vectors and per-row outputs are small and not counted).
 //!
@@ -143,6 +144,42 @@ fn main() -> Result<()> {
         })?;
         row("rows_count_above", 1.0, &mut || {
             ops::rows_count_above(&x, -0.5, 0.5, &mut s1)
+        })?;
+
+        // The tensor-algebra ops (issue 13), as `bench_layout` times them on the CPU against
+        // numpy: the same operand seen as N-d.
+        let x2 = x.reshape(&[r, c])?;
+        row("transpose [1, 0]", 2.0, &mut || {
+            ops::transpose(&x2, &[1, 0]).map(drop)
+        })?;
+        let mut red = Tensor::default();
+        row("reduce_sum axis 0", 1.0, &mut || {
+            ops::reduce_sum_out(&x2, 0, &mut red)
+        })?;
+        row("reduce_sum axis 1", 1.0, &mut || {
+            ops::reduce_sum_out(&x2, 1, &mut red)
+        })?;
+        row("reduce_max axis 1", 1.0, &mut || {
+            ops::reduce_max_out(&x2, 1, &mut red)
+        })?;
+        // Every row, in a shuffled order (r -> r * 1031 mod rows, 1031 being odd).
+        let order: Vec<i64> = (0..r as i64).map(|i| (i * 1031) % r as i64).collect();
+        let order = Tensor::from_slice_nd_on(device, &order, &[r, 1])?;
+        let rows = ops::GatherDims {
+            offset_dims: vec![1],
+            collapsed_slice_dims: vec![0],
+            start_index_map: vec![0],
+            index_vector_dim: 1,
+        };
+        row("gather rows (shuffled)", 2.0, &mut || {
+            ops::gather(&x2, &order, &rows, &[1, c]).map(drop)
+        })?;
+        let blocks: Vec<Tensor> = (0..4)
+            .map(|i| ops::slice(&x2, &[i * r / 4, 0], &[(i + 1) * r / 4, c], &[1, 1]))
+            .collect::<Result<_>>()?;
+        let refs: Vec<&Tensor> = blocks.iter().collect();
+        row("concatenate 4 blocks, axis 0", 2.0, &mut || {
+            ops::concatenate(&refs, 0).map(drop)
         })?;
     }
     Ok(())
