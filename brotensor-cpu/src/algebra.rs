@@ -458,7 +458,7 @@ pub fn gather<T: bytemuck::Pod + Send + Sync>(src: &[T], map: &IndexMap<'_>, out
                     let n = o.len();
                     // The next run's source, prefetched while this one is copied.
                     let following = (r + 1) * run;
-                    let next = (contiguous && following < out_len)
+                    let next = (stream.prefetches() && contiguous && following < out_len)
                         .then(|| map.target(following, coords))
                         .flatten()
                         .and_then(|b| src.get(b..))

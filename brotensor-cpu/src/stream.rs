@@ -122,6 +122,14 @@ impl Stream<'static> {
     };
 }
 
+impl Stream<'_> {
+    /// Whether [`copy_bytes_ahead`] prefetches its `next` slice with this stream (streaming
+    /// is on, on x86-64): callers skip working out `next` otherwise.
+    pub fn prefetches(&self) -> bool {
+        self.on && cfg!(target_arch = "x86_64")
+    }
+}
+
 /// Runs `f`, an op writing `len` elements of `elem_bytes` bytes, with a [`Streaming`]
 /// permission that is on when [`should_stream`] says so. `f` makes a [`Fence`] on every
 /// thread that writes (one per rayon job), so the output is complete and ordered once `f`
@@ -346,7 +354,9 @@ pub fn copy_bytes_ahead(stream: Stream, dst: &mut [u8], src: &[u8], next: &[u8])
         let body = (n - head) / LINE_BYTES * LINE_BYTES;
         dst[..head].copy_from_slice(&src[..head]);
         let (d, s) = (&mut dst[head..head + body], &src[head..head + body]);
-        let lines = d.chunks_exact_mut(LINE_BYTES).zip(s.chunks_exact(LINE_BYTES));
+        let lines = d
+            .chunks_exact_mut(LINE_BYTES)
+            .zip(s.chunks_exact(LINE_BYTES));
         for (i, (d, s)) in lines.enumerate() {
             if let Some(ahead) = next.get(i * LINE_BYTES) {
                 // SAFETY: PREFETCHT0 (SSE, x86-64 baseline) neither faults nor writes; the

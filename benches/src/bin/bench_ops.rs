@@ -162,7 +162,8 @@ fn main() -> Result<()> {
         row("reduce_max axis 1", 1.0, &mut || {
             ops::reduce_max_out(&x2, 1, &mut red)
         })?;
-        // Every row, in a shuffled order (r -> r * 1031 mod rows, 1031 being odd).
+        // Every row, in a shuffled order (r -> r * 1031 mod rows: a permutation, since 1031 is
+        // odd and `rows` a power of two).
         let order: Vec<i64> = (0..r as i64).map(|i| (i * 1031) % r as i64).collect();
         let order = Tensor::from_slice_nd_on(device, &order, &[r, 1])?;
         let rows = ops::GatherDims {

@@ -359,16 +359,18 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
                 $op,
                 $complex,
             ));
-            l.lower(reduce_rows_plane_kernel::ReduceRowsPlaneKernel::<$t, Rt>::new(
-                L::settings_1d(),
-                l.client.clone(),
-                a(),
-                a(),
-                a(),
-                (),
-                $op,
-                $complex,
-            ));
+            l.lower(
+                reduce_rows_plane_kernel::ReduceRowsPlaneKernel::<$t, Rt>::new(
+                    L::settings_1d(),
+                    l.client.clone(),
+                    a(),
+                    a(),
+                    a(),
+                    (),
+                    $op,
+                    $complex,
+                ),
+            );
         };
     }
     for op in ReduceOp::ALL {

@@ -110,7 +110,11 @@ pub(crate) fn fuse_index_dims(
     window_strides: &[usize],
 ) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
     if dims.contains(&0) {
-        return (dims.to_vec(), batch_strides.to_vec(), window_strides.to_vec());
+        return (
+            dims.to_vec(),
+            batch_strides.to_vec(),
+            window_strides.to_vec(),
+        );
     }
     let mut fused: Vec<(usize, usize, usize)> = Vec::with_capacity(dims.len());
     for ((&n, &b), &w) in dims.iter().zip(batch_strides).zip(window_strides) {
@@ -143,7 +147,10 @@ pub(crate) fn fuse_pad_dims(dims: &[usize], pads: &[PadSpec]) -> (Vec<usize>, Ve
     // Innermost first.
     let mut fused: Vec<(usize, PadSpec)> = Vec::with_capacity(dims.len());
     for (&n, &p) in dims.iter().zip(pads).rev() {
-        if let Some(inner) = fused.last_mut().filter(|g| unpadded(&g.1) && p.interior == 0) {
+        if let Some(inner) = fused
+            .last_mut()
+            .filter(|g| unpadded(&g.1) && p.interior == 0)
+        {
             let size = inner.0;
             let scaled = |v: i64| i64::try_from(size).ok().and_then(|s| v.checked_mul(s));
             if let (Some(m), Some(low), Some(high)) =

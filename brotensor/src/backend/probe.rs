@@ -43,10 +43,13 @@ pub(crate) fn cuda_backends() -> Vec<Box<dyn Backend>> {
             let client = guarded(&format!("cuda:{i}"), || {
                 CudaRuntime::client(&CudaDevice { index: i })
             })?;
-            Some(
-                Box::new(CubeBackend::new(Device::Cuda(i), client, name, false, false))
-                    as Box<dyn Backend>,
-            )
+            Some(Box::new(CubeBackend::new(
+                Device::Cuda(i),
+                client,
+                name,
+                false,
+                false,
+            )) as Box<dyn Backend>)
         })
         .collect()
 }

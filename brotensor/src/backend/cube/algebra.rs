@@ -307,14 +307,15 @@ impl<R: Runtime> AlgebraOps for CubeBackend<R> {
         const OP: &str = "scatter_add";
         // Complex values are pairs of scalars: one more dim of 2, in parts.
         let parts = if out.dtype().is_complex() { 2 } else { 1 };
-        // Window strides are below the operand's element count, so their doubles fit too.
-        let scalars = out
-            .numel()
-            .checked_mul(parts)
-            .ok_or_else(|| Error::invalid(OP, "the operand overflows"))?;
+        let overflow = || Error::invalid(OP, "the operand overflows");
+        let scalars = out.numel().checked_mul(parts).ok_or_else(overflow)?;
         let mut dims = map.dims.to_vec();
         let mut batch = map.batch_strides.to_vec();
-        let mut window: Vec<usize> = map.window_strides.iter().map(|s| s * parts).collect();
+        let mut window = map
+            .window_strides
+            .iter()
+            .map(|s| s.checked_mul(parts).ok_or_else(overflow))
+            .collect::<Result<Vec<usize>>>()?;
         if parts == 2 {
             dims.push(2);
             batch.push(0);

@@ -240,7 +240,8 @@ fn every_reduction_along_contiguous_rows_of_every_length() {
                 let prod_in: Vec<(f64, f64)> = (0..ROWS * n)
                     .map(|i| {
                         if int {
-                            ((noise(3, i) * 1000.0).round(), 0.0)
+                            // Odd, so that long products do not collapse to 0 (2^64 | p).
+                            (2.0 * (noise(3, i) * 500.0).round() + 1.0, 0.0)
                         } else if complex {
                             let (r, t) = (1.0 + 0.01 * noise(3, i), 0.01 * noise(4, i));
                             (r * t.cos(), r * t.sin())
@@ -310,9 +311,16 @@ fn every_reduction_along_contiguous_rows_of_every_length() {
                 }
                 // Max and min, exact, with a NaN nowhere, then at the rows' first, last and
                 // middle element. F32 inputs are the values rounded to f32.
-                let stored = |x: f64| if dtype == Dtype::F32 { x as f32 as f64 } else { x };
+                let stored = |x: f64| {
+                    if dtype == Dtype::F32 {
+                        x as f32 as f64
+                    } else {
+                        x
+                    }
+                };
                 for nan_at in [None, Some(0), Some(n - 1), Some(n / 2)] {
-                    let mut v: Vec<(f64, f64)> = sum_in.iter().map(|p| (stored(p.0), 0.0)).collect();
+                    let mut v: Vec<(f64, f64)> =
+                        sum_in.iter().map(|p| (stored(p.0), 0.0)).collect();
                     if let Some(k) = nan_at {
                         for row in v.chunks_mut(n) {
                             row[k].0 = f64::NAN;
