@@ -62,6 +62,10 @@ const ALLOWED: &[(&str, &str)] = &[
         "complex",
         "flag: elements are (re, im) pairs (algebra/reduce.rs)",
     ),
+    (
+        "int64",
+        "flag: the elements are i64, shuffled as f64 bits (algebra/reduce.rs)",
+    ),
     ("from_complex", "flag: the conversion's source is complex"),
     (
         "to_complex",

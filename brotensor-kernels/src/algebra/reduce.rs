@@ -69,7 +69,8 @@ fn reduce_axis_kernel<T: Numeric>(
         let c = t % m;
         let outer = t / m;
         let start = c * chunk;
-        let end = u32::min(n, start + chunk);
+        // `start < n` (`c < m`); this form cannot wrap near 2^32.
+        let end = start + u32::min(chunk, n - start);
         let first = (outer * n + start) * inner + i;
         if comptime!(complex) {
             let mut re = x[(2 * first) as usize];
@@ -127,6 +128,20 @@ fn combine<T: Numeric>(acc: T, v: T, #[comptime] op: ReduceOp) -> T {
     r
 }
 
+/// `plane_shuffle_xor(v, mask)`. 64-bit integers (`int64`) travel as the bits of an f64:
+/// Vulkan shuffles 64-bit integers only with `shaderSubgroupExtendedTypes`, which wgpu does
+/// not require, while 64-bit floats need only `shaderFloat64`. A shuffle moves bits unchanged.
+#[cube]
+fn shuffle_xor<T: Numeric>(v: T, mask: u32, #[comptime] int64: bool) -> T {
+    let mut r = v;
+    if comptime!(int64) {
+        r = T::reinterpret(plane_shuffle_xor(f64::reinterpret(v), mask));
+    } else {
+        r = plane_shuffle_xor(v, mask);
+    }
+    r
+}
+
 /// One plane-kernel pass over rows of length `n` (`inner == 1`): plane task `t < tasks`
 /// reduces chunk `t % m` (elements `c * chunk .. min(n, (c + 1) chunk)`) of row `t / m` into
 /// element `t` of `out` (`meta`: `n`, `chunk`, `m`; `n >= 1`). Lane `l` takes elements
@@ -141,6 +156,7 @@ fn reduce_rows_plane_kernel<T: Numeric>(
     tasks: u32,
     #[comptime] op: ReduceOp,
     #[comptime] complex: bool,
+    #[comptime] int64: bool,
 ) {
     let plane_dim = u32::cast_from(PLANE_DIM);
     let per_cube = u32::cast_from(CUBE_DIM) / plane_dim;
@@ -152,7 +168,7 @@ fn reduce_rows_plane_kernel<T: Numeric>(
         let c = t % m;
         let row = t / m;
         let start = c * chunk;
-        let end = u32::min(n, start + chunk);
+        let end = start + u32::min(chunk, n - start);
         let lane = u32::cast_from(UNIT_POS_PLANE);
         let base = row * n;
         if comptime!(complex) {
@@ -173,8 +189,8 @@ fn reduce_rows_plane_kernel<T: Numeric>(
             }
             let mut s = plane_dim / 2;
             while s > 0 {
-                let a = plane_shuffle_xor(re, s);
-                let b = plane_shuffle_xor(im, s);
+                let a = shuffle_xor::<T>(re, s, int64);
+                let b = shuffle_xor::<T>(im, s, int64);
                 if comptime!(op == ReduceOp::Prod) {
                     let r = re * a - im * b;
                     im = re * b + im * a;
@@ -201,7 +217,7 @@ fn reduce_rows_plane_kernel<T: Numeric>(
             }
             let mut s = plane_dim / 2;
             while s > 0 {
-                acc = combine::<T>(acc, plane_shuffle_xor(acc, s), op);
+                acc = combine::<T>(acc, shuffle_xor::<T>(acc, s, int64), op);
                 s /= 2;
             }
             if lane == 0 {
@@ -258,6 +274,7 @@ pub fn launch_reduce_axis<R: Runtime, T: Numeric + CubeElement>(
     }
     let per = if complex { 2 } else { 1 };
     let bytes = core::mem::size_of::<T>();
+    let int64 = T::as_type_native_unchecked() == i64::as_type_native_unchecked();
     let total = extent("input", &[outer, n, inner, per])?;
     fits_u32("input (must fit in 32 bits)", total)?;
     check_len("x", x, total, bytes)?;
@@ -269,7 +286,10 @@ pub fn launch_reduce_axis<R: Runtime, T: Numeric + CubeElement>(
     let mut src = x.clone();
     let mut len = n;
     loop {
-        let plane = plane_dim_max.filter(|_| inner == 1 && len >= PLANE_MIN_AXIS);
+        // Lanes step past the axis end by up to a plane before they stop: keep that in u32.
+        let plane = plane_dim_max.filter(|_| {
+            inner == 1 && len >= PLANE_MIN_AXIS && len + (CUBE_UNITS as usize) <= u32::MAX as usize
+        });
         let chunk = if plane.is_some() {
             PLANE_CHUNK
         } else {
@@ -310,6 +330,7 @@ pub fn launch_reduce_axis<R: Runtime, T: Numeric + CubeElement>(
                     units as u32,
                     op,
                     complex,
+                    int64,
                 );
             }
         } else {
@@ -369,6 +390,7 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
                     (),
                     $op,
                     $complex,
+                    core::any::type_name::<$t>() == "i64",
                 ),
             );
         };
