@@ -133,13 +133,11 @@ fn combine<T: Numeric>(acc: T, v: T, #[comptime] op: ReduceOp) -> T {
 /// not require, while 64-bit floats need only `shaderFloat64`. A shuffle moves bits unchanged.
 #[cube]
 fn shuffle_xor<T: Numeric>(v: T, mask: u32, #[comptime] int64: bool) -> T {
-    let mut r = v;
     if comptime!(int64) {
-        r = T::reinterpret(plane_shuffle_xor(f64::reinterpret(v), mask));
+        T::reinterpret(plane_shuffle_xor(f64::reinterpret(v), mask))
     } else {
-        r = plane_shuffle_xor(v, mask);
+        plane_shuffle_xor(v, mask)
     }
-    r
 }
 
 /// One plane-kernel pass over rows of length `n` (`inner == 1`): plane task `t < tasks`
