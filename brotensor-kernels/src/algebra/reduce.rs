@@ -77,16 +77,10 @@ fn reduce_axis_kernel<T: Numeric>(
             let mut im = x[(2 * first + 1) as usize];
             for k in start + 1..end {
                 let e = (outer * n + k) * inner + i;
-                let a = x[(2 * e) as usize];
-                let b = x[(2 * e + 1) as usize];
-                if comptime!(op == ReduceOp::Prod) {
-                    let r = re * a - im * b;
-                    im = re * b + im * a;
-                    re = r;
-                } else {
-                    re += a;
-                    im += b;
-                }
+                let (nr, ni) =
+                    combine_complex::<T>(re, im, x[(2 * e) as usize], x[(2 * e + 1) as usize], op);
+                re = nr;
+                im = ni;
             }
             out[(2 * o) as usize] = re;
             out[(2 * o + 1) as usize] = im;
@@ -97,6 +91,16 @@ fn reduce_axis_kernel<T: Numeric>(
             }
             out[o as usize] = acc;
         }
+    }
+}
+
+/// `(re, im)` combined with `(a, b)` by a complex sum or product.
+#[cube]
+fn combine_complex<T: Numeric>(re: T, im: T, a: T, b: T, #[comptime] op: ReduceOp) -> (T, T) {
+    if comptime!(op == ReduceOp::Prod) {
+        (re * a - im * b, re * b + im * a)
+    } else {
+        (re + a, im + b)
     }
 }
 
@@ -174,29 +178,18 @@ fn reduce_rows_plane_kernel<T: Numeric>(
             let mut im = T::from_int(0);
             for k in range_stepped(start + lane, end, plane_dim) {
                 let e = base + k;
-                let a = x[(2 * e) as usize];
-                let b = x[(2 * e + 1) as usize];
-                if comptime!(op == ReduceOp::Prod) {
-                    let r = re * a - im * b;
-                    im = re * b + im * a;
-                    re = r;
-                } else {
-                    re += a;
-                    im += b;
-                }
+                let (nr, ni) =
+                    combine_complex::<T>(re, im, x[(2 * e) as usize], x[(2 * e + 1) as usize], op);
+                re = nr;
+                im = ni;
             }
             let mut s = plane_dim / 2;
             while s > 0 {
                 let a = shuffle_xor::<T>(re, s, int64);
                 let b = shuffle_xor::<T>(im, s, int64);
-                if comptime!(op == ReduceOp::Prod) {
-                    let r = re * a - im * b;
-                    im = re * b + im * a;
-                    re = r;
-                } else {
-                    re += a;
-                    im += b;
-                }
+                let (nr, ni) = combine_complex::<T>(re, im, a, b, op);
+                re = nr;
+                im = ni;
                 s /= 2;
             }
             if lane == 0 {

@@ -122,10 +122,12 @@ pub(crate) fn fuse_index_dims(
             continue;
         }
         let steps_as_one = |outer: usize, inner: usize| Some(outer) == inner.checked_mul(n);
-        match fused.last_mut() {
-            Some(last) if steps_as_one(last.1, b) && steps_as_one(last.2, w) => {
-                *last = (last.0 * n, b, w);
-            }
+        let merged = fused
+            .last()
+            .filter(|last| steps_as_one(last.1, b) && steps_as_one(last.2, w))
+            .and_then(|last| last.0.checked_mul(n));
+        match (merged, fused.last_mut()) {
+            (Some(m), Some(last)) => *last = (m, b, w),
             _ => fused.push((n, b, w)),
         }
     }
