@@ -34,8 +34,8 @@ pub fn copy_blocks<T: Copy + Send + Sync>(
             .for_each(|(d, s)| d.copy_from_slice(s));
         return;
     }
-    if height == 1 || dst_pitch == width {
-        // Destination rows are contiguous (or there is one): split them into pieces.
+    if dst_pitch == width {
+        // Destination rows are contiguous (the source's are not): split them into pieces.
         let span = (height - 1) * dst_pitch + width;
         dst[dst_off..dst_off + span]
             .par_chunks_mut(ROWS_PER_PIECE * width)
