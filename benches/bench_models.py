@@ -6,9 +6,11 @@ steps, tokens/s, for brotensor, candle-transformers' quantized_llama (both from
 `bench_models`, built with `--features candle`) and llama.cpp (llama-cpp-python, in this
 process). MiniLM sentences/s at batch 1 and 32 for brotensor and candle-transformers' bert.
 Contenders alternate within each round (this machine's memory bandwidth drifts); the table
-gives each one's best round and the ratios.
+gives each one's best round and the ratios. brotensor runs once per CPU vector tier this
+machine has (BROTENSOR_CPU_TIER caps it: scalar, then avx2, then avx512), or only the tiers
+`--tiers` names; the tables name the CPU.
 
-    python3 benches/bench_models.py [--rounds 3] [--threads 2] [--no-llama]
+    python3 benches/bench_models.py [--rounds 3] [--threads 2] [--no-llama] [--tiers avx2,scalar]
 
 llama-cpp-python 0.3.36 is built from source by pip (about 15 minutes on 2 cores) into
 $BROTENSOR_LLAMA_VENV (default /tmp/brotensor-llama-venv) the first time; this script
@@ -40,9 +42,34 @@ def ensure_venv():
     return py
 
 
-def run_bin(*args):
-    out = subprocess.run([BIN, *args], check=True, capture_output=True, text=True).stdout
+def run_bin(*args, tier=None):
+    env = dict(os.environ)
+    env.pop("BROTENSOR_CPU_TIER", None)
+    if tier:
+        env["BROTENSOR_CPU_TIER"] = tier
+    out = subprocess.run([BIN, *args], check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def machine_tiers():
+    """The CPU tiers this machine runs, narrowest first (x86-64: scalar, avx2, avx512)."""
+    widest = run_bin("tier")["tier"]
+    order = ["scalar", "avx2", "avx512"] if widest != "neon" else ["scalar", "neon"]
+    return order[: order.index(widest) + 1] if widest in order else [widest]
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        name = next(l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name"))
+        flags = next(l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags"))
+        fam = next(l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("cpu family"))
+        model = next(l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model\t"))
+        ext = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16") if f in flags]
+        return f"{name} (family {fam} model {model}; {', '.join(ext)}), {os.cpu_count()} threads"
+    except (OSError, StopIteration):
+        return "unknown CPU"
 
 
 def llama_smollm2(short, long, threads):
@@ -90,6 +117,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument("--tiers", default="", help="comma-separated CPU tiers (default: every tier this machine has)")
     args = ap.parse_args()
     if not args.no_llama and os.environ.get("BROTENSOR_IN_VENV") != "1":
         py = ensure_venv()
@@ -97,6 +125,7 @@ def main():
         os.execv(py, [py, *sys.argv])
     subprocess.check_call(["cargo", "build", "--release", "-q", "-p", "brotensor-benches",
                            "--features", "candle", "--bin", "bench_models"], cwd=ROOT)
+    tiers = [t for t in args.tiers.split(",") if t] or machine_tiers()
     best = {}
 
     def keep(key, res, fields):
@@ -104,39 +133,47 @@ def main():
         for f in fields:
             b[f] = max(b.get(f, 0.0), res[f])
 
+    ours_names = [f"brotensor {t}" for t in tiers]
     for r in range(args.rounds):
-        ours = run_bin("smollm2", "brotensor")
-        keep("brotensor", ours, ["prefill5", "prefill128", "decode"])
+        for t in tiers:
+            ours = run_bin("smollm2", "brotensor", tier=t)
+            keep(f"brotensor {t}", ours, ["prefill5", "prefill128", "decode"])
         keep("candle", run_bin("smollm2", "candle"), ["prefill5", "prefill128", "decode"])
         if not args.no_llama:
             keep("llama.cpp", llama_smollm2(ours["short_ids"], ours["long_ids"], args.threads),
                  ["prefill5", "prefill128", "decode"])
-        keep("minilm brotensor", run_bin("minilm", "brotensor"), ["batch1", "batch32"])
+        for t in tiers:
+            keep(f"minilm brotensor {t}", run_bin("minilm", "brotensor", tier=t), ["batch1", "batch32"])
         keep("minilm candle", run_bin("minilm", "candle"), ["batch1", "batch32"])
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
 
+    print(f"CPU: {cpu_name()}")
+    print()
     print("| SmolLM2-135M Q4_1, CPU | prefill 5 tok/s | prefill 128 tok/s | decode tok/s | same 64 greedy tokens as brotensor |")
     print("|---|---|---|---|---|")
-    ref = best["brotensor"]["tokens"]
-    for name in ("brotensor", "llama.cpp", "candle"):
+    ref = best[ours_names[-1]]["tokens"]
+    for name in (*ours_names, "llama.cpp", "candle"):
         if name in best:
             b = best[name]
             same = "yes" if b["tokens"] == ref else f"first {next((i for i, (a, c) in enumerate(zip(b['tokens'], ref)) if a != c), len(ref))}"
             print(f"| {name} | {b['prefill5']:.1f} | {b['prefill128']:.1f} | {b['decode']:.1f} | {same} |")
-    ours = best["brotensor"]
-    for name in ("llama.cpp", "candle"):
-        if name in best:
-            b = best[name]
-            print(f"| brotensor / {name} | {ours['prefill5'] / b['prefill5']:.2f}x | "
-                  f"{ours['prefill128'] / b['prefill128']:.2f}x | {ours['decode'] / b['decode']:.2f}x | |")
+    for mine in ours_names:
+        ours = best[mine]
+        for name in ("llama.cpp", "candle"):
+            if name in best:
+                b = best[name]
+                print(f"| {mine} / {name} | {ours['prefill5'] / b['prefill5']:.2f}x | "
+                      f"{ours['prefill128'] / b['prefill128']:.2f}x | {ours['decode'] / b['decode']:.2f}x | |")
     print()
     print("| MiniLM-L6, CPU | batch 1 sentences/s | batch 32 sentences/s |")
     print("|---|---|---|")
-    for name in ("minilm brotensor", "minilm candle"):
+    for name in (*(f"minilm {n}" for n in ours_names), "minilm candle"):
         b = best[name]
-        print(f"| {name.split()[1]} | {b['batch1']:.1f} | {b['batch32']:.1f} |")
-    a, c = best["minilm brotensor"], best["minilm candle"]
-    print(f"| brotensor / candle | {a['batch1'] / c['batch1']:.2f}x | {a['batch32'] / c['batch32']:.2f}x |")
+        print(f"| {name.split(' ', 1)[1]} | {b['batch1']:.1f} | {b['batch32']:.1f} |")
+    c = best["minilm candle"]
+    for mine in ours_names:
+        a = best[f"minilm {mine}"]
+        print(f"| {mine} / candle | {a['batch1'] / c['batch1']:.2f}x | {a['batch32'] / c['batch32']:.2f}x |")
 
 
 if __name__ == "__main__":

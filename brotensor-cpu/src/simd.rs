@@ -6,6 +6,9 @@
 //! never contracts `a * b + c` into a fused multiply-add, so plain arithmetic gives the same
 //! bits on every path; math that takes the [`MulAdd`] the path hands it (the exp-based ops)
 //! fuses where the path has FMA and may differ from the other paths in the last bit.
+//!
+//! The tier is the widest the CPU has unless [`TIER_ENV`] (`BROTENSOR_CPU_TIER`) caps it, so
+//! every narrower tier's kernels can be tested and timed on a wider CPU.
 
 /// Runs `f`, compiled for the widest vector extension the running CPU supports.
 ///
@@ -91,17 +94,135 @@ pub fn prefetch(p: *const f32) {
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Level {
-    Baseline,
-    Avx2,
-    Avx512,
+    Baseline = 0,
+    Avx2 = 1,
+    Avx512 = 2,
 }
 
-/// The widest tier this CPU runs (detected once; `is_x86_feature_detected` caches).
+/// The environment variable that caps the CPU tier: `scalar`, `avx2`, `avx512` or `neon`
+/// (see [`tier_cap`]).
+pub const TIER_ENV: &str = "BROTENSOR_CPU_TIER";
+
+/// A vector tier a CPU kernel can be compiled for, narrowest first on each architecture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// The target's baseline and no hand-written vector kernels: SSE2 on x86-64 (what
+    /// LLVM vectorizes by itself), NEON on AArch64.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C: 8 FP32 lanes.
+    Avx2,
+    /// x86-64 AVX-512 F, VL, BW, DQ (with AVX2, FMA and F16C): 16 FP32 lanes.
+    Avx512,
+    /// AArch64 NEON (Advanced SIMD): 4 FP32 lanes.
+    Neon,
+}
+
+impl Tier {
+    /// The name [`TIER_ENV`] takes for this tier.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Scalar => "scalar",
+            Tier::Avx2 => "avx2",
+            Tier::Avx512 => "avx512",
+            Tier::Neon => "neon",
+        }
+    }
+}
+
+/// The tier [`TIER_ENV`] asks for: `Ok(None)` when unset or empty, an error naming the
+/// variable and the accepted values when it holds anything else, or a tier this
+/// architecture has no kernels for (`neon` on x86-64, `avx2` / `avx512` on AArch64).
+pub fn tier_cap() -> Result<Option<Tier>, String> {
+    let Ok(v) = std::env::var(TIER_ENV) else {
+        return Ok(None);
+    };
+    let tier = match v.trim().to_ascii_lowercase().as_str() {
+        "" => return Ok(None),
+        "scalar" => Tier::Scalar,
+        "avx2" => Tier::Avx2,
+        "avx512" => Tier::Avx512,
+        "neon" => Tier::Neon,
+        _ => {
+            return Err(format!(
+                "{TIER_ENV}={v:?} is not a tier (expected scalar, avx2, avx512 or neon)"
+            ))
+        }
+    };
+    let here = match tier {
+        Tier::Scalar => true,
+        Tier::Avx2 | Tier::Avx512 => cfg!(target_arch = "x86_64"),
+        Tier::Neon => cfg!(target_arch = "aarch64"),
+    };
+    if here {
+        Ok(Some(tier))
+    } else {
+        Err(format!(
+            "{TIER_ENV}={v:?} names a tier of another architecture (this one is {})",
+            std::env::consts::ARCH
+        ))
+    }
+}
+
+/// The tier the CPU kernels run: the widest this CPU has, capped by [`TIER_ENV`] (a cap
+/// wider than the CPU changes nothing). Decided once per process; an unusable value of
+/// the variable is reported on standard error once and ignored (`brotensor::cpu_tier`
+/// returns it as an error).
+pub fn tier() -> Tier {
+    #[cfg(target_arch = "x86_64")]
+    match level() {
+        Level::Baseline => Tier::Scalar,
+        Level::Avx2 => Tier::Avx2,
+        Level::Avx512 => Tier::Avx512,
+    }
+    #[cfg(target_arch = "aarch64")]
+    match tier_cap() {
+        Ok(Some(Tier::Scalar)) => Tier::Scalar,
+        _ => Tier::Neon,
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    Tier::Scalar
+}
+
+/// The tier [`wide`] and the hand-written kernels run on this CPU: [`tier`] as a
+/// [`Level`] (detected and capped once; later calls are one atomic load).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn level() -> Level {
+    use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+    static LEVEL: AtomicU8 = AtomicU8::new(u8::MAX);
+    match LEVEL.load(Relaxed) {
+        0 => Level::Baseline,
+        1 => Level::Avx2,
+        2 => Level::Avx512,
+        _ => {
+            let l = capped_level();
+            LEVEL.store(l as u8, Relaxed);
+            l
+        }
+    }
+}
+
+/// The widest tier this CPU has, capped by [`TIER_ENV`].
+#[cfg(target_arch = "x86_64")]
+#[cold]
+fn capped_level() -> Level {
+    let cap = match tier_cap() {
+        Ok(Some(Tier::Scalar)) => Level::Baseline,
+        Ok(Some(Tier::Avx2)) => Level::Avx2,
+        Ok(_) => Level::Avx512,
+        Err(e) => {
+            eprintln!("brotensor: cpu: {e}; ignoring it");
+            Level::Avx512
+        }
+    };
+    detected_level().min(cap)
+}
+
+/// The widest tier this CPU has (`is_x86_feature_detected` caches).
+#[cfg(target_arch = "x86_64")]
+fn detected_level() -> Level {
     use std::arch::is_x86_feature_detected as has;
-    if has!("avx2") && has!("fma") {
+    if has!("avx2") && has!("fma") && has!("f16c") {
         if has!("avx512f") && has!("avx512vl") && has!("avx512bw") && has!("avx512dq") {
             Level::Avx512
         } else {
@@ -112,13 +233,13 @@ pub(crate) fn level() -> Level {
     }
 }
 
-/// `f` inlined into a function compiled with AVX2 and FMA enabled.
+/// `f` inlined into a function compiled with AVX2, FMA and F16C enabled.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA.
+/// The CPU must support AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
@@ -127,8 +248,8 @@ unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
 /// # Safety
 /// The CPU must support every one of those features.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")]
+pub(crate) unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 

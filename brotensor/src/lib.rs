@@ -39,10 +39,10 @@ pub use layout::MAX_RANK;
 /// The complex element type of C64 (`Complex<f32>`) and C128 (`Complex<f64>`) tensors.
 pub use num_complex::Complex;
 pub use runtime::{
-    available_devices, compute_dtype, compute_dtype_on, default_device, device_name, init,
-    is_available, is_software, matmul_uses_matrix_units, max_buffer_bytes, memory_info,
+    available_devices, compute_dtype, compute_dtype_on, cpu_tier, default_device, device_name,
+    init, is_available, is_software, matmul_uses_matrix_units, max_buffer_bytes, memory_info,
     memory_trim, set_default_device, supports_dtype, sync, sync_all, DeviceScope, MemoryInfo,
-    DEFAULT_DEVICE_ENV,
+    CPU_TIER_ENV, DEFAULT_DEVICE_ENV,
 };
 pub use tensor::{Element, Tensor, GPU_MAX_ELEMENTS};
 

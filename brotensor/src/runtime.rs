@@ -185,6 +185,25 @@ pub fn supports_dtype(device: Device, dtype: Dtype) -> Result<bool> {
     Ok(be.supports(dtype) || (dtype.is_quant() && be.computes_quant(dtype)))
 }
 
+/// Environment variable that caps the CPU's vector tier: `scalar`, `avx2`, `avx512` or
+/// `neon` (see [`cpu_tier`]).
+pub const CPU_TIER_ENV: &str = brotensor_cpu::simd::TIER_ENV;
+
+/// The vector tier the CPU ops run (`"scalar"`, `"avx2"`, `"avx512"` or `"neon"`): the widest
+/// this CPU has, capped by [`CPU_TIER_ENV`] so that a narrower tier's kernels can be tested
+/// and timed on a wider CPU (a cap wider than the CPU changes nothing). Decided once per
+/// process, at the first CPU op.
+///
+/// Errors if [`CPU_TIER_ENV`] holds a value that is not a tier, or a tier of another
+/// architecture; the CPU ops then ignore it and run the widest tier.
+pub fn cpu_tier() -> Result<&'static str> {
+    brotensor_cpu::simd::tier_cap().map_err(|reason| Error::InvalidArgument {
+        op: "cpu_tier",
+        reason,
+    })?;
+    Ok(brotensor_cpu::simd::tier().name())
+}
+
 /// A name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe ...)`.
 pub fn device_name(device: Device) -> Result<String> {
     Ok(backend("device_name", device)?.describe())

@@ -278,6 +278,11 @@ fn main() -> anyhow::Result<()> {
         None => Device::Cpu,
     };
     let profile = args.iter().any(|a| a == "--profile");
+    if model == "tier" {
+        // The CPU tier the ops run (BROTENSOR_CPU_TIER caps it), for the driver script.
+        println!("{{\"tier\":\"{}\"}}", brotensor::cpu_tier()?);
+        return Ok(());
+    }
     brotensor::init()?;
     files::ensure_models()?;
     // The same thread as `SmolLm2::generate` uses: one of the CPU pool's.
@@ -289,7 +294,7 @@ fn main() -> anyhow::Result<()> {
         ("smollm2", "candle") => peer::smollm2()?,
         #[cfg(feature = "candle")]
         ("minilm", "candle") => peer::minilm()?,
-        _ => anyhow::bail!("usage: bench_models smollm2|minilm brotensor|candle [--device D] [--profile] (candle needs --features candle)"),
+        _ => anyhow::bail!("usage: bench_models smollm2|minilm brotensor|candle [--device D] [--profile], or bench_models tier (candle needs --features candle)"),
         })
     })?;
     println!("{line}");

@@ -44,6 +44,32 @@ pub(super) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// The sixteen 6-bit scales of a Q3_K block (offset by 32) from its 12 packed bytes.
+#[inline(always)]
+pub(super) fn q3k_scales(packed: &[u8]) -> [u8; 16] {
+    let aux = |i: usize| {
+        u32::from_le_bytes([
+            packed[4 * i],
+            packed[4 * i + 1],
+            packed[4 * i + 2],
+            packed[4 * i + 3],
+        ])
+    };
+    let (k1, k2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+    let (a0, a1, tmp) = (aux(0), aux(1), aux(2));
+    let words = [
+        (a0 & k2) | ((tmp & k1) << 4),
+        (a1 & k2) | (((tmp >> 2) & k1) << 4),
+        ((a0 >> 4) & k2) | (((tmp >> 4) & k1) << 4),
+        ((a1 >> 4) & k2) | (((tmp >> 6) & k1) << 4),
+    ];
+    let mut scales = [0u8; 16];
+    for (s, w) in scales.chunks_exact_mut(4).zip(words) {
+        s.copy_from_slice(&w.to_le_bytes());
+    }
+    scales
+}
+
 /// Decodes the block `b` (`kind.size().1` bytes) of `kind` into `y` (`kind.size().0`
 /// elements). Inlined so that a caller with a constant `kind` gets the one layout's code.
 #[inline(always)]
@@ -114,23 +140,7 @@ pub(crate) fn block(kind: Block, b: &[u8], y: &mut [f32]) {
         Block::Q3_K => {
             let d_all = h(b, 108);
             let (hm, qs, packed) = (&b[0..32], &b[32..96], &b[96..108]);
-            let aux = |i: usize| {
-                u32::from_le_bytes(packed[4 * i..4 * i + 4].try_into().expect("4 bytes"))
-            };
-            let (k1, k2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
-            let (a0, a1, tmp) = (aux(0), aux(1), aux(2));
-            let words = [
-                (a0 & k2) | ((tmp & k1) << 4),
-                (a1 & k2) | (((tmp >> 2) & k1) << 4),
-                ((a0 >> 4) & k2) | (((tmp >> 4) & k1) << 4),
-                ((a1 >> 4) & k2) | (((tmp >> 6) & k1) << 4),
-            ];
-            let mut scales = [0i8; 16];
-            for (s, w) in scales.chunks_exact_mut(4).zip(words) {
-                for (s, v) in s.iter_mut().zip(w.to_le_bytes()) {
-                    *s = v as i8;
-                }
-            }
+            let scales = q3k_scales(packed);
             let mut is = 0;
             let mut m = 1u8;
             for n in 0..2 {

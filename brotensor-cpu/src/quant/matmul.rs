@@ -10,8 +10,9 @@
 //!
 //! - [`gemv`] (decode, `m <= GEMV_MAX_ROWS`): rayon over tasks of [`GEMV_TASK_ROWS`] weight
 //!   rows; each block is decoded once and multiplied into every activation row, so every
-//!   weight byte is read once for the whole batch. On AVX-512 CPUs the common kinds take the
-//!   kernels of `avx512`, which decode in registers; the rest take the portable path.
+//!   weight byte is read once for the whole batch. On the AVX-512 and AVX2 tiers the common
+//!   kinds take the kernels of `registers`, which decode in registers; the rest take the
+//!   portable path.
 //! - [`gemm`] (prefill): rayon over panels of weight rows; a panel is decoded once into an
 //!   FP32 buffer of about [`PANEL_ELEMS`] elements (cache-sized, per task) and multiplied with
 //!   all `m` activation rows by the `gemm` crate, so the decode cost is shared by `m` rows.
@@ -118,7 +119,7 @@ pub fn gemv(
     assert!(m <= GEMV_MAX_ROWS, "gemv: {m} rows");
     let rows = |w: &[u8], t: &mut [f32]| {
         #[cfg(target_arch = "x86_64")]
-        if super::avx512::rows(kind, w, row_bytes, x, m, t) {
+        if super::registers::rows(kind, w, row_bytes, x, m, t) {
             return;
         }
         portable(kind, w, row_bytes, x, m, t)
@@ -251,7 +252,8 @@ mod tests {
     use super::super::testing::{blocks, check, floats};
     use super::*;
 
-    /// The portable path (every kind on CPUs without AVX-512, the other kinds on all).
+    /// The portable path (every kind on the scalar tier, the kinds without register kernels on
+    /// all).
     #[test]
     fn the_portable_path_matches_the_decoded_float64_product() {
         let (n, k) = (5, 512);

@@ -34,10 +34,12 @@ macro_rules! for_kind {
     };
 }
 
-#[cfg(target_arch = "x86_64")]
-mod avx512;
 mod decode;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod registers;
 
 /// A GGUF block format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

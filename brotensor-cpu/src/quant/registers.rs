@@ -1,0 +1,553 @@
+//! The register-decoding [`gemv`](super::gemv) kernels of the common block kinds (Q4_0,
+//! Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4), written once over the
+//! sixteen-lane operations of [`Lanes`] and run on the AVX-512 or the AVX2 tier: each block's
+//! quants are unpacked, converted and scaled to FP32 in registers, 32 elements at a time (no
+//! decoded buffer), and fused multiply-added with FP32 activations into two sixteen-lane
+//! accumulators per activation row (one on AVX2 past two rows), for up to
+//! `Lanes::ROWS_PER_PASS` rows at once (each block is
+//! decoded once per pass). 4-bit quants go through a 16-entry table of their (sub-)block's
+//! values: one permute on AVX-512, a conversion and a multiply-add (linear tables) or two
+//! permutes and a blend (codebooks) on AVX2.
+//!
+//! The weights are the values `decode::block` gives, except where ggml rounds twice for
+//! `d q + min` (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K): one fused multiply-add here, at most one ulp
+//! apart.
+
+use super::decode::{e8m0_half, q3k_scales, scale_min_k4, IQ4_VALUES, MXFP4_VALUES};
+use super::lanes::{f16, f16_pair, Avx2, Avx512, Lanes};
+use super::Block;
+use crate::simd::{level, Level};
+
+/// Runs the kernel of `kind` on the tier [`level`] picks, if it has one there:
+/// `t[r * m + i] = w[r] . x[i]` for the rows of `w` (whole rows of `row_bytes > 0`) and the
+/// `1 <= m <= GEMV_MAX_ROWS` rows of `x`. Returns whether it ran (`t` is untouched if not).
+pub(super) fn rows(
+    kind: Block,
+    w: &[u8],
+    row_bytes: usize,
+    x: &[f32],
+    m: usize,
+    t: &mut [f32],
+) -> bool {
+    match level() {
+        Level::Avx512 => on::<Avx512>(kind, w, row_bytes, x, m, t),
+        Level::Avx2 => on::<Avx2>(kind, w, row_bytes, x, m, t),
+        Level::Baseline => false,
+    }
+}
+
+/// [`rows`] on the tier `V`, which the caller has checked this CPU runs.
+fn on<V: Lanes>(
+    kind: Block,
+    w: &[u8],
+    row_bytes: usize,
+    x: &[f32],
+    m: usize,
+    t: &mut [f32],
+) -> bool {
+    let run = match kind {
+        Block::Q4_0 => run::<V, Q4_0>,
+        Block::Q4_1 => run::<V, Q4_1>,
+        Block::Q5_0 => run::<V, Q5<false>>,
+        Block::Q5_1 => run::<V, Q5<true>>,
+        Block::Q8_0 => run::<V, Q8_0>,
+        Block::Q2_K => run::<V, Q2K>,
+        Block::Q3_K => run::<V, Q3K>,
+        Block::Q4_K => run::<V, Q4K>,
+        Block::Q5_K => run::<V, Q5K>,
+        Block::Q6_K => run::<V, Q6K>,
+        Block::IQ4_NL => run::<V, Iq4Nl>,
+        Block::IQ4_XS => run::<V, Iq4Xs>,
+        Block::MXFP4 => run::<V, Mxfp4>,
+        _ => return false,
+    };
+    // SAFETY: `rows` picks `V` from `level`, which detected every feature of the tier.
+    unsafe { run(w, row_bytes, x, m, t) };
+    true
+}
+
+/// One block layout: its size and how its elements come out as FP32 lanes.
+trait Kind {
+    /// Elements per block.
+    const ELEMS: usize;
+    /// Bytes per block.
+    const SIZE: usize;
+    /// Whether [`Kind::block`] takes [`Kind::scales`]: then [`dot`] converts them for a run
+    /// of blocks ahead of the quants, and the block loop broadcasts them from memory (a
+    /// load) rather than converting f16 in wide registers (a gain where a block has two).
+    const SCALES: bool = false;
+    /// The scale and offset of the block `b` (`SIZE` bytes) where [`Kind::SCALES`].
+    ///
+    /// # Safety
+    /// As [`Kind::block`].
+    #[inline(always)]
+    unsafe fn scales(_b: &[u8]) -> [f32; 2] {
+        [0.0; 2]
+    }
+    /// Calls `f(at, [v, u])` for every 32 elements of the block `b` (`SIZE` bytes), with its
+    /// [`Kind::scales`] `s` (zeros unless [`Kind::SCALES`]): `v` holds elements
+    /// `at..at + 16`, `u` elements `at + 16..at + 32`.
+    ///
+    /// # Safety
+    /// The CPU must run the instructions of `V`.
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], f: impl FnMut(usize, [V::F; 2]));
+}
+
+/// Blocks per run of [`Kind::scales`] in [`dot`].
+const SCALE_RUN: usize = 32;
+
+/// Checks the lengths and runs [`dot`] in passes of at most [`Lanes::ROWS_PER_PASS`]
+/// activation rows, inside the tier's features.
+///
+/// # Safety
+/// The CPU must run the instructions of `V`.
+unsafe fn run<V: Lanes, K: Kind>(w: &[u8], row_bytes: usize, x: &[f32], m: usize, t: &mut [f32]) {
+    let k = row_bytes / K::SIZE * K::ELEMS;
+    assert!(
+        row_bytes.is_multiple_of(K::SIZE)
+            && w.len().is_multiple_of(row_bytes)
+            && (1..=super::GEMV_MAX_ROWS).contains(&m)
+            && t.len() == w.len() / row_bytes * m
+            && x.len() == m * k,
+        "gemv: lengths"
+    );
+    let pass = V::ROWS_PER_PASS;
+    V::enter(
+        #[inline(always)]
+        || {
+            let mut i = 0;
+            while i < m {
+                let g = pass.min(m - i);
+                let xs = &x[i * k..(i + g) * k];
+                let two = g <= V::TWO_ACC_ROWS;
+                match (g, two) {
+                    (1, _) => dot::<V, K, 1, 2>(w, row_bytes, xs, t, i, m),
+                    (2, true) => dot::<V, K, 2, 2>(w, row_bytes, xs, t, i, m),
+                    (2, false) => dot::<V, K, 2, 1>(w, row_bytes, xs, t, i, m),
+                    (3, true) => dot::<V, K, 3, 2>(w, row_bytes, xs, t, i, m),
+                    (3, false) => dot::<V, K, 3, 1>(w, row_bytes, xs, t, i, m),
+                    (4, true) => dot::<V, K, 4, 2>(w, row_bytes, xs, t, i, m),
+                    (4, false) => dot::<V, K, 4, 1>(w, row_bytes, xs, t, i, m),
+                    (5, _) => dot::<V, K, 5, 2>(w, row_bytes, xs, t, i, m),
+                    (6, _) => dot::<V, K, 6, 2>(w, row_bytes, xs, t, i, m),
+                    (7, _) => dot::<V, K, 7, 2>(w, row_bytes, xs, t, i, m),
+                    _ => dot::<V, K, 8, 2>(w, row_bytes, xs, t, i, m),
+                }
+                i += g;
+            }
+        },
+    )
+}
+
+/// `t[r * m + col + i] = w[r] . x[i]` for the `M` activation rows of `x` (each `k` long,
+/// `k` the elements of a row of `w`), with `A` (1 or 2) sixteen-lane accumulators per row;
+/// the lengths are checked by [`run`].
+///
+/// # Safety
+/// The CPU must run the instructions of `V`.
+#[inline(always)]
+unsafe fn dot<V: Lanes, K: Kind, const M: usize, const A: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    x: &[f32],
+    t: &mut [f32],
+    col: usize,
+    m: usize,
+) {
+    let k = x.len() / M;
+    for (row, out) in w.chunks_exact(row_bytes).zip(t.chunks_exact_mut(m)) {
+        let mut acc = [[V::zero(); A]; M];
+        // In bounds: row i's block b spans `i * k + b * ELEMS..+ELEMS` and `at + 32 <= ELEMS`.
+        let x = |b: usize, at: usize| x.as_ptr().add(b * K::ELEMS + at);
+        if K::SCALES {
+            for (r, run) in row.chunks(SCALE_RUN * K::SIZE).enumerate() {
+                let mut scales = [[0.0; 2]; SCALE_RUN];
+                for (s, blk) in scales.iter_mut().zip(run.chunks_exact(K::SIZE)) {
+                    *s = K::scales(blk);
+                }
+                for (b, (blk, s)) in run.chunks_exact(K::SIZE).zip(&scales).enumerate() {
+                    let b = r * SCALE_RUN + b;
+                    K::block::<V>(
+                        blk,
+                        s,
+                        #[inline(always)]
+                        |at, v| fma::<V, M, A>(&mut acc, x(b, at), k, v),
+                    );
+                }
+            }
+        } else {
+            for (b, blk) in row.chunks_exact(K::SIZE).enumerate() {
+                K::block::<V>(
+                    blk,
+                    &[0.0; 2],
+                    #[inline(always)]
+                    |at, v| fma::<V, M, A>(&mut acc, x(b, at), k, v),
+                );
+            }
+        }
+        for (o, a) in out[col..col + M].iter_mut().zip(acc) {
+            *o = V::sum(if A == 2 { V::add(a[0], a[1]) } else { a[0] });
+        }
+    }
+}
+
+/// `acc[i] += v . x[i k..i k + 32]` (two sixteen-lane halves, into the row's first and
+/// last accumulator) for every activation row `i`.
+///
+/// # Safety
+/// The CPU must run the instructions of `V`; `x[(M - 1) k + 32]` must be in bounds.
+#[inline(always)]
+unsafe fn fma<V: Lanes, const M: usize, const A: usize>(
+    acc: &mut [[V::F; A]; M],
+    x: *const f32,
+    k: usize,
+    v: [V::F; 2],
+) {
+    for (i, acc) in acc.iter_mut().enumerate() {
+        let x = x.add(i * k);
+        acc[0] = V::fma(v[0], V::load(x), acc[0]);
+        acc[A - 1] = V::fma(v[1], V::load(x.add(16)), acc[A - 1]);
+    }
+}
+
+/// The low and high nibbles of lanes that hold a byte each.
+#[inline(always)]
+unsafe fn nibbles<V: Lanes>(q: V::I) -> [V::I; 2] {
+    [V::and(q, 0xF), V::shr(q, 4)]
+}
+
+/// `q d` in FP32.
+#[inline(always)]
+unsafe fn scaled<V: Lanes>(q: V::I, d: V::F) -> V::F {
+    V::mul(V::to_f32(q), d)
+}
+
+/// `q d + c` in FP32, one rounding.
+#[inline(always)]
+unsafe fn affine<V: Lanes>(q: V::I, d: V::F, c: V::F) -> V::F {
+    V::fma(V::to_f32(q), d, c)
+}
+
+/// The 32 elements of 16 bytes of 4-bit values `lo | hi << 4` through the linear table `t`
+/// (element `j` is the low nibble of byte `j`, element `16 + j` its high nibble).
+#[inline(always)]
+unsafe fn linear_pair<V: Lanes>(b: &[u8], at: usize, t: V::Linear) -> [V::F; 2] {
+    let [lo, hi] = nibbles::<V>(V::bytes(b, at));
+    [V::linear(lo, t), V::linear(hi, t)]
+}
+
+/// [`linear_pair`] through the codebook `t`.
+#[inline(always)]
+unsafe fn lookup_pair<V: Lanes>(b: &[u8], at: usize, t: V::Table) -> [V::F; 2] {
+    let [lo, hi] = nibbles::<V>(V::bytes(b, at));
+    [V::lookup(lo, t), V::lookup(hi, t)]
+}
+
+struct Q4_0;
+
+impl Kind for Q4_0 {
+    const ELEMS: usize = 32;
+    const SIZE: usize = 18;
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        // (q - 8) d, exactly as decoded: -8 d is exact, q d - 8 d rounds once.
+        let d = V::splat(f16(b, 0));
+        let t = V::linear_table(d, V::mul(d, V::splat(-8.0)));
+        f(0, linear_pair::<V>(b, 2, t));
+    }
+}
+
+struct Q4_1;
+
+impl Kind for Q4_1 {
+    const ELEMS: usize = 32;
+    const SIZE: usize = 20;
+    const SCALES: bool = true;
+    #[inline(always)]
+    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+        f16_pair(b, 0)
+    }
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let t = V::linear_table(V::splat(s[0]), V::splat(s[1]));
+        f(0, linear_pair::<V>(b, 4, t));
+    }
+}
+
+/// Q5_1 when `ONE`, else Q5_0.
+struct Q5<const ONE: bool>;
+
+impl<const ONE: bool> Kind for Q5<ONE> {
+    const ELEMS: usize = 32;
+    const SIZE: usize = if ONE { 24 } else { 22 };
+    const SCALES: bool = ONE;
+    #[inline(always)]
+    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+        f16_pair(b, 0)
+    }
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let (d, c) = if ONE {
+            (V::splat(s[0]), V::splat(s[1]))
+        } else {
+            // (q - 16) d, exact as for Q4_0.
+            let d = V::splat(f16(b, 0));
+            (d, V::mul(d, V::splat(-16.0)))
+        };
+        let at = if ONE { 4 } else { 2 };
+        // Bit j of `qh` is the fifth bit of element j.
+        let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let [lo, hi] = nibbles::<V>(V::bytes(b, at + 4));
+        let lo = V::or_where_bits(lo, qh as u16, 16);
+        let hi = V::or_where_bits(hi, (qh >> 16) as u16, 16);
+        f(0, [affine::<V>(lo, d, c), affine::<V>(hi, d, c)]);
+    }
+}
+
+struct Q8_0;
+
+impl Kind for Q8_0 {
+    const ELEMS: usize = 32;
+    const SIZE: usize = 34;
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let d = V::splat(f16(b, 0));
+        f(
+            0,
+            [
+                scaled::<V>(V::signed_bytes(b, 2), d),
+                scaled::<V>(V::signed_bytes(b, 18), d),
+            ],
+        );
+    }
+}
+
+struct Q2K;
+
+impl Kind for Q2K {
+    const ELEMS: usize = 256;
+    const SIZE: usize = 84;
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let [d, min] = f16_pair(b, 80);
+        for n in 0..2 {
+            for j in 0..4 {
+                // Sixteen elements per scale byte (low nibble scales, high nibble mins):
+                // bits 2j, 2j + 1 of the 32 quant bytes at 16 + 32n.
+                let half = |h: usize| {
+                    let sc = b[8 * n + 2 * j + h];
+                    let q = V::and(V::shr(V::bytes(b, 16 + 32 * n + 16 * h), 2 * j as u32), 3);
+                    let dl = V::splat(d * (sc & 0xF) as f32);
+                    V::linear(q, V::linear_table(dl, V::splat(-(min * (sc >> 4) as f32))))
+                };
+                f(128 * n + 32 * j, [half(0), half(1)]);
+            }
+        }
+    }
+}
+
+struct Q3K;
+
+impl Kind for Q3K {
+    const ELEMS: usize = 256;
+    const SIZE: usize = 110;
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let d = f16(b, 108);
+        let scales = q3k_scales(&b[96..108]);
+        for n in 0..2 {
+            for j in 0..4 {
+                // Bits 2j, 2j + 1 of the 32 quant bytes at 32 + 32n, less 4 unless bit
+                // 4n + j of the mask byte at the same position is set; (d s) q, as decoded.
+                let half = |h: usize| {
+                    let low = V::and(V::shr(V::bytes(b, 32 + 32 * n + 16 * h), 2 * j as u32), 3);
+                    let q = V::or_where_bit(low, V::bytes(b, 16 * h), (4 * n + j) as u32, 4);
+                    let s = scales[8 * n + 2 * j + h] as i32 - 32;
+                    scaled::<V>(V::sub(q, 4), V::splat(d * s as f32))
+                };
+                f(128 * n + 32 * j, [half(0), half(1)]);
+            }
+        }
+    }
+}
+
+struct Q4K;
+
+impl Kind for Q4K {
+    const ELEMS: usize = 256;
+    const SIZE: usize = 144;
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let [d, min] = f16_pair(b, 0);
+        let scales = &b[4..16];
+        for j in 0..4 {
+            // Sub-block 2j takes the low nibbles of the 32 bytes at 16 + 32j, 2j + 1 the high.
+            let [lo0, hi0] = nibbles::<V>(V::bytes(b, 16 + 32 * j));
+            let [lo1, hi1] = nibbles::<V>(V::bytes(b, 32 + 32 * j));
+            for (s, q) in [(2 * j, [lo0, lo1]), (2 * j + 1, [hi0, hi1])] {
+                let (sc, mn) = scale_min_k4(s, scales);
+                let dl = V::splat(d * sc as f32);
+                let t = V::linear_table(dl, V::splat(-(min * mn as f32)));
+                f(32 * s, [V::linear(q[0], t), V::linear(q[1], t)]);
+            }
+        }
+    }
+}
+
+struct Q5K;
+
+impl Kind for Q5K {
+    const ELEMS: usize = 256;
+    const SIZE: usize = 176;
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let [d, min] = f16_pair(b, 0);
+        let scales = &b[4..16];
+        // Bit s of the 32 bytes at 16 is the fifth bit of sub-block s's element.
+        let qh = [V::bytes(b, 16), V::bytes(b, 32)];
+        for j in 0..4 {
+            // As Q4_K, the low nibbles at 48 + 32j for sub-block 2j, the high ones for 2j + 1.
+            let [lo0, hi0] = nibbles::<V>(V::bytes(b, 48 + 32 * j));
+            let [lo1, hi1] = nibbles::<V>(V::bytes(b, 64 + 32 * j));
+            for (s, q) in [(2 * j, [lo0, lo1]), (2 * j + 1, [hi0, hi1])] {
+                let (sc, mn) = scale_min_k4(s, scales);
+                let dl = V::splat(d * sc as f32);
+                let ml = V::splat(-(min * mn as f32));
+                let bit = s as u32;
+                let q0 = V::or_where_bit(q[0], qh[0], bit, 16);
+                let q1 = V::or_where_bit(q[1], qh[1], bit, 16);
+                f(32 * s, [affine::<V>(q0, dl, ml), affine::<V>(q1, dl, ml)]);
+            }
+        }
+    }
+}
+
+struct Q6K;
+
+impl Kind for Q6K {
+    const ELEMS: usize = 256;
+    const SIZE: usize = 210;
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let d = f16(b, 208);
+        for n in 0..2 {
+            for j in 0..4 {
+                let (ql, qh, sc) = (64 * n, 128 + 32 * n, 192 + 8 * n + 2 * j);
+                let (q0, s0) = q6k::<V>(b, ql, qh, sc, j, 0);
+                let (q1, s1) = q6k::<V>(b, ql, qh, sc, j, 16);
+                // (d s) q, as decoded.
+                let (s0, s1) = (V::splat(d * s0), V::splat(d * s1));
+                f(128 * n + 32 * j, [scaled::<V>(q0, s0), scaled::<V>(q1, s1)]);
+            }
+        }
+    }
+}
+
+/// Q6_K elements `l..l + 16` of quarter `j` of the 128 elements with low bits at `ql`, high
+/// bits at `qh`, scales at `sc`: the quants minus 32 and their int8 scale. Quarter `j` takes
+/// nibble `j / 2` of the bytes at `ql + 32 (j % 2)` and bits `2j, 2j + 1` of those at `qh`.
+#[inline(always)]
+unsafe fn q6k<V: Lanes>(
+    b: &[u8],
+    ql: usize,
+    qh: usize,
+    sc: usize,
+    j: usize,
+    l: usize,
+) -> (V::I, f32) {
+    let low = nibbles::<V>(V::bytes(b, ql + 32 * (j % 2) + l))[j / 2];
+    let high = V::and(V::shr(V::bytes(b, qh + l), 2 * j as u32), 3);
+    let q = V::or(low, V::shl(high, 4));
+    (V::sub(q, 32), b[sc + l / 16] as i8 as f32)
+}
+
+struct Iq4Nl;
+
+impl Kind for Iq4Nl {
+    const ELEMS: usize = 32;
+    const SIZE: usize = 18;
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let t = V::table(&IQ4_VALUES, V::splat(f16(b, 0)));
+        f(0, lookup_pair::<V>(b, 2, t));
+    }
+}
+
+struct Iq4Xs;
+
+impl Kind for Iq4Xs {
+    const ELEMS: usize = 256;
+    const SIZE: usize = 136;
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let d = f16(b, 0);
+        let scales_h = u16::from_le_bytes([b[2], b[3]]);
+        for ib in 0..8 {
+            // 32 elements with one 6-bit scale: low nibbles of 16 bytes, then high.
+            let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
+            let high = ((scales_h >> (2 * ib)) & 3) as u8;
+            let dl = d * ((low | (high << 4)) as i32 - 32) as f32;
+            let t = V::table(&IQ4_VALUES, V::splat(dl));
+            f(32 * ib, lookup_pair::<V>(b, 8 + 16 * ib, t));
+        }
+    }
+}
+
+struct Mxfp4;
+
+impl Kind for Mxfp4 {
+    const ELEMS: usize = 32;
+    const SIZE: usize = 17;
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let t = V::table(&MXFP4_VALUES, V::splat(e8m0_half(b[0])));
+        f(0, lookup_pair::<V>(b, 1, t));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{blocks, check, floats};
+    use super::*;
+
+    /// Every kind on every tier this CPU runs (the AVX-512 one only where it has AVX-512:
+    /// the test says when it could not run it).
+    #[test]
+    fn every_kernel_on_every_tier_matches_the_decoded_float64_product() {
+        let (n, k) = (7, 512);
+        let tiers: &[(Level, &str)] = &[(Level::Avx2, "avx2"), (Level::Avx512, "avx512")];
+        for &(tier, name) in tiers {
+            if tier > level() {
+                eprintln!("quant registers: the {name} tier was NOT tested (this CPU or BROTENSOR_CPU_TIER does not run it)");
+                continue;
+            }
+            for kind in [
+                Block::Q4_0,
+                Block::Q4_1,
+                Block::Q5_0,
+                Block::Q5_1,
+                Block::Q8_0,
+                Block::Q2_K,
+                Block::Q3_K,
+                Block::Q4_K,
+                Block::Q5_K,
+                Block::Q6_K,
+                Block::IQ4_NL,
+                Block::IQ4_XS,
+                Block::MXFP4,
+            ] {
+                let w = blocks(kind, n, k);
+                for m in 1..=super::super::GEMV_MAX_ROWS {
+                    let x = floats(m * k, m as u64);
+                    let mut t = vec![f32::NAN; n * m];
+                    let ran = match tier {
+                        Level::Avx2 => on::<Avx2>(kind, &w, w.len() / n, &x, m, &mut t),
+                        _ => on::<Avx512>(kind, &w, w.len() / n, &x, m, &mut t),
+                    };
+                    assert!(ran, "{name} {kind:?}");
+                    check(kind, &w, &x, m, &t);
+                }
+            }
+        }
+    }
+}
