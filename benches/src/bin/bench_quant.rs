@@ -11,7 +11,8 @@
 //! - GEMM (prefill) at batch 64 and 512 on the 4096 x 4096 weights: GFLOP/s against the
 //!   measured FP32 peak (`cpu_fp32_peak_gflops`) and the dense FP32 product of the same shape.
 //!
-//! Run: `cargo run --release -p brotensor-benches [--features candle] --bin bench_quant`.
+//! Run: `cargo run --release -p brotensor-benches [--features candle] --bin bench_quant
+//! [gemv|gemm]` (one table, or both).
 //! Weights are random valid blocks (random quants, finite scales); every figure is the best
 //! of 5 timed batches.
 
@@ -223,6 +224,12 @@ fn main() -> brotensor::Result<()> {
         rayon::current_num_threads()
     );
     println!();
-    gemv_table()?;
-    gemm_table()
+    let only = std::env::args().nth(1);
+    if only.as_deref() != Some("gemm") {
+        gemv_table()?;
+    }
+    if only.as_deref() != Some("gemv") {
+        gemm_table()?;
+    }
+    Ok(())
 }

@@ -74,7 +74,8 @@ trait Kind {
     const SIZE: usize;
     /// Whether [`Kind::block`] takes [`Kind::scales`]: then [`dot`] converts them for a run
     /// of blocks ahead of the quants, and the block loop broadcasts them from memory (a
-    /// load) rather than converting f16 in wide registers (a gain where a block has two).
+    /// load) rather than converting them per block (measured on AVX2: Q4_0 twice as fast;
+    /// every 32-element kind does this).
     const SCALES: bool = false;
     /// The scale and offset of the block `b` (`SIZE` bytes) where [`Kind::SCALES`].
     ///
@@ -248,11 +249,16 @@ struct Q4_0;
 impl Kind for Q4_0 {
     const ELEMS: usize = 32;
     const SIZE: usize = 18;
+    const SCALES: bool = true;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn scales(b: &[u8]) -> [f32; 2] {
         // (q - 8) d, exactly as decoded: -8 d is exact, q d - 8 d rounds once.
-        let d = V::splat(f16(b, 0));
-        let t = V::linear_table(d, V::mul(d, V::splat(-8.0)));
+        let d = f16(b, 0);
+        [d, -8.0 * d]
+    }
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let t = V::linear_table(V::splat(s[0]), V::splat(s[1]));
         f(0, linear_pair::<V>(b, 2, t));
     }
 }
@@ -280,20 +286,20 @@ struct Q5<const ONE: bool>;
 impl<const ONE: bool> Kind for Q5<ONE> {
     const ELEMS: usize = 32;
     const SIZE: usize = if ONE { 24 } else { 22 };
-    const SCALES: bool = ONE;
+    const SCALES: bool = true;
     #[inline(always)]
     unsafe fn scales(b: &[u8]) -> [f32; 2] {
-        f16_pair(b, 0)
+        if ONE {
+            f16_pair(b, 0)
+        } else {
+            // (q - 16) d, exact as for Q4_0.
+            let d = f16(b, 0);
+            [d, -16.0 * d]
+        }
     }
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let (d, c) = if ONE {
-            (V::splat(s[0]), V::splat(s[1]))
-        } else {
-            // (q - 16) d, exact as for Q4_0.
-            let d = V::splat(f16(b, 0));
-            (d, V::mul(d, V::splat(-16.0)))
-        };
+        let (d, c) = (V::splat(s[0]), V::splat(s[1]));
         let at = if ONE { 4 } else { 2 };
         // Bit j of `qh` is the fifth bit of element j.
         let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
@@ -309,9 +315,14 @@ struct Q8_0;
 impl Kind for Q8_0 {
     const ELEMS: usize = 32;
     const SIZE: usize = 34;
+    const SCALES: bool = true;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let d = V::splat(f16(b, 0));
+    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+        [f16(b, 0), 0.0]
+    }
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let d = V::splat(s[0]);
         f(
             0,
             [
@@ -329,21 +340,28 @@ impl Kind for Q2K {
     const SIZE: usize = 84;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let [d, min] = f16_pair(b, 80);
+        let dm = f16_pair(b, 80);
         for n in 0..2 {
             for j in 0..4 {
-                // Sixteen elements per scale byte (low nibble scales, high nibble mins):
-                // bits 2j, 2j + 1 of the 32 quant bytes at 16 + 32n.
-                let half = |h: usize| {
-                    let sc = b[8 * n + 2 * j + h];
-                    let q = V::and(V::shr(V::bytes(b, 16 + 32 * n + 16 * h), 2 * j as u32), 3);
-                    let dl = V::splat(d * (sc & 0xF) as f32);
-                    V::linear(q, V::linear_table(dl, V::splat(-(min * (sc >> 4) as f32))))
-                };
-                f(128 * n + 32 * j, [half(0), half(1)]);
+                let half = [q2k::<V>(b, dm, n, j, 0), q2k::<V>(b, dm, n, j, 1)];
+                f(128 * n + 32 * j, half);
             }
         }
     }
+}
+
+/// Q2_K elements `16 h..16 h + 16` of quarter `j` of the 128 elements `n`: bits `2j, 2j + 1`
+/// of the 16 quant bytes at `16 + 32 n + 16 h`, times the low nibble of their scale byte
+/// `8 n + 2 j + h` (times `d`), less its high nibble (times `min`), one rounding.
+#[inline(always)]
+unsafe fn q2k<V: Lanes>(b: &[u8], [d, min]: [f32; 2], n: usize, j: usize, h: usize) -> V::F {
+    let sc = b[8 * n + 2 * j + h];
+    let q = V::and(V::shr(V::bytes(b, 16 + 32 * n + 16 * h), 2 * j as u32), 3);
+    let t = V::linear_table(
+        V::splat(d * (sc & 0xF) as f32),
+        V::splat(-(min * (sc >> 4) as f32)),
+    );
+    V::linear(q, t)
 }
 
 struct Q3K;
@@ -357,18 +375,22 @@ impl Kind for Q3K {
         let scales = q3k_scales(&b[96..108]);
         for n in 0..2 {
             for j in 0..4 {
-                // Bits 2j, 2j + 1 of the 32 quant bytes at 32 + 32n, less 4 unless bit
-                // 4n + j of the mask byte at the same position is set; (d s) q, as decoded.
-                let half = |h: usize| {
-                    let low = V::and(V::shr(V::bytes(b, 32 + 32 * n + 16 * h), 2 * j as u32), 3);
-                    let q = V::or_where_bit(low, V::bytes(b, 16 * h), (4 * n + j) as u32, 4);
-                    let s = scales[8 * n + 2 * j + h] as i32 - 32;
-                    scaled::<V>(V::sub(q, 4), V::splat(d * s as f32))
-                };
-                f(128 * n + 32 * j, [half(0), half(1)]);
+                let s = |h: usize| d * (scales[8 * n + 2 * j + h] as i32 - 32) as f32;
+                let half = [q3k::<V>(b, s(0), n, j, 0), q3k::<V>(b, s(1), n, j, 1)];
+                f(128 * n + 32 * j, half);
             }
         }
     }
+}
+
+/// Q3_K elements `16 h..16 h + 16` of quarter `j` of the 128 elements `n`: bits `2j, 2j + 1`
+/// of the 16 quant bytes at `32 + 32 n + 16 h`, less 4 unless bit `4 n + j` of the mask
+/// bytes at `16 h` is set, times `ds` (`d` times the sub-block's scale), as decoded.
+#[inline(always)]
+unsafe fn q3k<V: Lanes>(b: &[u8], ds: f32, n: usize, j: usize, h: usize) -> V::F {
+    let low = V::and(V::shr(V::bytes(b, 32 + 32 * n + 16 * h), 2 * j as u32), 3);
+    let q = V::or_where_bit(low, V::bytes(b, 16 * h), (4 * n + j) as u32, 4);
+    scaled::<V>(V::sub(q, 4), V::splat(ds))
 }
 
 struct Q4K;
@@ -466,9 +488,14 @@ struct Iq4Nl;
 impl Kind for Iq4Nl {
     const ELEMS: usize = 32;
     const SIZE: usize = 18;
+    const SCALES: bool = true;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let t = V::table(&IQ4_VALUES, V::splat(f16(b, 0)));
+    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+        [f16(b, 0), 0.0]
+    }
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let t = V::table(&IQ4_VALUES, V::splat(s[0]));
         f(0, lookup_pair::<V>(b, 2, t));
     }
 }
@@ -498,9 +525,14 @@ struct Mxfp4;
 impl Kind for Mxfp4 {
     const ELEMS: usize = 32;
     const SIZE: usize = 17;
+    const SCALES: bool = true;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let t = V::table(&MXFP4_VALUES, V::splat(e8m0_half(b[0])));
+    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+        [e8m0_half(b[0]), 0.0]
+    }
+    #[inline(always)]
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+        let t = V::table(&MXFP4_VALUES, V::splat(s[0]));
         f(0, lookup_pair::<V>(b, 1, t));
     }
 }
