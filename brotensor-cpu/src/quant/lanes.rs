@@ -214,18 +214,35 @@ impl Lanes for Avx512 {
 #[derive(Clone, Copy)]
 pub(super) struct Avx2;
 
-/// `f` on each of the two halves.
-#[inline(always)]
-fn halves<T, U>(a: [T; 2], mut f: impl FnMut(T) -> U) -> [U; 2] {
-    let [x, y] = a;
-    [f(x), f(y)]
-}
-
-/// `f` on each pair of halves.
-#[inline(always)]
-fn halves2<T, U, V>(a: [T; 2], b: [U; 2], mut f: impl FnMut(T, U) -> V) -> [V; 2] {
-    let ([a0, a1], [b0, b1]) = (a, b);
-    [f(a0, b0), f(a1, b1)]
+/// `$body` on each of the two halves of `$a` (bound to `$x`), or of `$a` and `$b` (bound to
+/// `$x`, `$y`): written out twice, no closure, so the intrinsics inline into the tier's code.
+macro_rules! halves {
+    ($a:expr, |$x:ident| $body:expr) => {{
+        let [a0, a1] = $a;
+        [
+            {
+                let $x = a0;
+                $body
+            },
+            {
+                let $x = a1;
+                $body
+            },
+        ]
+    }};
+    ($a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {{
+        let ([a0, a1], [b0, b1]) = ($a, $b);
+        [
+            {
+                let ($x, $y) = (a0, b0);
+                $body
+            },
+            {
+                let ($x, $y) = (a1, b1);
+                $body
+            },
+        ]
+    }};
 }
 
 /// Lane `j` holds `1 << j` (lanes 0-15 over the two halves).
@@ -274,11 +291,11 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn mul(a: [__m256; 2], b: [__m256; 2]) -> [__m256; 2] {
-        halves2(a, b, #[inline(always)] |a, b| _mm256_mul_ps(a, b))
+        halves!(a, b, |a, b| _mm256_mul_ps(a, b))
     }
     #[inline(always)]
     unsafe fn add(a: [__m256; 2], b: [__m256; 2]) -> [__m256; 2] {
-        halves2(a, b, #[inline(always)] |a, b| _mm256_add_ps(a, b))
+        halves!(a, b, |a, b| _mm256_add_ps(a, b))
     }
     #[inline(always)]
     unsafe fn sum(a: [__m256; 2]) -> f32 {
@@ -289,7 +306,7 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn to_f32(q: [__m256i; 2]) -> [__m256; 2] {
-        halves(q, #[inline(always)] |q| _mm256_cvtepi32_ps(q))
+        halves!(q, |q| _mm256_cvtepi32_ps(q))
     }
     #[inline(always)]
     unsafe fn bytes(b: &[u8], at: usize) -> [__m256i; 2] {
@@ -309,28 +326,28 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn and(q: [__m256i; 2], m: i32) -> [__m256i; 2] {
-        halves(q, #[inline(always)] |q| _mm256_and_si256(q, _mm256_set1_epi32(m)))
+        halves!(q, |q| _mm256_and_si256(q, _mm256_set1_epi32(m)))
     }
     #[inline(always)]
     unsafe fn or(a: [__m256i; 2], b: [__m256i; 2]) -> [__m256i; 2] {
-        halves2(a, b, #[inline(always)] |a, b| _mm256_or_si256(a, b))
+        halves!(a, b, |a, b| _mm256_or_si256(a, b))
     }
     #[inline(always)]
     unsafe fn shr(q: [__m256i; 2], n: u32) -> [__m256i; 2] {
-        halves(q, #[inline(always)] |q| _mm256_srlv_epi32(q, _mm256_set1_epi32(n as i32)))
+        halves!(q, |q| _mm256_srlv_epi32(q, _mm256_set1_epi32(n as i32)))
     }
     #[inline(always)]
     unsafe fn shl(q: [__m256i; 2], n: u32) -> [__m256i; 2] {
-        halves(q, #[inline(always)] |q| _mm256_sllv_epi32(q, _mm256_set1_epi32(n as i32)))
+        halves!(q, |q| _mm256_sllv_epi32(q, _mm256_set1_epi32(n as i32)))
     }
     #[inline(always)]
     unsafe fn sub(q: [__m256i; 2], v: i32) -> [__m256i; 2] {
-        halves(q, #[inline(always)] |q| _mm256_sub_epi32(q, _mm256_set1_epi32(v)))
+        halves!(q, |q| _mm256_sub_epi32(q, _mm256_set1_epi32(v)))
     }
     #[inline(always)]
     unsafe fn or_where_bits(q: [__m256i; 2], bits: u16, v: i32) -> [__m256i; 2] {
         let b = _mm256_set1_epi32(bits as i32);
-        halves2(q, lane_bits(), #[inline(always)] |q, l| {
+        halves!(q, lane_bits(), |q, l| {
             let set = _mm256_cmpeq_epi32(_mm256_and_si256(b, l), l);
             _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi32(v)))
         })
@@ -338,7 +355,7 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn or_where_bit(q: [__m256i; 2], qh: [__m256i; 2], bit: u32, v: i32) -> [__m256i; 2] {
         let l = _mm256_set1_epi32(1 << bit);
-        halves2(q, qh, #[inline(always)] |q, h| {
+        halves!(q, qh, |q, h| {
             let set = _mm256_cmpeq_epi32(_mm256_and_si256(h, l), l);
             _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi32(v)))
         })
@@ -349,7 +366,7 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn linear(q: [__m256i; 2], (d, c): (__m256, __m256)) -> [__m256; 2] {
-        halves(q, #[inline(always)] |q| _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, c))
+        halves!(q, |q| _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, c))
     }
     #[inline(always)]
     unsafe fn table(values: &[i8; 16], d: [__m256; 2]) -> [__m256; 2] {
@@ -365,7 +382,7 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn lookup(q: [__m256i; 2], t: [__m256; 2]) -> [__m256; 2] {
         // Entries `q & 7` of both halves of the table; bit 3 (moved to the sign) picks one.
-        halves(q, #[inline(always)] |q| {
+        halves!(q, |q| {
             let lo = _mm256_permutevar8x32_ps(t[0], q);
             let hi = _mm256_permutevar8x32_ps(t[1], q);
             _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(q)))
