@@ -48,6 +48,34 @@ impl SplitMix64 {
     }
 }
 
+/// Runs the ignored test `test` (its full path) of the running test binary in a child
+/// process, with the environment variable `var` set to `value` or removed, for checks of
+/// process-wide state fixed once per process. Asserts that the child succeeded and printed
+/// `child done`; returns its standard output and error.
+pub fn run_child_test(test: &str, var: &str, value: Option<&str>) -> String {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--ignored",
+        "--exact",
+        test,
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    match value {
+        Some(v) => cmd.env(var, v),
+        None => cmd.env_remove(var),
+    };
+    let out = cmd.output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{var}={value:?}: {text}");
+    assert!(
+        text.contains("child done"),
+        "the child check did not run: {text}"
+    );
+    text
+}
+
 /// The GPU devices found, after honouring [`REQUIRE_GPU_ENV`]. Panics (fails the test) if a
 /// required kind is missing.
 pub fn gpu_devices() -> Vec<Device> {

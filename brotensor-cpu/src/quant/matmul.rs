@@ -249,7 +249,7 @@ pub fn gemm(
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{blocks, check, floats};
+    use super::super::testing::{blocks, check, floats, KINDS};
     use super::*;
 
     /// The portable path (every kind on the scalar tier, the kinds without register kernels on
@@ -257,23 +257,7 @@ mod tests {
     #[test]
     fn the_portable_path_matches_the_decoded_float64_product() {
         let (n, k) = (5, 512);
-        for kind in [
-            Block::Q4_0,
-            Block::Q4_1,
-            Block::Q5_0,
-            Block::Q5_1,
-            Block::Q8_0,
-            Block::Q8_1,
-            Block::Q2_K,
-            Block::Q3_K,
-            Block::Q4_K,
-            Block::Q5_K,
-            Block::Q6_K,
-            Block::Q8_K,
-            Block::IQ4_NL,
-            Block::IQ4_XS,
-            Block::MXFP4,
-        ] {
+        for kind in KINDS {
             let w = blocks(kind, n, k);
             let row_bytes = w.len() / n;
             for m in 1..=GEMV_MAX_ROWS {

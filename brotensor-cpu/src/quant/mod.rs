@@ -151,6 +151,25 @@ pub fn dequantize_to<O: FloatElem>(kind: Block, bytes: &[u8], out: &mut [O]) {
 mod testing {
     use super::{dequantize, Block};
 
+    /// Every block kind.
+    pub(super) const KINDS: [Block; 15] = [
+        Block::Q4_0,
+        Block::Q4_1,
+        Block::Q5_0,
+        Block::Q5_1,
+        Block::Q8_0,
+        Block::Q8_1,
+        Block::Q2_K,
+        Block::Q3_K,
+        Block::Q4_K,
+        Block::Q5_K,
+        Block::Q6_K,
+        Block::Q8_K,
+        Block::IQ4_NL,
+        Block::IQ4_XS,
+        Block::MXFP4,
+    ];
+
     /// xorshift64 bytes.
     fn random_bytes(n: usize, mut s: u64) -> Vec<u8> {
         (0..n)

@@ -74,16 +74,17 @@ trait Kind {
     const SIZE: usize;
     /// Whether [`Kind::block`] takes [`Kind::scales`]: then [`dot`] converts them for a run
     /// of blocks ahead of the quants, and the block loop broadcasts them from memory (a
-    /// load) rather than converting them per block (measured on AVX2: Q4_0 twice as fast;
-    /// every 32-element kind does this).
-    const SCALES: bool = false;
-    /// The scale and offset of the block `b` (`SIZE` bytes) where [`Kind::SCALES`].
+    /// load) rather than converting them per block (measured on AVX2: Q4_0 twice as fast).
+    /// Every 32-element kind does this; the 256-element ones convert theirs per block.
+    const SCALES: bool = true;
+    /// The scale and offset of the block `b` (`SIZE` bytes) where [`Kind::SCALES`]: by
+    /// default the f16 at its start and no offset.
     ///
     /// # Safety
     /// As [`Kind::block`].
     #[inline(always)]
-    unsafe fn scales(_b: &[u8]) -> [f32; 2] {
-        [0.0; 2]
+    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+        [f16(b, 0), 0.0]
     }
     /// Calls `f(at, [v, u])` for every 32 elements of the block `b` (`SIZE` bytes), with its
     /// [`Kind::scales`] `s` (zeros unless [`Kind::SCALES`]): `v` holds elements
@@ -249,7 +250,6 @@ struct Q4_0;
 impl Kind for Q4_0 {
     const ELEMS: usize = 32;
     const SIZE: usize = 18;
-    const SCALES: bool = true;
     #[inline(always)]
     unsafe fn scales(b: &[u8]) -> [f32; 2] {
         // (q - 8) d, exactly as decoded: -8 d is exact, q d - 8 d rounds once.
@@ -268,7 +268,6 @@ struct Q4_1;
 impl Kind for Q4_1 {
     const ELEMS: usize = 32;
     const SIZE: usize = 20;
-    const SCALES: bool = true;
     #[inline(always)]
     unsafe fn scales(b: &[u8]) -> [f32; 2] {
         f16_pair(b, 0)
@@ -286,7 +285,6 @@ struct Q5<const ONE: bool>;
 impl<const ONE: bool> Kind for Q5<ONE> {
     const ELEMS: usize = 32;
     const SIZE: usize = if ONE { 24 } else { 22 };
-    const SCALES: bool = true;
     #[inline(always)]
     unsafe fn scales(b: &[u8]) -> [f32; 2] {
         if ONE {
@@ -315,11 +313,6 @@ struct Q8_0;
 impl Kind for Q8_0 {
     const ELEMS: usize = 32;
     const SIZE: usize = 34;
-    const SCALES: bool = true;
-    #[inline(always)]
-    unsafe fn scales(b: &[u8]) -> [f32; 2] {
-        [f16(b, 0), 0.0]
-    }
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
         let d = V::splat(s[0]);
@@ -338,6 +331,7 @@ struct Q2K;
 impl Kind for Q2K {
     const ELEMS: usize = 256;
     const SIZE: usize = 84;
+    const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
         let dm = f16_pair(b, 80);
@@ -369,6 +363,7 @@ struct Q3K;
 impl Kind for Q3K {
     const ELEMS: usize = 256;
     const SIZE: usize = 110;
+    const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
         let d = f16(b, 108);
@@ -398,6 +393,7 @@ struct Q4K;
 impl Kind for Q4K {
     const ELEMS: usize = 256;
     const SIZE: usize = 144;
+    const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
         let [d, min] = f16_pair(b, 0);
@@ -421,6 +417,7 @@ struct Q5K;
 impl Kind for Q5K {
     const ELEMS: usize = 256;
     const SIZE: usize = 176;
+    const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
         let [d, min] = f16_pair(b, 0);
@@ -449,6 +446,7 @@ struct Q6K;
 impl Kind for Q6K {
     const ELEMS: usize = 256;
     const SIZE: usize = 210;
+    const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
         let d = f16(b, 208);
@@ -488,11 +486,6 @@ struct Iq4Nl;
 impl Kind for Iq4Nl {
     const ELEMS: usize = 32;
     const SIZE: usize = 18;
-    const SCALES: bool = true;
-    #[inline(always)]
-    unsafe fn scales(b: &[u8]) -> [f32; 2] {
-        [f16(b, 0), 0.0]
-    }
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
         let t = V::table(&IQ4_VALUES, V::splat(s[0]));
@@ -505,6 +498,7 @@ struct Iq4Xs;
 impl Kind for Iq4Xs {
     const ELEMS: usize = 256;
     const SIZE: usize = 136;
+    const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
         let d = f16(b, 0);
@@ -525,7 +519,6 @@ struct Mxfp4;
 impl Kind for Mxfp4 {
     const ELEMS: usize = 32;
     const SIZE: usize = 17;
-    const SCALES: bool = true;
     #[inline(always)]
     unsafe fn scales(b: &[u8]) -> [f32; 2] {
         [e8m0_half(b[0]), 0.0]
@@ -539,7 +532,7 @@ impl Kind for Mxfp4 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{blocks, check, floats};
+    use super::super::testing::{blocks, check, floats, KINDS};
     use super::*;
 
     /// Every kind on every tier this CPU runs (the AVX-512 one only where it has AVX-512:
@@ -553,21 +546,11 @@ mod tests {
                 eprintln!("quant registers: the {name} tier was NOT tested (this CPU or BROTENSOR_CPU_TIER does not run it)");
                 continue;
             }
-            for kind in [
-                Block::Q4_0,
-                Block::Q4_1,
-                Block::Q5_0,
-                Block::Q5_1,
-                Block::Q8_0,
-                Block::Q2_K,
-                Block::Q3_K,
-                Block::Q4_K,
-                Block::Q5_K,
-                Block::Q6_K,
-                Block::IQ4_NL,
-                Block::IQ4_XS,
-                Block::MXFP4,
-            ] {
+            // Every kind but the activation-side Q8_1 and Q8_K.
+            for kind in KINDS
+                .into_iter()
+                .filter(|k| !matches!(k, Block::Q8_1 | Block::Q8_K))
+            {
                 let w = blocks(kind, n, k);
                 for m in 1..=super::super::GEMV_MAX_ROWS {
                     let x = floats(m * k, m as u64);

@@ -1,32 +1,14 @@
 //! `BROTENSOR_CPU_TIER` and `brotensor::cpu_tier()`. The tier is fixed once per process, so
 //! each check runs in a child process of this test binary (the ignored test below).
 
-use std::process::Command;
-
 /// Runs the child check with `BROTENSOR_CPU_TIER` set to `value` (or unset) and returns
 /// what it printed.
 fn child(value: Option<&str>) -> String {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--ignored",
-        "--exact",
+    brotensor_tests::run_child_test(
         "cpu_tier::child_reports_tier",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
-    match value {
-        Some(v) => cmd.env(brotensor::CPU_TIER_ENV, v),
-        None => cmd.env_remove(brotensor::CPU_TIER_ENV),
-    };
-    let out = cmd.output().unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{value:?}: {text}");
-    assert!(
-        text.contains("child done"),
-        "the child check did not run: {text}"
-    );
-    text
+        brotensor::CPU_TIER_ENV,
+        value,
+    )
 }
 
 /// The widest tier this CPU has, found independently of the library.

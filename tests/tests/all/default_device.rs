@@ -2,34 +2,16 @@
 //! The default is global state and fixed once per process, so each check runs in a child
 //! process of this test binary (the ignored test below), leaving this process untouched.
 
-use std::process::Command;
-
 use brotensor::{Device, Dtype, Error, Tensor};
 
 /// Runs the child check with `BROTENSOR_DEFAULT_DEVICE` set to `value` (or unset) and
 /// returns what it printed.
 fn child(value: Option<&str>) -> String {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--ignored",
-        "--exact",
+    brotensor_tests::run_child_test(
         "default_device::child_reports_default",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
-    match value {
-        Some(v) => cmd.env(brotensor::DEFAULT_DEVICE_ENV, v),
-        None => cmd.env_remove(brotensor::DEFAULT_DEVICE_ENV),
-    };
-    let out = cmd.output().unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{value:?}: {text}");
-    assert!(
-        text.contains("child done"),
-        "the child check did not run: {text}"
-    );
-    text
+        brotensor::DEFAULT_DEVICE_ENV,
+        value,
+    )
 }
 
 #[test]
