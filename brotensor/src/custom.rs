@@ -456,7 +456,7 @@ pub fn launch<K: CustomKernel>(
                 ));
             }
         }
-        return launch_gpu(kernel, be, inputs, outputs);
+        return launch_gpu(kernel, be.backend(), inputs, outputs);
     }
     commit_outputs(op, device, outputs)?;
     let host_in = inputs

@@ -19,6 +19,7 @@
 mod backend;
 pub mod custom;
 mod device;
+mod display;
 mod dtype;
 mod error;
 pub mod io;

@@ -88,18 +88,6 @@ impl Default for Tensor {
     }
 }
 
-impl std::fmt::Debug for Tensor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tensor")
-            .field("dims", &self.dims())
-            .field("dtype", &self.dtype)
-            .field("device", &self.device)
-            .field("committed", &self.is_committed())
-            .field("dense", &self.layout.is_dense())
-            .finish()
-    }
-}
-
 /// The most elements a tensor may hold on a GPU: kernels index elements with 32 bits.
 pub const GPU_MAX_ELEMENTS: usize = u32::MAX as usize;
 

@@ -8,7 +8,7 @@
 //! the C++ `(B, D)` entry points and behave exactly like the plain ones.
 
 use super::elementwise::{binary_out, unary_inplace, unary_out};
-use super::{check_float, dispatch, prepare_out};
+use super::{check_float, dispatch};
 use crate::backend::{Binary, Glu, Unary};
 use crate::{Error, Result, Tensor};
 
@@ -138,7 +138,7 @@ fn glu_forward(name: &'static str, op: Glu, x: &Tensor, y: &mut Tensor) -> Resul
     let be = dispatch(name, &[("x", x), ("y", y)])?;
     check_float(name, "x", x, be)?;
     let d = glu_half(name, x)?;
-    prepare_out(y, be.device(), &[x.rows(), d], x.dtype())?;
+    be.out("y", y, &[x.rows(), d], x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
     }
@@ -169,7 +169,7 @@ fn glu_backward(
         ));
     }
     super::check_dtypes_match(name, ("x", x), &[("dy", dy)])?;
-    prepare_out(dx, be.device(), x.dims(), x.dtype())?;
+    be.out("dx", dx, x.dims(), x.dtype())?;
     if dx.numel() == 0 {
         return Ok(());
     }
@@ -270,7 +270,7 @@ pub fn snake_forward(
     )?;
     snake_check(op, x, (n, c, l))?;
     let d = snake_params(op, alpha, beta, c)?;
-    prepare_out(y, be.device(), x.dims(), x.dtype())?;
+    be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -329,7 +329,7 @@ pub fn snake_backward(
         }
     }
     let d = snake_params(op, alpha, beta, c)?;
-    prepare_out(dx, be.device(), x.dims(), x.dtype())?;
+    be.out("dx", dx, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }

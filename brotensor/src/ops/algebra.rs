@@ -8,9 +8,10 @@
 //! where they lie). `add`, `sub`, `mul`, `div`, `exp`, `log`, `sin`, `cos` and `rsqrt` of
 //! [`crate::ops::elementwise`] take F64, C64 and C128 too, through the same kernels.
 
-use super::{checked_product, dispatch, prepare_out, resolve};
-use crate::backend::{Backend, ComplexMap, FloatMap, IndexMap, PadSpec, ReduceOp};
+use super::{checked_product, dispatch, resolve};
+use crate::backend::{ComplexMap, FloatMap, IndexMap, PadSpec, ReduceOp};
 use crate::layout::show_dims;
+use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
 /// The dtypes of the structural ops (whole elements of 4, 8 or 16 bytes).
@@ -29,7 +30,7 @@ fn check_dtype(
     name: &'static str,
     t: &Tensor,
     allowed: &[Dtype],
-    be: &dyn Backend,
+    be: Dispatched,
 ) -> Result<()> {
     if !allowed.contains(&t.dtype()) {
         let list: Vec<String> = allowed.iter().map(|d| d.to_string()).collect();
@@ -93,7 +94,7 @@ fn map_op(
     };
     check_dtype(op, name, x, &dtypes, be)?;
     check_alike(op, operands)?;
-    prepare_out(out, be.device(), x.dims(), x.dtype())?;
+    be.out("out", out, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -463,7 +464,7 @@ fn triangle(op: &'static str, x: &Tensor, k: i64, lower: bool) -> Result<Tensor>
     let be = dispatch(op, &[("x", x)])?;
     check_dtype(op, "x", x, &STRUCTURAL, be)?;
     let mut out = Tensor::default();
-    prepare_out(&mut out, be.device(), x.dims(), x.dtype())?;
+    be.out("out", &mut out, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(out);
     }
@@ -504,7 +505,7 @@ pub fn concatenate(inputs: &[&Tensor], axis: usize) -> Result<Tensor> {
     let mut dims = first.dims().to_vec();
     dims[axis] = total;
     let mut out = Tensor::default();
-    prepare_out(&mut out, be.device(), &dims, first.dtype())?;
+    be.out("out", &mut out, &dims, first.dtype())?;
     // Each input is `outer` rows of `len inner` elements, landing `at inner` into rows of
     // `total inner`: the block copy of `copy_d2d_strided`. All sizes are at most the
     // output's element count, which `prepare_out` checked.
@@ -544,7 +545,7 @@ pub fn convert(x: &Tensor, dtype: Dtype) -> Result<Tensor> {
         });
     }
     let mut out = Tensor::default();
-    prepare_out(&mut out, be.device(), x.dims(), dtype)?;
+    be.out("out", &mut out, x.dims(), dtype)?;
     if x.numel() == 0 {
         return Ok(out);
     }
@@ -641,7 +642,7 @@ pub fn pad(x: &Tensor, low: &[i64], high: &[i64], interior: &[u64]) -> Result<Te
         })
         .collect::<Result<Vec<usize>>>()?;
     let mut out = Tensor::default();
-    prepare_out(&mut out, be.device(), &dims, x.dtype())?;
+    be.out("out", &mut out, &dims, x.dtype())?;
     if out.numel() == 0 {
         return Ok(out);
     }
@@ -841,7 +842,7 @@ pub fn gather(
         })
         .collect();
     let mut out = Tensor::default();
-    prepare_out(&mut out, be.device(), &dims, operand.dtype())?;
+    be.out("out", &mut out, &dims, operand.dtype())?;
     if out.numel() == 0 {
         return Ok(out);
     }
@@ -1016,7 +1017,7 @@ fn reduce(
     let n = d[axis];
     let mut dims = d.to_vec();
     dims[axis] = 1;
-    prepare_out(out, be.device(), &dims, x.dtype())?;
+    be.out("out", out, &dims, x.dtype())?;
     if out.numel() == 0 {
         return Ok(());
     }

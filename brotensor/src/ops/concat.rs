@@ -7,10 +7,10 @@
 //! cols)` views (leading dims folded) as each contract says.
 
 use super::embedding::check_sized;
-use super::{checked_product, dispatch, prepare_out};
+use super::{checked_product, dispatch};
+use crate::ops::Dispatched;
 use brotensor_kernels::concat::Blocks;
 
-use crate::backend::Backend;
 use crate::{Dtype, Error, Result, Tensor};
 
 /// `out (total, 1)`: the parts' elements end to end, in order, `total` the sum of the
@@ -21,7 +21,7 @@ pub fn concat_rows(parts: &[&Tensor], out: &mut Tensor) -> Result<()> {
     let be = dispatch_parts(OP, parts, out)?;
     let dtype = common_dtype(OP, parts)?;
     let total = checked_sum(OP, parts.iter().map(|p| p.numel()))?;
-    prepare_out(out, be.device(), &[total, 1], dtype)?;
+    be.out("out", out, &[total, 1], dtype)?;
     let mut off = 0;
     for p in parts {
         copy_flat(be, p, 0, out, off, p.numel())?;
@@ -76,7 +76,7 @@ pub fn concat_batched_rows(parts: &[&Tensor], out: &mut Tensor) -> Result<()> {
         ));
     }
     let width = checked_sum(OP, parts.iter().map(|p| p.cols()))?;
-    prepare_out(out, be.device(), &[b, width], dtype)?;
+    be.out("out", out, &[b, width], dtype)?;
     let mut off = 0;
     for p in parts {
         let d = p.cols();
@@ -124,7 +124,7 @@ pub fn concat_nchw_channels(
         }
     }
     let row = checked_product(OP, "C * h * w", &[total, hw])?;
-    prepare_out(out, be.device(), &[n, row], dtype)?;
+    be.out("out", out, &[n, row], dtype)?;
     let mut off = 0;
     for (p, &c) in parts.iter().zip(c_per_part) {
         let blocks = Blocks {
@@ -173,7 +173,7 @@ pub fn concat_nchw_channels_backward(
     }
     let mut off = 0;
     for (p, &c) in parts.iter_mut().zip(c_per_part) {
-        prepare_out(p, be.device(), &[n, c * hw], dy.dtype())?;
+        be.out("p", p, &[n, c * hw], dy.dtype())?;
         let blocks = Blocks {
             src_off: off * hw,
             src_pitch: row,
@@ -227,7 +227,7 @@ pub fn copy_d2d_strided(
 }
 
 /// Runs `blocks` after checking that both sides lie inside their tensors.
-fn run_blocks(be: &dyn Backend, src: &Tensor, blocks: Blocks, dst: &mut Tensor) -> Result<()> {
+fn run_blocks(be: Dispatched, src: &Tensor, blocks: Blocks, dst: &mut Tensor) -> Result<()> {
     const OP: &str = "copy_d2d_strided";
     let reach = |src_side: bool| {
         blocks
@@ -251,7 +251,7 @@ fn run_blocks(be: &dyn Backend, src: &Tensor, blocks: Blocks, dst: &mut Tensor) 
 
 /// One flat run of `n` elements from `src[src_off..]` to `dst[dst_off..]`.
 fn copy_flat(
-    be: &dyn Backend,
+    be: Dispatched,
     src: &Tensor,
     src_off: usize,
     dst: &mut Tensor,
@@ -270,22 +270,14 @@ fn copy_flat(
 }
 
 /// The backend of a concat: the parts, then the output.
-fn dispatch_parts(
-    op: &'static str,
-    parts: &[&Tensor],
-    out: &Tensor,
-) -> Result<&'static dyn Backend> {
+fn dispatch_parts(op: &'static str, parts: &[&Tensor], out: &Tensor) -> Result<Dispatched> {
     let mut operands: Vec<(&'static str, &Tensor)> = parts.iter().map(|p| ("parts", *p)).collect();
     operands.push(("out", out));
     dispatch(op, &operands)
 }
 
 /// The backend of a split into pre-sized parts written in place.
-fn dispatch_split(
-    op: &'static str,
-    input: &Tensor,
-    parts: &[&mut Tensor],
-) -> Result<&'static dyn Backend> {
+fn dispatch_split(op: &'static str, input: &Tensor, parts: &[&mut Tensor]) -> Result<Dispatched> {
     for p in parts {
         p.check_writable(op, "parts")?;
     }

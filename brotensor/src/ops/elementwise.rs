@@ -7,7 +7,7 @@
 //! [`supports_dtype`](crate::supports_dtype) says so), with FP32 math inside.
 
 use super::algebra::{in_place, wide_map};
-use super::{check_float, check_same, dispatch, dispatch_inplace, prepare_out};
+use super::{check_float, check_same, dispatch, dispatch_inplace};
 use crate::backend::{Binary, ComplexMap, FloatMap, Src, Unary};
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -49,7 +49,7 @@ pub(crate) fn unary_out(
     }
     let be = dispatch(name, &[("x", x), ("out", out)])?;
     check_float(name, "x", x, be)?;
-    prepare_out(out, be.device(), x.dims(), x.dtype())?;
+    be.out("out", out, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -99,7 +99,7 @@ pub(crate) fn binary_out(
     let be = dispatch(name, &[(xn, x), (yn, y), ("out", out)])?;
     check_float(name, xn, x, be)?;
     check_same(name, (yn, y), (xn, x))?;
-    prepare_out(out, be.device(), x.dims(), x.dtype())?;
+    be.out("out", out, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -160,13 +160,13 @@ fn arith_views(
     if !a.is_committed() || !b.is_committed() {
         return Ok(false);
     }
-    let be = crate::runtime::backend(
+    let be = super::Dispatched::on(
         name,
         super::resolve(name, &[("a", a), ("b", b), ("out", out)])?,
     )?;
     check_float(name, "a", a, be)?;
     super::check_dtypes_match(name, ("a", a), &[("b", b)])?;
-    prepare_out(out, be.device(), a.dims(), a.dtype())?;
+    be.out("out", out, a.dims(), a.dtype())?;
     if a.numel() == 0 {
         return Ok(true);
     }
@@ -381,7 +381,7 @@ pub fn fill(y: &mut Tensor, value: f32) -> Result<()> {
 pub fn cast(src: &Tensor, dst: &mut Tensor, dtype: Dtype) -> Result<()> {
     let be = dispatch("cast", &[("src", src), ("dst", dst)])?;
     if src.dtype() == dtype {
-        prepare_out(dst, be.device(), src.dims(), dtype)?;
+        be.out("dst", dst, src.dims(), dtype)?;
         let bytes = src.storage_bytes();
         return match (src.storage(), dst.storage_mut()) {
             (Some(s), Some(d)) => be.copy(s, d, bytes),
@@ -405,7 +405,7 @@ pub fn cast(src: &Tensor, dst: &mut Tensor, dtype: Dtype) -> Result<()> {
             });
         }
     }
-    prepare_out(dst, be.device(), src.dims(), dtype)?;
+    be.out("dst", dst, src.dims(), dtype)?;
     if src.numel() == 0 {
         return Ok(());
     }
@@ -472,7 +472,7 @@ pub fn threshold_u8(x: &Tensor, t: f32, y: &mut Tensor) -> Result<()> {
     if x.dtype() == Dtype::F16 && be.device().is_gpu() {
         check_float(op, "x", x, be)?;
     }
-    prepare_out(y, be.device(), x.dims(), Dtype::I8)?;
+    be.out("y", y, x.dims(), Dtype::I8)?;
     if x.numel() == 0 {
         return Ok(());
     }

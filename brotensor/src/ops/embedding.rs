@@ -12,8 +12,8 @@
 //! accumulating scatters (`scatter_rows_add`, `embedding_lookup_backward`) take a float the
 //! device computes in and add in FP32.
 
-use super::{check_dtypes_match, check_float, dispatch, dispatch_inplace, prepare_out};
-use crate::backend::Backend;
+use super::{check_dtypes_match, check_float, dispatch, dispatch_inplace};
+use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
 /// `y (m, x.cols)`: `y[i, :] = x[ids[i], :]` (C++ `embedding_lookup_forward` with
@@ -40,7 +40,7 @@ fn gather(
     let be = dispatch(op, &[(name, x), ("ids", ids), ("out", y)])?;
     check_sized(op, name, x)?;
     check_ids(op, be, ids, x.rows())?;
-    prepare_out(y, be.device(), &[ids.numel(), x.cols()], x.dtype())?;
+    be.out("y", y, &[ids.numel(), x.cols()], x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
     }
@@ -83,7 +83,7 @@ pub fn scatter_rows_add(dy: &Tensor, idx: &Tensor, rows: usize, dx: &mut Tensor)
         ));
     }
     check_ids(OP, be, idx, rows)?;
-    prepare_out(dx, be.device(), &[rows, dy.cols()], dy.dtype())?;
+    be.out("dx", dx, &[rows, dy.cols()], dy.dtype())?;
     dx.zero()?;
     if dy.numel() == 0 || dx.numel() == 0 {
         return Ok(());
@@ -145,7 +145,7 @@ pub(crate) fn check_sized(op: &'static str, name: &'static str, t: &Tensor) -> R
 }
 
 /// Checks that `ids` is I32 and every id lies in `[0, rows)` (on the ids' device).
-fn check_ids(op: &'static str, be: &dyn Backend, ids: &Tensor, rows: usize) -> Result<()> {
+fn check_ids(op: &'static str, be: Dispatched, ids: &Tensor, rows: usize) -> Result<()> {
     if ids.dtype() != Dtype::I32 {
         return Err(Error::Dtype {
             op,

@@ -14,8 +14,9 @@ mod projected;
 
 pub use projected::*;
 
-use super::{check_dtypes_match, check_float, dispatch, prepare_out};
-use crate::backend::{Backend, FlashSpec, SeqLens};
+use super::{check_dtypes_match, check_float, dispatch};
+use crate::backend::{FlashSpec, SeqLens};
+use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
 /// The shared checks of the attention core: devices, dtypes, `K`/`V` shapes, the head split
@@ -31,7 +32,7 @@ fn check_core(
     mask_len: usize,
     (nq, nkv): (usize, usize),
     o: &mut Tensor,
-) -> Result<(&'static dyn Backend, usize)> {
+) -> Result<(Dispatched, usize)> {
     let none = Tensor::default();
     let be = dispatch(
         op,
@@ -84,7 +85,7 @@ fn check_core(
         ));
     }
     check_key_mask(op, mask, mask_len)?;
-    prepare_out(o, be.device(), &[q.rows(), q.cols()], q.dtype())?;
+    be.out("o", o, &[q.rows(), q.cols()], q.dtype())?;
     Ok((be, hd))
 }
 
@@ -130,7 +131,7 @@ fn spec(op: &'static str, nq: usize, nkv: usize, lk: usize, causal: bool) -> Fla
 
 /// Runs the core unless there is nothing to compute (no query rows; no keys gives zeros).
 fn run(
-    be: &dyn Backend,
+    be: Dispatched,
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     mask: Option<&Tensor>,
     spec: &FlashSpec,

@@ -11,7 +11,7 @@
 use brotensor_cpu::flash_grad::FlashBwdGeometry;
 
 use super::flash_attention::{check_key_mask, seqlens};
-use super::{check_dtypes_match, check_float, dispatch, prepare_out};
+use super::{check_dtypes_match, check_float, dispatch};
 use crate::{Dtype, Error, Result, Tensor};
 
 mod qkvo;
@@ -24,7 +24,7 @@ fn check_core(
     op: &'static str,
     [q, k, v, d_o]: [&Tensor; 4],
     num_heads: usize,
-    be: &dyn crate::backend::Backend,
+    be: crate::ops::Dispatched,
 ) -> Result<usize> {
     check_float(op, "q", q, be)?;
     check_dtypes_match(op, ("q", q), &[("k", k), ("v", v), ("d_o", d_o)])?;
@@ -60,13 +60,13 @@ fn check_core(
 /// Sizes the gradients (`dq` like `q`, `dk`, `dv` like `k`) and zeroes them when there is
 /// nothing to attend (no query or no key row); returns whether the kernels must run.
 fn prepare_grads(
-    be: &dyn crate::backend::Backend,
+    be: crate::ops::Dispatched,
     (q, k): (&Tensor, &Tensor),
     [dq, dk, dv]: [&mut Tensor; 3],
 ) -> Result<bool> {
-    prepare_out(dq, be.device(), &[q.rows(), q.cols()], q.dtype())?;
-    prepare_out(dk, be.device(), &[k.rows(), k.cols()], q.dtype())?;
-    prepare_out(dv, be.device(), &[k.rows(), k.cols()], q.dtype())?;
+    be.out("dq", dq, &[q.rows(), q.cols()], q.dtype())?;
+    be.out("dk", dk, &[k.rows(), k.cols()], q.dtype())?;
+    be.out("dv", dv, &[k.rows(), k.cols()], q.dtype())?;
     if q.rows() == 0 || k.rows() == 0 || q.cols() == 0 {
         for t in [dq, dk, dv] {
             t.zero()?;
@@ -113,7 +113,7 @@ fn core_backward(
         ));
     }
     check_key_mask(op, mask, k.rows())?;
-    prepare_out(o_fwd, be.device(), &[q.rows(), q.cols()], q.dtype())?;
+    be.out("o_fwd", o_fwd, &[q.rows(), q.cols()], q.dtype())?;
     if !prepare_grads(be, (q, k), [dq, dk, dv])? {
         return o_fwd.zero();
     }

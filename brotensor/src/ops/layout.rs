@@ -2,8 +2,7 @@
 //! [`Tensor::contiguous`]). The views themselves are methods of [`Tensor`] (see
 //! `Tensor::permute`, `Tensor::slice`, `Tensor::broadcast_to`, ...).
 
-use super::{prepare_out, resolve};
-use crate::runtime::backend;
+use super::resolve;
 use crate::{Error, Result, Tensor};
 
 /// Writes `src`'s elements into `dst` densely in row-major order of `src.dims()` (the `_out`
@@ -13,13 +12,13 @@ use crate::{Error, Result, Tensor};
 /// (C++ `copy_d2d` on one device.)
 pub fn copy_into(src: &Tensor, dst: &mut Tensor) -> Result<()> {
     const OP: &str = "copy_into";
-    let be = backend(OP, resolve(OP, &[("src", src), ("dst", dst)])?)?;
+    let be = super::Dispatched::on(OP, resolve(OP, &[("src", src), ("dst", dst)])?)?;
     let layout = *src.layout();
     let base = src
         .base_storage()
         .ok_or_else(|| Error::invalid(OP, "`src` has no storage"))?;
     // `dst` may share storage with `src` only if it is `src` itself, which a `&mut` excludes.
-    prepare_out(dst, be.device(), src.dims(), src.dtype())?;
+    be.out("dst", dst, src.dims(), src.dtype())?;
     if src.numel() == 0 {
         return Ok(());
     }

@@ -6,10 +6,11 @@
 //! `matmul_backward`, `dW`, `db`) accumulate into caller-sized tensors; input gradients
 //! (`dx`) are overwritten.
 
+use crate::ops::Dispatched;
 use std::borrow::Cow;
 
-use super::{check_dtypes_match, check_float, checked_product, dispatch, prepare_out};
-use crate::backend::{Backend, Broadcast, Gemm};
+use super::{check_dtypes_match, check_float, checked_product, dispatch};
+use crate::backend::{Broadcast, Gemm};
 use crate::{Error, Result, Tensor};
 
 /// A plain product; `product` fills in the dimensions from the operands.
@@ -41,6 +42,7 @@ fn check_sized(
     shape: (usize, usize),
     like: &Tensor,
 ) -> Result<()> {
+    super::check_on_device(op, name, t, like.device())?;
     t.check_writable(op, name)?;
     if !t.is_committed() || t.shape() != shape {
         return Err(shape_error(
@@ -70,7 +72,7 @@ fn check_sized(
 
 /// `c = a . b` (or `+=`) on a resolved backend, zeroing `c` for an empty inner dimension.
 fn product(
-    be: &dyn Backend,
+    be: Dispatched,
     op: &'static str,
     a: &Tensor,
     b: &Tensor,
@@ -116,7 +118,7 @@ pub fn matmul(a: &Tensor, b: &Tensor, c: &mut Tensor) -> Result<()> {
             ),
         ));
     }
-    prepare_out(c, be.device(), &[a.rows(), b.cols()], a.dtype())?;
+    be.out("c", c, &[a.rows(), b.cols()], a.dtype())?;
     product(be, op, a, b, c, NN)
 }
 
@@ -193,7 +195,7 @@ pub fn linear_forward(w: &Tensor, b: &Tensor, x: &Tensor, y: &mut Tensor) -> Res
         ));
     }
     check_dtypes_match(op, ("w", w), &[("b", b), ("x", x)])?;
-    prepare_out(y, be.device(), &[w.rows(), 1], w.dtype())?;
+    be.out("y", y, &[w.rows(), 1], w.dtype())?;
     product(be, op, w, &as_column(x)?, y, NN)?;
     if y.numel() > 0 {
         be.broadcast(
@@ -250,7 +252,7 @@ pub fn linear_backward(
     check_sized(op, "dw", dw, w.shape(), w)?;
     check_sized(op, "db", db, (w.rows(), 1), w)?;
     let (x, dy) = (as_column(x)?, as_column(dy)?);
-    prepare_out(dx, be.device(), &[w.cols(), 1], w.dtype())?;
+    be.out("dx", dx, &[w.cols(), 1], w.dtype())?;
     product(
         be,
         op,
@@ -330,7 +332,7 @@ pub fn linear_forward_batched(
         ));
     }
     let w = in_dtype(w, x.dtype())?;
-    prepare_out(y, be.device(), &[x.rows(), w.rows()], x.dtype())?;
+    be.out("y", y, &[x.rows(), w.rows()], x.dtype())?;
     product(
         be,
         op,
@@ -399,7 +401,7 @@ pub fn linear_backward_batched(
     check_dtypes_match(op, ("w", w), &[("x", x), ("dy", dy)])?;
     check_sized(op, "dw", dw, (out, inp), w)?;
     check_sized(op, "db", db, (out, 1), w)?;
-    prepare_out(dx, be.device(), &[batch, inp], w.dtype())?;
+    be.out("dx", dx, &[batch, inp], w.dtype())?;
     product(be, op, dy, w, dx, NN)?;
     product(
         be,
@@ -470,7 +472,7 @@ fn check_16bit(
 /// Runs a 16-bit product on any device: the CPU reference computes it in F32 on widened
 /// copies and narrows the result into `c` (its allocation is kept).
 fn product_16bit(
-    be: &dyn Backend,
+    be: Dispatched,
     op: &'static str,
     (a, b, bias): (&Tensor, &Tensor, Option<&Tensor>),
     c: &mut Tensor,
@@ -646,7 +648,7 @@ pub fn linear_forward_batched_fp16_act(
         ));
     }
     let (batch, out, inp) = (x.rows(), w.rows(), w.cols());
-    prepare_out(y, be.device(), &[batch, out], x.dtype())?;
+    be.out("y", y, &[batch, out], x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
     }
@@ -751,7 +753,7 @@ pub fn linear_forward_batched_int8w_fp16(
 /// here), dequantized on the device.
 fn int8_weight_as(
     op: &'static str,
-    be: &dyn Backend,
+    be: Dispatched,
     w: &Tensor,
     scales: &Tensor,
     x: &Tensor,
@@ -799,7 +801,7 @@ pub fn matmul_int8w_fp16(w: &Tensor, scales: &Tensor, x: &Tensor, y: &mut Tensor
         ));
     }
     let w16 = int8_weight_as(op, be, w, scales, x)?;
-    prepare_out(y, be.device(), &[w.rows(), x.cols()], x.dtype())?;
+    be.out("y", y, &[w.rows(), x.cols()], x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
     }

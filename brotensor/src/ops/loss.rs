@@ -5,7 +5,7 @@
 //! softmax entry) drops entries whose mask is below 0.5: they get probability 0, and a fully
 //! masked vector is all zeros rather than NaN.
 
-use super::{check_float, check_same, dispatch, prepare_out};
+use super::{check_float, check_same, dispatch};
 use crate::backend::Src;
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -15,7 +15,7 @@ pub fn softmax_rows_forward(x: &Tensor, y: &mut Tensor) -> Result<()> {
     let op = "softmax_rows_forward";
     let be = dispatch(op, &[("x", x), ("y", y)])?;
     check_float(op, "x", x, be)?;
-    prepare_out(y, be.device(), x.dims(), x.dtype())?;
+    be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -77,7 +77,7 @@ pub fn softmax_forward(logits: &Tensor, mask: Option<&Tensor>, probs: &mut Tenso
             });
         }
     }
-    prepare_out(probs, be.device(), logits.dims(), logits.dtype())?;
+    be.out("probs", probs, logits.dims(), logits.dtype())?;
     if logits.numel() == 0 {
         return Ok(());
     }
@@ -94,7 +94,7 @@ pub fn softmax_backward(probs: &Tensor, dprobs: &Tensor, dlogits: &mut Tensor) -
     )?;
     check_float(op, "probs", probs, be)?;
     check_same(op, ("dprobs", dprobs), ("probs", probs))?;
-    prepare_out(dlogits, be.device(), probs.dims(), probs.dtype())?;
+    be.out("dlogits", dlogits, probs.dims(), probs.dtype())?;
     if probs.numel() == 0 {
         return Ok(());
     }
@@ -185,14 +185,14 @@ pub fn mse_vec_per_sample(
 }
 
 /// Checks F32 loss operands against `logits` and sizes the outputs; returns the backend.
-fn prepare_loss<'a>(
+fn prepare_loss(
     op: &'static str,
     logits: &Tensor,
     target: &Tensor,
     mask: Option<&Tensor>,
     outs: [&mut Tensor; 3],
     loss_shape: (usize, usize),
-) -> Result<&'a dyn crate::backend::Backend> {
+) -> Result<crate::ops::Dispatched> {
     let none = Tensor::default();
     let [probs, dlogits, loss] = outs;
     let be = dispatch(
@@ -231,9 +231,9 @@ fn prepare_loss<'a>(
             ));
         }
     }
-    prepare_out(probs, be.device(), logits.dims(), Dtype::F32)?;
-    prepare_out(dlogits, be.device(), logits.dims(), Dtype::F32)?;
-    prepare_out(loss, be.device(), &[loss_shape.0, loss_shape.1], Dtype::F32)?;
+    be.out("probs", probs, logits.dims(), Dtype::F32)?;
+    be.out("dlogits", dlogits, logits.dims(), Dtype::F32)?;
+    be.out("loss", loss, &[loss_shape.0, loss_shape.1], Dtype::F32)?;
     Ok(be)
 }
 
@@ -363,7 +363,7 @@ pub fn softmax_xent_fused_batched(
             format!("head offsets {head_offsets:?} must be non-decreasing and end within {l}"),
         ));
     }
-    prepare_out(loss_per_sample, be.device(), &[b, 1], Dtype::F32)?;
+    be.out("loss_per_sample", loss_per_sample, &[b, 1], Dtype::F32)?;
     if b == 0 || heads == 0 {
         return loss_per_sample.zero();
     }

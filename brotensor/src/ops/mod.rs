@@ -82,14 +82,57 @@ pub(crate) fn resolve(op: &'static str, operands: &[(&'static str, &Tensor)]) ->
     Ok(device)
 }
 
+/// The backend an op runs on, with the op's name: it derefs to the [`Backend`], and sizes the
+/// op's outputs ([`Dispatched::out`]) so that each one is checked by name against the op's
+/// device.
+#[derive(Clone, Copy)]
+pub(crate) struct Dispatched {
+    be: &'static dyn Backend,
+    op: &'static str,
+}
+
+impl std::ops::Deref for Dispatched {
+    type Target = dyn Backend;
+
+    fn deref(&self) -> &(dyn Backend + 'static) {
+        self.be
+    }
+}
+
+impl Dispatched {
+    /// `op` on `device`'s backend, for an op that resolved its device itself.
+    pub(crate) fn on(op: &'static str, device: Device) -> Result<Self> {
+        Ok(Dispatched {
+            be: backend(op, device)?,
+            op,
+        })
+    }
+
+    /// The backend itself, for code that keeps it past the op's borrow.
+    pub(crate) fn backend(self) -> &'static dyn Backend {
+        self.be
+    }
+
+    /// Sizes output `name` to `dims` of `dtype` on the op's device ([`prepare_out`]).
+    pub(crate) fn out(
+        &self,
+        name: &'static str,
+        out: &mut Tensor,
+        dims: &[usize],
+        dtype: Dtype,
+    ) -> Result<()> {
+        prepare_out(self.op, name, out, self.be.device(), dims, dtype)
+    }
+}
+
 /// The backend an op runs on, after device resolution. Every operand that is a view
 /// without a dense layout gets its one dense copy here (kept with the view), so backends
 /// always see dense storage.
 pub(crate) fn dispatch(
     op: &'static str,
     operands: &[(&'static str, &Tensor)],
-) -> Result<&'static dyn Backend> {
-    let be = backend(op, resolve(op, operands)?)?;
+) -> Result<Dispatched> {
+    let be = Dispatched::on(op, resolve(op, operands)?)?;
     for (_, t) in operands {
         if t.is_committed() && !t.layout().is_dense() {
             t.dense_storage(op)?;
@@ -104,11 +147,30 @@ pub(crate) fn dispatch_inplace(
     op: &'static str,
     (name, target): (&'static str, &Tensor),
     inputs: &[(&'static str, &Tensor)],
-) -> Result<&'static dyn Backend> {
+) -> Result<Dispatched> {
     target.check_writable(op, name)?;
     let mut operands = vec![(name, target)];
     operands.extend_from_slice(inputs);
     dispatch(op, &operands)
+}
+
+/// Errors unless a committed `t` is on `device`: for an operand an op checks apart from its
+/// dispatch list, such as a caller-sized gradient it accumulates into.
+pub(crate) fn check_on_device(
+    op: &'static str,
+    name: &'static str,
+    t: &Tensor,
+    device: Device,
+) -> Result<()> {
+    if t.is_committed() && t.device() != device {
+        return Err(Error::DeviceMismatch {
+            op,
+            operand: name,
+            expected: device,
+            found: t.device(),
+        });
+    }
+    Ok(())
 }
 
 /// Checks that `t` is a float the backend computes in.
@@ -116,7 +178,7 @@ pub(crate) fn check_float(
     op: &'static str,
     name: &'static str,
     t: &Tensor,
-    be: &dyn Backend,
+    be: Dispatched,
 ) -> Result<()> {
     if !t.dtype().is_float() {
         return Err(Error::Dtype {
@@ -188,14 +250,28 @@ pub(crate) fn checked_product(op: &'static str, what: &str, factors: &[usize]) -
         })
 }
 
-/// Adopts and sizes an output to `dims` of `dtype` on `device` (errors when it is a view
-/// or has live views: ops never write through views).
+/// Adopts and sizes output `name` of `op` to `dims` of `dtype` on `device`. Errors, naming
+/// the op and the output, when the output is committed on another device, or is a view or
+/// has live views (ops never write through views).
 pub(crate) fn prepare_out(
+    op: &'static str,
+    name: &'static str,
     out: &mut Tensor,
     device: Device,
     dims: &[usize],
     dtype: Dtype,
 ) -> Result<()> {
+    if out.is_committed() {
+        if out.device() != device {
+            return Err(Error::DeviceMismatch {
+                op,
+                operand: name,
+                expected: device,
+                found: out.device(),
+            });
+        }
+        out.check_writable(op, name)?;
+    }
     out.adopt(device);
-    out.resize_for("resize", dims, dtype)
+    out.resize_for(op, dims, dtype)
 }

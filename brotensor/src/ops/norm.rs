@@ -5,8 +5,9 @@
 //! resized; `dx` is overwritten; `dgamma`, `dbeta` accumulate and must be pre-sized to
 //! `D` elements.
 
-use super::{check_float, dispatch, prepare_out};
-use crate::backend::{Backend, LayerNormCaches};
+use super::{check_float, dispatch};
+use crate::backend::LayerNormCaches;
+use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
 fn check_params(
@@ -34,6 +35,7 @@ fn check_grad(
     x: &Tensor,
     d: usize,
 ) -> Result<()> {
+    super::check_on_device(op, name, g, x.device())?;
     g.check_writable(op, name)?;
     if !g.is_committed() || g.numel() != d {
         return Err(Error::shape(
@@ -67,7 +69,7 @@ fn check_shape(
 
 fn layernorm_rows(
     op: &'static str,
-    be: &dyn Backend,
+    be: Dispatched,
     x: &Tensor,
     (gamma, beta): (&Tensor, &Tensor),
     eps: f32,
@@ -76,12 +78,12 @@ fn layernorm_rows(
 ) -> Result<()> {
     check_float(op, "x", x, be)?;
     check_params(op, x, x.cols(), &[("gamma", gamma), ("beta", beta)])?;
-    prepare_out(y, be.device(), x.dims(), x.dtype())?;
+    be.out("y", y, x.dims(), x.dtype())?;
     let caches = match caches {
         Some((xhat, mean, rstd)) => {
-            prepare_out(xhat, be.device(), x.dims(), x.dtype())?;
-            prepare_out(mean, be.device(), &[x.rows(), 1], Dtype::F32)?;
-            prepare_out(rstd, be.device(), &[x.rows(), 1], Dtype::F32)?;
+            be.out("xhat", xhat, x.dims(), x.dtype())?;
+            be.out("mean", mean, &[x.rows(), 1], Dtype::F32)?;
+            be.out("rstd", rstd, &[x.rows(), 1], Dtype::F32)?;
             Some(LayerNormCaches { xhat, mean, rstd })
         }
         None => None,
@@ -172,7 +174,7 @@ pub fn layernorm_backward_batched_with_caches(
     }
     check_grad(op, "dgamma", dgamma, dy, d)?;
     check_grad(op, "dbeta", dbeta, dy, d)?;
-    prepare_out(dx, be.device(), &[r, d], dy.dtype())?;
+    be.out("dx", dx, &[r, d], dy.dtype())?;
     if dy.numel() == 0 {
         return Ok(());
     }
@@ -235,7 +237,14 @@ pub fn layernorm_backward(
 ) -> Result<()> {
     let device = dispatch(
         "layernorm_backward",
-        &[("dy", dy), ("xhat", xhat), ("gamma", gamma)],
+        &[
+            ("dy", dy),
+            ("xhat", xhat),
+            ("gamma", gamma),
+            ("dx", dx),
+            ("dgamma", dgamma),
+            ("dbeta", dbeta),
+        ],
     )?
     .device();
     let flat = |t| Tensor::reshaped(t, 1, t.numel());
@@ -251,7 +260,7 @@ pub fn rms_norm_forward(x: &Tensor, gamma: &Tensor, eps: f32, y: &mut Tensor) ->
     let be = dispatch(op, &[("x", x), ("gamma", gamma), ("y", y)])?;
     check_float(op, "x", x, be)?;
     check_params(op, x, x.cols(), &[("gamma", gamma)])?;
-    prepare_out(y, be.device(), x.dims(), x.dtype())?;
+    be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -290,13 +299,13 @@ pub fn rms_norm_backward(
 /// The shared tail of the RMSNorm-based backward passes, after their checks: sizes `dx` and
 /// runs the backend (`dgamma` accumulated when given).
 fn rms_backward_rows(
-    be: &dyn crate::backend::Backend,
+    be: crate::ops::Dispatched,
     (x, gamma, dy): (&Tensor, &Tensor, &Tensor),
     eps: f32,
     dx: &mut Tensor,
     dgamma: Option<&mut Tensor>,
 ) -> Result<()> {
-    prepare_out(dx, be.device(), x.dims(), x.dtype())?;
+    be.out("dx", dx, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -470,7 +479,7 @@ pub fn group_norm_forward(
         ));
     }
     check_channels(op, x, c, &[("gamma", gamma), ("beta", beta)])?;
-    prepare_out(y, be.device(), x.dims(), x.dtype())?;
+    be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -518,7 +527,7 @@ pub fn group_norm_backward(
     check_params(op, x, dy.numel(), &[("dy", dy)])?;
     check_grad(op, "dgamma", dgamma, x, c)?;
     check_grad(op, "dbeta", dbeta, x, c)?;
-    prepare_out(dx, be.device(), x.dims(), x.dtype())?;
+    be.out("dx", dx, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -613,9 +622,9 @@ pub fn batch_norm_forward(
             ("running_var", running_var),
         ],
     )?;
-    prepare_out(y, be.device(), x.dims(), Dtype::F32)?;
-    prepare_out(saved_mean, be.device(), &[c, 1], Dtype::F32)?;
-    prepare_out(saved_rstd, be.device(), &[c, 1], Dtype::F32)?;
+    be.out("y", y, x.dims(), Dtype::F32)?;
+    be.out("saved_mean", saved_mean, &[c, 1], Dtype::F32)?;
+    be.out("saved_rstd", saved_rstd, &[c, 1], Dtype::F32)?;
     let m = n * hw;
     if m == 0 || c == 0 {
         return Ok(());
@@ -667,7 +676,7 @@ pub fn batch_norm_inference(
             ("running_var", running_var),
         ],
     )?;
-    prepare_out(y, be.device(), x.dims(), x.dtype())?;
+    be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -700,6 +709,8 @@ pub fn batch_norm_backward(
             ("saved_rstd", saved_rstd),
             ("dy", dy),
             ("dx", dx),
+            ("dgamma", dgamma),
+            ("dbeta", dbeta),
         ],
     )?;
     check_f32(
@@ -726,7 +737,7 @@ pub fn batch_norm_backward(
     check_shape(op, "dy", dy, x.shape())?;
     check_grad(op, "dgamma", dgamma, x, c)?;
     check_grad(op, "dbeta", dbeta, x, c)?;
-    prepare_out(dx, be.device(), x.dims(), Dtype::F32)?;
+    be.out("dx", dx, x.dims(), Dtype::F32)?;
     let m = n * hw;
     if m == 0 || c == 0 {
         return Ok(());
@@ -777,7 +788,7 @@ pub fn l2_normalize_nchw_forward(
     let be = dispatch(op, &[("x", x), ("y", y)])?;
     check_float(op, "x", x, be)?;
     let (n, c, hw) = nchw(op, x, dims.0, dims.1, dims.2, dims.3)?;
-    prepare_out(y, be.device(), x.dims(), x.dtype())?;
+    be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }

@@ -12,8 +12,8 @@
 //! `linear_forward_batched_q4k_fp16`, and the same for Q8_0 and Q6_K) are thin wrappers.
 
 use super::Act;
-use super::{check_float, dispatch, prepare_out};
-use crate::backend::Backend;
+use super::{check_float, dispatch};
+use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
 /// The most activation rows [`quant_linear`] sends down the GEMV (decode) path; more rows take
@@ -40,7 +40,7 @@ pub const QUANT_WEIGHT_DTYPES: [Dtype; 13] = [
 
 /// Checks that `w` is a committed, dense `(rows, cols)` tensor of a block dtype the device
 /// computes with.
-fn check_weight(op: &'static str, w: &Tensor, be: &dyn Backend) -> Result<()> {
+fn check_weight(op: &'static str, w: &Tensor, be: Dispatched) -> Result<()> {
     if !QUANT_WEIGHT_DTYPES.contains(&w.dtype()) {
         return Err(Error::Dtype {
             op,
@@ -87,7 +87,7 @@ pub fn dequantize(w: &Tensor, dtype: Dtype, out: &mut Tensor) -> Result<()> {
             device: be.device(),
         });
     }
-    prepare_out(out, be.device(), &[w.rows(), w.cols()], dtype)?;
+    be.out("out", out, &[w.rows(), w.cols()], dtype)?;
     if out.numel() == 0 {
         return Ok(());
     }
@@ -152,7 +152,7 @@ fn quant_linear_as(
             ));
         }
     }
-    prepare_out(y, be.device(), &[x.rows(), w.rows()], x.dtype())?;
+    be.out("y", y, &[x.rows(), w.rows()], x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
     }

@@ -4,14 +4,14 @@
 //! the index (the C++ contract), `argmax_rows_i32` I32 indices; `top_k_rows` is F32 only; `rows_count_above` takes F32 or F16. Outputs are
 //! resized and overwritten.
 
-use super::{check_float, dispatch, prepare_out};
+use super::{check_float, dispatch};
 use crate::{Dtype, Error, Result, Tensor};
 
 /// `y (rows, 1)`: `y[r] = sum_c x[r, c]` (an empty row sums to 0).
 pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
     let be = dispatch("sum_rows", &[("x", x), ("y", y)])?;
     check_float("sum_rows", "x", x, be)?;
-    prepare_out(y, be.device(), &[x.rows(), 1], x.dtype())?;
+    be.out("y", y, &[x.rows(), 1], x.dtype())?;
     if x.cols() == 0 {
         return y.zero();
     }
@@ -25,7 +25,7 @@ pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
 pub fn sum_cols(x: &Tensor, y: &mut Tensor) -> Result<()> {
     let be = dispatch("sum_cols", &[("x", x), ("y", y)])?;
     check_float("sum_cols", "x", x, be)?;
-    prepare_out(y, be.device(), &[1, x.cols()], x.dtype())?;
+    be.out("y", y, &[1, x.cols()], x.dtype())?;
     if x.rows() == 0 {
         return y.zero();
     }
@@ -50,7 +50,7 @@ pub fn argmax_rows_i32(x: &Tensor, idx: &mut Tensor) -> Result<()> {
 fn argmax_rows_as(op: &'static str, x: &Tensor, idx: &mut Tensor, dtype: Dtype) -> Result<()> {
     let be = dispatch(op, &[("x", x), ("idx", idx)])?;
     check_float(op, "x", x, be)?;
-    prepare_out(idx, be.device(), &[x.rows(), 1], dtype)?;
+    be.out("idx", idx, &[x.rows(), 1], dtype)?;
     if x.cols() == 0 {
         return idx.zero();
     }
@@ -82,8 +82,8 @@ pub fn top_k_rows(x: &Tensor, k: usize, vals: &mut Tensor, idx: &mut Tensor) -> 
             format!("k = {k} must be <= C (per-row length {})", x.cols()),
         ));
     }
-    prepare_out(vals, be.device(), &[x.rows(), k], Dtype::F32)?;
-    prepare_out(idx, be.device(), &[x.rows(), k], Dtype::I32)?;
+    be.out("vals", vals, &[x.rows(), k], Dtype::F32)?;
+    be.out("idx", idx, &[x.rows(), k], Dtype::I32)?;
     if x.rows() == 0 {
         return Ok(());
     }
@@ -105,7 +105,7 @@ pub fn rows_count_above(x: &Tensor, t_lo: f32, t_hi: f32, counts: &mut Tensor) -
     if x.dtype() == Dtype::F16 && be.device().is_gpu() {
         check_float(op, "x", x, be)?;
     }
-    prepare_out(counts, be.device(), &[x.rows(), 2], Dtype::I32)?;
+    be.out("counts", counts, &[x.rows(), 2], Dtype::I32)?;
     if x.cols() == 0 {
         return counts.zero();
     }

@@ -15,8 +15,8 @@
 //! are F32 on every device, M-RoPE position streams I32. Outputs are resized and take `x`'s
 //! dtype.
 
-use super::{check_float, checked_product, dispatch, prepare_out};
-use crate::backend::Backend;
+use super::{check_float, checked_product, dispatch};
+use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
 /// Which two elements of a head one rotation pairs.
@@ -187,7 +187,7 @@ impl RopeYarn {
 fn check_x(
     op: &'static str,
     (name, x): (&'static str, &Tensor),
-    be: &dyn Backend,
+    be: Dispatched,
     head_dim: usize,
     num_heads: usize,
 ) -> Result<()> {
@@ -272,7 +272,7 @@ fn rope_positions(
             ),
         ));
     }
-    prepare_out(y, be.device(), x.dims(), x.dtype())?;
+    be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -353,7 +353,7 @@ fn rope_tables(
     };
     check_table(op, ("cos_tbl", cos), (rows, head_dim / 2))?;
     check_table(op, ("sin_tbl", sin), (rows, head_dim / 2))?;
-    prepare_out(y, be.device(), x.dims(), x.dtype())?;
+    be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -497,7 +497,7 @@ pub fn rope_apply_mrope(
         let bound = (sections[a] > 0).then_some(max_pos);
         check_positions(op, (names.2, positions[a]), x.rows(), bound)?;
     }
-    prepare_out(y, be.device(), x.dims(), x.dtype())?;
+    be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }

@@ -19,8 +19,9 @@
 //! adds and multiplies with other than IEEE round-to-nearest (a fast-math mode; none of the
 //! runtimes used here enables one).
 
-use super::{checked_product, dispatch, dispatch_inplace, prepare_out};
-use crate::backend::{Backend, Draw};
+use super::{checked_product, dispatch, dispatch_inplace};
+use crate::backend::Draw;
+use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
 /// The largest vocabulary a sampled (`temperature > 0`) draw takes.
@@ -125,7 +126,7 @@ pub fn sample_logits(
     let op = "sample_logits";
     let be = dispatch(op, &[("logits", logits), ("indices", indices)])?;
     let draw = draw_for(op, logits, (temperature, top_k, top_p), (key, counter))?;
-    prepare_out(indices, be.device(), &[logits.rows(), 1], Dtype::I32)?;
+    be.out("indices", indices, &[logits.rows(), 1], Dtype::I32)?;
     if logits.rows() == 0 {
         return Ok(());
     }
@@ -201,7 +202,7 @@ pub fn sample_logits_into(
 }
 
 /// The backend of a random fill into `y`, after checking that `y` is F32 and pre-sized.
-fn fill_target(op: &'static str, y: &Tensor) -> Result<&'static dyn Backend> {
+fn fill_target(op: &'static str, y: &Tensor) -> Result<Dispatched> {
     let be = dispatch_inplace(op, ("y", y), &[])?;
     check_committed(op, "y", y)?;
     check_dtype(op, "y", y, Dtype::F32)?;

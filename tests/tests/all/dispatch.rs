@@ -199,3 +199,137 @@ fn compute_dtype_follows_the_device() {
     let _scope = DeviceScope::new(Device::Cpu).unwrap();
     assert_eq!(brotensor::compute_dtype().unwrap(), Dtype::F32);
 }
+
+/// `Err(DeviceMismatch)` naming `op` and `operand`, else a panic with what came instead.
+fn assert_mismatch(got: brotensor::Result<()>, op: &str, operand: &str) {
+    match got {
+        Err(Error::DeviceMismatch {
+            op: o, operand: n, ..
+        }) => assert_eq!((o, n), (op, operand)),
+        other => panic!("{op}: `{operand}` on another device gave {other:?}"),
+    }
+}
+
+/// Outputs that an op sizes itself and gradients it accumulates into, committed on another
+/// device than the inputs: each is refused by name under the op's own name (these panicked
+/// or named another op before every output went through the op's dispatch).
+#[test]
+fn every_output_on_another_device_is_refused_by_name() {
+    let _ = brotensor::init();
+    let gpus = gpu_devices();
+    if gpus.is_empty() {
+        eprintln!("outputs on another device: SKIPPED (no GPU device; only one device to mix)");
+    }
+    for gpu in gpus {
+        let cpu = |v: &[f32], r, c| Tensor::from_slice_on(Device::Cpu, v, r, c).unwrap();
+        let on_gpu = |r, c| Tensor::zeros_on(gpu, r, c, Dtype::F32).unwrap();
+        let cpu_zeros = |r, c| Tensor::zeros_on(Device::Cpu, r, c, Dtype::F32).unwrap();
+        // NCHW (2, 3, 2, 2): x is 2*3*4 values; per-channel vectors are (3, 1).
+        let xs: Vec<f32> = (0..24).map(|i| (i as f32 * 0.37).sin()).collect();
+        let x = cpu(&xs, 2, 12);
+        let ones = cpu(&[1.0; 3], 3, 1);
+        let zeros = cpu(&[0.0; 3], 3, 1);
+        let dims = (2, 3, 2, 2);
+        let forward = |slot: usize| {
+            let mut outs: Vec<Tensor> = (0..5)
+                .map(|i| {
+                    let (r, c) = if i == 2 { (2, 12) } else { (3, 1) };
+                    if i == slot {
+                        on_gpu(r, c)
+                    } else if i < 2 {
+                        cpu_zeros(r, c)
+                    } else {
+                        Tensor::default()
+                    }
+                })
+                .collect();
+            let [rm, rv, y, sm, sr] = &mut outs[..] else {
+                unreachable!()
+            };
+            ops::batch_norm_forward(&x, &ones, &zeros, dims, 1e-5, 0.1, rm, rv, y, sm, sr)
+        };
+        forward(usize::MAX).expect("all on cpu");
+        for (slot, name) in [
+            "running_mean",
+            "running_var",
+            "y",
+            "saved_mean",
+            "saved_rstd",
+        ]
+        .iter()
+        .enumerate()
+        {
+            assert_mismatch(forward(slot), "batch_norm_forward", name);
+        }
+
+        let backward = |slot: usize| {
+            let mut dx = if slot == 0 {
+                on_gpu(2, 12)
+            } else {
+                Tensor::default()
+            };
+            let mut dgamma = if slot == 1 {
+                on_gpu(3, 1)
+            } else {
+                cpu_zeros(3, 1)
+            };
+            let mut dbeta = if slot == 2 {
+                on_gpu(3, 1)
+            } else {
+                cpu_zeros(3, 1)
+            };
+            ops::batch_norm_backward(
+                &x,
+                &ones,
+                &zeros,
+                &ones,
+                &x,
+                dims,
+                &mut dx,
+                &mut dgamma,
+                &mut dbeta,
+            )
+        };
+        backward(usize::MAX).expect("all on cpu");
+        for (slot, name) in ["dx", "dgamma", "dbeta"].iter().enumerate() {
+            assert_mismatch(backward(slot), "batch_norm_backward", name);
+        }
+
+        let ln_backward = |slot: usize| {
+            // One vector of D = 4 (the C++ single-row form; rstd is a scalar).
+            let dy = cpu(&xs[..4], 1, 4);
+            let gamma = cpu(&[1.0; 4], 4, 1);
+            let mut dx = if slot == 0 {
+                on_gpu(1, 4)
+            } else {
+                Tensor::default()
+            };
+            let mut dgamma = if slot == 1 {
+                on_gpu(4, 1)
+            } else {
+                cpu_zeros(4, 1)
+            };
+            let mut dbeta = if slot == 2 {
+                on_gpu(4, 1)
+            } else {
+                cpu_zeros(4, 1)
+            };
+            ops::layernorm_backward(&dy, &dy, &gamma, 1.0, &mut dx, &mut dgamma, &mut dbeta)
+        };
+        ln_backward(usize::MAX).expect("all on cpu");
+        for (slot, name) in ["dx", "dgamma", "dbeta"].iter().enumerate() {
+            assert_mismatch(ln_backward(slot), "layernorm_backward", name);
+        }
+    }
+}
+
+/// An output that is a view is refused under the op's name (not a generic "resize").
+#[test]
+fn a_view_as_output_is_refused_under_the_ops_name() {
+    let x = Tensor::from_slice_on(Device::Cpu, &[1.0f32, 2.0, 3.0, 4.0], 2, 2).unwrap();
+    let base = Tensor::zeros_on(Device::Cpu, 2, 2, Dtype::F32).unwrap();
+    let mut view = base.transpose(0, 1).unwrap();
+    let err = ops::exp_forward(&x, &mut view).unwrap_err().to_string();
+    assert!(err.starts_with("brotensor: exp_forward: "), "{err}");
+    assert!(err.contains("`out`"), "{err}");
+}

@@ -2,6 +2,7 @@
 //! merge (permuted views copied densely), the per-head batched products, the masked
 //! softmax, and the backward pass through them.
 
+use crate::ops::Dispatched;
 use std::borrow::Cow;
 
 use super::super::{
@@ -9,14 +10,14 @@ use super::super::{
     Act,
 };
 use super::{AttentionCaches, ProjectionBiases, Projections};
-use crate::backend::{Backend, Broadcast, Gemm, Src};
+use crate::backend::{Broadcast, Gemm, Src};
 use crate::{Dtype, Error, Result, Tensor};
 
 /// An attention problem after validation: `groups` independent sequences (windows) of `Lq`
 /// queries of width `D` and `Lk` keys, `heads` heads of `hd` columns.
 pub(super) struct Setup<'a> {
     pub(super) op: &'static str,
-    pub(super) be: &'static dyn Backend,
+    pub(super) be: Dispatched,
     pub(super) groups: usize,
     pub(super) heads: usize,
     pub(super) hd: usize,
@@ -90,7 +91,7 @@ pub(super) fn check_shape(
 /// biases (`d` elements, float) and the mask (F32, `lk` elements).
 pub(super) fn check_block(
     op: &'static str,
-    be: &dyn Backend,
+    be: Dispatched,
     x: &Tensor,
     w: &Projections<'_>,
     b: &ProjectionBiases<'_>,
@@ -307,7 +308,7 @@ pub(super) fn attend(
             }
         }
     }
-    prepare_out(&mut c.attn, dev, &[nh * lq, lk], dtype)?;
+    prepare_out(s.op, "attn", &mut c.attn, dev, &[nh * lq, lk], dtype)?;
     if scores.numel() > 0 {
         s.be.softmax(Src::Tensor(&scores), s.mask, &mut c.attn, lk)?;
     }

@@ -2,7 +2,7 @@
 //! attention map, additive-bias attention (also with INT8 weights), and SAM's decomposed
 //! relative-position attention, global and windowed.
 
-use super::super::{check_float, checked_product, dispatch, prepare_out, scale_inplace, sum_cols};
+use super::super::{check_float, checked_product, dispatch, scale_inplace, sum_cols};
 use super::engine::{check_shape, Extra};
 use super::train::{run_forward, Forward, Gate};
 use super::{AttentionCaches, Int8Projections, ProjectionBiases, Projections};
@@ -256,7 +256,7 @@ pub fn self_attention_decomposed_rel_pos_windowed_forward(
     let d = x.cols();
     if tokens == 0 {
         // No window has a token: nothing attends.
-        return prepare_out(o, be.device(), &[0, d], x.dtype());
+        return be.out("o", o, &[0, d], x.dtype());
     }
     let (nwy, nwx) = (grid_h.div_ceil(window), grid_w.div_ceil(window));
     let groups = checked_product(op, "windows", &[nwy, nwx])?;
@@ -275,7 +275,7 @@ pub fn self_attention_decomposed_rel_pos_windowed_forward(
     };
     let mut ow = Tensor::default();
     run_forward(&f, extra, &mut AttentionCaches::default(), &mut ow)?;
-    prepare_out(o, be.device(), &[tokens, d], x.dtype())?;
+    be.out("o", o, &[tokens, d], x.dtype())?;
     if o.numel() > 0 {
         be.window_rows(op, &ow, o, (grid_h, grid_w, window), false)?;
     }

@@ -1,6 +1,6 @@
 //! The mask builders and the token moments of an attention map.
 
-use super::super::{check_float, checked_product, dispatch, prepare_out};
+use super::super::{check_float, checked_product, dispatch};
 use crate::{Dtype, Error, Result, Tensor};
 
 /// `mask (k, 1) F32`: `mask[i] = x[offset + i stride] > 0.5 ? 1 : 0` for `i < k`, reading
@@ -30,7 +30,7 @@ pub fn build_slot_mask(
             ));
         }
     }
-    prepare_out(mask, be.device(), &[k, 1], Dtype::F32)?;
+    be.out("mask", mask, &[k, 1], Dtype::F32)?;
     if k == 0 {
         return Ok(());
     }
@@ -42,7 +42,7 @@ pub fn build_slot_mask(
 pub fn build_causal_mask_row(l: usize, q: usize, mask: &mut Tensor) -> Result<()> {
     let op = "build_causal_mask_row";
     let be = dispatch(op, &[("mask", mask)])?;
-    prepare_out(mask, be.device(), &[l, 1], Dtype::F32)?;
+    be.out("mask", mask, &[l, 1], Dtype::F32)?;
     if l == 0 {
         return Ok(());
     }
@@ -78,8 +78,8 @@ pub fn attention_token_moments(
         ));
     }
     let lk = attn.cols();
-    prepare_out(mass, be.device(), &[lk, 1], Dtype::F32)?;
-    prepare_out(centroid, be.device(), &[lk, 2], Dtype::F32)?;
+    be.out("mass", mass, &[lk, 1], Dtype::F32)?;
+    be.out("centroid", centroid, &[lk, 2], Dtype::F32)?;
     if lk == 0 {
         return Ok(());
     }

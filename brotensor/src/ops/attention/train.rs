@@ -293,11 +293,11 @@ pub(super) fn run_backward(
     project_backward(&s, (&bw.c.y, bw.w.wo, &d_o), &mut dy, false, g.dwo, dbo)?;
     let (mut dq, mut dk, mut dv) = (Tensor::default(), Tensor::default(), Tensor::default());
     attend_backward(&s, &dy, bw.c, &mut dq, &mut dk, &mut dv)?;
-    prepare_out(dx, dev, &[lq, d], dtype)?;
+    prepare_out(op, "dx", dx, dev, &[lq, d], dtype)?;
     project_backward(&s, (bw.x, bw.w.wq, &dq), dx, false, g.dwq, dbq)?;
     let (target, fresh) = match dctx {
         Some(dctx) => {
-            prepare_out(dctx, dev, &[lk, d_kv], dtype)?;
+            prepare_out(op, "dctx", dctx, dev, &[lk, d_kv], dtype)?;
             (dctx, true)
         }
         None => (dx, false),
