@@ -434,7 +434,8 @@ fn lower_all(target: Target) -> Option<Lowering> {
     crate::quant::lower_for_cuda(&mut l);
     crate::reduce::lower_for_cuda(&mut l);
     crate::rope::lower_for_cuda(&mut l);
-    crate::rows::lower_for_cuda(&mut l);
+    crate::norm::lower_for_cuda(&mut l);
+    crate::softmax::lower_for_cuda(&mut l);
     crate::sampling::lower_for_cuda(&mut l);
     crate::snake::lower_for_cuda(&mut l);
     crate::strided::lower_for_cuda(&mut l);

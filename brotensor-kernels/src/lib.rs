@@ -41,13 +41,14 @@ pub mod loss;
 pub mod matmul;
 #[cfg(test)]
 mod metadata_contract;
+pub mod norm;
 mod primitives;
 pub mod quant;
 pub mod reduce;
 pub mod rope;
-pub mod rows;
 pub mod sampling;
 pub mod snake;
+pub mod softmax;
 pub mod strided;
 
 pub use launch::{LaunchError, MAX_VECTOR_SIZE};

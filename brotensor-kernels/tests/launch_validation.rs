@@ -335,7 +335,8 @@ fn reduce_sizes_that_overflow_are_refused() {
 
 #[test]
 fn row_op_sizes_that_overflow_are_refused() {
-    use brotensor_kernels::rows::{self, LayerNormBuffers};
+    use brotensor_kernels::norm::{self as rows, LayerNormBuffers};
+    use brotensor_kernels::softmax;
     let Some(c) = client() else { return };
     let (x, g, y, dx) = (
         sentinels(&c, 8),
@@ -348,13 +349,13 @@ fn row_op_sizes_that_overflow_are_refused() {
     overflow_refused(
         &c,
         "softmax",
-        rows::launch_softmax::<_, f32>(&c, &x, None, &y, wide),
+        softmax::launch_softmax::<_, f32>(&c, &x, None, &y, wide),
         &[&y],
     );
     overflow_refused(
         &c,
         "softmax_backward",
-        rows::launch_softmax_backward::<_, f32>(&c, &x, &x, &dx, wide),
+        softmax::launch_softmax_backward::<_, f32>(&c, &x, &x, &dx, wide),
         &[&dx],
     );
     // The norms: 2^63 rows of 2 columns (gamma and beta hold their 2 values).

@@ -91,19 +91,25 @@ impl Tensor {
         Ok((self.permute(&perm)?, back))
     }
 
-    /// `self (.., M, K) . rhs (K, N)`: a matrix product over the last two dims, the leading
-    /// dims of `self` kept (`(.., M, N)`); `rhs` must be rank 2. See [`ops::matmul`].
+    /// `self (.., M, K) . rhs (.., K, N)`: a matrix product over the last two dims, with
+    /// numpy's broadcasting of the batch dims before them (`[2, 3, 4] . [2, 4, 5]` is
+    /// `[2, 3, 5]`; `[2, 1, 3, 4] . [5, 4, 6]` is `[2, 5, 3, 6]`; a rank-2 `rhs` is shared by
+    /// every batch entry). Both operands need rank 2 or more. See [`ops::matmul`].
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
-        if self.rank() < 2 || rhs.rank() != 2 {
+        if self.rank() < 2 || rhs.rank() < 2 {
             return Err(Error::shape(
                 "matmul",
                 format!(
-                    "expected (.., M, K) . (K, N), got {:?} . {:?}",
+                    "expected (.., M, K) . (.., K, N), got {:?} . {:?}",
                     self.dims(),
                     rhs.dims()
                 ),
             ));
         }
+        if rhs.rank() > 2 {
+            return ops::linear::matmul_broadcast(self, rhs);
+        }
+        // A 2-D right operand: the batch dims fold into M, one product.
         let mut out = Tensor::default();
         ops::matmul(self, rhs, &mut out)?;
         let mut dims = self.dims().to_vec();

@@ -159,12 +159,10 @@ fn glu_backward(
         return Err(Error::shape(
             name,
             format!(
-                "`dy` is {}x{} but must be {}x{d} for `x` {}x{}",
-                dy.rows(),
-                dy.cols(),
+                "`dy` is {:?} but must be {}x{d} for `x` {:?}",
+                dy.dims(),
                 x.rows(),
-                x.rows(),
-                x.cols()
+                x.dims()
             ),
         ));
     }
@@ -238,9 +236,8 @@ fn snake_check(op: &'static str, x: &Tensor, (n, c, l): (usize, usize, usize)) -
         return Err(Error::shape(
             op,
             format!(
-                "X must be shaped (N, C*L) = ({n}, {c}*{l}), got {}x{}",
-                x.rows(),
-                x.cols()
+                "X must be shaped (N, C*L) = ({n}, {c}*{l}), got {:?}",
+                x.dims()
             ),
         ));
     }

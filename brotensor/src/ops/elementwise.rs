@@ -375,9 +375,19 @@ pub fn fill(y: &mut Tensor, value: f32) -> Result<()> {
     be.fill(y, value)
 }
 
-/// Converts `src` into `dst` as `dtype` (C++ `cast`): any pair of F32, F16 and BF16, rounding
-/// to nearest even, NaN kept NaN, overflow to infinity. The same dtype is a byte-exact copy
-/// for every dtype. `dst` is resized to `src`'s shape and `dtype`.
+/// Converts `src` into `dst` as `dtype` (C++ `cast`, extended to every dtype that holds
+/// values: F32, F16, BF16, F64, I32, I64, C64, C128, in any pair, on every device that
+/// computes both dtypes). `dst` is resized to `src`'s dims and `dtype`. The rules:
+/// - float to narrower float rounds to nearest even; NaN stays NaN, overflow gives infinity;
+///   widening is exact. F64 to F16/BF16 goes through F32 (two roundings, which can differ from
+///   one in the last bit for values within 2^-24 of a 16-bit halfway point);
+/// - integer to float rounds to nearest even (exact up to 2^24 in magnitude for F32, 2^53 for
+///   F64); to F16/BF16 through F32 (exact up to 2^24, then two roundings);
+/// - float to integer truncates toward zero, and NaN, infinities and values out of the
+///   integer's range are errors (nothing is written);
+/// - I64 to I32 errors on values out of range; I32 to I64 is exact;
+/// - real to complex has a zero imaginary part; complex to real keeps the real part;
+/// - the same dtype is a byte-exact copy, for every dtype.
 pub fn cast(src: &Tensor, dst: &mut Tensor, dtype: Dtype) -> Result<()> {
     let be = dispatch("cast", &[("src", src), ("dst", dst)])?;
     if src.dtype() == dtype {
@@ -388,12 +398,15 @@ pub fn cast(src: &Tensor, dst: &mut Tensor, dtype: Dtype) -> Result<()> {
             _ => Ok(()),
         };
     }
+    let sixteen = |d: Dtype| matches!(d, Dtype::F16 | Dtype::BF16);
+    let kernel_cast = |d: Dtype| d.is_float();
     for (name, d) in [("src", src.dtype()), ("dtype", dtype)] {
-        if !d.is_float() {
+        if !kernel_cast(d) && !super::algebra::CONVERTIBLE.contains(&d) {
             return Err(Error::Dtype {
                 op: "cast",
                 operand: name,
-                expected: "cast converts between F32, F16 and BF16".into(),
+                expected: "cast converts between F32, F16, BF16, F64, I32, I64, C64 and C128"
+                    .into(),
                 found: d,
             });
         }
@@ -405,15 +418,32 @@ pub fn cast(src: &Tensor, dst: &mut Tensor, dtype: Dtype) -> Result<()> {
             });
         }
     }
-    be.out("dst", dst, src.dims(), dtype)?;
-    if src.numel() == 0 {
-        return Ok(());
+    if kernel_cast(src.dtype()) && kernel_cast(dtype) {
+        be.out("dst", dst, src.dims(), dtype)?;
+        if src.numel() == 0 {
+            return Ok(());
+        }
+        return be.cast(src, dst);
     }
-    be.cast(src, dst)
+    // A 16-bit end goes through F32 (exact from 16 bits); the rest is the convert kernel.
+    if sixteen(dtype) {
+        let wide = super::algebra::convert(src, Dtype::F32)?;
+        return cast(&wide, dst, dtype);
+    }
+    let converted = if sixteen(src.dtype()) {
+        super::algebra::convert(&src.to_dtype(Dtype::F32)?, dtype)?
+    } else {
+        super::algebra::convert(src, dtype)?
+    };
+    // `dst` passed the device check in dispatch; it takes the result's storage.
+    dst.check_writable("cast", "dst")?;
+    *dst = converted;
+    Ok(())
 }
 
 impl Tensor {
-    /// A copy converted to `dtype` (see [`cast`]).
+    /// A copy converted to `dtype`: any pair of F32, F16, BF16, F64, I32, I64, C64 and C128
+    /// (see [`cast`] for the rounding and range rules).
     pub fn to_dtype(&self, dtype: Dtype) -> Result<Tensor> {
         let mut out = Tensor::default();
         cast(self, &mut out, dtype)?;

@@ -120,9 +120,8 @@ fn check_rows_of(
         return Err(Error::shape(
             op,
             format!(
-                "`{name}` is {}x{} but must be {}x{} (one row per id, as wide as the table)",
-                src.rows(),
-                src.cols(),
+                "`{name}` is {:?} but must be {}x{} (one row per id, as wide as the table)",
+                src.dims(),
                 ids.numel(),
                 dst.cols()
             ),

@@ -49,13 +49,7 @@ fn check_core(
     if k.shape() != v.shape() {
         return Err(Error::shape(
             op,
-            format!(
-                "`k` is {}x{} but `v` is {}x{}",
-                k.rows(),
-                k.cols(),
-                v.rows(),
-                v.cols()
-            ),
+            format!("`k` is {:?} but `v` is {:?}", k.dims(), v.dims()),
         ));
     }
     if nq == 0 || nkv == 0 {

@@ -33,15 +33,11 @@ fn check_core(
         return Err(Error::shape(
             op,
             format!(
-                "`q` {}x{}, `k` {}x{}, `v` {}x{}, `d_o` {}x{}: need q, d_o (Lq, D) and k, v (Lk, D)",
-                q.rows(),
-                q.cols(),
-                k.rows(),
-                k.cols(),
-                v.rows(),
-                v.cols(),
-                d_o.rows(),
-                d_o.cols()
+                "`q` {:?}, `k` {:?}, `v` {:?}, `d_o` {:?}: need q, d_o (Lq, D) and k, v (Lk, D)",
+                q.dims(),
+                k.dims(),
+                v.dims(),
+                d_o.dims()
             ),
         ));
     }

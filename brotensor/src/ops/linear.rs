@@ -14,7 +14,7 @@ use crate::backend::{Broadcast, Gemm};
 use crate::{Error, Result, Tensor};
 
 /// A plain product; `product` fills in the dimensions from the operands.
-const NN: Gemm = Gemm {
+pub(super) const NN: Gemm = Gemm {
     m: 0,
     n: 0,
     k: 0,
@@ -26,12 +26,12 @@ const NN: Gemm = Gemm {
     act: Act::None,
 };
 
-fn shape_error(op: &'static str, what: String) -> Error {
+pub(super) fn shape_error(op: &'static str, what: String) -> Error {
     Error::shape(op, what)
 }
 
-fn dims(t: &Tensor) -> String {
-    format!("{}x{}", t.rows(), t.cols())
+pub(super) fn dims(t: &Tensor) -> String {
+    format!("{:?}", t.dims())
 }
 
 /// Checks that a caller-sized gradient has the shape it accumulates into.
@@ -120,6 +120,89 @@ pub fn matmul(a: &Tensor, b: &Tensor, c: &mut Tensor) -> Result<()> {
     }
     be.out("c", c, &[a.rows(), b.cols()], a.dtype())?;
     product(be, op, a, b, c, NN)
+}
+
+/// `A (.., M, K) . B (.., K, N)` with numpy's broadcasting of the batch dims (the dims before
+/// the last two; missing ones count as 1): the product behind [`Tensor::matmul`] when `B`
+/// has batch dims. One batched GEMM: an operand whose batch dims are all 1 is shared by every
+/// batch entry (stride 0), one with the full batch is read in place, and only an operand
+/// broadcast along some batch dims but not others is copied out first. The result has the
+/// broadcast batch dims, then `(M, N)`, in `A`'s dtype.
+pub(crate) fn matmul_broadcast(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let op = "matmul";
+    let be = dispatch(op, &[("a", a), ("b", b)])?;
+    check_float(op, "a", a, be)?;
+    check_dtypes_match(op, ("a", a), &[("b", b)])?;
+    let (ad, bd) = (a.dims(), b.dims());
+    if ad.len() < 2 || bd.len() < 2 {
+        return Err(shape_error(
+            op,
+            format!("`a` is {ad:?} and `b` is {bd:?}: both need rank 2 or more"),
+        ));
+    }
+    let (m, k) = (ad[ad.len() - 2], ad[ad.len() - 1]);
+    let (kb, n) = (bd[bd.len() - 2], bd[bd.len() - 1]);
+    if k != kb {
+        return Err(shape_error(
+            op,
+            format!("`a` is {ad:?} and `b` is {bd:?}: inner dimensions differ ({k} vs {kb})"),
+        ));
+    }
+    let batch_dims = crate::layout::broadcast_dims(op, &ad[..ad.len() - 2], &bd[..bd.len() - 2])
+        .map_err(|_| {
+            shape_error(
+                op,
+                format!("`a` is {ad:?} and `b` is {bd:?}: their batch dims do not broadcast"),
+            )
+        })?;
+    let batch = checked_product(op, "the batch dims", &batch_dims)?;
+    let mn = checked_product(op, "M * N", &[m, n])?;
+    let mut out_dims = batch_dims.clone();
+    out_dims.extend([m, n]);
+    let mut c = Tensor::default();
+    be.out("c", &mut c, &out_dims, a.dtype())?;
+    if c.numel() == 0 {
+        return Ok(c);
+    }
+    if k == 0 {
+        c.zero()?;
+        return Ok(c);
+    }
+    let (a_in, stride_a) = batch_operand(op, a, &batch_dims)?;
+    let (b_in, stride_b) = batch_operand(op, b, &batch_dims)?;
+    let g = Gemm {
+        m,
+        n,
+        k,
+        batch,
+        strides: (stride_a, stride_b, mn),
+        ..NN
+    };
+    be.gemm(op, &a_in, &b_in, None, &mut c, g)?;
+    Ok(c)
+}
+
+/// One operand of [`matmul_broadcast`] and its batch stride: itself with stride 0 when its
+/// batch dims are all 1 (shared), itself with its matrix size when they are the full
+/// `batch_dims`, else a dense copy broadcast to them.
+fn batch_operand<'t>(
+    op: &'static str,
+    t: &'t Tensor,
+    batch_dims: &[usize],
+) -> Result<(Cow<'t, Tensor>, usize)> {
+    let dims = t.dims();
+    let (own, matrix) = dims.split_at(dims.len() - 2);
+    let size = checked_product(op, "a matrix's size", matrix)?;
+    if own.iter().all(|&d| d == 1) {
+        return Ok((Cow::Borrowed(t), 0));
+    }
+    let padded_len = batch_dims.len() - own.len();
+    if batch_dims[..padded_len].iter().all(|&d| d == 1) && &batch_dims[padded_len..] == own {
+        return Ok((Cow::Borrowed(t), size));
+    }
+    let mut full = batch_dims.to_vec();
+    full.extend_from_slice(matrix);
+    Ok((Cow::Owned(t.broadcast_to(&full)?.contiguous()?), size))
 }
 
 /// `dA += dC . B^T` and `dB += A^T . dC` for `C = A . B`; `dA (M, K)` and `dB (K, N)` must
@@ -445,7 +528,7 @@ pub struct AbtSpec {
     pub stride_c: usize,
 }
 
-fn check_16bit(
+pub(super) fn check_16bit(
     op: &'static str,
     name: &'static str,
     t: &Tensor,
@@ -471,7 +554,7 @@ fn check_16bit(
 
 /// Runs a 16-bit product on any device: the CPU reference computes it in F32 on widened
 /// copies and narrows the result into `c` (its allocation is kept).
-fn product_16bit(
+pub(super) fn product_16bit(
     be: Dispatched,
     op: &'static str,
     (a, b, bias): (&Tensor, &Tensor, Option<&Tensor>),
@@ -684,137 +767,4 @@ pub fn linear_forward_batched_fp16(
     y: &mut Tensor,
 ) -> Result<()> {
     linear_forward_batched_fp16_act(w, bias, x, y, Act::None)
-}
-
-/// Per-row symmetric INT8 quantization on the host (C++ `quantize_int8_per_row_host`):
-/// `scale = max|w| / 127` per row (0 for an all-zero row) and
-/// `q = clamp(round_half_even(w / scale), -127, 127)`. `w` is `rows x cols` row-major.
-pub fn quantize_int8_per_row_host(
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-) -> Result<(Vec<i8>, Vec<f32>)> {
-    let op = "quantize_int8_per_row_host";
-    if rows.checked_mul(cols) != Some(w.len()) {
-        return Err(shape_error(
-            op,
-            format!("{} values for {rows} x {cols}", w.len()),
-        ));
-    }
-    let mut q = vec![0i8; w.len()];
-    // With `cols == 0`, `rows` is not bounded by `w`: allocate its scales fallibly.
-    let mut scales = Vec::new();
-    scales
-        .try_reserve_exact(rows)
-        .map_err(|_| shape_error(op, format!("{rows} row scales cannot be allocated")))?;
-    scales.resize(rows, 0.0f32);
-    for r in 0..rows {
-        let row = &w[r * cols..(r + 1) * cols];
-        let max = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let scale = if max > 0.0 { max / 127.0 } else { 0.0 };
-        scales[r] = scale;
-        if scale > 0.0 {
-            for (o, &v) in q[r * cols..(r + 1) * cols].iter_mut().zip(row) {
-                *o = (v / scale).round_ties_even().clamp(-127.0, 127.0) as i8;
-            }
-        }
-    }
-    Ok((q, scales))
-}
-
-/// `Y (B, out) = X (B, in) . (W_i8 * scales)^T + bias` (C++
-/// `linear_forward_batched_int8w_fp16`): `W` is I8 `(out, in)` with F32 per-row `scales`
-/// `(out, 1)`; `X`, `bias` and `Y` are F16 or BF16; FP32 accumulation. The weight is
-/// dequantized on the device, then multiplied.
-pub fn linear_forward_batched_int8w_fp16(
-    w: &Tensor,
-    scales: &Tensor,
-    bias: Option<&Tensor>,
-    x: &Tensor,
-    y: &mut Tensor,
-) -> Result<()> {
-    let op = "linear_forward_batched_int8w_fp16";
-    let none = Tensor::default();
-    let be = dispatch(
-        op,
-        &[
-            ("w", w),
-            ("scales", scales),
-            ("bias", bias.unwrap_or(&none)),
-            ("x", x),
-            ("y", y),
-        ],
-    )?;
-    let w16 = int8_weight_as(op, be, w, scales, x)?;
-    linear_forward_batched_fp16(&w16, bias, x, y)
-}
-
-/// The I8 weight `w (out, in)` times its F32 per-row `scales`, in `x`'s 16-bit dtype (checked
-/// here), dequantized on the device.
-fn int8_weight_as(
-    op: &'static str,
-    be: Dispatched,
-    w: &Tensor,
-    scales: &Tensor,
-    x: &Tensor,
-) -> Result<Tensor> {
-    if w.dtype() != crate::Dtype::I8 {
-        return Err(Error::Dtype {
-            op,
-            operand: "w",
-            expected: "must be I8".into(),
-            found: w.dtype(),
-        });
-    }
-    if scales.dtype() != crate::Dtype::F32 || scales.numel() != w.rows() {
-        return Err(shape_error(
-            op,
-            format!(
-                "`scales` must be F32 with one value per row of `w` ({})",
-                w.rows()
-            ),
-        ));
-    }
-    check_16bit(op, "x", x, None)?;
-    let mut wide = Tensor::empty_on(be.device(), w.rows(), w.cols(), crate::Dtype::F32)?;
-    if w.numel() > 0 {
-        be.dequant_i8_rows(w, scales, &mut wide)?;
-    }
-    wide.to_dtype(x.dtype())
-}
-
-/// `Y (out, B) = (W_i8 * scales) . X` (C++ `matmul_int8w_fp16`, the `(M, K) . (K, N)`
-/// convention of [`matmul`]): `W` is I8 `(out, in)` with F32 per-row `scales` `(out, 1)`; `X
-/// (in, B)` and `Y` are F16 or BF16; FP32 accumulation; `Y` is resized. The weight is
-/// dequantized on the device, then multiplied (the CPU computes in F32 on widened copies).
-pub fn matmul_int8w_fp16(w: &Tensor, scales: &Tensor, x: &Tensor, y: &mut Tensor) -> Result<()> {
-    let op = "matmul_int8w_fp16";
-    let be = dispatch(op, &[("w", w), ("scales", scales), ("x", x), ("y", y)])?;
-    if x.rows() != w.cols() {
-        return Err(shape_error(
-            op,
-            format!(
-                "`w` is {} and `x` is {}: inner dimensions differ",
-                dims(w),
-                dims(x)
-            ),
-        ));
-    }
-    let w16 = int8_weight_as(op, be, w, scales, x)?;
-    be.out("y", y, &[w.rows(), x.cols()], x.dtype())?;
-    if y.numel() == 0 {
-        return Ok(());
-    }
-    if w.cols() == 0 {
-        return y.zero();
-    }
-    let (m, k, n) = (w.rows(), w.cols(), x.cols());
-    let g = Gemm {
-        m,
-        n,
-        k,
-        strides: (m * k, k * n, m * n),
-        ..NN
-    };
-    product_16bit(be, op, (&w16, x, None), y, g)
 }

@@ -208,11 +208,9 @@ pub(crate) fn check_same(
         return Err(Error::shape(
             op,
             format!(
-                "`{name}` is {}x{} but `{like_name}` is {}x{}",
-                t.rows(),
-                t.cols(),
-                like.rows(),
-                like.cols()
+                "`{name}` is {:?} but `{like_name}` is {:?}",
+                t.dims(),
+                like.dims()
             ),
         ));
     }

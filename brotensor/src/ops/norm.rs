@@ -56,9 +56,8 @@ fn check_shape(
         return Err(Error::shape(
             op,
             format!(
-                "`{name}` is {}x{}, expected {}x{}",
-                t.rows(),
-                t.cols(),
+                "`{name}` is {:?}, expected {}x{}",
+                t.dims(),
                 shape.0,
                 shape.1
             ),
@@ -437,9 +436,8 @@ fn nchw(
         return Err(Error::shape(
             op,
             format!(
-                "X must be shaped (N, C*H*W) = ({n}, {chw}), got {}x{}",
-                x.rows(),
-                x.cols()
+                "X must be shaped (N, C*H*W) = ({n}, {chw}), got {:?}",
+                x.dims()
             ),
         ));
     }

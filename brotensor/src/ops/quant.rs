@@ -10,9 +10,17 @@
 //! [`supports_dtype`](crate::supports_dtype) says which devices compute with which block
 //! dtypes. The C++ names (`dequant_q4k_to_fp16`, `linear_forward_q4k_fp16`,
 //! `linear_forward_batched_q4k_fp16`, and the same for Q8_0 and Q6_K) are thin wrappers.
+//!
+//! The INT8-weight ops (per-row scales: [`quantize_int8_per_row_host`],
+//! [`linear_forward_batched_int8w_fp16`], [`matmul_int8w_fp16`]) live here too: the weight is
+//! dequantized on the device, then multiplied in 16 bits.
 
+use super::linear::{
+    check_16bit, dims, linear_forward_batched_fp16, product_16bit, shape_error, NN,
+};
 use super::Act;
 use super::{check_float, dispatch};
+use crate::backend::Gemm;
 use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -221,4 +229,139 @@ cpp_quant_names! {
     Q4_K: dequant_q4k_to_fp16, linear_forward_q4k_fp16, linear_forward_batched_q4k_fp16;
     Q8_0: dequant_q8_0_to_fp16, linear_forward_q8_0_fp16, linear_forward_batched_q8_0_fp16;
     Q6_K: dequant_q6k_to_fp16, linear_forward_q6k_fp16, linear_forward_batched_q6k_fp16;
+}
+
+// ---- INT8 weights (per-row scales): host quantization and the 16-bit products ----
+
+/// Per-row symmetric INT8 quantization on the host (C++ `quantize_int8_per_row_host`):
+/// `scale = max|w| / 127` per row (0 for an all-zero row) and
+/// `q = clamp(round_half_even(w / scale), -127, 127)`. `w` is `rows x cols` row-major.
+pub fn quantize_int8_per_row_host(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+) -> Result<(Vec<i8>, Vec<f32>)> {
+    let op = "quantize_int8_per_row_host";
+    if rows.checked_mul(cols) != Some(w.len()) {
+        return Err(shape_error(
+            op,
+            format!("{} values for {rows} x {cols}", w.len()),
+        ));
+    }
+    let mut q = vec![0i8; w.len()];
+    // With `cols == 0`, `rows` is not bounded by `w`: allocate its scales fallibly.
+    let mut scales = Vec::new();
+    scales
+        .try_reserve_exact(rows)
+        .map_err(|_| shape_error(op, format!("{rows} row scales cannot be allocated")))?;
+    scales.resize(rows, 0.0f32);
+    for r in 0..rows {
+        let row = &w[r * cols..(r + 1) * cols];
+        let max = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = if max > 0.0 { max / 127.0 } else { 0.0 };
+        scales[r] = scale;
+        if scale > 0.0 {
+            for (o, &v) in q[r * cols..(r + 1) * cols].iter_mut().zip(row) {
+                *o = (v / scale).round_ties_even().clamp(-127.0, 127.0) as i8;
+            }
+        }
+    }
+    Ok((q, scales))
+}
+
+/// `Y (B, out) = X (B, in) . (W_i8 * scales)^T + bias` (C++
+/// `linear_forward_batched_int8w_fp16`): `W` is I8 `(out, in)` with F32 per-row `scales`
+/// `(out, 1)`; `X`, `bias` and `Y` are F16 or BF16; FP32 accumulation. The weight is
+/// dequantized on the device, then multiplied.
+pub fn linear_forward_batched_int8w_fp16(
+    w: &Tensor,
+    scales: &Tensor,
+    bias: Option<&Tensor>,
+    x: &Tensor,
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "linear_forward_batched_int8w_fp16";
+    let none = Tensor::default();
+    let be = dispatch(
+        op,
+        &[
+            ("w", w),
+            ("scales", scales),
+            ("bias", bias.unwrap_or(&none)),
+            ("x", x),
+            ("y", y),
+        ],
+    )?;
+    let w16 = int8_weight_as(op, be, w, scales, x)?;
+    linear_forward_batched_fp16(&w16, bias, x, y)
+}
+
+/// The I8 weight `w (out, in)` times its F32 per-row `scales`, in `x`'s 16-bit dtype (checked
+/// here), dequantized on the device.
+fn int8_weight_as(
+    op: &'static str,
+    be: Dispatched,
+    w: &Tensor,
+    scales: &Tensor,
+    x: &Tensor,
+) -> Result<Tensor> {
+    if w.dtype() != crate::Dtype::I8 {
+        return Err(Error::Dtype {
+            op,
+            operand: "w",
+            expected: "must be I8".into(),
+            found: w.dtype(),
+        });
+    }
+    if scales.dtype() != crate::Dtype::F32 || scales.numel() != w.rows() {
+        return Err(shape_error(
+            op,
+            format!(
+                "`scales` must be F32 with one value per row of `w` ({})",
+                w.rows()
+            ),
+        ));
+    }
+    check_16bit(op, "x", x, None)?;
+    let mut wide = Tensor::empty_on(be.device(), w.rows(), w.cols(), crate::Dtype::F32)?;
+    if w.numel() > 0 {
+        be.dequant_i8_rows(w, scales, &mut wide)?;
+    }
+    wide.to_dtype(x.dtype())
+}
+
+/// `Y (out, B) = (W_i8 * scales) . X` (C++ `matmul_int8w_fp16`, the `(M, K) . (K, N)`
+/// convention of [`matmul`]): `W` is I8 `(out, in)` with F32 per-row `scales` `(out, 1)`; `X
+/// (in, B)` and `Y` are F16 or BF16; FP32 accumulation; `Y` is resized. The weight is
+/// dequantized on the device, then multiplied (the CPU computes in F32 on widened copies).
+pub fn matmul_int8w_fp16(w: &Tensor, scales: &Tensor, x: &Tensor, y: &mut Tensor) -> Result<()> {
+    let op = "matmul_int8w_fp16";
+    let be = dispatch(op, &[("w", w), ("scales", scales), ("x", x), ("y", y)])?;
+    if x.rows() != w.cols() {
+        return Err(shape_error(
+            op,
+            format!(
+                "`w` is {} and `x` is {}: inner dimensions differ",
+                dims(w),
+                dims(x)
+            ),
+        ));
+    }
+    let w16 = int8_weight_as(op, be, w, scales, x)?;
+    be.out("y", y, &[w.rows(), x.cols()], x.dtype())?;
+    if y.numel() == 0 {
+        return Ok(());
+    }
+    if w.cols() == 0 {
+        return y.zero();
+    }
+    let (m, k, n) = (w.rows(), w.cols(), x.cols());
+    let g = Gemm {
+        m,
+        n,
+        k,
+        strides: (m * k, k * n, m * n),
+        ..NN
+    };
+    product_16bit(be, op, (&w16, x, None), y, g)
 }

@@ -231,11 +231,7 @@ fn check_table(
     if t.shape() != (rows, cols) {
         return Err(Error::shape(
             op,
-            format!(
-                "`{name}` is {}x{}, expected {rows}x{cols}",
-                t.rows(),
-                t.cols()
-            ),
+            format!("`{name}` is {:?}, expected {rows}x{cols}", t.dims()),
         ));
     }
     Ok(())

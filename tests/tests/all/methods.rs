@@ -159,3 +159,118 @@ fn row_methods_match_f64() {
         assert_eq!(am0.to_vec::<i32>().unwrap(), want0, "{device} argmax(0)");
     }
 }
+
+/// `a (.., M, K) . b (.., K, N)` in float64 with numpy's batch broadcasting, written here
+/// from the index rule: output batch index `i` reads each operand at `i` with its size-1 (or
+/// missing) batch dims pinned to 0.
+fn matmul_f64(a: &[f64], ad: &[usize], b: &[f64], bd: &[usize]) -> (Vec<f64>, Vec<usize>) {
+    let (m, k, n) = (ad[ad.len() - 2], ad[ad.len() - 1], bd[bd.len() - 1]);
+    let (ab, bb) = (&ad[..ad.len() - 2], &bd[..bd.len() - 2]);
+    let rank = ab.len().max(bb.len());
+    let dim = |d: &[usize], i: usize| (i + d.len()).checked_sub(rank).map_or(1, |j| d[j]);
+    let batch: Vec<usize> = (0..rank).map(|i| dim(ab, i).max(dim(bb, i))).collect();
+    let count: usize = batch.iter().product();
+    // The flat batch entry of an operand for output entry `e`.
+    let entry = |d: &[usize], mut e: usize| {
+        let (mut flat, mut stride) = (0, 1);
+        for i in (0..rank).rev() {
+            let idx = e % batch[i];
+            e /= batch[i];
+            let size = dim(d, i);
+            flat += if size == 1 { 0 } else { idx * stride };
+            stride *= size;
+        }
+        flat
+    };
+    let mut out = vec![0.0; count * m * n];
+    for e in 0..count {
+        let (ea, eb) = (entry(ab, e), entry(bb, e));
+        for r in 0..m {
+            for c in 0..n {
+                out[(e * m + r) * n + c] = (0..k)
+                    .map(|p| a[(ea * m + r) * k + p] * b[(eb * k + p) * n + c])
+                    .sum();
+            }
+        }
+    }
+    let mut dims = batch;
+    dims.extend([m, n]);
+    (out, dims)
+}
+
+#[test]
+fn matmul_broadcasts_batch_dims_on_both_sides() {
+    let cases: [(&[usize], &[usize]); 7] = [
+        (&[2, 3, 4], &[2, 4, 5]),       // the same batch on both sides
+        (&[2, 1, 3, 4], &[5, 4, 6]),    // both broadcast: [2, 5, 3, 6]
+        (&[3, 4], &[2, 4, 5]),          // a shared by every batch entry
+        (&[1, 3, 4], &[2, 4, 5]),       // a's batch of one, shared
+        (&[2, 3, 4], &[1, 4, 5]),       // b's batch of one, shared
+        (&[3, 1, 2, 7], &[1, 2, 7, 3]), // both copied out along a dim: [3, 2, 2, 3]
+        (&[0, 3, 4], &[1, 4, 5]),       // an empty batch
+    ];
+    let values = |n: usize, seed: usize| -> Vec<f64> {
+        (0..n)
+            .map(|i| (((i * 37 + seed * 11) % 23) as f64 - 11.0) / 7.0)
+            .collect()
+    };
+    for device in devices() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+            if !brotensor::supports_dtype(device, dtype).unwrap()
+                || (device == Device::Cpu && dtype != Dtype::F32)
+            {
+                continue;
+            }
+            for (ad, bd) in cases {
+                let a = values(ad.iter().product(), 1);
+                let b = values(bd.iter().product(), 2);
+                // The inputs as stored (rounded to the dtype), so the check measures the product.
+                let a = brotensor_tests::round_through(dtype, &f32s(&a));
+                let b = brotensor_tests::round_through(dtype, &f32s(&b));
+                let wide = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+                let (want, dims) = matmul_f64(&wide(&a), ad, &wide(&b), bd);
+                let at = Tensor::from_slice_nd_on(device, &a, ad).unwrap();
+                let bt = Tensor::from_slice_nd_on(device, &b, bd).unwrap();
+                let (at, bt) = (at.to_dtype(dtype).unwrap(), bt.to_dtype(dtype).unwrap());
+                let got = at.matmul(&bt).unwrap();
+                let tag = format!("{device} {dtype} {ad:?} . {bd:?}");
+                assert_eq!(got.dims(), dims, "{tag}: dims");
+                assert_eq!(got.dtype(), dtype, "{tag}: dtype");
+                let got = brotensor_tests::read_f32(&got).unwrap();
+                let n = *dims.last().unwrap();
+                brotensor_tests::assert_close_rows(&tag, &f32s(&want), &got, n, tolerance(dtype));
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_shape_errors_name_the_dims_passed() {
+    let t = |dims: &[usize]| Tensor::zeros_nd_on(Device::Cpu, dims, Dtype::F32).unwrap();
+    let err = t(&[2, 3, 4])
+        .matmul(&t(&[3, 4, 5]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("[2, 3, 4]") && err.contains("[3, 4, 5]") && err.contains("broadcast"),
+        "{err}"
+    );
+    let err = t(&[2, 3, 4])
+        .matmul(&t(&[2, 5, 6]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("inner dimensions differ (4 vs 5)"), "{err}");
+    let err = t(&[2, 3, 4]).matmul(&t(&[5, 6])).unwrap_err().to_string();
+    assert!(err.contains("[2, 3, 4]") && err.contains("[5, 6]"), "{err}");
+    // Element-wise shape errors report the dims, not the folded matrix (6x4).
+    let err = ops::add(&t(&[2, 3, 4]), &t(&[4, 6]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("2x3x4") && err.contains("4x6"), "{err}");
+    let mut dx = Tensor::default();
+    let err = ops::gelu_backward(&t(&[2, 3, 4]), &t(&[4, 6]), &mut dx)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("[2, 3, 4]") || err.contains("[4, 6]"), "{err}");
+    assert!(t(&[3]).matmul(&t(&[3, 2])).is_err());
+}

@@ -1,7 +1,8 @@
 //! GPU glue of the normalizations (softmax, batch, group, layer and RMS norms).
 
+use brotensor_kernels::norm::{self as rw, LayerNormBuffers};
 use brotensor_kernels::reduce as rd;
-use brotensor_kernels::rows::{self as rw, LayerNormBuffers};
+use brotensor_kernels::softmax as sm;
 use brotensor_kernels::LaunchError;
 use cubecl::prelude::*;
 use half::{bf16, f16};
@@ -40,7 +41,7 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         let xh = src_handle(x).unwrap_or_else(|| oh.clone());
         let mh = mask.map(out_handle);
         let shape = (out.numel() / cols.max(1), cols);
-        with_float!(out.dtype(), |F| rw::launch_softmax::<R, F>(
+        with_float!(out.dtype(), |F| sm::launch_softmax::<R, F>(
             &self.client,
             &xh,
             mh.as_ref(),
@@ -64,7 +65,7 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         }
         let (ph, dph, dlh) = (out_handle(p), out_handle(dp), out_handle(dl));
         let shape = (p.numel() / cols.max(1), cols);
-        with_float!(p.dtype(), |F| rw::launch_softmax_backward::<R, F>(
+        with_float!(p.dtype(), |F| sm::launch_softmax_backward::<R, F>(
             &self.client,
             &ph,
             &dph,

@@ -77,11 +77,7 @@ pub(super) fn check_shape(
     if t.shape() != (rows, cols) {
         return Err(Error::shape(
             op,
-            format!(
-                "`{name}` is {}x{} but must be {rows}x{cols}",
-                t.rows(),
-                t.cols()
-            ),
+            format!("`{name}` is {:?} but must be {rows}x{cols}", t.dims()),
         ));
     }
     Ok(())
@@ -451,11 +447,10 @@ pub(super) fn check_grad(
         return Err(Error::shape(
             op,
             format!(
-                "`{name}` must be pre-sized to {}x{} (it accumulates), got {}x{}",
+                "`{name}` must be pre-sized to {}x{} (it accumulates), got {:?}",
                 shape.0,
                 shape.1,
-                t.rows(),
-                t.cols()
+                t.dims()
             ),
         ));
     }

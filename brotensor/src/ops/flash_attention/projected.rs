@@ -36,11 +36,7 @@ impl Weight<'_> {
         if w.shape() != (rows, cols) {
             return Err(Error::shape(
                 op,
-                format!(
-                    "`{name}` is {}x{} but must be {rows}x{cols}",
-                    w.rows(),
-                    w.cols()
-                ),
+                format!("`{name}` is {:?} but must be {rows}x{cols}", w.dims()),
             ));
         }
         if let Weight::Dense(w) = self {

@@ -51,13 +51,7 @@ fn check_weight(
     if w.shape() != shape {
         return Err(Error::shape(
             op,
-            format!(
-                "`{name}` is {}x{}, {}x{} needed",
-                w.rows(),
-                w.cols(),
-                shape.0,
-                shape.1
-            ),
+            format!("`{name}` is {:?}, {}x{} needed", w.dims(), shape.0, shape.1),
         ));
     }
     super::check_dtypes_match(op, ("x", like), &[(name, w)])
