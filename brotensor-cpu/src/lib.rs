@@ -22,5 +22,6 @@ pub mod reduction;
 pub mod rope;
 pub mod sampling;
 pub mod simd;
+pub mod spatial;
 pub mod stream;
 pub mod strided;

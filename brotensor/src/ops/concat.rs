@@ -11,6 +11,7 @@ use super::{checked_product, dispatch};
 use crate::ops::Dispatched;
 use brotensor_kernels::concat::Blocks;
 
+use super::Nchw;
 use crate::{Dtype, Error, Result, Tensor};
 
 /// `out (total, 1)`: the parts' elements end to end, in order, `total` the sum of the
@@ -94,23 +95,24 @@ pub fn concat_batched_rows(parts: &[&Tensor], out: &mut Tensor) -> Result<()> {
     Ok(())
 }
 
-/// `out (n, sum_i C_i h w)`: the channel-axis concat of NCHW tensors, part `i` holding
+/// `out (n, C h w)`: the channel-axis concat of NCHW tensors, part `i` holding
 /// `n C_i h w` elements (`(n, C_i h w)` flat NCHW):
 /// `out[s, (off_i + c) h w + p] = parts[i][s, c h w + p]`, `off_i = sum_{k<i} C_k`.
-/// `c_per_part` has one count per part; the parts share a dtype with an element size; `out`
-/// is resized and takes it (F32 for no parts).
+/// `dims` are the output's `(n, C, h, w)` ([`Nchw`] or a tuple); `c_per_part` has one count
+/// per part, summing to `C`; the parts share a dtype with an element size; `out` is resized
+/// and takes it (F32 for no parts).
 pub fn concat_nchw_channels(
     parts: &[&Tensor],
-    n: usize,
-    h: usize,
-    w: usize,
+    dims: impl Into<Nchw>,
     c_per_part: &[usize],
     out: &mut Tensor,
 ) -> Result<()> {
     const OP: &str = "concat_nchw_channels";
     let be = dispatch_parts(OP, parts, out)?;
     let dtype = common_dtype(OP, parts)?;
-    let (hw, total) = channel_geometry(OP, parts.len(), (n, h, w), c_per_part)?;
+    let dims = dims.into();
+    let n = dims.n;
+    let (hw, total) = channel_geometry(OP, parts.len(), dims, c_per_part)?;
     for (i, (p, &c)) in parts.iter().zip(c_per_part).enumerate() {
         let want = checked_product(OP, "n * C_i * h * w", &[n, c, hw])?;
         if p.numel() != want {
@@ -143,14 +145,12 @@ pub fn concat_nchw_channels(
 
 /// The inverse (and gradient) of [`concat_nchw_channels`]: part `i` becomes
 /// `(n, C_i h w)` holding channels `[off_i, off_i + C_i)` of every sample of `dy`
-/// (`off_i = sum_{k<i} C_k`), overwritten. `dy` holds `n (sum_i C_i) h w` elements of a
-/// dtype with an element size; each part is resized and takes it; `c_per_part` has one
-/// count per part.
+/// (`off_i = sum_{k<i} C_k`), overwritten. `dims` are `dy`'s `(n, C, h, w)`; `dy` holds
+/// `n C h w` elements of a dtype with an element size; each part is resized and takes it;
+/// `c_per_part` has one count per part, summing to `C`.
 pub fn concat_nchw_channels_backward(
     dy: &Tensor,
-    n: usize,
-    h: usize,
-    w: usize,
+    dims: impl Into<Nchw>,
     c_per_part: &[usize],
     parts: &mut [&mut Tensor],
 ) -> Result<()> {
@@ -159,7 +159,9 @@ pub fn concat_nchw_channels_backward(
     operands.extend(parts.iter().map(|p| ("parts", &**p)));
     let be = dispatch(OP, &operands)?;
     check_sized(OP, "dy", dy)?;
-    let (hw, total) = channel_geometry(OP, parts.len(), (n, h, w), c_per_part)?;
+    let dims = dims.into();
+    let n = dims.n;
+    let (hw, total) = channel_geometry(OP, parts.len(), dims, c_per_part)?;
     let row = checked_product(OP, "C * h * w", &[total, hw])?;
     let want = checked_product(OP, "n * C * h * w", &[n, row])?;
     if dy.numel() != want {
@@ -173,7 +175,7 @@ pub fn concat_nchw_channels_backward(
     }
     let mut off = 0;
     for (p, &c) in parts.iter_mut().zip(c_per_part) {
-        be.out("p", p, &[n, c * hw], dy.dtype())?;
+        be.out("parts", p, &[n, c * hw], dy.dtype())?;
         let blocks = Blocks {
             src_off: off * hw,
             src_pitch: row,
@@ -320,7 +322,7 @@ fn check_parts_dtype(op: &'static str, dtype: Dtype, parts: &[&mut Tensor]) -> R
 fn channel_geometry(
     op: &'static str,
     parts: usize,
-    (n, h, w): (usize, usize, usize),
+    dims: Nchw,
     c_per_part: &[usize],
 ) -> Result<(usize, usize)> {
     if c_per_part.len() != parts {
@@ -332,9 +334,18 @@ fn channel_geometry(
             ),
         ));
     }
-    let hw = checked_product(op, "h * w", &[h, w])?;
+    let hw = dims.plane().map_err(|e| Error::shape(op, e))?;
     let total = checked_sum(op, c_per_part.iter().copied())?;
-    checked_product(op, "n * C * h * w", &[n, total, hw])?;
+    if total != dims.c {
+        return Err(Error::shape(
+            op,
+            format!(
+                "`c_per_part` {c_per_part:?} sums to {total} channels but `dims` has C = {}",
+                dims.c
+            ),
+        ));
+    }
+    dims.numel().map_err(|e| Error::shape(op, e))?;
     Ok((hw, total))
 }
 

@@ -58,6 +58,13 @@ pub use reduction::*;
 pub use rope::*;
 pub use sampling::*;
 
+/// The spatial ops' shape and geometry types (defined with the CPU reference, as [`Act`] and
+/// the GEMM spec are).
+pub use brotensor_cpu::spatial::{
+    Conv1dSpec, Conv2dSpec, Conv3dSpec, ConvSpec, Nchw, Pool2dSpec, PoolSpec, ResizeMode,
+    ResizeSpec,
+};
+
 use crate::backend::Backend;
 use crate::runtime::backend;
 use crate::{Device, Dtype, Error, Result, Tensor};

@@ -5,6 +5,7 @@
 //! resized; `dx` is overwritten; `dgamma`, `dbeta` accumulate and must be pre-sized to
 //! `D` elements.
 
+use super::Nchw;
 use super::{check_float, dispatch};
 use crate::backend::LayerNormCaches;
 use crate::ops::Dispatched;
@@ -417,31 +418,21 @@ pub fn l2_norm_backward(
     dx.reshape_(&[x.rows(), x.cols()])
 }
 
-/// Checks an NCHW tensor `(N, C*H*W)` and returns `(n, c, hw)`.
-fn nchw(
-    op: &'static str,
-    x: &Tensor,
-    n: usize,
-    c: usize,
-    h: usize,
-    w: usize,
-) -> Result<(usize, usize, usize)> {
-    let hw = h
-        .checked_mul(w)
-        .ok_or_else(|| Error::shape(op, "H*W overflows"))?;
-    let chw = c
-        .checked_mul(hw)
-        .ok_or_else(|| Error::shape(op, "C*H*W overflows"))?;
-    if x.rows() != n || x.cols() != chw {
+/// Checks an NCHW tensor `(N, C*H*W)` against `dims` and returns `(n, c, hw)`.
+fn nchw(op: &'static str, x: &Tensor, dims: Nchw) -> Result<(usize, usize, usize)> {
+    let hw = dims.plane().map_err(|e| Error::shape(op, e))?;
+    let chw = dims.per_item().map_err(|e| Error::shape(op, e))?;
+    if x.rows() != dims.n || x.cols() != chw {
         return Err(Error::shape(
             op,
             format!(
-                "X must be shaped (N, C*H*W) = ({n}, {chw}), got {:?}",
+                "X must be shaped (N, C*H*W) = ({}, {chw}) for {dims:?}, got {:?}",
+                dims.n,
                 x.dims()
             ),
         ));
     }
-    Ok((n, c, hw))
+    Ok((dims.n, dims.c, hw))
 }
 
 fn check_channels(
@@ -455,13 +446,14 @@ fn check_channels(
 
 /// GroupNorm of `X (N, C*H*W)` (NCHW samples): each sample's `num_groups` contiguous groups
 /// of `C / num_groups` channels are normalized (two-pass, biased variance), then
-/// `y = xhat gamma[c] + beta[c]`. `Y` is resized.
+/// `y = xhat gamma[c] + beta[c]`. `Y` is resized. `dims` is `(N, C, H, W)`: an [`Nchw`] or a
+/// tuple.
 #[allow(clippy::too_many_arguments)]
 pub fn group_norm_forward(
     x: &Tensor,
     gamma: &Tensor,
     beta: &Tensor,
-    (n, c, h, w): (usize, usize, usize, usize),
+    dims: impl Into<Nchw>,
     num_groups: usize,
     eps: f32,
     y: &mut Tensor,
@@ -469,7 +461,7 @@ pub fn group_norm_forward(
     let op = "group_norm_forward";
     let be = dispatch(op, &[("x", x), ("gamma", gamma), ("beta", beta), ("y", y)])?;
     check_float(op, "x", x, be)?;
-    let (n, c, hw) = nchw(op, x, n, c, h, w)?;
+    let (n, c, hw) = nchw(op, x, dims.into())?;
     if num_groups == 0 || c % num_groups != 0 {
         return Err(Error::invalid(
             op,
@@ -487,13 +479,13 @@ pub fn group_norm_forward(
 
 /// Gradients of [`group_norm_forward`] (statistics recomputed from `X`): `dX` overwritten,
 /// `dGamma[c] += sum dY xhat`, `dBeta[c] += sum dY` over samples and positions (pre-sized,
-/// `C` elements).
+/// `C` elements). `dims` is `(N, C, H, W)`: an [`Nchw`] or a tuple.
 #[allow(clippy::too_many_arguments)]
 pub fn group_norm_backward(
     x: &Tensor,
     gamma: &Tensor,
     dy: &Tensor,
-    (n, c, h, w): (usize, usize, usize, usize),
+    dims: impl Into<Nchw>,
     num_groups: usize,
     eps: f32,
     dx: &mut Tensor,
@@ -513,7 +505,7 @@ pub fn group_norm_backward(
         ],
     )?;
     check_float(op, "x", x, be)?;
-    let (n, c, hw) = nchw(op, x, n, c, h, w)?;
+    let (n, c, hw) = nchw(op, x, dims.into())?;
     if num_groups == 0 || c % num_groups != 0 {
         return Err(Error::invalid(
             op,
@@ -569,13 +561,13 @@ fn check_f32(op: &'static str, tensors: &[(&'static str, &Tensor)]) -> Result<()
 /// the `M = N*H*W` values (two-pass); `y = (x - mean) rstd gamma + beta`; `saved_mean`,
 /// `saved_rstd` resized to `(C, 1)`; the running statistics update in place:
 /// `running = (1 - momentum) running + momentum stat`, with the unbiased variance
-/// (`var * M / (M - 1)`). FP32.
+/// (`var * M / (M - 1)`). FP32. `dims` is `(N, C, H, W)`: an [`Nchw`] or a tuple.
 #[allow(clippy::too_many_arguments)]
 pub fn batch_norm_forward(
     x: &Tensor,
     gamma: &Tensor,
     beta: &Tensor,
-    dims: (usize, usize, usize, usize),
+    dims: impl Into<Nchw>,
     eps: f32,
     momentum: f32,
     running_mean: &mut Tensor,
@@ -608,7 +600,7 @@ pub fn batch_norm_forward(
             ("running_var", running_var),
         ],
     )?;
-    let (n, c, hw) = nchw(op, x, dims.0, dims.1, dims.2, dims.3)?;
+    let (n, c, hw) = nchw(op, x, dims.into())?;
     check_channels(
         op,
         x,
@@ -637,7 +629,8 @@ pub fn batch_norm_forward(
 }
 
 /// BatchNorm inference: `y = x a + b` per channel with `a = gamma / sqrt(running_var + eps)`
-/// and `b = beta - running_mean a`; F32, F16 or BF16 (parameters in `X`'s dtype).
+/// and `b = beta - running_mean a`; F32, F16 or BF16 (parameters in `X`'s dtype). `dims` is
+/// `(N, C, H, W)`: an [`Nchw`] or a tuple.
 #[allow(clippy::too_many_arguments)]
 pub fn batch_norm_inference(
     x: &Tensor,
@@ -645,7 +638,7 @@ pub fn batch_norm_inference(
     beta: &Tensor,
     running_mean: &Tensor,
     running_var: &Tensor,
-    dims: (usize, usize, usize, usize),
+    dims: impl Into<Nchw>,
     eps: f32,
     y: &mut Tensor,
 ) -> Result<()> {
@@ -662,7 +655,7 @@ pub fn batch_norm_inference(
         ],
     )?;
     check_float(op, "x", x, be)?;
-    let (_, c, hw) = nchw(op, x, dims.0, dims.1, dims.2, dims.3)?;
+    let (_, c, hw) = nchw(op, x, dims.into())?;
     check_channels(
         op,
         x,
@@ -684,7 +677,8 @@ pub fn batch_norm_inference(
 
 /// BatchNorm gradients from the saved statistics: `dX = rstd (dY gamma - (gamma sum dY +
 /// xhat gamma sum(dY xhat)) / M)` overwritten; `dGamma += sum dY xhat`, `dBeta += sum dY`
-/// per channel (pre-sized, `C` elements). FP32.
+/// per channel (pre-sized, `C` elements). FP32. `dims` is `(N, C, H, W)`: an [`Nchw`] or a
+/// tuple.
 #[allow(clippy::too_many_arguments)]
 pub fn batch_norm_backward(
     x: &Tensor,
@@ -692,7 +686,7 @@ pub fn batch_norm_backward(
     saved_mean: &Tensor,
     saved_rstd: &Tensor,
     dy: &Tensor,
-    dims: (usize, usize, usize, usize),
+    dims: impl Into<Nchw>,
     dx: &mut Tensor,
     dgamma: &mut Tensor,
     dbeta: &mut Tensor,
@@ -721,7 +715,7 @@ pub fn batch_norm_backward(
             ("dy", dy),
         ],
     )?;
-    let (n, c, hw) = nchw(op, x, dims.0, dims.1, dims.2, dims.3)?;
+    let (n, c, hw) = nchw(op, x, dims.into())?;
     check_channels(
         op,
         x,
@@ -775,17 +769,17 @@ pub fn layernorm_forward_inference_batched_fp16(
 
 /// Normalizes each pixel's channel vector of `X (N, C*H*W)` (NCHW): `y = x / max(||x_c||,
 /// eps)` with the norm over the `C` channels at one position (`eps` is a floor on the norm,
-/// not an addend); `Y` is resized.
+/// not an addend); `Y` is resized. `dims` is `(N, C, H, W)`: an [`Nchw`] or a tuple.
 pub fn l2_normalize_nchw_forward(
     x: &Tensor,
-    dims: (usize, usize, usize, usize),
+    dims: impl Into<Nchw>,
     eps: f32,
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "l2_normalize_nchw_forward";
     let be = dispatch(op, &[("x", x), ("y", y)])?;
     check_float(op, "x", x, be)?;
-    let (n, c, hw) = nchw(op, x, dims.0, dims.1, dims.2, dims.3)?;
+    let (n, c, hw) = nchw(op, x, dims.into())?;
     be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());

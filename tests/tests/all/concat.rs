@@ -211,7 +211,8 @@ fn concat_nchw_channels_and_backward() {
                 .collect();
             let refs: Vec<&Tensor> = parts.iter().collect();
             let mut out = Tensor::default();
-            ops::concat_nchw_channels(&refs, n, h, w, &cs, &mut out).unwrap();
+            ops::concat_nchw_channels(&refs, (n, cs.iter().sum::<usize>(), h, w), &cs, &mut out)
+                .unwrap();
             assert_eq!(out.dims(), &[n, total * hw]);
             // out[s, (off_i + c) hw + p] = part_i[s, c hw + p], spelled out per element.
             let mut want = vec![Vec::new(); n * total * hw];
@@ -241,7 +242,13 @@ fn concat_nchw_channels_and_backward() {
                 .map(|_| Tensor::zeros_on(device, 1, 1, Dtype::F32).unwrap())
                 .collect();
             let mut muts: Vec<&mut Tensor> = grads.iter_mut().collect();
-            ops::concat_nchw_channels_backward(&dyt, n, h, w, &cs, &mut muts).unwrap();
+            ops::concat_nchw_channels_backward(
+                &dyt,
+                (n, cs.iter().sum::<usize>(), h, w),
+                &cs,
+                &mut muts,
+            )
+            .unwrap();
             let mut off = 0;
             for (g, &ci) in grads.iter().zip(&cs) {
                 assert_eq!(g.dims(), &[n, ci * hw]);
@@ -386,29 +393,34 @@ fn concat_ops_refuse_mismatches() {
         );
         expect_err(
             &tag("concat_nchw_channels counts per part"),
-            ops::concat_nchw_channels(&[&a, &c], 1, 1, 3, &[2], &mut out),
+            ops::concat_nchw_channels(&[&a, &c], (1, 2, 1, 3), &[2], &mut out),
             is_invalid,
         );
         expect_err(
+            &tag("concat_nchw_channels counts against dims.c"),
+            ops::concat_nchw_channels(&[&a, &c], ops::Nchw::new(1, 5, 1, 3), &[2, 2], &mut out),
+            is_shape,
+        );
+        expect_err(
             &tag("concat_nchw_channels part size"),
-            ops::concat_nchw_channels(&[&a, &c], 1, 1, 3, &[2, 2], &mut out),
+            ops::concat_nchw_channels(&[&a, &c], (1, 4, 1, 3), &[2, 2], &mut out),
             is_shape,
         );
         expect_err(
             &tag("concat_nchw_channels dtype mix"),
-            ops::concat_nchw_channels(&[&a, &b], 1, 1, 3, &[2, 2], &mut out),
+            ops::concat_nchw_channels(&[&a, &b], (1, 4, 1, 3), &[2, 2], &mut out),
             is_dtype,
         );
         let mut g0 = Tensor::default();
         let mut g1 = Tensor::default();
         expect_err(
             &tag("concat_nchw_channels_backward dY size"),
-            ops::concat_nchw_channels_backward(&c, 1, 1, 3, &[1, 1], &mut [&mut g0, &mut g1]),
+            ops::concat_nchw_channels_backward(&c, (1, 2, 1, 3), &[1, 1], &mut [&mut g0, &mut g1]),
             is_shape,
         );
         expect_err(
             &tag("concat_nchw_channels_backward counts per part"),
-            ops::concat_nchw_channels_backward(&c, 1, 1, 3, &[3], &mut [&mut g0, &mut g1]),
+            ops::concat_nchw_channels_backward(&c, (1, 3, 1, 3), &[3], &mut [&mut g0, &mut g1]),
             is_invalid,
         );
         // split_rows: parts holding more than the input, or of another dtype.
@@ -439,10 +451,10 @@ fn concat_ops_take_empty_inputs() {
         assert_eq!((out.dims(), out.dtype()), (&[0usize, 1][..], Dtype::BF16));
         ops::concat_batched_rows(&[&empty, &empty], &mut out).unwrap();
         assert_eq!(out.dims(), &[0, 8]);
-        ops::concat_nchw_channels(&[&empty], 0, 2, 2, &[1], &mut out).unwrap();
+        ops::concat_nchw_channels(&[&empty], (0, 1, 2, 2), &[1], &mut out).unwrap();
         assert_eq!(out.dims(), &[0, 4]);
         let mut g = Tensor::default();
-        ops::concat_nchw_channels_backward(&empty, 0, 2, 2, &[1], &mut [&mut g]).unwrap();
+        ops::concat_nchw_channels_backward(&empty, (0, 1, 2, 2), &[1], &mut [&mut g]).unwrap();
         assert_eq!(g.dims(), &[0, 4]);
         ops::split_rows(&empty, &mut []).unwrap();
     }
@@ -524,7 +536,7 @@ fn concat_ops_against_f64_on_every_device() {
         EXACT,
         |t| {
             let mut out = Tensor::default();
-            ops::concat_nchw_channels(&[&t[0], &t[1]], 2, 2, 3, &[1, 2], &mut out)?;
+            ops::concat_nchw_channels(&[&t[0], &t[1]], (2, 3, 2, 3), &[1, 2], &mut out)?;
             Ok(out)
         },
         |v| {
@@ -540,7 +552,12 @@ fn concat_ops_against_f64_on_every_device() {
         EXACT,
         |t| {
             let (mut a, mut b) = (Tensor::default(), Tensor::default());
-            ops::concat_nchw_channels_backward(&t[0], 2, 2, 3, &[1, 2], &mut [&mut a, &mut b])?;
+            ops::concat_nchw_channels_backward(
+                &t[0],
+                (2, 3, 2, 3),
+                &[1, 2],
+                &mut [&mut a, &mut b],
+            )?;
             Ok(b)
         },
         |v| {
