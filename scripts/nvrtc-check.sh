@@ -6,14 +6,15 @@
 # NVRTC from PyPI's NVIDIA wheels, for every ARCH: catches CUDA code-generation errors on a
 # machine without a GPU. Needs the software Vulkan device (it builds the kernel
 # definitions) and pip or a filled cache. test.sh runs it.
-# Usage: scripts/nvrtc-check.sh [ARCH ...] (default: compute_90 compute_80, H100/H200 and A100)
+# Usage: scripts/nvrtc-check.sh [ARCH ...] (default: compute_80 compute_90, A100 and H100/H200;
+# every unit for the first, the tensor-core units for the others: see nvrtc_check.py)
 #   NVRTC_CACHE  where the wheels are unpacked (default /tmp/brotensor-nvrtc; kept between runs)
 #   BROTENSOR_CUDA_UNITS  a folder the lowering test already wrote (test.sh's main run sets
 #                BROTENSOR_CUDA_DIR to it): compile those instead of lowering again
 set -euo pipefail
 cd "$(dirname "$0")/.."
 archs=("$@")
-[ ${#archs[@]} -gt 0 ] || archs=(compute_90 compute_80)
+[ ${#archs[@]} -gt 0 ] || archs=(compute_80 compute_90)
 cache="${NVRTC_CACHE:-/tmp/brotensor-nvrtc}"
 if [ ! -f "$cache/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
     mkdir -p "$cache/wheels"

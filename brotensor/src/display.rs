@@ -261,8 +261,10 @@ impl fmt::Debug for Tensor {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "internals")]
+/// The module's internal checks, run by the workspace's tests through
+/// `brotensor::internals` (so the library is not compiled again as its own test harness).
+pub mod checks {
     use super::*;
     use crate::Device;
 
@@ -270,8 +272,7 @@ mod tests {
         Tensor::from_slice_nd_on(Device::Cpu, v, dims).unwrap()
     }
 
-    #[test]
-    fn a_matrix_prints_its_values_aligned_under_each_other() {
+    pub fn a_matrix_prints_its_values_aligned_under_each_other() {
         let x = t(&[1.0, -2.5, 3.0, 0.25, 10.0, -0.5], &[2, 3]);
         assert_eq!(
             x.to_string(),
@@ -280,8 +281,7 @@ mod tests {
         );
     }
 
-    #[test]
-    fn large_tensors_show_three_entries_at_each_end() {
+    pub fn large_tensors_show_three_entries_at_each_end() {
         let v: Vec<f32> = (0..2000).map(|i| i as f32).collect();
         let s = t(&v, &[2000]).to_string();
         assert!(
@@ -301,8 +301,7 @@ mod tests {
         assert!(!s.contains("...") && s.contains("999.0000"), "{s}");
     }
 
-    #[test]
-    fn magnitudes_integers_and_special_values() {
+    pub fn magnitudes_integers_and_special_values() {
         let s = t(&[1e-6, 2.0, f32::NAN, f32::NEG_INFINITY], &[4]).to_string();
         assert!(
             s.starts_with("tensor([1.0000e-6,  2.0000e0,       nan,      -inf]"),
@@ -321,8 +320,7 @@ mod tests {
         assert!(format!("{:?}", t(&[0.5], &[1])).contains("[0.5000]"));
     }
 
-    #[test]
-    fn sixteen_bit_and_three_d_tensors() {
+    pub fn sixteen_bit_and_three_d_tensors() {
         let x = t(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[2, 2, 2])
             .to_dtype(Dtype::BF16)
             .unwrap();

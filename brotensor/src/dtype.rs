@@ -207,12 +207,13 @@ impl std::fmt::Display for Dtype {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "internals")]
+/// The module's internal checks, run by the workspace's tests through
+/// `brotensor::internals` (so the library is not compiled again as its own test harness).
+pub mod checks {
     use super::*;
 
-    #[test]
-    fn sizes_follow_ggml() {
+    pub fn sizes_follow_ggml() {
         assert_eq!(
             (Dtype::Q4_0.block_size(), Dtype::Q4_0.block_bytes()),
             (32, 18)

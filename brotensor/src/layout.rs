@@ -460,16 +460,17 @@ impl Layout {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "internals")]
+/// The module's internal checks, run by the workspace's tests through
+/// `brotensor::internals` (so the library is not compiled again as its own test harness).
+pub mod checks {
     use super::*;
 
     fn dense(d: &[usize]) -> Layout {
         Layout::dense("t", d).unwrap()
     }
 
-    #[test]
-    fn row_major_strides_and_matrix_view() {
+    pub fn row_major_strides_and_matrix_view() {
         let l = dense(&[2, 3, 4]);
         assert_eq!(l.strides(), [12, 4, 1]);
         assert_eq!(l.rows_cols(), (6, 4));
@@ -479,8 +480,7 @@ mod tests {
         assert!(Layout::dense("t", &[usize::MAX, 2]).is_err());
     }
 
-    #[test]
-    fn views_compose() {
+    pub fn views_compose() {
         let l = dense(&[4, 6]);
         let t = l.permute("t", &[1, 0]).unwrap();
         assert_eq!((t.dims(), t.strides()), (&[6, 4][..], &[1isize, 6][..]));
@@ -506,8 +506,7 @@ mod tests {
         assert!(l.slice("t", 0, 2, 5, 1).is_err());
     }
 
-    #[test]
-    fn reshape_views_where_strides_allow() {
+    pub fn reshape_views_where_strides_allow() {
         // A transposed matrix cannot be flattened without a copy...
         let t = dense(&[4, 6]).permute("t", &[1, 0]).unwrap();
         assert_eq!(t.reshape("t", &[24]).unwrap(), None);
@@ -521,8 +520,7 @@ mod tests {
         assert!(dense(&[4, 6]).reshape("t", &[5, 5]).is_err());
     }
 
-    #[test]
-    fn row_patterns_of_broadcasts() {
+    pub fn row_patterns_of_broadcasts() {
         let out = [4, 3, 5];
         let row = dense(&[5]).broadcast_to("t", &out).unwrap();
         assert_eq!(
@@ -557,8 +555,7 @@ mod tests {
         );
     }
 
-    #[test]
-    fn broadcasting_follows_numpy() {
+    pub fn broadcasting_follows_numpy() {
         assert_eq!(broadcast_dims("t", &[3, 1], &[4]).unwrap(), [3, 4]);
         assert_eq!(broadcast_dims("t", &[], &[2, 2]).unwrap(), [2, 2]);
         assert!(broadcast_dims("t", &[3], &[4]).is_err());

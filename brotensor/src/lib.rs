@@ -22,6 +22,9 @@ mod device;
 mod display;
 mod dtype;
 mod error;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod internals;
 pub mod io;
 mod layout;
 mod methods;

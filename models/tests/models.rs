@@ -162,6 +162,9 @@ fn cosine_f64(a: &[f64], b: &[f64]) -> f64 {
 /// its lead is 0.22, so their tokens are not what this test compares.)
 const LOGIT_TOL: f64 = 5e-4;
 
+/// Decode steps on a software GPU (see the test).
+const SOFTWARE_STEPS: usize = 4;
+
 #[test]
 fn smollm2_follows_the_float64_reference_and_samples_alike_everywhere() {
     let reference = json("smollm2.json");
@@ -204,31 +207,45 @@ fn smollm2_follows_the_float64_reference_and_samples_alike_everywhere() {
             LOGIT_TOL * scale
         );
 
+        // A software GPU (lavapipe) decodes a token in seconds: 4 steps cover its decode path
+        // (the growing KV cache, sampling on the device); other devices run all 16.
+        let steps = if brotensor::is_software(device).unwrap() {
+            SOFTWARE_STEPS
+        } else {
+            greedy.len()
+        };
         let tokens = model
-            .generate(&prompt, greedy.len(), &Sampling::greedy(), |_| Ok(()))
+            .generate(&prompt, steps, &Sampling::greedy(), |_| Ok(()))
             .unwrap();
-        assert_eq!(tokens, greedy, "{device}: greedy tokens");
-        assert_eq!(
-            model.decode(&tokens).unwrap(),
-            reference["greedy_text"].as_str().unwrap()
-        );
+        assert_eq!(tokens, greedy[..steps], "{device}: greedy tokens");
+        if steps == greedy.len() {
+            assert_eq!(
+                model.decode(&tokens).unwrap(),
+                reference["greedy_text"].as_str().unwrap()
+            );
+        }
 
-        let tokens = model.generate(&prompt, 16, &sampling, |_| Ok(())).unwrap();
+        let tokens = model
+            .generate(&prompt, steps, &sampling, |_| Ok(()))
+            .unwrap();
         assert_eq!(
             tokens.len(),
-            16,
+            steps,
             "{device}: sampling stopped early: {tokens:?}"
         );
         sampled.push((device, tokens));
     }
     let (first, rest) = sampled.split_first().unwrap();
+    assert_eq!(first.0, Device::Cpu, "the CPU samples all 16 tokens first");
     assert_ne!(
         first.1, greedy,
         "sampling at temperature 0.8 gave the greedy path"
     );
+    // The same seed gives the same tokens everywhere (a shorter run is a prefix).
     for (device, tokens) in rest {
         assert_eq!(
-            tokens, &first.1,
+            tokens[..],
+            first.1[..tokens.len()],
             "sampled tokens on {device} differ from {}",
             first.0
         );

@@ -175,12 +175,13 @@ pub(crate) fn fuse_pad_dims(dims: &[usize], pads: &[PadSpec]) -> (Vec<usize>, Ve
     fused.into_iter().unzip()
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "internals")]
+/// The module's internal checks, run by the workspace's tests through
+/// `brotensor::internals` (so the library is not compiled again as its own test harness).
+pub mod checks {
     use super::*;
 
-    #[test]
-    fn index_walks_fuse_where_both_strides_step_as_one() {
+    pub fn index_walks_fuse_where_both_strides_step_as_one() {
         // A row gather of a [5, 3, 4] operand by 6 indices: output [6, 3, 4], walked by batch
         // dim 0 and window dims 1, 2 (dense rows): the window dims fuse, the batch dim not.
         let (d, b, w) = fuse_index_dims(&[6, 3, 4], &[1, 0, 0], &[0, 4, 1]);
@@ -195,8 +196,7 @@ mod tests {
         assert_eq!(fuse_index_dims(&[3, 0], &[1, 0], &[0, 1]).0, vec![3, 0]);
     }
 
-    #[test]
-    fn pads_fuse_outer_dims_into_unpadded_inner_ones() {
+    pub fn pads_fuse_outer_dims_into_unpadded_inner_ones() {
         let p = |low, high, interior| PadSpec {
             low,
             high,

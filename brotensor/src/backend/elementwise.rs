@@ -110,8 +110,10 @@ fn not_implemented<B: OnDevice + ?Sized>(op: &'static str, backend: &B) -> Error
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "internals")]
+/// The module's internal checks, run by the workspace's tests through
+/// `brotensor::internals` (so the library is not compiled again as its own test harness).
+pub mod checks {
     use super::*;
     use crate::Device;
 
@@ -126,8 +128,7 @@ mod tests {
 
     impl ElementwiseOps for Bare {}
 
-    #[test]
-    fn missing_ops_report_not_implemented_with_the_device() {
+    pub fn missing_ops_report_not_implemented_with_the_device() {
         let mut t = Tensor::default();
         let x = Tensor::default();
         let errors = [

@@ -77,7 +77,7 @@ pub(crate) fn clear() {
 }
 
 /// Bytes waiting in the pool.
-#[cfg(test)]
+#[cfg(feature = "internals")]
 fn pooled_bytes() -> usize {
     pool().bytes
 }
@@ -117,12 +117,13 @@ fn advise_huge_pages(_v: &Vec<u64>, _words: usize) -> i32 {
     0
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "internals")]
+/// The module's internal checks, run by the workspace's tests through
+/// `brotensor::internals` (so the library is not compiled again as its own test harness).
+pub mod checks {
     use super::*;
 
-    #[test]
-    fn classes_bound_the_waste() {
+    pub fn classes_bound_the_waste() {
         assert_eq!(size_class(3), Some(8));
         assert_eq!(size_class(1 << 20), Some(1 << 20));
         assert_eq!(size_class((1 << 20) + 1), Some((1 << 20) + (1 << 18)));
@@ -134,9 +135,8 @@ mod tests {
         }
     }
 
-    #[test]
     #[cfg(target_os = "linux")]
-    fn huge_page_advice_stays_inside_the_allocation() {
+    pub fn huge_page_advice_stays_inside_the_allocation() {
         let v: Vec<u64> = Vec::with_capacity(3 << 20);
         let rc = advise_huge_pages(&v, 3 << 20);
         // ENOMEM would mean the range left the mapping; EINVAL is a kernel without THP.
@@ -152,8 +152,7 @@ mod tests {
         assert!(w.iter().enumerate().all(|(i, &x)| x == i as u64));
     }
 
-    #[test]
-    fn freed_buffers_are_reused_and_sized_by_class() {
+    pub fn freed_buffers_are_reused_and_sized_by_class() {
         let a = take("test", 5 << 20).unwrap();
         assert_eq!(Some(a.len() * 8), size_class(5 << 20));
         let ptr = a.as_ptr();
@@ -165,8 +164,7 @@ mod tests {
         assert_eq!(pooled_bytes(), 0);
     }
 
-    #[test]
-    fn absurd_sizes_are_errors_not_aborts() {
+    pub fn absurd_sizes_are_errors_not_aborts() {
         // 2^60 bytes: the size class exists but no allocator can provide it.
         for bytes in [1usize << 60, usize::MAX - 7, usize::MAX] {
             let e = take("alloc", bytes).unwrap_err();

@@ -410,7 +410,13 @@ pub fn cast(src: &Tensor, dst: &mut Tensor, dtype: Dtype) -> Result<()> {
                 found: d,
             });
         }
-        if !be.converts(d) {
+        // The F32/F16/BF16 cast kernel's dtypes, or the convert kernel's (I32 everywhere).
+        let computes = if kernel_cast(d) {
+            be.converts(d)
+        } else {
+            d == Dtype::I32 || be.supports(d)
+        };
+        if !computes {
             return Err(Error::UnsupportedDtype {
                 op: "cast",
                 dtype: d,

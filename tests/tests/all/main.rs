@@ -15,6 +15,7 @@ mod embedding;
 mod flash_attention;
 mod flash_grad;
 mod gguf;
+mod internals;
 mod methods;
 mod parity_activation;
 mod parity_elementwise;

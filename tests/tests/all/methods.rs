@@ -168,7 +168,13 @@ fn matmul_f64(a: &[f64], ad: &[usize], b: &[f64], bd: &[usize]) -> (Vec<f64>, Ve
     let (ab, bb) = (&ad[..ad.len() - 2], &bd[..bd.len() - 2]);
     let rank = ab.len().max(bb.len());
     let dim = |d: &[usize], i: usize| (i + d.len()).checked_sub(rank).map_or(1, |j| d[j]);
-    let batch: Vec<usize> = (0..rank).map(|i| dim(ab, i).max(dim(bb, i))).collect();
+    // numpy: a dim of 1 takes the other's size (0 included).
+    let batch: Vec<usize> = (0..rank)
+        .map(|i| match (dim(ab, i), dim(bb, i)) {
+            (1, y) => y,
+            (x, _) => x,
+        })
+        .collect();
     let count: usize = batch.iter().product();
     // The flat batch entry of an operand for output entry `e`.
     let entry = |d: &[usize], mut e: usize| {
