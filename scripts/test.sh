@@ -7,7 +7,7 @@
 #   BROTENSOR_CMMA_CHECK   1: that step must run (.ci/run sets it), 0: skip it,
 #                          auto (default): run it when root on a machine with apt-get
 # Last, scripts/nvrtc-check.sh lowers every kernel to CUDA C++ and compiles it with NVRTC
-# for compute_90 and compute_80 (BROTENSOR_NVRTC_CHECK, at the end).
+# for compute_80 (and the tensor-core units for compute_90 too; BROTENSOR_NVRTC_CHECK, at the end).
 # Between them, scripts/cpu-tiers.sh runs the CPU tests again under every narrower CPU tier
 # this machine has (BROTENSOR_CPU_TIER). The last lines are a table of each step's wall time.
 set -euo pipefail
@@ -74,7 +74,8 @@ case "${BROTENSOR_CMMA_CHECK:-auto}" in
 esac
 
 # Every kernel in every specialisation lowered to CUDA C++ and compiled to PTX with NVRTC
-# (compute_90 and compute_80; NVIDIA's wheels from PyPI, cached), no GPU needed.
+# (compute_80, tensor-core units for compute_90 too; NVIDIA's wheels from PyPI, cached), no GPU
+# needed.
 #   BROTENSOR_NVRTC_CHECK  1: must run, 0: skip, auto (default): run where pip or the cache
 #                          is there; under CI=true it must run
 echo

@@ -77,14 +77,7 @@ pub(crate) fn resolve(op: &'static str, operands: &[(&'static str, &Tensor)]) ->
         .or(operands.first())
         .map_or(Device::Cpu, |(_, t)| t.device());
     for (name, t) in operands {
-        if t.is_committed() && t.device() != device {
-            return Err(Error::DeviceMismatch {
-                op,
-                operand: name,
-                expected: device,
-                found: t.device(),
-            });
-        }
+        check_on_device(op, name, t, device)?;
     }
     Ok(device)
 }
@@ -266,17 +259,8 @@ pub(crate) fn prepare_out(
     dims: &[usize],
     dtype: Dtype,
 ) -> Result<()> {
-    if out.is_committed() {
-        if out.device() != device {
-            return Err(Error::DeviceMismatch {
-                op,
-                operand: name,
-                expected: device,
-                found: out.device(),
-            });
-        }
-        out.check_writable(op, name)?;
-    }
+    check_on_device(op, name, out, device)?;
+    out.check_writable(op, name)?;
     out.adopt(device);
     out.resize_for(op, dims, dtype)
 }

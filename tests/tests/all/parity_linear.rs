@@ -189,7 +189,7 @@ fn the_readme_example_and_errors() {
         let e = ops::matmul(&w, &w, &mut Tensor::default()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "brotensor: matmul: `a` is 2x3 and `b` is 2x3: inner dimensions differ"
+            "brotensor: matmul: `a` is [2, 3] and `b` is [2, 3]: inner dimensions differ"
         );
         let dc = Tensor::zeros_on(d, 2, 2, Dtype::F32).unwrap();
         let wt = Tensor::zeros_on(d, 3, 2, Dtype::F32).unwrap();

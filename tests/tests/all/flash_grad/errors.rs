@@ -254,12 +254,12 @@ fn qkvo_backward_rejects_bad_arguments() {
         "dwq shape",
         run(None, None, 2, false, false, false, zeros(d, 2)),
         op,
-        "`dwq` is 4x2",
+        "`dwq` is [4, 2]",
     );
     expect_err(
         "ctx width",
         run(Some(&zeros(5, 3)), None, 2, false, true, false, zeros(d, d)),
         op,
-        "`wk` is 4x4, 4x3 needed",
+        "`wk` is [4, 4], 4x3 needed",
     );
 }
