@@ -124,7 +124,10 @@ impl<const D: usize> ConvSpec<D> {
 
     /// Checks `groups` against the channel counts: at least 1, dividing both.
     pub fn check_channels(&self, c_in: usize, c_out: usize) -> Result<(), String> {
-        if self.groups == 0 || c_in % self.groups != 0 || c_out % self.groups != 0 {
+        if self.groups == 0
+            || !c_in.is_multiple_of(self.groups)
+            || !c_out.is_multiple_of(self.groups)
+        {
             return Err(format!(
                 "groups = {} must divide C_in = {c_in} and C_out = {c_out}",
                 self.groups
