@@ -1,6 +1,6 @@
 //! The normalizations on the row-reduce skeleton: layer norm, RMSNorm and group norm, with
 //! their gradients. One cube per row (per group for group norm); each pass folds the row in
-//! strided slices and combines through shared memory ([`cube_sum()`]). Statistics are FP32;
+//! strided slices and combines through shared memory (`cube_sum()`). Statistics are FP32;
 //! variance is two-pass.
 
 use cubecl::prelude::*;

@@ -1,6 +1,6 @@
 //! Softmax and its gradient on the row-reduce skeleton. One cube per row; each pass folds
-//! the row in strided slices and combines through shared memory ([`cube_sum()`],
-//! [`cube_max()`]); statistics are FP32.
+//! the row in strided slices and combines through shared memory (`cube_sum()`,
+//! `cube_max()`); statistics are FP32.
 //!
 //! Few long rows (a flat softmax, one token's logits) are split across cubes of `LONG_PART`
 //! elements: each cube writes its part's statistics, then each combines its row's partials in

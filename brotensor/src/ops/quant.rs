@@ -331,7 +331,7 @@ fn int8_weight_as(
 }
 
 /// `Y (out, B) = (W_i8 * scales) . X` (C++ `matmul_int8w_fp16`, the `(M, K) . (K, N)`
-/// convention of [`matmul`]): `W` is I8 `(out, in)` with F32 per-row `scales` `(out, 1)`; `X
+/// convention of [`matmul`](super::matmul)): `W` is I8 `(out, in)` with F32 per-row `scales` `(out, 1)`; `X
 /// (in, B)` and `Y` are F16 or BF16; FP32 accumulation; `Y` is resized. The weight is
 /// dequantized on the device, then multiplied (the CPU computes in F32 on widened copies).
 pub fn matmul_int8w_fp16(w: &Tensor, scales: &Tensor, x: &Tensor, y: &mut Tensor) -> Result<()> {
