@@ -431,10 +431,10 @@ pub fn launch<K: CustomKernel>(
         })?;
         out_numel.push(numel);
     }
-    let operands: Vec<(&'static str, &Tensor)> = inputs
+    let operands: Vec<crate::ops::Operand<'_>> = inputs
         .iter()
-        .map(|i| (i.name, i.tensor))
-        .chain(outputs.iter().map(|o| (o.name, &*o.tensor)))
+        .map(|i| crate::ops::input(i.name, i.tensor))
+        .chain(outputs.iter().map(|o| crate::ops::written(o.name, o.tensor)))
         .collect();
     // Resolves the device, checks every operand against it and makes views dense.
     let be = crate::ops::dispatch(op, &operands)?;

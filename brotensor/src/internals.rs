@@ -11,3 +11,5 @@ pub use crate::device::checks as device;
 pub use crate::display::checks as display;
 pub use crate::dtype::checks as dtype;
 pub use crate::layout::checks as layout;
+pub use crate::ops::declared::{recording, Declared};
+pub use crate::ops::Role;

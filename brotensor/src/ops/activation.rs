@@ -8,7 +8,7 @@
 //! the C++ `(B, D)` entry points and behave exactly like the plain ones.
 
 use super::elementwise::{binary_out, unary_inplace, unary_out};
-use super::{check_float, dispatch};
+use super::{check_float, dispatch, input, input_opt, updated, updated_opt, written};
 use crate::backend::{Binary, Glu, Unary};
 use crate::{Error, Result, Tensor};
 
@@ -135,7 +135,7 @@ fn glu_half(name: &'static str, x: &Tensor) -> Result<usize> {
 }
 
 fn glu_forward(name: &'static str, op: Glu, x: &Tensor, y: &mut Tensor) -> Result<()> {
-    let be = dispatch(name, &[("x", x), ("y", y)])?;
+    let be = dispatch(name, &[input("x", x), written("y", y)])?;
     check_float(name, "x", x, be)?;
     let d = glu_half(name, x)?;
     be.out("y", y, &[x.rows(), d], x.dtype())?;
@@ -152,7 +152,7 @@ fn glu_backward(
     dy: &Tensor,
     dx: &mut Tensor,
 ) -> Result<()> {
-    let be = dispatch(name, &[("x", x), ("dy", dy), ("dx", dx)])?;
+    let be = dispatch(name, &[input("x", x), input("dy", dy), written("dx", dx)])?;
     check_float(name, "x", x, be)?;
     let d = glu_half(name, x)?;
     if dy.shape() != (x.rows(), d) {
@@ -255,14 +255,13 @@ pub fn snake_forward(
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "snake_forward";
-    let none = Tensor::default();
     let be = dispatch(
         op,
         &[
-            ("x", x),
-            ("alpha", alpha),
-            ("beta", beta.unwrap_or(&none)),
-            ("y", y),
+            input("x", x),
+            input("alpha", alpha),
+            input_opt("beta", beta),
+            written("y", y),
         ],
     )?;
     snake_check(op, x, (n, c, l))?;
@@ -290,16 +289,16 @@ pub fn snake_backward(
     dbeta: Option<&mut Tensor>,
 ) -> Result<()> {
     let op = "snake_backward";
-    let none = Tensor::default();
     let be = dispatch(
         op,
         &[
-            ("x", x),
-            ("alpha", alpha),
-            ("beta", beta.unwrap_or(&none)),
-            ("dy", dy),
-            ("dx", dx),
-            ("dalpha", dalpha),
+            input("x", x),
+            input("alpha", alpha),
+            input_opt("beta", beta),
+            input("dy", dy),
+            written("dx", dx),
+            updated("dalpha", dalpha),
+            updated_opt("dbeta", dbeta.as_deref()),
         ],
     )?;
     snake_check(op, x, (n, c, l))?;

@@ -7,7 +7,7 @@
 //! cols)` views (leading dims folded) as each contract says.
 
 use super::embedding::check_sized;
-use super::{checked_product, dispatch};
+use super::{checked_product, dispatch, input, updated, written, Operand};
 use crate::ops::Dispatched;
 use brotensor_kernels::concat::Blocks;
 
@@ -37,7 +37,7 @@ pub fn concat_rows(parts: &[&Tensor], out: &mut Tensor) -> Result<()> {
 /// `input.numel()` elements.
 pub fn split_rows(input: &Tensor, parts: &mut [&mut Tensor]) -> Result<()> {
     const OP: &str = "split_rows";
-    let be = dispatch_split(OP, input, parts)?;
+    let be = dispatch_split(OP, ("input", input), parts)?;
     check_sized(OP, "input", input)?;
     let total = checked_sum(OP, parts.iter().map(|p| p.numel()))?;
     if total > input.numel() {
@@ -155,9 +155,7 @@ pub fn concat_nchw_channels_backward(
     parts: &mut [&mut Tensor],
 ) -> Result<()> {
     const OP: &str = "concat_nchw_channels_backward";
-    let mut operands = vec![("dy", dy)];
-    operands.extend(parts.iter().map(|p| ("parts", &**p)));
-    let be = dispatch(OP, &operands)?;
+    let be = dispatch_split(OP, ("dy", dy), parts)?;
     check_sized(OP, "dy", dy)?;
     let dims = dims.into();
     let n = dims.n;
@@ -208,7 +206,7 @@ pub fn copy_d2d_strided(
     dst: &mut Tensor,
 ) -> Result<()> {
     const OP: &str = "copy_d2d_strided";
-    let be = super::dispatch_inplace(OP, ("dst", dst), &[("src", src)])?;
+    let be = super::dispatch(OP, &[updated("dst", dst), input("src", src)])?;
     check_sized(OP, "src", src)?;
     super::check_dtypes_match(OP, ("src", src), &[("dst", dst)])?;
     let blocks = Blocks {
@@ -273,18 +271,19 @@ fn copy_flat(
 
 /// The backend of a concat: the parts, then the output.
 fn dispatch_parts(op: &'static str, parts: &[&Tensor], out: &Tensor) -> Result<Dispatched> {
-    let mut operands: Vec<(&'static str, &Tensor)> = parts.iter().map(|p| ("parts", *p)).collect();
-    operands.push(("out", out));
+    let mut operands: Vec<Operand<'_>> = parts.iter().map(|p| input("parts", p)).collect();
+    operands.push(written("out", out));
     dispatch(op, &operands)
 }
 
-/// The backend of a split into pre-sized parts written in place.
-fn dispatch_split(op: &'static str, input: &Tensor, parts: &[&mut Tensor]) -> Result<Dispatched> {
-    for p in parts {
-        p.check_writable(op, "parts")?;
-    }
-    let mut operands = vec![("input", input)];
-    operands.extend(parts.iter().map(|p| ("parts", &**p)));
+/// The backend of a split of `from` into pre-sized parts, each overwritten.
+fn dispatch_split(
+    op: &'static str,
+    (name, from): (&'static str, &Tensor),
+    parts: &[&mut Tensor],
+) -> Result<Dispatched> {
+    let mut operands = vec![input(name, from)];
+    operands.extend(parts.iter().map(|p| written("parts", p)));
     dispatch(op, &operands)
 }
 

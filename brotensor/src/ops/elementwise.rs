@@ -7,7 +7,7 @@
 //! [`supports_dtype`](crate::supports_dtype) says so), with FP32 math inside.
 
 use super::algebra::{in_place, wide_map};
-use super::{check_float, check_same, dispatch, dispatch_inplace};
+use super::{check_float, check_same, dispatch, input, updated, written};
 use crate::backend::{Binary, ComplexMap, FloatMap, Src, Unary};
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -47,7 +47,7 @@ pub(crate) fn unary_out(
     if let Some(r) = wide_map(name, wide_unary(op), &[("x", x)], out) {
         return r;
     }
-    let be = dispatch(name, &[("x", x), ("out", out)])?;
+    let be = dispatch(name, &[input("x", x), written("out", out)])?;
     check_float(name, "x", x, be)?;
     be.out("out", out, x.dims(), x.dtype())?;
     if x.numel() == 0 {
@@ -69,7 +69,7 @@ pub(crate) fn unary_inplace(
                 .unwrap_or_else(|| check_float_dtype(name, x))
         });
     }
-    let be = dispatch_inplace(name, ("y", y), &[])?;
+    let be = dispatch(name, &[updated("y", y)])?;
     check_float(name, "y", y, be)?;
     if y.numel() == 0 {
         return Ok(());
@@ -96,7 +96,7 @@ pub(crate) fn binary_out(
     out: &mut Tensor,
     (a, b): (f32, f32),
 ) -> Result<()> {
-    let be = dispatch(name, &[(xn, x), (yn, y), ("out", out)])?;
+    let be = dispatch(name, &[input(xn, x), input(yn, y), written("out", out)])?;
     check_float(name, xn, x, be)?;
     check_same(name, (yn, y), (xn, x))?;
     be.out("out", out, x.dims(), x.dtype())?;
@@ -114,7 +114,7 @@ fn binary_inplace(
     x: &Tensor,
     (a, b): (f32, f32),
 ) -> Result<()> {
-    let be = dispatch_inplace(name, ("y", y), &[("x", x)])?;
+    let be = dispatch(name, &[updated("y", y), input("x", x)])?;
     check_float(name, "y", y, be)?;
     check_same(name, ("x", x), ("y", y))?;
     if y.numel() == 0 {
@@ -162,7 +162,7 @@ fn arith_views(
     }
     let be = super::Dispatched::on(
         name,
-        super::resolve(name, &[("a", a), ("b", b), ("out", out)])?,
+        super::declare(name, &[input("a", a), input("b", b), written("out", out)])?,
     )?;
     check_float(name, "a", a, be)?;
     super::check_dtypes_match(name, ("a", a), &[("b", b)])?;
@@ -367,7 +367,7 @@ pub fn clamp_out(x: &Tensor, lo: f32, hi: f32, out: &mut Tensor) -> Result<()> {
 
 /// Sets every element of `y` to `value` (converted to `y`'s float dtype).
 pub fn fill(y: &mut Tensor, value: f32) -> Result<()> {
-    let be = dispatch_inplace("fill", ("y", y), &[])?;
+    let be = dispatch("fill", &[updated("y", y)])?;
     check_float("fill", "y", y, be)?;
     if y.numel() == 0 {
         return Ok(());
@@ -389,7 +389,7 @@ pub fn fill(y: &mut Tensor, value: f32) -> Result<()> {
 /// - real to complex has a zero imaginary part; complex to real keeps the real part;
 /// - the same dtype is a byte-exact copy, for every dtype.
 pub fn cast(src: &Tensor, dst: &mut Tensor, dtype: Dtype) -> Result<()> {
-    let be = dispatch("cast", &[("src", src), ("dst", dst)])?;
+    let be = dispatch("cast", &[input("src", src), written("dst", dst)])?;
     if src.dtype() == dtype {
         be.out("dst", dst, src.dims(), dtype)?;
         let bytes = src.storage_bytes();
@@ -461,7 +461,7 @@ impl Tensor {
 /// elements (C++ `add_channel_bias_inplace`).
 pub fn add_channel_bias_inplace(y: &mut Tensor, bias: &Tensor, c: usize, l: usize) -> Result<()> {
     let op = "add_channel_bias_inplace";
-    let be = dispatch_inplace(op, ("y", y), &[("bias", bias)])?;
+    let be = dispatch(op, &[updated("y", y), input("bias", bias)])?;
     check_float(op, "y", y, be)?;
     let cl = c
         .checked_mul(l)
@@ -496,7 +496,7 @@ pub fn add_channel_bias_inplace(y: &mut Tensor, bias: &Tensor, c: usize, l: usiz
 /// to `x`'s shape as I8.
 pub fn threshold_u8(x: &Tensor, t: f32, y: &mut Tensor) -> Result<()> {
     let op = "threshold_u8";
-    let be = dispatch(op, &[("x", x), ("y", y)])?;
+    let be = dispatch(op, &[input("x", x), written("y", y)])?;
     if !matches!(x.dtype(), Dtype::F32 | Dtype::F16) {
         return Err(Error::Dtype {
             op,

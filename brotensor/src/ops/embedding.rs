@@ -12,7 +12,7 @@
 //! accumulating scatters (`scatter_rows_add`, `embedding_lookup_backward`) take a float the
 //! device computes in and add in FP32.
 
-use super::{check_dtypes_match, check_float, dispatch, dispatch_inplace};
+use super::{check_dtypes_match, check_float, dispatch, input, updated, written};
 use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -20,7 +20,12 @@ use crate::{Dtype, Error, Result, Tensor};
 /// `table = x`). `x (rows, cols)` of any dtype with an element size; `ids` I32, each in
 /// `[0, rows)`. `y` is resized and takes `x`'s dtype.
 pub fn embedding_lookup_forward(table: &Tensor, ids: &Tensor, out: &mut Tensor) -> Result<()> {
-    gather("embedding_lookup_forward", ("table", table), ids, out)
+    gather(
+        "embedding_lookup_forward",
+        ("table", table),
+        ids,
+        ("out", out),
+    )
 }
 
 /// `y (m, x.cols)`: `y[i, :] = x[idx[i], :]`, the general row gather (the same compute as
@@ -28,19 +33,22 @@ pub fn embedding_lookup_forward(table: &Tensor, ids: &Tensor, out: &mut Tensor) 
 /// I32 (`(m, 1)` or any shape of `m` ids), each in `[0, rows)`. `y` is resized and takes
 /// `x`'s dtype.
 pub fn gather_rows(x: &Tensor, idx: &Tensor, y: &mut Tensor) -> Result<()> {
-    gather("gather_rows", ("x", x), idx, y)
+    gather("gather_rows", ("x", x), idx, ("y", y))
 }
 
 fn gather(
     op: &'static str,
     (name, x): (&'static str, &Tensor),
     ids: &Tensor,
-    y: &mut Tensor,
+    (out_name, y): (&'static str, &mut Tensor),
 ) -> Result<()> {
-    let be = dispatch(op, &[(name, x), ("ids", ids), ("out", y)])?;
+    let be = dispatch(
+        op,
+        &[input(name, x), input("ids", ids), written(out_name, y)],
+    )?;
     check_sized(op, name, x)?;
     check_ids(op, be, ids, x.rows())?;
-    be.out("y", y, &[ids.numel(), x.cols()], x.dtype())?;
+    be.out(out_name, y, &[ids.numel(), x.cols()], x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
     }
@@ -53,7 +61,14 @@ fn gather(
 /// in place and never resized; each id in `[0, rows)`.
 pub fn embedding_lookup_backward(d_out: &Tensor, ids: &Tensor, d_table: &mut Tensor) -> Result<()> {
     const OP: &str = "embedding_lookup_backward";
-    let be = dispatch_inplace(OP, ("d_table", d_table), &[("d_out", d_out), ("ids", ids)])?;
+    let be = dispatch(
+        OP,
+        &[
+            updated("d_table", d_table),
+            input("d_out", d_out),
+            input("ids", ids),
+        ],
+    )?;
     check_float(OP, "d_out", d_out, be)?;
     check_dtypes_match(OP, ("d_out", d_out), &[("d_table", d_table)])?;
     check_rows_of(OP, ("d_out", d_out), ids, d_table)?;
@@ -70,7 +85,7 @@ pub fn embedding_lookup_backward(d_out: &Tensor, ids: &Tensor, d_table: &mut Ten
 /// tensor's row count. `dx` is resized and takes `dy`'s dtype.
 pub fn scatter_rows_add(dy: &Tensor, idx: &Tensor, rows: usize, dx: &mut Tensor) -> Result<()> {
     const OP: &str = "scatter_rows_add";
-    let be = dispatch(OP, &[("dy", dy), ("idx", idx), ("dx", dx)])?;
+    let be = dispatch(OP, &[input("dy", dy), input("idx", idx), written("dx", dx)])?;
     check_float(OP, "dy", dy, be)?;
     if dy.rows() != idx.numel() {
         return Err(Error::shape(
@@ -98,7 +113,7 @@ pub fn scatter_rows_add(dy: &Tensor, idx: &Tensor, rows: usize, dx: &mut Tensor)
 /// ids.
 pub fn scatter_rows(y: &Tensor, idx: &Tensor, x: &mut Tensor) -> Result<()> {
     const OP: &str = "scatter_rows";
-    let be = dispatch_inplace(OP, ("x", x), &[("y", y), ("idx", idx)])?;
+    let be = dispatch(OP, &[updated("x", x), input("y", y), input("idx", idx)])?;
     check_sized(OP, "y", y)?;
     check_dtypes_match(OP, ("y", y), &[("x", x)])?;
     check_rows_of(OP, ("y", y), idx, x)?;

@@ -14,7 +14,9 @@ mod projected;
 
 pub use projected::*;
 
-use super::{check_dtypes_match, check_float, dispatch};
+use super::{
+    check_dtypes_match, check_float, declare, dispatch, input, input_opt, updated, written,
+};
 use crate::backend::{FlashSpec, SeqLens};
 use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
@@ -26,22 +28,20 @@ use crate::{Dtype, Error, Result, Tensor};
 fn check_core(
     op: &'static str,
     q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
+    [(kn, k), (vn, v)]: [(&'static str, &Tensor); 2],
     mask: Option<&Tensor>,
     mask_len: usize,
     (nq, nkv): (usize, usize),
     o: &mut Tensor,
 ) -> Result<(Dispatched, usize)> {
-    let none = Tensor::default();
     let be = dispatch(
         op,
         &[
-            ("q", q),
-            ("k", k),
-            ("v", v),
-            ("mask", mask.unwrap_or(&none)),
-            ("o", o),
+            input("q", q),
+            input(kn, k),
+            input(vn, v),
+            input_opt("mask", mask),
+            written("o", o),
         ],
     )?;
     check_float(op, "q", q, be)?;
@@ -153,7 +153,15 @@ pub fn flash_attention_forward(
     o: &mut Tensor,
 ) -> Result<()> {
     let op = "flash_attention_forward";
-    let (be, _) = check_core(op, q, k, v, mask, k.rows(), (num_heads, num_heads), o)?;
+    let (be, _) = check_core(
+        op,
+        q,
+        [("k", k), ("v", v)],
+        mask,
+        k.rows(),
+        (num_heads, num_heads),
+        o,
+    )?;
     if causal && q.rows() != k.rows() {
         return Err(Error::shape(
             op,
@@ -184,7 +192,7 @@ pub fn flash_attention_gqa_forward(
 ) -> Result<()> {
     let op = "flash_attention_gqa_forward";
     let heads = (num_q_heads, num_kv_heads);
-    let (be, _) = check_core(op, q, k, v, mask, k.rows(), heads, o)?;
+    let (be, _) = check_core(op, q, [("k", k), ("v", v)], mask, k.rows(), heads, o)?;
     if k.rows() < q.rows() {
         return Err(Error::shape(
             op,
@@ -230,7 +238,15 @@ pub fn flash_attention_windowed_forward(
     } else {
         num_heads
     };
-    let (be, _) = check_core(op, q, k, v, mask, k.rows(), (num_heads, nkv), o)?;
+    let (be, _) = check_core(
+        op,
+        q,
+        [("k", k), ("v", v)],
+        mask,
+        k.rows(),
+        (num_heads, nkv),
+        o,
+    )?;
     if k.rows() < q.rows() {
         return Err(Error::shape(
             op,
@@ -314,8 +330,19 @@ pub fn flash_attention_varlen_forward(
     o: &mut Tensor,
 ) -> Result<()> {
     let op = "flash_attention_varlen_forward";
+    declare(
+        op,
+        &[
+            input("q", q),
+            input("k", k),
+            input("v", v),
+            input("cu_seqlens_q", cu_seqlens_q),
+            input("cu_seqlens_k", cu_seqlens_k),
+            written("o", o),
+        ],
+    )?;
     let heads = (num_heads, num_heads);
-    let (be, hd) = check_core(op, q, k, v, None, 0, heads, o)?;
+    let (be, hd) = check_core(op, q, [("k", k), ("v", v)], None, 0, heads, o)?;
     if hd != head_dim {
         return Err(Error::shape(
             op,
@@ -325,14 +352,6 @@ pub fn flash_attention_varlen_forward(
             ),
         ));
     }
-    super::resolve(
-        op,
-        &[
-            ("q", q),
-            ("cu_seqlens_q", cu_seqlens_q),
-            ("cu_seqlens_k", cu_seqlens_k),
-        ],
-    )?;
     let (cq, lq) = seqlens(op, "cu_seqlens_q", cu_seqlens_q, q.rows())?;
     let (ck, lk) = seqlens(op, "cu_seqlens_k", cu_seqlens_k, k.rows())?;
     if cq.len() != ck.len() {
@@ -407,7 +426,15 @@ pub fn flash_attention_decode(
 ) -> Result<()> {
     let op = "flash_attention_decode";
     let heads = (num_q_heads, num_kv_heads);
-    let (be, _) = check_core(op, q, k_cache, v_cache, None, 0, heads, o)?;
+    let (be, _) = check_core(
+        op,
+        q,
+        [("k_cache", k_cache), ("v_cache", v_cache)],
+        None,
+        0,
+        heads,
+        o,
+    )?;
     check_softcap(op, attn_softcap)?;
     if valid_len > k_cache.rows() {
         return Err(Error::shape(
@@ -454,8 +481,7 @@ pub fn flash_attention_decode_masked(
     let (be, _) = check_core(
         op,
         q,
-        k_cache,
-        v_cache,
+        [("k_cache", k_cache), ("v_cache", v_cache)],
         Some(mask),
         k_cache.rows(),
         heads,
@@ -497,10 +523,10 @@ pub fn kv_cache_append(
     let be = dispatch(
         op,
         &[
-            ("k_new", k_new),
-            ("v_new", v_new),
-            ("k_cache", k_cache),
-            ("v_cache", v_cache),
+            input("k_new", k_new),
+            input("v_new", v_new),
+            updated("k_cache", k_cache),
+            updated("v_cache", v_cache),
         ],
     )?;
     check_float(op, "k_new", k_new, be)?;

@@ -11,7 +11,7 @@
 use brotensor_cpu::flash_grad::FlashBwdGeometry;
 
 use super::flash_attention::{check_key_mask, seqlens};
-use super::{check_dtypes_match, check_float, dispatch};
+use super::{check_dtypes_match, check_float, declare, dispatch, input, input_opt, written};
 use crate::{Dtype, Error, Result, Tensor};
 
 mod qkvo;
@@ -87,14 +87,14 @@ fn core_backward(
     let be = dispatch(
         op,
         &[
-            ("q", q),
-            ("k", k),
-            ("v", v),
-            ("d_o", d_o),
-            ("mask", mask.unwrap_or(&Tensor::default())),
-            ("dq", dq),
-            ("dk", dk),
-            ("dv", dv),
+            input("q", q),
+            input("k", k),
+            input("v", v),
+            input("d_o", d_o),
+            input_opt("mask", mask),
+            written("dq", dq),
+            written("dk", dk),
+            written("dv", dv),
         ],
     )?;
     let head_dim = check_core(op, [q, k, v, d_o], num_heads, be)?;
@@ -143,7 +143,20 @@ pub fn flash_attention_backward(
 ) -> Result<()> {
     let op = "flash_attention_backward";
     // `o` takes part in device resolution only.
-    super::resolve(op, &[("q", q), ("o", o)])?;
+    declare(
+        op,
+        &[
+            input("q", q),
+            input("k", k),
+            input("v", v),
+            input("o", o),
+            input("d_o", d_o),
+            input_opt("mask", mask),
+            written("dq", dq),
+            written("dk", dk),
+            written("dv", dv),
+        ],
+    )?;
     let mut o_fwd = Tensor::default();
     core_backward(
         op,
@@ -223,16 +236,16 @@ pub fn flash_attention_varlen_backward(
     let be = dispatch(
         op,
         &[
-            ("q", q),
-            ("k", k),
-            ("v", v),
-            ("o", o),
-            ("d_o", d_o),
-            ("cu_seqlens_q", cu_seqlens_q),
-            ("cu_seqlens_k", cu_seqlens_k),
-            ("dq", dq),
-            ("dk", dk),
-            ("dv", dv),
+            input("q", q),
+            input("k", k),
+            input("v", v),
+            input("o", o),
+            input("d_o", d_o),
+            input("cu_seqlens_q", cu_seqlens_q),
+            input("cu_seqlens_k", cu_seqlens_k),
+            written("dq", dq),
+            written("dk", dk),
+            written("dv", dv),
         ],
     )?;
     let hd = check_core(op, [q, k, v, d_o], num_heads, be)?;

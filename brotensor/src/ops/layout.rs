@@ -2,7 +2,7 @@
 //! [`Tensor::contiguous`]). The views themselves are methods of [`Tensor`] (see
 //! `Tensor::permute`, `Tensor::slice`, `Tensor::broadcast_to`, ...).
 
-use super::resolve;
+use super::{declare, input, written};
 use crate::{Error, Result, Tensor};
 
 /// Writes `src`'s elements into `dst` densely in row-major order of `src.dims()` (the `_out`
@@ -12,7 +12,7 @@ use crate::{Error, Result, Tensor};
 /// (C++ `copy_d2d` on one device.)
 pub fn copy_into(src: &Tensor, dst: &mut Tensor) -> Result<()> {
     const OP: &str = "copy_into";
-    let be = super::Dispatched::on(OP, resolve(OP, &[("src", src), ("dst", dst)])?)?;
+    let be = super::Dispatched::on(OP, declare(OP, &[input("src", src), written("dst", dst)])?)?;
     let layout = *src.layout();
     let base = src
         .base_storage()

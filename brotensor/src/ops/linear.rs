@@ -9,7 +9,9 @@
 use crate::ops::Dispatched;
 use std::borrow::Cow;
 
-use super::{check_dtypes_match, check_float, checked_product, dispatch};
+use super::{
+    check_dtypes_match, check_float, checked_product, dispatch, input, input_opt, updated, written,
+};
 use crate::backend::{Broadcast, Gemm};
 use crate::{Error, Result, Tensor};
 
@@ -105,7 +107,7 @@ fn product(
 /// `C (M, N) = A (M, K) . B (K, N)`; `C` is resized to `A`'s dtype. `K == 0` gives zeros.
 pub fn matmul(a: &Tensor, b: &Tensor, c: &mut Tensor) -> Result<()> {
     let op = "matmul";
-    let be = dispatch(op, &[("a", a), ("b", b), ("c", c)])?;
+    let be = dispatch(op, &[input("a", a), input("b", b), written("c", c)])?;
     check_float(op, "a", a, be)?;
     check_dtypes_match(op, ("a", a), &[("b", b)])?;
     if a.cols() != b.rows() {
@@ -130,7 +132,7 @@ pub fn matmul(a: &Tensor, b: &Tensor, c: &mut Tensor) -> Result<()> {
 /// broadcast batch dims, then `(M, N)`, in `A`'s dtype.
 pub(crate) fn matmul_broadcast(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let op = "matmul";
-    let be = dispatch(op, &[("a", a), ("b", b)])?;
+    let be = dispatch(op, &[input("a", a), input("b", b)])?;
     check_float(op, "a", a, be)?;
     check_dtypes_match(op, ("a", a), &[("b", b)])?;
     let (ad, bd) = (a.dims(), b.dims());
@@ -217,7 +219,13 @@ pub fn matmul_backward(
     let op = "matmul_backward";
     let be = dispatch(
         op,
-        &[("a", a), ("b", b), ("dc", dc), ("da", da), ("db", db)],
+        &[
+            input("a", a),
+            input("b", b),
+            input("dc", dc),
+            updated("da", da),
+            updated("db", db),
+        ],
     )?;
     check_float(op, "a", a, be)?;
     let (m, k, n) = (a.rows(), a.cols(), b.cols());
@@ -262,7 +270,10 @@ fn in_dtype(t: &Tensor, dtype: crate::Dtype) -> Result<Cow<'_, Tensor>> {
 /// `y (out, 1) = W (out, in) . x (in, 1) + b (out, 1)`; `y` is resized.
 pub fn linear_forward(w: &Tensor, b: &Tensor, x: &Tensor, y: &mut Tensor) -> Result<()> {
     let op = "linear_forward";
-    let be = dispatch(op, &[("w", w), ("b", b), ("x", x), ("y", y)])?;
+    let be = dispatch(
+        op,
+        &[input("w", w), input("b", b), input("x", x), written("y", y)],
+    )?;
     check_float(op, "w", w, be)?;
     if x.numel() != w.cols() || b.numel() != w.rows() {
         return Err(shape_error(
@@ -311,12 +322,12 @@ pub fn linear_backward(
     let be = dispatch(
         op,
         &[
-            ("w", w),
-            ("x", x),
-            ("dy", dy),
-            ("dx", dx),
-            ("dw", dw),
-            ("db", db),
+            input("w", w),
+            input("x", x),
+            input("dy", dy),
+            written("dx", dx),
+            updated("dw", dw),
+            written("db", db),
         ],
     )?;
     check_float(op, "w", w, be)?;
@@ -372,14 +383,13 @@ pub fn linear_forward_batched(
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "linear_forward_batched";
-    let none = Tensor::default();
     let be = dispatch(
         op,
         &[
-            ("w", w),
-            ("bias", bias.unwrap_or(&none)),
-            ("x", x),
-            ("y", y),
+            input("w", w),
+            input_opt("bias", bias),
+            input("x", x),
+            written("y", y),
         ],
     )?;
     check_float(op, "x", x, be)?;
@@ -460,12 +470,12 @@ pub fn linear_backward_batched(
     let be = dispatch(
         op,
         &[
-            ("w", w),
-            ("x", x),
-            ("dy", dy),
-            ("dx", dx),
-            ("dw", dw),
-            ("db", db),
+            input("w", w),
+            input("x", x),
+            input("dy", dy),
+            written("dx", dx),
+            updated("dw", dw),
+            written("db", db),
         ],
     )?;
     check_float(op, "w", w, be)?;
@@ -593,14 +603,13 @@ pub fn matmul_abt(
     act: Act,
 ) -> Result<()> {
     let op = "matmul_abt";
-    let none = Tensor::default();
     let be = dispatch(
         op,
         &[
-            ("a", a),
-            ("b", b),
-            ("c", c),
-            ("bias", bias.unwrap_or(&none)),
+            input("a", a),
+            input("b", b),
+            written("c", c),
+            input_opt("bias", bias),
         ],
     )?;
     check_16bit(op, "a", a, None)?;
@@ -699,14 +708,13 @@ pub fn linear_forward_batched_fp16_act(
     act: Act,
 ) -> Result<()> {
     let op = "linear_forward_batched_fp16";
-    let none = Tensor::default();
     let be = dispatch(
         op,
         &[
-            ("w", w),
-            ("bias", bias.unwrap_or(&none)),
-            ("x", x),
-            ("y", y),
+            input("w", w),
+            input_opt("bias", bias),
+            input("x", x),
+            written("y", y),
         ],
     )?;
     check_16bit(op, "w", w, None)?;

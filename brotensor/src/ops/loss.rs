@@ -5,7 +5,7 @@
 //! softmax entry) drops entries whose mask is below 0.5: they get probability 0, and a fully
 //! masked vector is all zeros rather than NaN.
 
-use super::{check_float, check_same, dispatch};
+use super::{check_float, check_same, dispatch, input, input_opt, updated, written, Operand};
 use crate::backend::Src;
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -13,7 +13,7 @@ use crate::{Dtype, Error, Result, Tensor};
 /// is resized to `x`'s dims and dtype.
 pub fn softmax_rows_forward(x: &Tensor, y: &mut Tensor) -> Result<()> {
     let op = "softmax_rows_forward";
-    let be = dispatch(op, &[("x", x), ("y", y)])?;
+    let be = dispatch(op, &[input("x", x), written("y", y)])?;
     check_float(op, "x", x, be)?;
     be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
@@ -33,7 +33,7 @@ impl Tensor {
     /// [`softmax_rows_forward`] in place (each row of the last dim).
     pub fn softmax_rows_(&mut self) -> Result<()> {
         let op = "softmax_rows_";
-        let be = super::dispatch_inplace(op, ("x", self), &[])?;
+        let be = super::dispatch(op, &[updated("x", self)])?;
         check_float(op, "x", self, be)?;
         if self.numel() == 0 {
             return Ok(());
@@ -47,13 +47,12 @@ impl Tensor {
 /// same element count (F32); `probs` is resized to `logits`.
 pub fn softmax_forward(logits: &Tensor, mask: Option<&Tensor>, probs: &mut Tensor) -> Result<()> {
     let op = "softmax_forward";
-    let none = Tensor::default();
     let be = dispatch(
         op,
         &[
-            ("logits", logits),
-            ("probs", probs),
-            ("mask", mask.unwrap_or(&none)),
+            input("logits", logits),
+            input_opt("mask", mask),
+            written("probs", probs),
         ],
     )?;
     check_float(op, "logits", logits, be)?;
@@ -90,7 +89,11 @@ pub fn softmax_backward(probs: &Tensor, dprobs: &Tensor, dlogits: &mut Tensor) -
     let op = "softmax_backward";
     let be = dispatch(
         op,
-        &[("probs", probs), ("dprobs", dprobs), ("dlogits", dlogits)],
+        &[
+            input("probs", probs),
+            input("dprobs", dprobs),
+            written("dlogits", dlogits),
+        ],
     )?;
     check_float(op, "probs", probs, be)?;
     check_same(op, ("dprobs", dprobs), ("probs", probs))?;
@@ -130,7 +133,7 @@ fn check_pair(op: &'static str, pred: &Tensor, target: &Tensor) -> Result<()> {
 /// `mean((pred - target)^2)` over all elements (0 for none). Reading the result synchronizes.
 pub fn mse_vec_forward(pred: &Tensor, target: &Tensor) -> Result<f32> {
     let op = "mse_vec_forward";
-    let be = dispatch(op, &[("pred", pred), ("target", target)])?;
+    let be = dispatch(op, &[input("pred", pred), input("target", target)])?;
     check_pair(op, pred, target)?;
     let n = pred.numel();
     if n == 0 {
@@ -142,7 +145,14 @@ pub fn mse_vec_forward(pred: &Tensor, target: &Tensor) -> Result<f32> {
 /// `dpred = 2 (pred - target) / n`, overwritten (resized to `pred`).
 pub fn mse_vec_backward(pred: &Tensor, target: &Tensor, dpred: &mut Tensor) -> Result<()> {
     let op = "mse_vec_backward";
-    dispatch(op, &[("pred", pred), ("target", target), ("dpred", dpred)])?;
+    dispatch(
+        op,
+        &[
+            input("pred", pred),
+            input("target", target),
+            written("dpred", dpred),
+        ],
+    )?;
     check_pair(op, pred, target)?;
     super::sub_out(pred, &target.reshaped(pred.rows(), pred.cols())?, dpred)?;
     if pred.numel() > 0 {
@@ -169,10 +179,10 @@ pub fn mse_vec_per_sample(
     dispatch(
         op,
         &[
-            ("pred", pred),
-            ("target", target),
-            ("dpred", dpred),
-            ("loss", loss),
+            input("pred", pred),
+            input("target", target),
+            written("dpred", dpred),
+            written("loss", loss),
         ],
     )?;
     check_pair(op, pred, target)?;
@@ -192,20 +202,19 @@ fn prepare_loss(
     mask: Option<&Tensor>,
     outs: [&mut Tensor; 3],
     loss_shape: (usize, usize),
+    more: &[Operand<'_>],
 ) -> Result<crate::ops::Dispatched> {
-    let none = Tensor::default();
     let [probs, dlogits, loss] = outs;
-    let be = dispatch(
-        op,
-        &[
-            ("logits", logits),
-            ("target", target),
-            ("mask", mask.unwrap_or(&none)),
-            ("probs", probs),
-            ("dlogits", dlogits),
-            ("loss", loss),
-        ],
-    )?;
+    let mut operands = vec![
+        input("logits", logits),
+        input("target", target),
+        input_opt("mask", mask),
+        written("probs", probs),
+        written("dlogits", dlogits),
+        written("loss", loss),
+    ];
+    operands.extend_from_slice(more);
+    let be = dispatch(op, &operands)?;
     for (name, t) in [
         ("logits", Some(logits)),
         ("target", Some(target)),
@@ -282,6 +291,7 @@ fn flat_xent(
         mask,
         [probs, dlogits, &mut loss],
         (1, 1),
+        &[],
     )?;
     let n = logits.numel();
     if n == 0 {
@@ -356,6 +366,7 @@ pub fn softmax_xent_fused_batched(
         mask,
         [probs, dlogits, &mut per_head],
         (b, heads.max(1)),
+        &[written("loss_per_sample", loss_per_sample)],
     )?;
     if head_offsets.windows(2).any(|w| w[0] > w[1]) || head_offsets.last().is_some_and(|&e| e > l) {
         return Err(Error::invalid(
@@ -400,6 +411,7 @@ pub fn bce_with_logits_fused_batched(
         mask,
         [probs, dlogits, loss_per_sample],
         (logits.rows(), 1),
+        &[],
     )?;
     if logits.rows() == 0 {
         return Ok(());

@@ -69,14 +69,92 @@ use crate::backend::Backend;
 use crate::runtime::backend;
 use crate::{Device, Dtype, Error, Result, Tensor};
 
-/// Resolves the device of an op from its operands, in signature order.
-pub(crate) fn resolve(op: &'static str, operands: &[(&'static str, &Tensor)]) -> Result<Device> {
-    let device = operands
-        .iter()
+/// How an op uses one of its tensor operands. Every op declares each operand once, with its
+/// role, in the one list it dispatches on ([`dispatch`]); the device check of every committed
+/// operand, writability and dense views follow from that list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Read only.
+    Input,
+    /// Written in full; its old contents are not read (sized by the op).
+    Written,
+    /// Read and written: an accumulated gradient, a running statistic, an in-place target.
+    Updated,
+}
+
+/// One declared operand of an op: its name in the signature, its role, and the tensor
+/// (`None` for an optional operand that was not passed).
+#[derive(Clone, Copy)]
+pub(crate) struct Operand<'a> {
+    pub(crate) name: &'static str,
+    pub(crate) role: Role,
+    pub(crate) tensor: Option<&'a Tensor>,
+}
+
+/// An input operand.
+pub(crate) fn input<'a>(name: &'static str, t: &'a Tensor) -> Operand<'a> {
+    Operand {
+        name,
+        role: Role::Input,
+        tensor: Some(t),
+    }
+}
+
+/// An optional input operand.
+pub(crate) fn input_opt<'a>(name: &'static str, t: Option<&'a Tensor>) -> Operand<'a> {
+    Operand {
+        name,
+        role: Role::Input,
+        tensor: t,
+    }
+}
+
+/// An output the op writes in full.
+pub(crate) fn written<'a>(name: &'static str, t: &'a Tensor) -> Operand<'a> {
+    Operand {
+        name,
+        role: Role::Written,
+        tensor: Some(t),
+    }
+}
+
+/// An optional output the op writes in full.
+pub(crate) fn written_opt<'a>(name: &'static str, t: Option<&'a Tensor>) -> Operand<'a> {
+    Operand {
+        name,
+        role: Role::Written,
+        tensor: t,
+    }
+}
+
+/// An operand the op reads and writes (accumulates into, or updates in place).
+pub(crate) fn updated<'a>(name: &'static str, t: &'a Tensor) -> Operand<'a> {
+    Operand {
+        name,
+        role: Role::Updated,
+        tensor: Some(t),
+    }
+}
+
+/// An optional operand the op reads and writes.
+pub(crate) fn updated_opt<'a>(name: &'static str, t: Option<&'a Tensor>) -> Operand<'a> {
+    Operand {
+        name,
+        role: Role::Updated,
+        tensor: t,
+    }
+}
+
+/// Resolves the device of an op from its declared operands, in signature order: the device
+/// of the first committed one (else of the first present one, else the CPU), and every other
+/// committed operand must be on it.
+fn resolve(op: &'static str, operands: &[Operand<'_>]) -> Result<Device> {
+    let present = || operands.iter().filter_map(|o| Some((o.name, o.tensor?)));
+    let device = present()
         .find(|(_, t)| t.is_committed())
-        .or(operands.first())
+        .or_else(|| present().next())
         .map_or(Device::Cpu, |(_, t)| t.device());
-    for (name, t) in operands {
+    for (name, t) in present() {
         check_on_device(op, name, t, device)?;
     }
     Ok(device)
@@ -125,33 +203,91 @@ impl Dispatched {
     }
 }
 
-/// The backend an op runs on, after device resolution. Every operand that is a view
-/// without a dense layout gets its one dense copy here (kept with the view), so backends
-/// always see dense storage.
-pub(crate) fn dispatch(
-    op: &'static str,
-    operands: &[(&'static str, &Tensor)],
-) -> Result<Dispatched> {
-    let be = Dispatched::on(op, resolve(op, operands)?)?;
-    for (_, t) in operands {
-        if t.is_committed() && !t.layout().is_dense() {
-            t.dense_storage(op)?;
+/// The device `op` runs on, from its declared operands (every tensor the op reads or writes,
+/// in signature order; see [`Role`]), before any other check of the op: the device rule over
+/// every committed operand, then every written or updated operand must be writable (no
+/// view, no live views). For an op that reads views in place; most ops use [`dispatch`].
+pub(crate) fn declare(op: &'static str, operands: &[Operand<'_>]) -> Result<Device> {
+    #[cfg(feature = "internals")]
+    declared::record(op, operands);
+    let device = resolve(op, operands)?;
+    for o in operands {
+        if let (Some(t), Role::Written | Role::Updated) = (o.tensor, o.role) {
+            t.check_writable(op, o.name)?;
+        }
+    }
+    Ok(device)
+}
+
+/// The backend `op` runs on, from its declared operands ([`declare`]); then every input that
+/// is a view without a dense layout gets its one dense copy (kept with the view), so
+/// backends always see dense storage.
+pub(crate) fn dispatch(op: &'static str, operands: &[Operand<'_>]) -> Result<Dispatched> {
+    let be = Dispatched::on(op, declare(op, operands)?)?;
+    for o in operands {
+        if let (Some(t), Role::Input) = (o.tensor, o.role) {
+            if t.is_committed() && !t.layout().is_dense() {
+                t.dense_storage(op)?;
+            }
         }
     }
     Ok(be)
 }
 
-/// [`dispatch`] for an op that writes `target` in place: `target` must own its storage
-/// alone and be dense.
-pub(crate) fn dispatch_inplace(
-    op: &'static str,
-    (name, target): (&'static str, &Tensor),
-    inputs: &[(&'static str, &Tensor)],
-) -> Result<Dispatched> {
-    target.check_writable(op, name)?;
-    let mut operands = vec![(name, target)];
-    operands.extend_from_slice(inputs);
-    dispatch(op, &operands)
+/// What [`dispatch`] was given, recorded for the workspace's tests (the `internals`
+/// feature): the generated wrong-device test learns each op's declared operands from it.
+#[cfg(feature = "internals")]
+pub(crate) mod declared {
+    use super::{Operand, Role};
+    use std::cell::RefCell;
+
+    /// One operand as an op declared it: its name, role and the tensor's allocation.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Declared {
+        /// The op's name.
+        pub op: &'static str,
+        /// The operand's name.
+        pub name: &'static str,
+        /// How the op uses it.
+        pub role: Role,
+        /// The tensor's [`allocation_id`](crate::Tensor::allocation_id) (`None` when
+        /// uncommitted), to match it to the caller's tensors.
+        pub allocation: Option<u64>,
+    }
+
+    thread_local! {
+        static LOG: RefCell<Option<Vec<Vec<Declared>>>> = const { RefCell::new(None) };
+    }
+
+    /// Records one dispatch while a recording runs on this thread.
+    pub(crate) fn record(op: &'static str, operands: &[Operand<'_>]) {
+        LOG.with(|log| {
+            if let Some(calls) = log.borrow_mut().as_mut() {
+                calls.push(
+                    operands
+                        .iter()
+                        .filter_map(|o| {
+                            Some(Declared {
+                                op,
+                                name: o.name,
+                                role: o.role,
+                                allocation: o.tensor?.allocation_id(),
+                            })
+                        })
+                        .collect(),
+                );
+            }
+        });
+    }
+
+    /// Runs `f` and returns its result with every dispatch it made on this thread, in order
+    /// (the op called first, then any op it called).
+    pub fn recording<T>(f: impl FnOnce() -> T) -> (T, Vec<Vec<Declared>>) {
+        LOG.with(|log| *log.borrow_mut() = Some(Vec::new()));
+        let out = f();
+        let calls = LOG.with(|log| log.borrow_mut().take()).unwrap_or_default();
+        (out, calls)
+    }
 }
 
 /// Errors unless a committed `t` is on `device`: for an operand an op checks apart from its

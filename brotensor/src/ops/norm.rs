@@ -6,7 +6,7 @@
 //! `D` elements.
 
 use super::Nchw;
-use super::{check_float, dispatch};
+use super::{check_float, dispatch, input, updated, written};
 use crate::backend::LayerNormCaches;
 use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
@@ -111,13 +111,13 @@ pub fn layernorm_forward_batched_with_caches(
     let be = dispatch(
         op,
         &[
-            ("x", x),
-            ("gamma", gamma),
-            ("beta", beta),
-            ("y", y),
-            ("xhat", xhat),
-            ("mean", mean),
-            ("rstd", rstd),
+            input("x", x),
+            input("gamma", gamma),
+            input("beta", beta),
+            written("y", y),
+            written("xhat", xhat),
+            written("mean", mean),
+            written("rstd", rstd),
         ],
     )?;
     layernorm_rows(op, be, x, (gamma, beta), eps, y, Some((xhat, mean, rstd)))
@@ -132,7 +132,15 @@ pub fn layernorm_forward_inference_batched(
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "layernorm_forward_inference_batched";
-    let be = dispatch(op, &[("x", x), ("gamma", gamma), ("beta", beta), ("y", y)])?;
+    let be = dispatch(
+        op,
+        &[
+            input("x", x),
+            input("gamma", gamma),
+            input("beta", beta),
+            written("y", y),
+        ],
+    )?;
     layernorm_rows(op, be, x, (gamma, beta), eps, y, None)
 }
 
@@ -152,13 +160,13 @@ pub fn layernorm_backward_batched_with_caches(
     let be = dispatch(
         op,
         &[
-            ("dy", dy),
-            ("xhat", xhat),
-            ("gamma", gamma),
-            ("rstd", rstd),
-            ("dx", dx),
-            ("dgamma", dgamma),
-            ("dbeta", dbeta),
+            input("dy", dy),
+            input("xhat", xhat),
+            input("gamma", gamma),
+            input("rstd", rstd),
+            written("dx", dx),
+            updated("dgamma", dgamma),
+            updated("dbeta", dbeta),
         ],
     )?;
     check_float(op, "dy", dy, be)?;
@@ -196,11 +204,11 @@ pub fn layernorm_forward(
     let be = dispatch(
         op,
         &[
-            ("x", x),
-            ("gamma", gamma),
-            ("beta", beta),
-            ("y", y),
-            ("xhat", xhat),
+            input("x", x),
+            input("gamma", gamma),
+            input("beta", beta),
+            written("y", y),
+            written("xhat", xhat),
         ],
     )?;
     let shape = x.shape();
@@ -238,12 +246,12 @@ pub fn layernorm_backward(
     let device = dispatch(
         "layernorm_backward",
         &[
-            ("dy", dy),
-            ("xhat", xhat),
-            ("gamma", gamma),
-            ("dx", dx),
-            ("dgamma", dgamma),
-            ("dbeta", dbeta),
+            input("dy", dy),
+            input("xhat", xhat),
+            input("gamma", gamma),
+            written("dx", dx),
+            updated("dgamma", dgamma),
+            updated("dbeta", dbeta),
         ],
     )?
     .device();
@@ -257,7 +265,7 @@ pub fn layernorm_backward(
 /// `Y = X gamma / sqrt(mean(X^2) + eps)` per row of `X (B, D)`; `Y` is resized.
 pub fn rms_norm_forward(x: &Tensor, gamma: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
     let op = "rms_norm_forward";
-    let be = dispatch(op, &[("x", x), ("gamma", gamma), ("y", y)])?;
+    let be = dispatch(op, &[input("x", x), input("gamma", gamma), written("y", y)])?;
     check_float(op, "x", x, be)?;
     check_params(op, x, x.cols(), &[("gamma", gamma)])?;
     be.out("y", y, x.dims(), x.dtype())?;
@@ -281,11 +289,11 @@ pub fn rms_norm_backward(
     let be = dispatch(
         op,
         &[
-            ("x", x),
-            ("gamma", gamma),
-            ("dy", dy),
-            ("dx", dx),
-            ("dgamma", dgamma),
+            input("x", x),
+            input("gamma", gamma),
+            input("dy", dy),
+            written("dx", dx),
+            updated("dgamma", dgamma),
         ],
     )?;
     check_float(op, "x", x, be)?;
@@ -323,7 +331,7 @@ fn constant(device: crate::Device, n: usize, value: f32, dtype: Dtype) -> Result
 /// RMSNorm with unit scale.)
 pub fn pixel_norm_forward(x: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
     let op = "pixel_norm_forward";
-    let be = dispatch(op, &[("x", x), ("y", y)])?;
+    let be = dispatch(op, &[input("x", x), written("y", y)])?;
     check_float(op, "x", x, be)?;
     let ones = constant(be.device(), x.cols(), 1.0, x.dtype())?;
     rms_norm_forward(x, &ones, eps, y)
@@ -333,7 +341,7 @@ pub fn pixel_norm_forward(x: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
 /// `s = sum(dY x)`; overwritten.
 pub fn pixel_norm_backward(x: &Tensor, dy: &Tensor, eps: f32, dx: &mut Tensor) -> Result<()> {
     let op = "pixel_norm_backward";
-    let be = dispatch(op, &[("x", x), ("dy", dy), ("dx", dx)])?;
+    let be = dispatch(op, &[input("x", x), input("dy", dy), written("dx", dx)])?;
     check_float(op, "x", x, be)?;
     check_shape(op, "dy", dy, x.shape())?;
     super::check_dtypes_match(op, ("x", x), &[("dy", dy)])?;
@@ -371,7 +379,7 @@ pub fn l2_norm_forward(
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "l2_norm_forward";
-    let be = dispatch(op, &[("x", x), ("y", y)])?;
+    let be = dispatch(op, &[input("x", x), written("y", y)])?;
     check_float(op, "x", x, be)?;
     heads(op, x, head_dim, num_heads)?;
     let rows = x.rows() * num_heads;
@@ -401,7 +409,7 @@ pub fn l2_norm_backward(
     dx: &mut Tensor,
 ) -> Result<()> {
     let op = "l2_norm_backward";
-    let be = dispatch(op, &[("x", x), ("dy", dy), ("dx", dx)])?;
+    let be = dispatch(op, &[input("x", x), input("dy", dy), written("dx", dx)])?;
     check_float(op, "x", x, be)?;
     heads(op, x, head_dim, num_heads)?;
     check_shape(op, "dy", dy, x.shape())?;
@@ -459,7 +467,15 @@ pub fn group_norm_forward(
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "group_norm_forward";
-    let be = dispatch(op, &[("x", x), ("gamma", gamma), ("beta", beta), ("y", y)])?;
+    let be = dispatch(
+        op,
+        &[
+            input("x", x),
+            input("gamma", gamma),
+            input("beta", beta),
+            written("y", y),
+        ],
+    )?;
     check_float(op, "x", x, be)?;
     let (n, c, hw) = nchw(op, x, dims.into())?;
     if num_groups == 0 || c % num_groups != 0 {
@@ -496,12 +512,12 @@ pub fn group_norm_backward(
     let be = dispatch(
         op,
         &[
-            ("x", x),
-            ("gamma", gamma),
-            ("dy", dy),
-            ("dx", dx),
-            ("dgamma", dgamma),
-            ("dbeta", dbeta),
+            input("x", x),
+            input("gamma", gamma),
+            input("dy", dy),
+            written("dx", dx),
+            updated("dgamma", dgamma),
+            updated("dbeta", dbeta),
         ],
     )?;
     check_float(op, "x", x, be)?;
@@ -577,17 +593,17 @@ pub fn batch_norm_forward(
     saved_rstd: &mut Tensor,
 ) -> Result<()> {
     let op = "batch_norm_forward";
-    running_mean.check_writable(op, "running_mean")?;
-    running_var.check_writable(op, "running_var")?;
     let be = dispatch(
         op,
         &[
-            ("x", x),
-            ("gamma", gamma),
-            ("beta", beta),
-            ("running_mean", running_mean),
-            ("running_var", running_var),
-            ("y", y),
+            input("x", x),
+            input("gamma", gamma),
+            input("beta", beta),
+            updated("running_mean", running_mean),
+            updated("running_var", running_var),
+            written("y", y),
+            written("saved_mean", saved_mean),
+            written("saved_rstd", saved_rstd),
         ],
     )?;
     check_f32(
@@ -646,12 +662,12 @@ pub fn batch_norm_inference(
     let be = dispatch(
         op,
         &[
-            ("x", x),
-            ("gamma", gamma),
-            ("beta", beta),
-            ("running_mean", running_mean),
-            ("running_var", running_var),
-            ("y", y),
+            input("x", x),
+            input("gamma", gamma),
+            input("beta", beta),
+            input("running_mean", running_mean),
+            input("running_var", running_var),
+            written("y", y),
         ],
     )?;
     check_float(op, "x", x, be)?;
@@ -695,14 +711,14 @@ pub fn batch_norm_backward(
     let be = dispatch(
         op,
         &[
-            ("x", x),
-            ("gamma", gamma),
-            ("saved_mean", saved_mean),
-            ("saved_rstd", saved_rstd),
-            ("dy", dy),
-            ("dx", dx),
-            ("dgamma", dgamma),
-            ("dbeta", dbeta),
+            input("x", x),
+            input("gamma", gamma),
+            input("saved_mean", saved_mean),
+            input("saved_rstd", saved_rstd),
+            input("dy", dy),
+            written("dx", dx),
+            updated("dgamma", dgamma),
+            updated("dbeta", dbeta),
         ],
     )?;
     check_f32(
@@ -755,6 +771,15 @@ pub fn layernorm_forward_inference_batched_fp16(
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "layernorm_forward_inference_batched_fp16";
+    let be = dispatch(
+        op,
+        &[
+            input("x", x),
+            input("gamma", gamma),
+            input("beta", beta),
+            written("y", y),
+        ],
+    )?;
     if !matches!(x.dtype(), Dtype::F16 | Dtype::BF16) {
         return Err(Error::Dtype {
             op,
@@ -763,7 +788,6 @@ pub fn layernorm_forward_inference_batched_fp16(
             found: x.dtype(),
         });
     }
-    let be = dispatch(op, &[("x", x), ("gamma", gamma), ("beta", beta), ("y", y)])?;
     layernorm_rows(op, be, x, (gamma, beta), eps, y, None)
 }
 
@@ -777,7 +801,7 @@ pub fn l2_normalize_nchw_forward(
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "l2_normalize_nchw_forward";
-    let be = dispatch(op, &[("x", x), ("y", y)])?;
+    let be = dispatch(op, &[input("x", x), written("y", y)])?;
     check_float(op, "x", x, be)?;
     let (n, c, hw) = nchw(op, x, dims.into())?;
     be.out("y", y, x.dims(), x.dtype())?;

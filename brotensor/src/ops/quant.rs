@@ -19,7 +19,7 @@ use super::linear::{
     check_16bit, dims, linear_forward_batched_fp16, product_16bit, shape_error, NN,
 };
 use super::Act;
-use super::{check_float, dispatch};
+use super::{check_float, declare, dispatch, input, input_opt, written};
 use crate::backend::Gemm;
 use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
@@ -85,12 +85,16 @@ fn check_weight(op: &'static str, w: &Tensor, be: Dispatched) -> Result<()> {
 /// `w (rows, cols)` decoded (bit-exact with ggml's decoder in F32; F16/BF16 round that to
 /// nearest even). `out` is resized.
 pub fn dequantize(w: &Tensor, dtype: Dtype, out: &mut Tensor) -> Result<()> {
-    const OP: &str = "dequantize";
-    let be = dispatch(OP, &[("w", w), ("out", out)])?;
-    check_weight(OP, w, be)?;
+    dequantize_as("dequantize", w, dtype, out)
+}
+
+/// [`dequantize`] under the name of the op that called it.
+fn dequantize_as(op: &'static str, w: &Tensor, dtype: Dtype, out: &mut Tensor) -> Result<()> {
+    let be = dispatch(op, &[input("w", w), written("out", out)])?;
+    check_weight(op, w, be)?;
     if !dtype.is_float() || !be.converts(dtype) {
         return Err(Error::UnsupportedDtype {
-            op: OP,
+            op,
             dtype,
             device: be.device(),
         });
@@ -124,14 +128,13 @@ fn quant_linear_as(
     act: Act,
     y: &mut Tensor,
 ) -> Result<()> {
-    let none = Tensor::default();
     let be = dispatch(
         op,
         &[
-            ("w", w),
-            ("bias", bias.unwrap_or(&none)),
-            ("x", x),
-            ("y", y),
+            input("w", w),
+            input_opt("bias", bias),
+            input("x", x),
+            written("y", y),
         ],
     )?;
     check_weight(op, w, be)?;
@@ -201,13 +204,16 @@ macro_rules! cpp_quant_names {
     ($($kind:ident: $dequant:ident, $gemv:ident, $batched:ident;)*) => {$(
         #[doc = concat!("`out (rows, cols)` F16: the ", stringify!($kind), " blocks of `w` decoded (C++ `", stringify!($dequant), "`; see [`dequantize`]).")]
         pub fn $dequant(w: &Tensor, out: &mut Tensor) -> Result<()> {
-            check_kind(stringify!($dequant), w, Dtype::$kind)?;
-            dequantize(w, Dtype::F16, out)
+            const OP: &str = stringify!($dequant);
+            declare(OP, &[input("w", w), written("out", out)])?;
+            check_kind(OP, w, Dtype::$kind)?;
+            dequantize_as(OP, w, Dtype::F16, out)
         }
 
         #[doc = concat!("`y (out, 1) = W (out, in) . x + bias` with `W` ", stringify!($kind), " and `x` F16 holding `in` elements (C++ `", stringify!($gemv), "`; the GEMV path of [`quant_linear`]); `y` is resized, F16.")]
         pub fn $gemv(w: &Tensor, bias: Option<&Tensor>, x: &Tensor, y: &mut Tensor) -> Result<()> {
             const OP: &str = stringify!($gemv);
+            declare(OP, &[input("w", w), input_opt("bias", bias), input("x", x), written("y", y)])?;
             check_kind(OP, w, Dtype::$kind)?;
             check_f16(OP, "x", x)?;
             let row = x.reshaped(1, x.numel())?;
@@ -218,6 +224,7 @@ macro_rules! cpp_quant_names {
         #[doc = concat!("`Y (B, out) = X (B, in) . W^T + bias` with `W` ", stringify!($kind), " and `X` F16 (C++ `", stringify!($batched), "`; [`quant_linear`]); `Y` is resized, F16.")]
         pub fn $batched(w: &Tensor, bias: Option<&Tensor>, x: &Tensor, y: &mut Tensor) -> Result<()> {
             const OP: &str = stringify!($batched);
+            declare(OP, &[input("w", w), input_opt("bias", bias), input("x", x), written("y", y)])?;
             check_kind(OP, w, Dtype::$kind)?;
             check_f16(OP, "x", x)?;
             quant_linear_as(OP, w, bias, x, Act::None, y)
@@ -281,15 +288,14 @@ pub fn linear_forward_batched_int8w_fp16(
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "linear_forward_batched_int8w_fp16";
-    let none = Tensor::default();
     let be = dispatch(
         op,
         &[
-            ("w", w),
-            ("scales", scales),
-            ("bias", bias.unwrap_or(&none)),
-            ("x", x),
-            ("y", y),
+            input("w", w),
+            input("scales", scales),
+            input_opt("bias", bias),
+            input("x", x),
+            written("y", y),
         ],
     )?;
     let w16 = int8_weight_as(op, be, w, scales, x)?;
@@ -336,7 +342,15 @@ fn int8_weight_as(
 /// dequantized on the device, then multiplied (the CPU computes in F32 on widened copies).
 pub fn matmul_int8w_fp16(w: &Tensor, scales: &Tensor, x: &Tensor, y: &mut Tensor) -> Result<()> {
     let op = "matmul_int8w_fp16";
-    let be = dispatch(op, &[("w", w), ("scales", scales), ("x", x), ("y", y)])?;
+    let be = dispatch(
+        op,
+        &[
+            input("w", w),
+            input("scales", scales),
+            input("x", x),
+            written("y", y),
+        ],
+    )?;
     if x.rows() != w.cols() {
         return Err(shape_error(
             op,

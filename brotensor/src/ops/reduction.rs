@@ -4,12 +4,12 @@
 //! the index (the C++ contract), `argmax_rows_i32` I32 indices; `top_k_rows` is F32 only; `rows_count_above` takes F32 or F16. Outputs are
 //! resized and overwritten.
 
-use super::{check_float, dispatch};
+use super::{check_float, dispatch, input, written};
 use crate::{Dtype, Error, Result, Tensor};
 
 /// `y (rows, 1)`: `y[r] = sum_c x[r, c]` (an empty row sums to 0).
 pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
-    let be = dispatch("sum_rows", &[("x", x), ("y", y)])?;
+    let be = dispatch("sum_rows", &[input("x", x), written("y", y)])?;
     check_float("sum_rows", "x", x, be)?;
     be.out("y", y, &[x.rows(), 1], x.dtype())?;
     if x.cols() == 0 {
@@ -23,7 +23,7 @@ pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
 
 /// `y (1, cols)`: `y[c] = sum_r x[r, c]` (an empty column sums to 0).
 pub fn sum_cols(x: &Tensor, y: &mut Tensor) -> Result<()> {
-    let be = dispatch("sum_cols", &[("x", x), ("y", y)])?;
+    let be = dispatch("sum_cols", &[input("x", x), written("y", y)])?;
     check_float("sum_cols", "x", x, be)?;
     be.out("y", y, &[1, x.cols()], x.dtype())?;
     if x.rows() == 0 {
@@ -48,7 +48,7 @@ pub fn argmax_rows_i32(x: &Tensor, idx: &mut Tensor) -> Result<()> {
 }
 
 fn argmax_rows_as(op: &'static str, x: &Tensor, idx: &mut Tensor, dtype: Dtype) -> Result<()> {
-    let be = dispatch(op, &[("x", x), ("idx", idx)])?;
+    let be = dispatch(op, &[input("x", x), written("idx", idx)])?;
     check_float(op, "x", x, be)?;
     be.out("idx", idx, &[x.rows(), 1], dtype)?;
     if x.cols() == 0 {
@@ -64,7 +64,10 @@ fn argmax_rows_as(op: &'static str, x: &Tensor, idx: &mut Tensor, dtype: Dtype) 
 /// order, equal values by ascending column. `x` must be F32 and `1 <= k <= cols`.
 pub fn top_k_rows(x: &Tensor, k: usize, vals: &mut Tensor, idx: &mut Tensor) -> Result<()> {
     let op = "top_k_rows";
-    let be = dispatch(op, &[("x", x), ("vals", vals), ("idx", idx)])?;
+    let be = dispatch(
+        op,
+        &[input("x", x), written("vals", vals), written("idx", idx)],
+    )?;
     if x.dtype() != Dtype::F32 {
         return Err(Error::Dtype {
             op,
@@ -93,7 +96,7 @@ pub fn top_k_rows(x: &Tensor, k: usize, vals: &mut Tensor, idx: &mut Tensor) -> 
 /// `counts (rows, 2)` I32: `(#{x > t_lo}, #{x > t_hi})` per row (strict). `x` F32 or F16.
 pub fn rows_count_above(x: &Tensor, t_lo: f32, t_hi: f32, counts: &mut Tensor) -> Result<()> {
     let op = "rows_count_above";
-    let be = dispatch(op, &[("x", x), ("counts", counts)])?;
+    let be = dispatch(op, &[input("x", x), written("counts", counts)])?;
     if !matches!(x.dtype(), Dtype::F32 | Dtype::F16) {
         return Err(Error::Dtype {
             op,

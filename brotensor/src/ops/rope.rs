@@ -15,7 +15,7 @@
 //! are F32 on every device, M-RoPE position streams I32. Outputs are resized and take `x`'s
 //! dtype.
 
-use super::{check_float, checked_product, dispatch};
+use super::{check_float, checked_product, dispatch, input, written};
 use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -250,7 +250,7 @@ fn rope_positions(
     params: &RopeParams,
     (yn, y): (&'static str, &mut Tensor),
 ) -> Result<()> {
-    let be = dispatch(op, &[(xn, x), (yn, y)])?;
+    let be = dispatch(op, &[input(xn, x), written(yn, y)])?;
     check_x(op, (xn, x), be, head_dim, num_heads)?;
     params.check(op)?;
     // The GPU kernels form positions `row + seq_offset` in 32 bits: every device refuses
@@ -268,7 +268,7 @@ fn rope_positions(
             ),
         ));
     }
-    be.out("y", y, x.dims(), x.dtype())?;
+    be.out(yn, y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -341,7 +341,15 @@ fn rope_tables(
     layout: RopeLayout,
     (yn, y): (&'static str, &mut Tensor),
 ) -> Result<()> {
-    let be = dispatch(op, &[(xn, x), ("cos_tbl", cos), ("sin_tbl", sin), (yn, y)])?;
+    let be = dispatch(
+        op,
+        &[
+            input(xn, x),
+            input("cos_tbl", cos),
+            input("sin_tbl", sin),
+            written(yn, y),
+        ],
+    )?;
     check_x(op, (xn, x), be, head_dim, num_heads)?;
     let rows = match kind {
         TableOp::PerHead => checked_product(op, "L * num_heads", &[x.rows(), num_heads])?,
@@ -349,7 +357,7 @@ fn rope_tables(
     };
     check_table(op, ("cos_tbl", cos), (rows, head_dim / 2))?;
     check_table(op, ("sin_tbl", sin), (rows, head_dim / 2))?;
-    be.out("y", y, x.dims(), x.dtype())?;
+    be.out(yn, y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
     }
@@ -464,15 +472,15 @@ pub fn rope_apply_mrope(
         ("cos_h", "sin_h", "pos_h"),
         ("cos_w", "sin_w", "pos_w"),
     ];
-    let mut operands = vec![("x", x)];
+    let mut operands = vec![input("x", x)];
     for (a, names) in AXES.iter().enumerate() {
         operands.extend([
-            (names.0, tables[a].cos),
-            (names.1, tables[a].sin),
-            (names.2, positions[a]),
+            input(names.0, tables[a].cos),
+            input(names.1, tables[a].sin),
+            input(names.2, positions[a]),
         ]);
     }
-    operands.push(("y", y));
+    operands.push(written("y", y));
     let be = dispatch(op, &operands)?;
     check_x(op, ("x", x), be, head_dim, num_heads)?;
     let total = sections.iter().try_fold(0usize, |s, &d| s.checked_add(d));

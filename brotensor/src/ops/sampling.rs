@@ -19,7 +19,7 @@
 //! adds and multiplies with other than IEEE round-to-nearest (a fast-math mode; none of the
 //! runtimes used here enables one).
 
-use super::{checked_product, dispatch, dispatch_inplace};
+use super::{checked_product, dispatch, input, updated, written};
 use crate::backend::Draw;
 use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
@@ -124,7 +124,7 @@ pub fn sample_logits(
     indices: &mut Tensor,
 ) -> Result<()> {
     let op = "sample_logits";
-    let be = dispatch(op, &[("logits", logits), ("indices", indices)])?;
+    let be = dispatch(op, &[input("logits", logits), written("indices", indices)])?;
     let draw = draw_for(op, logits, (temperature, top_k, top_p), (key, counter))?;
     be.out("indices", indices, &[logits.rows(), 1], Dtype::I32)?;
     if logits.rows() == 0 {
@@ -154,16 +154,21 @@ pub fn sample_logits_into(
     indices: &mut Tensor,
 ) -> Result<()> {
     let op = "sample_logits_into";
-    let operands = [
-        ("logits", logits),
+    let be = dispatch(
+        op,
+        &[
+            input("logits", logits),
+            updated("counter", counter),
+            written("scratch", scratch),
+            written("indices", indices),
+        ],
+    )?;
+    for (name, t) in [
         ("counter", &*counter),
-        ("scratch", &*scratch),
-        ("indices", &*indices),
-    ];
-    let be = dispatch(op, &operands)?;
-    for (name, t) in &operands[1..] {
+        ("scratch", scratch),
+        ("indices", indices),
+    ] {
         check_committed(op, name, t)?;
-        t.check_writable(op, name)?;
     }
     let draw = draw_for(op, logits, (temperature, top_k, top_p), (key, 0))?;
     let (rows, v) = logits.shape();
@@ -203,7 +208,7 @@ pub fn sample_logits_into(
 
 /// The backend of a random fill into `y`, after checking that `y` is F32 and pre-sized.
 fn fill_target(op: &'static str, y: &Tensor) -> Result<Dispatched> {
-    let be = dispatch_inplace(op, ("y", y), &[])?;
+    let be = dispatch(op, &[written("y", y)])?;
     check_committed(op, "y", y)?;
     check_dtype(op, "y", y, Dtype::F32)?;
     Ok(be)

@@ -17,6 +17,7 @@ mod flash_grad;
 mod gguf;
 mod internals;
 mod methods;
+mod op_table;
 mod parity_activation;
 mod parity_elementwise;
 mod parity_linear;

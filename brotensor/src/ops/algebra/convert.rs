@@ -1,6 +1,6 @@
 //! Element type conversion between the structural dtypes.
 
-use super::super::dispatch;
+use super::super::{dispatch, input};
 use crate::{Dtype, Error, Result, Tensor};
 
 use super::*;
@@ -10,7 +10,7 @@ use super::*;
 /// truncates toward zero and errors on NaN, infinities and out-of-range values.
 pub fn convert(x: &Tensor, dtype: Dtype) -> Result<Tensor> {
     const OP: &str = "convert";
-    let be = dispatch(OP, &[("x", x)])?;
+    let be = dispatch(OP, &[input("x", x)])?;
     check_dtype(OP, "x", x, &STRUCTURAL, be)?;
     if !STRUCTURAL.contains(&dtype) || (dtype != Dtype::I32 && !be.supports(dtype)) {
         return Err(Error::UnsupportedDtype {

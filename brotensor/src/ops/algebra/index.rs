@@ -1,6 +1,6 @@
 //! StableHLO gather and scatter-add, with their index-vector checks.
 
-use super::super::{checked_product, dispatch};
+use super::super::{checked_product, dispatch, input};
 use crate::backend::IndexMap;
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -149,7 +149,10 @@ pub fn gather(
     const OP: &str = "gather";
     let be = dispatch(
         OP,
-        &[("operand", operand), ("start_indices", start_indices)],
+        &[
+            input("operand", operand),
+            input("start_indices", start_indices),
+        ],
     )?;
     check_dtype(OP, "operand", operand, &STRUCTURAL, be)?;
     let r = operand.rank();
@@ -251,9 +254,9 @@ pub fn scatter_add(
     let be = dispatch(
         OP,
         &[
-            ("operand", operand),
-            ("scatter_indices", scatter_indices),
-            ("updates", updates),
+            input("operand", operand),
+            input("scatter_indices", scatter_indices),
+            input("updates", updates),
         ],
     )?;
     check_dtype(OP, "operand", operand, &STRUCTURAL, be)?;

@@ -1,7 +1,7 @@
 //! Element-wise maps of the wide dtypes (F64 through the real-float kernel, C64/C128 through
 //! the complex one), comparisons and selects.
 
-use super::super::dispatch;
+use super::super::{dispatch, input, written, Operand};
 use crate::backend::{ComplexMap, FloatMap};
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -21,8 +21,8 @@ fn map_op(
     operands: &[(&'static str, &Tensor)],
     out: &mut Tensor,
 ) -> Result<()> {
-    let mut all = operands.to_vec();
-    all.push(("out", &*out));
+    let mut all: Vec<Operand<'_>> = operands.iter().map(|&(n, t)| input(n, t)).collect();
+    all.push(written("out", out));
     let be = dispatch(op, &all)?;
     let (name, x) = operands[0];
     let dtypes = match instr {

@@ -1,6 +1,6 @@
 //! Single-axis reductions with keepdims.
 
-use super::super::dispatch;
+use super::super::{dispatch, input, written};
 use crate::backend::ReduceOp;
 use crate::{Dtype, Result, Tensor};
 
@@ -38,7 +38,7 @@ fn reduce(
     axis: usize,
     out: &mut Tensor,
 ) -> Result<()> {
-    let be = dispatch(op, &[("x", x), ("out", out)])?;
+    let be = dispatch(op, &[input("x", x), written("out", out)])?;
     check_dtype(op, "x", x, allowed, be)?;
     check_axis(op, axis, x.rank())?;
     let d = x.dims();

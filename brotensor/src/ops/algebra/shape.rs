@@ -1,7 +1,7 @@
 //! Structural ops over N-d tensors: transposes, reversals, slices, broadcasts, diagonals,
 //! triangles, concatenation and padding (views are read where they lie).
 
-use super::super::{checked_product, dispatch, resolve};
+use super::super::{checked_product, declare, dispatch, input, Operand};
 use crate::backend::PadSpec;
 use crate::layout::show_dims;
 use crate::{Error, Result, Tensor};
@@ -121,7 +121,7 @@ pub fn embed_diagonal(x: &Tensor, a: usize, b: usize) -> Result<Tensor> {
             format!("axes ({a}, {b}) need a < b <= rank {}", x.rank()),
         ));
     }
-    let be = dispatch(OP, &[("x", x)])?;
+    let be = dispatch(OP, &[input("x", x)])?;
     check_dtype(OP, "x", x, &STRUCTURAL, be)?;
     let mut dims = x.dims().to_vec();
     dims.insert(b, dims[a]);
@@ -157,7 +157,7 @@ fn triangle(op: &'static str, x: &Tensor, k: i64, lower: bool) -> Result<Tensor>
             format!("needs rank 2 or more, got rank {}", x.rank()),
         ));
     }
-    let be = dispatch(op, &[("x", x)])?;
+    let be = dispatch(op, &[input("x", x)])?;
     check_dtype(op, "x", x, &STRUCTURAL, be)?;
     let mut out = Tensor::default();
     be.out("out", &mut out, x.dims(), x.dtype())?;
@@ -172,12 +172,12 @@ fn triangle(op: &'static str, x: &Tensor, k: i64, lower: bool) -> Result<Tensor>
 /// along `axis` (StableHLO concatenate). Errors on no inputs or a mismatch.
 pub fn concatenate(inputs: &[&Tensor], axis: usize) -> Result<Tensor> {
     const OP: &str = "concatenate";
+    let named: Vec<Operand<'_>> = inputs.iter().map(|t| input("inputs", t)).collect();
+    let be = dispatch(OP, &named)?;
     let first = inputs
         .first()
         .ok_or_else(|| Error::invalid(OP, "no inputs"))?;
     check_axis(OP, axis, first.rank())?;
-    let named: Vec<(&'static str, &Tensor)> = inputs.iter().map(|t| ("inputs", *t)).collect();
-    let be = dispatch(OP, &named)?;
     check_dtype(OP, "inputs", first, &STRUCTURAL, be)?;
     let mut total = 0usize;
     for t in inputs {
@@ -230,7 +230,7 @@ pub fn concatenate(inputs: &[&Tensor], axis: usize) -> Result<Tensor> {
 /// F32 or F64) clamped per dim to `[0, dim - size]`, as XLA does.
 pub fn dynamic_slice(x: &Tensor, starts: &Tensor, sizes: &[usize]) -> Result<Tensor> {
     const OP: &str = "dynamic_slice";
-    resolve(OP, &[("x", x), ("starts", starts)])?;
+    declare(OP, &[input("x", x), input("starts", starts)])?;
     let r = x.rank();
     let s = read_indices(OP, starts)?;
     if s.len() != r || sizes.len() != r {
@@ -266,7 +266,7 @@ pub fn pad(x: &Tensor, low: &[i64], high: &[i64], interior: &[u64]) -> Result<Te
             format!("low, high and interior need {r} values each"),
         ));
     }
-    let be = dispatch(OP, &[("x", x)])?;
+    let be = dispatch(OP, &[input("x", x)])?;
     check_dtype(OP, "x", x, &STRUCTURAL, be)?;
     let specs: Vec<PadSpec> = (0..r)
         .map(|d| PadSpec {

@@ -2,7 +2,7 @@
 //! merge (permuted views copied densely), the per-head batched products, the masked
 //! softmax, and the backward pass through them.
 
-use crate::ops::Dispatched;
+use crate::ops::{input, input_opt, Dispatched, Operand};
 use std::borrow::Cow;
 
 use super::super::{
@@ -45,15 +45,6 @@ pub(super) enum Extra<'a> {
         rel_w: &'a Tensor,
         grid: (usize, usize),
     },
-}
-
-/// Every operand of an op, for device resolution: `(name, tensor)` of the ones present.
-pub(super) fn operands<'a>(
-    list: &[(&'static str, Option<&'a Tensor>)],
-) -> Vec<(&'static str, &'a Tensor)> {
-    list.iter()
-        .filter_map(|(n, t)| t.map(|t| (*n, t)))
-        .collect()
 }
 
 /// `hd = d / heads`, or an error when `heads` is 0 or does not divide `d`.
@@ -509,4 +500,28 @@ pub(super) fn check_caches(s: &Setup<'_>, c: &AttentionCaches, dtype: Dtype) -> 
         }
     }
     Ok(())
+}
+
+impl<'a> Projections<'a> {
+    /// The four weights as declared inputs of `op`'s dispatch.
+    pub(super) fn operands(&self) -> [Operand<'a>; 4] {
+        [
+            input("wq", self.wq),
+            input("wk", self.wk),
+            input("wv", self.wv),
+            input("wo", self.wo),
+        ]
+    }
+}
+
+impl<'a> ProjectionBiases<'a> {
+    /// The biases that are present, as declared inputs of `op`'s dispatch.
+    pub(super) fn operands(&self) -> [Operand<'a>; 4] {
+        [
+            input_opt("bq", self.bq),
+            input_opt("bk", self.bk),
+            input_opt("bv", self.bv),
+            input_opt("bo", self.bo),
+        ]
+    }
 }

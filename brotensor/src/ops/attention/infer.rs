@@ -2,7 +2,9 @@
 //! attention map, additive-bias attention (also with INT8 weights), and SAM's decomposed
 //! relative-position attention, global and windowed.
 
-use super::super::{check_float, checked_product, dispatch, scale_inplace, sum_cols};
+use super::super::{
+    check_float, checked_product, dispatch, input, input_opt, scale_inplace, sum_cols, written,
+};
 use super::engine::{check_shape, Extra};
 use super::train::{run_forward, Forward, Gate};
 use super::{AttentionCaches, Int8Projections, ProjectionBiases, Projections};
@@ -53,6 +55,15 @@ pub fn cross_attention_forward_with_attn(
     attn_avg: &mut Tensor,
 ) -> Result<()> {
     let op = "cross_attention_forward_with_attn";
+    let mut all = vec![input("x", x), input("ctx", ctx)];
+    all.extend(w.operands());
+    all.extend([
+        input_opt("mask", mask),
+        input_opt("attn_logit_bias", attn_logit_bias),
+        written("o", o),
+        written("attn_avg", attn_avg),
+    ]);
+    dispatch(op, &all)?;
     let f = Forward {
         op,
         x,
@@ -137,10 +148,15 @@ pub fn self_attention_bias_int8w_fp16(
         ("wv", w.wv, "sv", w.sv),
         ("wo", w.wo, "so", w.so),
     ];
-    let mut all = vec![("x", x)];
+    let mut all = vec![input("x", x)];
     for (wn, wt, sn, st) in pairs {
-        all.extend([(wn, wt), (sn, st)]);
+        all.extend([input(wn, wt), input(sn, st)]);
     }
+    all.extend([
+        input_opt("mask", mask),
+        input_opt("attn_bias", attn_bias),
+        written("o", o),
+    ]);
     let be = dispatch(op, &all)?;
     if !matches!(x.dtype(), Dtype::F16 | Dtype::BF16) {
         return Err(Error::Dtype {
@@ -238,7 +254,15 @@ pub fn self_attention_decomposed_rel_pos_windowed_forward(
     o: &mut Tensor,
 ) -> Result<()> {
     let op = "self_attention_decomposed_rel_pos_windowed_forward";
-    let be = dispatch(op, &[("x", x), ("o", o)])?;
+    let mut all = vec![input("x", x)];
+    all.extend(w.operands());
+    all.extend(b.operands());
+    all.extend([
+        input("rel_pos_h", rel_pos_h),
+        input("rel_pos_w", rel_pos_w),
+        written("o", o),
+    ]);
+    let be = dispatch(op, &all)?;
     check_float(op, "x", x, be)?;
     if window == 0 {
         return Err(Error::invalid(op, "window must be positive"));

@@ -1,6 +1,6 @@
 //! The mask builders and the token moments of an attention map.
 
-use super::super::{check_float, checked_product, dispatch};
+use super::super::{check_float, checked_product, dispatch, input, written};
 use crate::{Dtype, Error, Result, Tensor};
 
 /// `mask (k, 1) F32`: `mask[i] = x[offset + i stride] > 0.5 ? 1 : 0` for `i < k`, reading
@@ -14,7 +14,7 @@ pub fn build_slot_mask(
     mask: &mut Tensor,
 ) -> Result<()> {
     let op = "build_slot_mask";
-    let be = dispatch(op, &[("x", x), ("mask", mask)])?;
+    let be = dispatch(op, &[input("x", x), written("mask", mask)])?;
     check_float(op, "x", x, be)?;
     if k > 0 {
         let last = checked_product(op, "(k - 1) * stride", &[k - 1, stride])?
@@ -41,7 +41,7 @@ pub fn build_slot_mask(
 /// (C++ `build_causal_mask_row`). Runs on `mask`'s device (the CPU for a new tensor).
 pub fn build_causal_mask_row(l: usize, q: usize, mask: &mut Tensor) -> Result<()> {
     let op = "build_causal_mask_row";
-    let be = dispatch(op, &[("mask", mask)])?;
+    let be = dispatch(op, &[written("mask", mask)])?;
     be.out("mask", mask, &[l, 1], Dtype::F32)?;
     if l == 0 {
         return Ok(());
@@ -64,7 +64,11 @@ pub fn attention_token_moments(
     let op = "attention_token_moments";
     let be = dispatch(
         op,
-        &[("attn", attn), ("mass", mass), ("centroid", centroid)],
+        &[
+            input("attn", attn),
+            written("mass", mass),
+            written("centroid", centroid),
+        ],
     )?;
     check_float(op, "attn", attn, be)?;
     let lq = checked_product(op, "h_lat * w_lat", &[h_lat, w_lat])?;

@@ -2,11 +2,14 @@
 
 use std::borrow::Cow;
 
-use super::super::{check_dtypes_match, checked_product, dispatch, prepare_out};
+use super::super::{
+    check_dtypes_match, checked_product, dispatch, input_opt, prepare_out, updated, updated_opt,
+    written, written_opt, Operand,
+};
 use super::engine::{
     attend, attend_backward, check_bias_grad, check_block, check_caches, check_f32_len,
-    check_float_operand, check_grad, check_shape, head_dim, operands, output, project,
-    project_backward, Extra, Setup,
+    check_float_operand, check_grad, check_shape, head_dim, output, project, project_backward,
+    Extra, Setup,
 };
 use super::{AttentionCaches, BiasGrads, ProjectionBiases, ProjectionGrads, Projections};
 use crate::{Error, Result, Tensor};
@@ -98,14 +101,14 @@ pub(super) fn run_forward(
         ("mask", f.mask),
     ];
     list.extend(extra_operands(&extra));
-    let mut all = operands(&list);
+    let mut all: Vec<Operand<'_>> = list.iter().map(|&(n, t)| input_opt(n, t)).collect();
     all.extend([
-        ("q cache", &c.q),
-        ("k cache", &c.k),
-        ("v cache", &c.v),
-        ("attn cache", &c.attn),
-        ("y cache", &c.y),
-        ("o", &*o),
+        written("q cache", &c.q),
+        written("k cache", &c.k),
+        written("v cache", &c.v),
+        written("attn cache", &c.attn),
+        written("y cache", &c.y),
+        written("o", o),
     ]);
     let be = dispatch(op, &all)?;
     let groups = f.groups.max(1);
@@ -203,28 +206,19 @@ pub(super) fn run_backward(
         ("wo", Some(bw.w.wo)),
         ("mask", bw.mask),
     ];
-    let mut all = operands(&list);
-    all.push(("dx", &*dx));
-    let dctx_ref = dctx.as_deref();
-    if let Some(t) = dctx_ref {
-        all.push(("dctx", t));
-    }
+    let mut all: Vec<Operand<'_>> = list.iter().map(|&(n, t)| input_opt(n, t)).collect();
     all.extend([
-        ("dwq", &*g.dwq),
-        ("dwk", &*g.dwk),
-        ("dwv", &*g.dwv),
-        ("dwo", &*g.dwo),
+        written("dx", dx),
+        written_opt("dctx", dctx.as_deref()),
+        updated("dwq", g.dwq),
+        updated("dwk", g.dwk),
+        updated("dwv", g.dwv),
+        updated("dwo", g.dwo),
+        updated_opt("dbq", bg.dbq.as_deref()),
+        updated_opt("dbk", bg.dbk.as_deref()),
+        updated_opt("dbv", bg.dbv.as_deref()),
+        updated_opt("dbo", bg.dbo.as_deref()),
     ]);
-    for (name, t) in [
-        ("dbq", &bg.dbq),
-        ("dbk", &bg.dbk),
-        ("dbv", &bg.dbv),
-        ("dbo", &bg.dbo),
-    ] {
-        if let Some(t) = t {
-            all.push((name, &**t));
-        }
-    }
     let be = dispatch(op, &all)?;
     let (lq, d) = bw.x.shape();
     let (lk, d_kv) = kv.shape();

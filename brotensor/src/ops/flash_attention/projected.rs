@@ -5,7 +5,10 @@
 //! `D` values; an INT8 weight is I8 `(D, in)` with an F32 scale per row (`(D, 1)`), its
 //! activations F16 or BF16 (GPU only, as the C++).
 
-use crate::ops::{check_dtypes_match, linear_forward_batched, linear_forward_batched_int8w_fp16};
+use crate::ops::{
+    check_dtypes_match, declare, input, input_opt, linear_forward_batched,
+    linear_forward_batched_int8w_fp16, written, Operand,
+};
 use crate::{Error, Result, Tensor};
 
 /// One projection `y = x W^T + b`: a dense float weight, or an INT8 weight with per-row
@@ -16,7 +19,7 @@ enum Weight<'a> {
     Int8(&'a Tensor, &'a Tensor),
 }
 
-impl Weight<'_> {
+impl<'w> Weight<'w> {
     fn tensor(&self) -> &Tensor {
         match self {
             Weight::Dense(w) | Weight::Int8(w, _) => w,
@@ -43,6 +46,14 @@ impl Weight<'_> {
             check_dtypes_match(op, ("x", x), &[(name, w)])?;
         }
         Ok(())
+    }
+
+    /// The weight (and its scales) as declared inputs named `w` and `s`.
+    fn operands(self, w: &'static str, s: &'static str) -> [Operand<'w>; 2] {
+        match self {
+            Weight::Dense(t) => [input(w, t), input_opt(s, None)],
+            Weight::Int8(t, scales) => [input(w, t), input(s, scales)],
+        }
     }
 
     fn apply(&self, bias: Option<&Tensor>, x: &Tensor, y: &mut Tensor) -> Result<()> {
@@ -82,6 +93,16 @@ fn q_with_kv(
     (num_heads, causal): (usize, bool),
     o: &mut Tensor,
 ) -> Result<()> {
+    let mut operands = vec![input("x", x), input("k", k), input("v", v)];
+    operands.extend(wq.operands("wq", "sq"));
+    operands.push(input_opt("bq", bq));
+    operands.extend(wo.operands("wo", "so"));
+    operands.extend([
+        input_opt("bo", bo),
+        input_opt("mask", mask),
+        written("o", o),
+    ]);
+    declare(op, &operands)?;
     let d = x.cols();
     wq.check(op, "wq", x, d, d)?;
     wo.check(op, "wo", x, d, d)?;
@@ -105,6 +126,18 @@ pub fn flash_attention_project_kv(
     v_out: &mut Tensor,
 ) -> Result<()> {
     let op = "flash_attention_project_kv";
+    declare(
+        op,
+        &[
+            input("ctx", ctx),
+            input("wk", wk),
+            input_opt("bk", bk),
+            input("wv", wv),
+            input_opt("bv", bv),
+            written("k_out", k_out),
+            written("v_out", v_out),
+        ],
+    )?;
     project_kv(
         op,
         ctx,
@@ -154,6 +187,17 @@ pub fn flash_attention_qkvo_forward(
     o: &mut Tensor,
 ) -> Result<()> {
     let op = "flash_attention_qkvo_forward";
+    let mut operands = vec![input("x", x), input_opt("ctx", ctx)];
+    operands.extend(Weight::Dense(wq).operands("wq", "sq"));
+    operands.push(input_opt("bq", bq));
+    operands.extend(Weight::Dense(wk).operands("wk", "sk"));
+    operands.push(input_opt("bk", bk));
+    operands.extend(Weight::Dense(wv).operands("wv", "sv"));
+    operands.push(input_opt("bv", bv));
+    operands.extend(Weight::Dense(wo).operands("wo", "so"));
+    operands.push(input_opt("bo", bo));
+    operands.extend([input_opt("mask", mask), written("o", o)]);
+    declare(op, &operands)?;
     let (mut k, mut v) = (Tensor::default(), Tensor::default());
     let kv = ((Weight::Dense(wk), bk), (Weight::Dense(wv), bv));
     project_kv(op, ctx.unwrap_or(x), kv.0, kv.1, &mut k, &mut v)?;
@@ -172,6 +216,20 @@ pub fn flash_attention_project_kv_int8w_fp16(
     v_out: &mut Tensor,
 ) -> Result<()> {
     let op = "flash_attention_project_kv_int8w_fp16";
+    declare(
+        op,
+        &[
+            input("ctx", ctx),
+            input("wk", wk),
+            input("sk", sk),
+            input_opt("bk", bk),
+            input("wv", wv),
+            input("sv", sv),
+            input_opt("bv", bv),
+            written("k_out", k_out),
+            written("v_out", v_out),
+        ],
+    )?;
     project_kv(
         op,
         ctx,
@@ -217,6 +275,17 @@ pub fn flash_attention_qkvo_int8w_fp16(
     o: &mut Tensor,
 ) -> Result<()> {
     let op = "flash_attention_qkvo_int8w_fp16";
+    let mut operands = vec![input("x", x), input_opt("ctx", ctx)];
+    operands.extend(Weight::Int8(wq, sq).operands("wq", "sq"));
+    operands.push(input_opt("bq", bq));
+    operands.extend(Weight::Int8(wk, sk).operands("wk", "sk"));
+    operands.push(input_opt("bk", bk));
+    operands.extend(Weight::Int8(wv, sv).operands("wv", "sv"));
+    operands.push(input_opt("bv", bv));
+    operands.extend(Weight::Int8(wo, so).operands("wo", "so"));
+    operands.push(input_opt("bo", bo));
+    operands.extend([input_opt("mask", mask), written("o", o)]);
+    declare(op, &operands)?;
     let (mut k, mut v) = (Tensor::default(), Tensor::default());
     let kv = ((Weight::Int8(wk, sk), bk), (Weight::Int8(wv, sv), bv));
     project_kv(op, ctx.unwrap_or(x), kv.0, kv.1, &mut k, &mut v)?;

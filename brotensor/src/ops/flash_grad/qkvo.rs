@@ -9,7 +9,8 @@
 use super::core_backward;
 use crate::ops::flash_attention::check_key_mask;
 use crate::ops::{
-    add_inplace, check_float, dispatch, linear_backward_batched, linear_forward_batched, matmul,
+    add_inplace, check_float, dispatch, input, input_opt, linear_backward_batched,
+    linear_forward_batched, matmul, updated, updated_opt, written, written_opt,
 };
 use crate::{Error, Result, Tensor};
 
@@ -146,7 +147,6 @@ pub fn flash_attention_qkvo_backward(
     grads: QkvoGrads<'_>,
 ) -> Result<()> {
     let op = "flash_attention_qkvo_backward";
-    let none = Tensor::default();
     let QkvoGrads {
         dx,
         dctx,
@@ -162,28 +162,28 @@ pub fn flash_attention_qkvo_backward(
     let be = dispatch(
         op,
         &[
-            ("x", x),
-            ("ctx", ctx.unwrap_or(&none)),
-            ("wq", wq),
-            ("bq", bq.unwrap_or(&none)),
-            ("wk", wk),
-            ("bk", bk.unwrap_or(&none)),
-            ("wv", wv),
-            ("bv", bv.unwrap_or(&none)),
-            ("wo", wo),
-            ("bo", bo.unwrap_or(&none)),
-            ("mask", mask.unwrap_or(&none)),
-            ("d_o", d_o),
-            ("dx", dx),
-            ("dctx", dctx.as_deref().unwrap_or(&none)),
-            ("dwq", dwq),
-            ("dbq", dbq.as_deref().unwrap_or(&none)),
-            ("dwk", dwk),
-            ("dbk", dbk.as_deref().unwrap_or(&none)),
-            ("dwv", dwv),
-            ("dbv", dbv.as_deref().unwrap_or(&none)),
-            ("dwo", dwo),
-            ("dbo", dbo.as_deref().unwrap_or(&none)),
+            input("x", x),
+            input_opt("ctx", ctx),
+            input("wq", wq),
+            input_opt("bq", bq),
+            input("wk", wk),
+            input_opt("bk", bk),
+            input("wv", wv),
+            input_opt("bv", bv),
+            input("wo", wo),
+            input_opt("bo", bo),
+            input_opt("mask", mask),
+            input("d_o", d_o),
+            written("dx", dx),
+            written_opt("dctx", dctx.as_deref()),
+            updated("dwq", dwq),
+            updated_opt("dbq", dbq.as_deref()),
+            updated("dwk", dwk),
+            updated_opt("dbk", dbk.as_deref()),
+            updated("dwv", dwv),
+            updated_opt("dbv", dbv.as_deref()),
+            updated("dwo", dwo),
+            updated_opt("dbo", dbo.as_deref()),
         ],
     )?;
     check_float(op, "x", x, be)?;

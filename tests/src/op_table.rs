@@ -1,0 +1,1431 @@
+//! The op table: one entry per public op in `brotensor::ops`, each calling the op with
+//! tensors from numbered slots and its other arguments drawn from a [`Params`] source.
+//!
+//! The table says nothing about an op's operands: each op declares them itself, once, in its
+//! dispatch (`brotensor::internals::recording` shows what it declared). The generated
+//! wrong-device test (`tests/all/op_table.rs`) and the API fuzz target
+//! (`fuzz/fuzz_targets/api.rs`) both draw their ops from this table.
+
+use brotensor::ops::{
+    self, AbtSpec, Act, AttentionCaches, BiasGrads, Comparison, GatherDims, Int8Projections,
+    MropeTables, ProjectionBiases, ProjectionGrads, Projections, QkvoGrads, RopeLayout, RopeParams,
+    ScatterDims,
+};
+use brotensor::{Dtype, Error, Result, Tensor};
+
+/// Where an op's non-tensor arguments come from: fixed values for the wrong-device test,
+/// fuzz bytes for the fuzz target.
+pub trait Params {
+    /// A size, count, axis or index.
+    fn usize(&mut self) -> usize;
+    /// A float scalar (eps, scale, threshold, ...).
+    fn f32(&mut self) -> f32;
+    /// A flag.
+    fn bool(&mut self) -> bool;
+    /// A dtype.
+    fn dtype(&mut self) -> Dtype;
+
+    /// A 64-bit seed or key.
+    fn u64(&mut self) -> u64 {
+        self.usize() as u64
+    }
+    /// A signed count (top-k).
+    fn i32(&mut self) -> i32 {
+        self.usize() as i32
+    }
+    /// A signed offset (a diagonal).
+    fn i64(&mut self) -> i64 {
+        self.usize() as i64
+    }
+    /// NCHW dims.
+    fn nchw(&mut self) -> (usize, usize, usize, usize) {
+        (self.usize(), self.usize(), self.usize(), self.usize())
+    }
+    /// A list of sizes or axes.
+    fn usizes(&mut self) -> Vec<usize> {
+        vec![self.usize(), self.usize()]
+    }
+    /// A list of signed pads.
+    fn i64s(&mut self) -> Vec<i64> {
+        vec![self.i64(), self.i64()]
+    }
+    /// A list of unsigned pads.
+    fn u64s(&mut self) -> Vec<u64> {
+        vec![self.u64(), self.u64()]
+    }
+    /// A list of host floats.
+    fn f32s(&mut self) -> Vec<f32> {
+        vec![self.f32(), self.f32()]
+    }
+    /// A RoPE pair layout.
+    fn rope_layout(&mut self) -> RopeLayout {
+        if self.bool() {
+            RopeLayout::Interleaved
+        } else {
+            RopeLayout::HalfSplit
+        }
+    }
+    /// RoPE parameters.
+    fn rope_params(&mut self) -> RopeParams {
+        RopeParams {
+            layout: self.rope_layout(),
+            ..RopeParams::new(self.f32())
+        }
+    }
+    /// A comparison.
+    fn comparison(&mut self) -> Comparison {
+        [
+            Comparison::Eq,
+            Comparison::Ne,
+            Comparison::Lt,
+            Comparison::Le,
+            Comparison::Gt,
+            Comparison::Ge,
+        ][self.usize() % 6]
+    }
+    /// A fused activation.
+    fn act(&mut self) -> Act {
+        Act::from_code(self.usize() as u32)
+    }
+    /// A strided batched-GEMM spec.
+    fn abt_spec(&mut self) -> AbtSpec {
+        AbtSpec {
+            batch: self.usize(),
+            m: self.usize(),
+            n: self.usize(),
+            k: self.usize(),
+            stride_a: self.usize(),
+            stride_b: self.usize(),
+            stride_c: self.usize(),
+        }
+    }
+    /// Gather dimension numbers.
+    fn gather_dims(&mut self) -> GatherDims {
+        GatherDims {
+            offset_dims: self.usizes(),
+            collapsed_slice_dims: self.usizes(),
+            start_index_map: self.usizes(),
+            index_vector_dim: self.usize(),
+        }
+    }
+    /// Scatter dimension numbers.
+    fn scatter_dims(&mut self) -> ScatterDims {
+        ScatterDims {
+            update_window_dims: self.usizes(),
+            inserted_window_dims: self.usizes(),
+            scatter_dims_to_operand_dims: self.usizes(),
+            index_vector_dim: self.usize(),
+        }
+    }
+}
+
+/// One public op: its name and a call that takes its tensors from `slots` (exactly
+/// [`OpEntry::slots`] of them, in signature order) and its other arguments from `params`.
+pub struct OpEntry {
+    /// The function's name in `brotensor::ops`.
+    pub name: &'static str,
+    /// How many tensors the call passes.
+    pub slots: usize,
+    /// Calls the op.
+    pub call: fn(&mut [Tensor], &mut dyn Params) -> Result<()>,
+}
+
+/// Attention caches made of five slots' tensors (moved in; the slots are left empty).
+fn caches(slots: [&mut Tensor; 5]) -> AttentionCaches {
+    let [q, k, v, attn, y] = slots.map(std::mem::take);
+    AttentionCaches { q, k, v, attn, y }
+}
+
+macro_rules! op {
+    ($name:literal, |[$($t:ident),+], $p:ident| $call:expr) => {
+        OpEntry {
+            name: $name,
+            slots: [$(stringify!($t)),+].len(),
+            call: |slots, $p| {
+                let [$($t),+] = slots else {
+                    return Err(Error::InvalidArgument {
+                        op: $name,
+                        reason: "op table: wrong number of slots".into(),
+                    });
+                };
+                let _ = &$p;
+                $call
+            },
+        }
+    };
+}
+
+/// Every public op of `brotensor::ops` that takes a tensor.
+pub static OP_TABLE: &[OpEntry] = &[
+    op!("abs", |[t0], p| ops::abs(t0).map(drop)),
+    op!("abs_out", |[t0, t1], p| ops::abs_out(t0, t1)),
+    op!("add", |[t0, t1], p| ops::add(t0, t1).map(drop)),
+    op!("add_channel_bias_inplace", |[t0, t1], p| {
+        ops::add_channel_bias_inplace(t0, t1, p.usize(), p.usize())
+    }),
+    op!("add_inplace", |[t0, t1], p| ops::add_inplace(t0, t1)),
+    op!("add_inplace_batched", |[t0, t1], p| {
+        ops::add_inplace_batched(t0, t1)
+    }),
+    op!("add_out", |[t0, t1, t2], p| ops::add_out(t0, t1, t2)),
+    op!("add_scalar", |[t0], p| ops::add_scalar(t0, p.f32())
+        .map(drop)),
+    op!("add_scalar_inplace", |[t0], p| ops::add_scalar_inplace(
+        t0,
+        p.f32()
+    )),
+    op!("add_scalar_out", |[t0, t1], p| ops::add_scalar_out(
+        t0,
+        p.f32(),
+        t1
+    )),
+    op!("argmax_rows", |[t0, t1], p| ops::argmax_rows(t0, t1)),
+    op!("argmax_rows_i32", |[t0, t1], p| ops::argmax_rows_i32(
+        t0, t1
+    )),
+    op!(
+        "attention_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16], p| {
+            ops::attention_backward(
+                t0,
+                t1,
+                &caches([t2, t3, t4, t5, t6]),
+                Projections {
+                    wq: t7,
+                    wk: t8,
+                    wv: t9,
+                    wo: t10,
+                },
+                Some(&*t11),
+                t12,
+                ProjectionGrads {
+                    dwq: t13,
+                    dwk: t14,
+                    dwv: t15,
+                    dwo: t16,
+                },
+            )
+        }
+    ),
+    op!(
+        "attention_forward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11], p| ops::attention_forward(
+            t0,
+            Projections {
+                wq: t1,
+                wk: t2,
+                wv: t3,
+                wo: t4
+            },
+            Some(&*t5),
+            &mut caches([t6, t7, t8, t9, t10]),
+            t11
+        )
+    ),
+    op!("attention_token_moments", |[t0, t1, t2], p| {
+        ops::attention_token_moments(t0, p.usize(), p.usize(), t1, t2)
+    }),
+    op!("axpby_inplace", |[t0, t1], p| ops::axpby_inplace(
+        t0,
+        t1,
+        p.f32(),
+        p.f32()
+    )),
+    op!("batch_norm_backward", |[t0, t1, t2, t3, t4, t5, t6, t7],
+                                p| {
+        ops::batch_norm_backward(t0, t1, t2, t3, t4, p.nchw(), t5, t6, t7)
+    }),
+    op!("batch_norm_forward", |[t0, t1, t2, t3, t4, t5, t6, t7],
+                               p| {
+        ops::batch_norm_forward(t0, t1, t2, p.nchw(), p.f32(), p.f32(), t3, t4, t5, t6, t7)
+    }),
+    op!("batch_norm_inference", |[t0, t1, t2, t3, t4, t5], p| {
+        ops::batch_norm_inference(t0, t1, t2, t3, t4, p.nchw(), p.f32(), t5)
+    }),
+    op!(
+        "bce_with_logits_fused_batched",
+        |[t0, t1, t2, t3, t4, t5], p| ops::bce_with_logits_fused_batched(
+            t0,
+            t1,
+            Some(&*t2),
+            p.f32(),
+            t3,
+            t4,
+            t5
+        )
+    ),
+    op!("broadcast_in_dim", |[t0], p| ops::broadcast_in_dim(
+        t0,
+        &p.usizes(),
+        &p.usizes()
+    )
+    .map(drop)),
+    op!("build_causal_mask_row", |[t0], p| {
+        ops::build_causal_mask_row(p.usize(), p.usize(), t0)
+    }),
+    op!("build_slot_mask", |[t0, t1], p| ops::build_slot_mask(
+        t0,
+        p.usize(),
+        p.usize(),
+        p.usize(),
+        t1
+    )),
+    op!("cast", |[t0, t1], p| ops::cast(t0, t1, p.dtype())),
+    op!("clamp", |[t0], p| ops::clamp(t0, p.f32(), p.f32())),
+    op!("clamp_between", |[t0, t1, t2], p| ops::clamp_between(
+        t0, t1, t2
+    )
+    .map(drop)),
+    op!("clamp_between_out", |[t0, t1, t2, t3], p| {
+        ops::clamp_between_out(t0, t1, t2, t3)
+    }),
+    op!("clamp_out", |[t0, t1], p| ops::clamp_out(
+        t0,
+        p.f32(),
+        p.f32(),
+        t1
+    )),
+    op!("compare", |[t0, t1], p| ops::compare(
+        t0,
+        t1,
+        p.comparison()
+    )
+    .map(drop)),
+    op!("compare_out", |[t0, t1, t2], p| ops::compare_out(
+        t0,
+        t1,
+        p.comparison(),
+        t2
+    )),
+    op!("concat_batched_rows", |[t0, t1, t2], p| {
+        ops::concat_batched_rows(&[&*t0, &*t1], t2)
+    }),
+    op!("concat_nchw_channels", |[t0, t1, t2], p| {
+        ops::concat_nchw_channels(&[&*t0, &*t1], p.nchw(), &p.usizes(), t2)
+    }),
+    op!("concat_nchw_channels_backward", |[t0, t1, t2], p| {
+        ops::concat_nchw_channels_backward(t0, p.nchw(), &p.usizes(), &mut [t1, t2])
+    }),
+    op!("concat_rows", |[t0, t1, t2], p| ops::concat_rows(
+        &[&*t0, &*t1],
+        t2
+    )),
+    op!("concatenate", |[t0, t1], p| ops::concatenate(
+        &[&*t0, &*t1],
+        p.usize()
+    )
+    .map(drop)),
+    op!("conj", |[t0], p| ops::conj(t0).map(drop)),
+    op!("conj_out", |[t0, t1], p| ops::conj_out(t0, t1)),
+    op!("convert", |[t0], p| ops::convert(t0, p.dtype()).map(drop)),
+    op!("copy_d2d_strided", |[t0, t1], p| ops::copy_d2d_strided(
+        t0,
+        p.usize(),
+        p.usize(),
+        p.usize(),
+        p.usize(),
+        p.usize(),
+        p.usize(),
+        t1
+    )),
+    op!("copy_into", |[t0, t1], p| ops::copy_into(t0, t1)),
+    op!("cos", |[t0], p| ops::cos(t0).map(drop)),
+    op!("cos_backward", |[t0, t1, t2], p| ops::cos_backward(
+        t0, t1, t2
+    )),
+    op!("cos_forward", |[t0, t1], p| ops::cos_forward(t0, t1)),
+    op!(
+        "cross_attention_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18],
+         p| ops::cross_attention_backward(
+            t0,
+            t1,
+            t2,
+            &caches([t3, t4, t5, t6, t7]),
+            Projections {
+                wq: t8,
+                wk: t9,
+                wv: t10,
+                wo: t11
+            },
+            Some(&*t12),
+            p.usize(),
+            t13,
+            t14,
+            ProjectionGrads {
+                dwq: t15,
+                dwk: t16,
+                dwv: t17,
+                dwo: t18
+            }
+        )
+    ),
+    op!(
+        "cross_attention_forward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7], p| ops::cross_attention_forward(
+            t0,
+            t1,
+            Projections {
+                wq: t2,
+                wk: t3,
+                wv: t4,
+                wo: t5
+            },
+            Some(&*t6),
+            p.usize(),
+            t7
+        )
+    ),
+    op!(
+        "cross_attention_forward_train",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12], p| {
+            ops::cross_attention_forward_train(
+                t0,
+                t1,
+                Projections {
+                    wq: t2,
+                    wk: t3,
+                    wv: t4,
+                    wo: t5,
+                },
+                Some(&*t6),
+                p.usize(),
+                &mut caches([t7, t8, t9, t10, t11]),
+                t12,
+            )
+        }
+    ),
+    op!(
+        "cross_attention_forward_with_attn",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9], p| ops::cross_attention_forward_with_attn(
+            t0,
+            t1,
+            Projections {
+                wq: t2,
+                wk: t3,
+                wv: t4,
+                wo: t5
+            },
+            Some(&*t6),
+            Some(&*t7),
+            p.usize(),
+            t8,
+            t9
+        )
+    ),
+    op!("dequant_q4k_to_fp16", |[t0, t1], p| {
+        ops::dequant_q4k_to_fp16(t0, t1)
+    }),
+    op!("dequant_q6k_to_fp16", |[t0, t1], p| {
+        ops::dequant_q6k_to_fp16(t0, t1)
+    }),
+    op!("dequant_q8_0_to_fp16", |[t0, t1], p| {
+        ops::dequant_q8_0_to_fp16(t0, t1)
+    }),
+    op!("dequantize", |[t0, t1], p| ops::dequantize(
+        t0,
+        p.dtype(),
+        t1
+    )),
+    op!("div", |[t0, t1], p| ops::div(t0, t1).map(drop)),
+    op!("div_out", |[t0, t1, t2], p| ops::div_out(t0, t1, t2)),
+    op!("div_scalar", |[t0], p| ops::div_scalar(t0, p.f32())
+        .map(drop)),
+    op!("div_scalar_out", |[t0, t1], p| ops::div_scalar_out(
+        t0,
+        p.f32(),
+        t1
+    )),
+    op!("dynamic_slice", |[t0, t1], p| ops::dynamic_slice(
+        t0,
+        t1,
+        &p.usizes()
+    )
+    .map(drop)),
+    op!("elu_backward", |[t0, t1, t2], p| ops::elu_backward(
+        t0,
+        t1,
+        p.f32(),
+        t2
+    )),
+    op!("elu_forward", |[t0, t1], p| ops::elu_forward(
+        t0,
+        p.f32(),
+        t1
+    )),
+    op!("embed_diagonal", |[t0], p| ops::embed_diagonal(
+        t0,
+        p.usize(),
+        p.usize()
+    )
+    .map(drop)),
+    op!("embedding_lookup_backward", |[t0, t1, t2], p| {
+        ops::embedding_lookup_backward(t0, t1, t2)
+    }),
+    op!("embedding_lookup_forward", |[t0, t1, t2], p| {
+        ops::embedding_lookup_forward(t0, t1, t2)
+    }),
+    op!("exp", |[t0], p| ops::exp(t0).map(drop)),
+    op!("exp_backward", |[t0, t1, t2], p| ops::exp_backward(
+        t0, t1, t2
+    )),
+    op!("exp_forward", |[t0, t1], p| ops::exp_forward(t0, t1)),
+    op!("expm1", |[t0], p| ops::expm1(t0).map(drop)),
+    op!("expm1_out", |[t0, t1], p| ops::expm1_out(t0, t1)),
+    op!("extract_diagonal", |[t0], p| ops::extract_diagonal(
+        t0,
+        p.usize(),
+        p.usize()
+    )
+    .map(drop)),
+    op!("fill", |[t0], p| ops::fill(t0, p.f32())),
+    op!(
+        "flash_attention_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8], p| ops::flash_attention_backward(
+            t0,
+            t1,
+            t2,
+            t3,
+            t4,
+            Some(&*t5),
+            p.usize(),
+            p.bool(),
+            t6,
+            t7,
+            t8
+        )
+    ),
+    op!("flash_attention_decode", |[t0, t1, t2, t3], p| {
+        ops::flash_attention_decode(
+            t0,
+            t1,
+            t2,
+            p.usize(),
+            p.usize(),
+            p.usize(),
+            p.f32(),
+            p.usize(),
+            t3,
+        )
+    }),
+    op!(
+        "flash_attention_decode_masked",
+        |[t0, t1, t2, t3, t4], p| ops::flash_attention_decode_masked(
+            t0,
+            t1,
+            t2,
+            t3,
+            p.usize(),
+            p.usize(),
+            p.f32(),
+            p.usize(),
+            t4
+        )
+    ),
+    op!("flash_attention_forward", |[t0, t1, t2, t3, t4], p| {
+        ops::flash_attention_forward(t0, t1, t2, Some(&*t3), p.usize(), p.bool(), t4)
+    }),
+    op!("flash_attention_gqa_forward", |[t0, t1, t2, t3, t4], p| {
+        ops::flash_attention_gqa_forward(t0, t1, t2, Some(&*t3), p.usize(), p.usize(), p.bool(), t4)
+    }),
+    op!(
+        "flash_attention_project_kv",
+        |[t0, t1, t2, t3, t4, t5, t6], p| ops::flash_attention_project_kv(
+            t0,
+            t1,
+            Some(&*t2),
+            t3,
+            Some(&*t4),
+            t5,
+            t6
+        )
+    ),
+    op!(
+        "flash_attention_project_kv_int8w_fp16",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8], p| ops::flash_attention_project_kv_int8w_fp16(
+            t0,
+            (&*t1, &*t2, Some(&*t3)),
+            (&*t4, &*t5, Some(&*t6)),
+            t7,
+            t8
+        )
+    ),
+    op!(
+        "flash_attention_q_with_kv_cached_forward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8], p| ops::flash_attention_q_with_kv_cached_forward(
+            t0,
+            t1,
+            t2,
+            t3,
+            Some(&*t4),
+            t5,
+            Some(&*t6),
+            Some(&*t7),
+            p.usize(),
+            p.bool(),
+            t8
+        )
+    ),
+    op!(
+        "flash_attention_q_with_kv_cached_int8w_fp16",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10], p| {
+            ops::flash_attention_q_with_kv_cached_int8w_fp16(
+                t0,
+                t1,
+                t2,
+                (&*t3, &*t4, Some(&*t5)),
+                (&*t6, &*t7, Some(&*t8)),
+                Some(&*t9),
+                p.usize(),
+                p.bool(),
+                t10,
+            )
+        }
+    ),
+    op!(
+        "flash_attention_qkvo_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18, t19, t20, t21],
+         p| ops::flash_attention_qkvo_backward(
+            t0,
+            Some(&*t1),
+            t2,
+            Some(&*t3),
+            t4,
+            Some(&*t5),
+            t6,
+            Some(&*t7),
+            t8,
+            Some(&*t9),
+            Some(&*t10),
+            p.usize(),
+            p.bool(),
+            t11,
+            QkvoGrads {
+                dx: t12,
+                dctx: Some(t13),
+                dwq: t14,
+                dbq: Some(t15),
+                dwk: t16,
+                dbk: Some(t17),
+                dwv: t18,
+                dbv: Some(t19),
+                dwo: t20,
+                dbo: Some(t21)
+            }
+        )
+    ),
+    op!(
+        "flash_attention_qkvo_forward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11], p| ops::flash_attention_qkvo_forward(
+            t0,
+            Some(&*t1),
+            (&*t2, Some(&*t3)),
+            (&*t4, Some(&*t5)),
+            (&*t6, Some(&*t7)),
+            (&*t8, Some(&*t9)),
+            Some(&*t10),
+            p.usize(),
+            p.bool(),
+            t11
+        )
+    ),
+    op!(
+        "flash_attention_qkvo_int8w_fp16",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15], p| {
+            ops::flash_attention_qkvo_int8w_fp16(
+                t0,
+                Some(&*t1),
+                (&*t2, &*t3, Some(&*t4)),
+                (&*t5, &*t6, Some(&*t7)),
+                (&*t8, &*t9, Some(&*t10)),
+                (&*t11, &*t12, Some(&*t13)),
+                Some(&*t14),
+                p.usize(),
+                p.bool(),
+                t15,
+            )
+        }
+    ),
+    op!(
+        "flash_attention_varlen_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9], p| ops::flash_attention_varlen_backward(
+            t0,
+            t1,
+            t2,
+            t3,
+            t4,
+            t5,
+            t6,
+            p.usize(),
+            p.usize(),
+            p.usize(),
+            p.usize(),
+            p.usize(),
+            p.bool(),
+            t7,
+            t8,
+            t9
+        )
+    ),
+    op!(
+        "flash_attention_varlen_forward",
+        |[t0, t1, t2, t3, t4, t5], p| ops::flash_attention_varlen_forward(
+            t0,
+            t1,
+            t2,
+            t3,
+            t4,
+            p.usize(),
+            p.usize(),
+            p.usize(),
+            p.usize(),
+            p.bool(),
+            t5
+        )
+    ),
+    op!(
+        "flash_attention_windowed_forward",
+        |[t0, t1, t2, t3, t4], p| ops::flash_attention_windowed_forward(
+            t0,
+            t1,
+            t2,
+            Some(&*t3),
+            p.usize(),
+            p.usize(),
+            t4
+        )
+    ),
+    op!("gather", |[t0, t1], p| ops::gather(
+        t0,
+        t1,
+        &p.gather_dims(),
+        &p.usizes()
+    )
+    .map(drop)),
+    op!("gather_rows", |[t0, t1, t2], p| ops::gather_rows(
+        t0, t1, t2
+    )),
+    op!("geglu_backward", |[t0, t1, t2], p| ops::geglu_backward(
+        t0, t1, t2
+    )),
+    op!("geglu_exact_backward", |[t0, t1, t2], p| {
+        ops::geglu_exact_backward(t0, t1, t2)
+    }),
+    op!("geglu_exact_forward", |[t0, t1], p| {
+        ops::geglu_exact_forward(t0, t1)
+    }),
+    op!("geglu_forward", |[t0, t1], p| ops::geglu_forward(t0, t1)),
+    op!("gelu", |[t0], p| ops::gelu(t0).map(drop)),
+    op!("gelu_backward", |[t0, t1, t2], p| ops::gelu_backward(
+        t0, t1, t2
+    )),
+    op!("gelu_exact", |[t0], p| ops::gelu_exact(t0).map(drop)),
+    op!("gelu_exact_backward", |[t0, t1, t2], p| {
+        ops::gelu_exact_backward(t0, t1, t2)
+    }),
+    op!("gelu_exact_forward", |[t0, t1], p| ops::gelu_exact_forward(
+        t0, t1
+    )),
+    op!("gelu_forward", |[t0, t1], p| ops::gelu_forward(t0, t1)),
+    op!("group_norm_backward", |[t0, t1, t2, t3, t4, t5], p| {
+        ops::group_norm_backward(t0, t1, t2, p.nchw(), p.usize(), p.f32(), t3, t4, t5)
+    }),
+    op!("group_norm_forward", |[t0, t1, t2, t3], p| {
+        ops::group_norm_forward(t0, t1, t2, p.nchw(), p.usize(), p.f32(), t3)
+    }),
+    op!("kv_cache_append", |[t0, t1, t2, t3], p| {
+        ops::kv_cache_append(t0, t1, p.usize(), t2, t3)
+    }),
+    op!("l2_norm_backward", |[t0, t1, t2], p| ops::l2_norm_backward(
+        t0,
+        t1,
+        p.usize(),
+        p.usize(),
+        p.f32(),
+        t2
+    )),
+    op!("l2_norm_forward", |[t0, t1], p| ops::l2_norm_forward(
+        t0,
+        p.usize(),
+        p.usize(),
+        p.f32(),
+        t1
+    )),
+    op!("l2_normalize_nchw_forward", |[t0, t1], p| {
+        ops::l2_normalize_nchw_forward(t0, p.nchw(), p.f32(), t1)
+    }),
+    op!("layernorm_backward", |[t0, t1, t2, t3, t4, t5], p| {
+        ops::layernorm_backward(t0, t1, t2, p.f32(), t3, t4, t5)
+    }),
+    op!(
+        "layernorm_backward_batched_with_caches",
+        |[t0, t1, t2, t3, t4, t5, t6], p| ops::layernorm_backward_batched_with_caches(
+            t0, t1, t2, t3, t4, t5, t6
+        )
+    ),
+    op!("layernorm_forward", |[t0, t1, t2, t3, t4], p| {
+        ops::layernorm_forward(t0, t1, t2, p.f32(), t3, t4).map(drop)
+    }),
+    op!(
+        "layernorm_forward_batched_with_caches",
+        |[t0, t1, t2, t3, t4, t5, t6], p| ops::layernorm_forward_batched_with_caches(
+            t0,
+            t1,
+            t2,
+            p.f32(),
+            t3,
+            t4,
+            t5,
+            t6
+        )
+    ),
+    op!(
+        "layernorm_forward_inference_batched",
+        |[t0, t1, t2, t3], p| ops::layernorm_forward_inference_batched(t0, t1, t2, p.f32(), t3)
+    ),
+    op!(
+        "layernorm_forward_inference_batched_fp16",
+        |[t0, t1, t2, t3], p| ops::layernorm_forward_inference_batched_fp16(
+            t0,
+            t1,
+            t2,
+            p.f32(),
+            t3
+        )
+    ),
+    op!("leaky_relu_backward", |[t0, t1, t2], p| {
+        ops::leaky_relu_backward(t0, t1, p.f32(), t2)
+    }),
+    op!("leaky_relu_forward", |[t0, t1], p| ops::leaky_relu_forward(
+        t0,
+        p.f32(),
+        t1
+    )),
+    op!("linear_backward", |[t0, t1, t2, t3, t4, t5], p| {
+        ops::linear_backward(t0, t1, t2, t3, t4, t5)
+    }),
+    op!("linear_backward_batched", |[t0, t1, t2, t3, t4, t5], p| {
+        ops::linear_backward_batched(t0, t1, t2, t3, t4, t5)
+    }),
+    op!("linear_forward", |[t0, t1, t2, t3], p| ops::linear_forward(
+        t0, t1, t2, t3
+    )),
+    op!("linear_forward_batched", |[t0, t1, t2, t3], p| {
+        ops::linear_forward_batched(t0, Some(&*t1), t2, t3)
+    }),
+    op!("linear_forward_batched_fp16", |[t0, t1, t2, t3], p| {
+        ops::linear_forward_batched_fp16(t0, Some(&*t1), t2, t3)
+    }),
+    op!("linear_forward_batched_fp16_act", |[t0, t1, t2, t3], p| {
+        ops::linear_forward_batched_fp16_act(t0, Some(&*t1), t2, t3, p.act())
+    }),
+    op!(
+        "linear_forward_batched_int8w_fp16",
+        |[t0, t1, t2, t3, t4], p| ops::linear_forward_batched_int8w_fp16(
+            t0,
+            t1,
+            Some(&*t2),
+            t3,
+            t4
+        )
+    ),
+    op!("linear_forward_batched_q4k_fp16", |[t0, t1, t2, t3], p| {
+        ops::linear_forward_batched_q4k_fp16(t0, Some(&*t1), t2, t3)
+    }),
+    op!("linear_forward_batched_q6k_fp16", |[t0, t1, t2, t3], p| {
+        ops::linear_forward_batched_q6k_fp16(t0, Some(&*t1), t2, t3)
+    }),
+    op!("linear_forward_batched_q8_0_fp16", |[t0, t1, t2, t3], p| {
+        ops::linear_forward_batched_q8_0_fp16(t0, Some(&*t1), t2, t3)
+    }),
+    op!("linear_forward_q4k_fp16", |[t0, t1, t2, t3], p| {
+        ops::linear_forward_q4k_fp16(t0, Some(&*t1), t2, t3)
+    }),
+    op!("linear_forward_q6k_fp16", |[t0, t1, t2, t3], p| {
+        ops::linear_forward_q6k_fp16(t0, Some(&*t1), t2, t3)
+    }),
+    op!("linear_forward_q8_0_fp16", |[t0, t1, t2, t3], p| {
+        ops::linear_forward_q8_0_fp16(t0, Some(&*t1), t2, t3)
+    }),
+    op!("log", |[t0], p| ops::log(t0).map(drop)),
+    op!("log1p", |[t0], p| ops::log1p(t0).map(drop)),
+    op!("log1p_out", |[t0, t1], p| ops::log1p_out(t0, t1)),
+    op!("log_backward", |[t0, t1, t2], p| ops::log_backward(
+        t0, t1, t2
+    )),
+    op!("log_forward", |[t0, t1], p| ops::log_forward(t0, t1)),
+    op!("matmul", |[t0, t1, t2], p| ops::matmul(t0, t1, t2)),
+    op!("matmul_abt", |[t0, t1, t2, t3], p| ops::matmul_abt(
+        t0,
+        t1,
+        t2,
+        p.abt_spec(),
+        Some(&*t3),
+        p.act()
+    )),
+    op!("matmul_backward", |[t0, t1, t2, t3, t4], p| {
+        ops::matmul_backward(t0, t1, t2, t3, t4)
+    }),
+    op!("matmul_int8w_fp16", |[t0, t1, t2, t3], p| {
+        ops::matmul_int8w_fp16(t0, t1, t2, t3)
+    }),
+    op!("maximum", |[t0, t1], p| ops::maximum(t0, t1).map(drop)),
+    op!("maximum_out", |[t0, t1, t2], p| ops::maximum_out(
+        t0, t1, t2
+    )),
+    op!(
+        "mha_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18, t19, t20],
+         p| ops::mha_backward(
+            t0,
+            t1,
+            &caches([t2, t3, t4, t5, t6]),
+            Projections {
+                wq: t7,
+                wk: t8,
+                wv: t9,
+                wo: t10
+            },
+            Some(&*t11),
+            p.usize(),
+            t12,
+            ProjectionGrads {
+                dwq: t13,
+                dwk: t14,
+                dwv: t15,
+                dwo: t16
+            },
+            BiasGrads {
+                dbq: Some(t17),
+                dbk: Some(t18),
+                dbv: Some(t19),
+                dbo: Some(t20)
+            }
+        )
+    ),
+    op!(
+        "mha_forward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15], p| {
+            ops::mha_forward(
+                t0,
+                Projections {
+                    wq: t1,
+                    wk: t2,
+                    wv: t3,
+                    wo: t4,
+                },
+                ProjectionBiases {
+                    bq: Some(&*t5),
+                    bk: Some(&*t6),
+                    bv: Some(&*t7),
+                    bo: Some(&*t8),
+                },
+                Some(&*t9),
+                p.usize(),
+                &mut caches([t10, t11, t12, t13, t14]),
+                t15,
+            )
+        }
+    ),
+    op!("minimum", |[t0, t1], p| ops::minimum(t0, t1).map(drop)),
+    op!("minimum_out", |[t0, t1, t2], p| ops::minimum_out(
+        t0, t1, t2
+    )),
+    op!("mse_vec_backward", |[t0, t1, t2], p| ops::mse_vec_backward(
+        t0, t1, t2
+    )),
+    op!("mse_vec_forward", |[t0, t1], p| ops::mse_vec_forward(
+        t0, t1
+    )
+    .map(drop)),
+    op!("mse_vec_per_sample", |[t0, t1, t2, t3], p| {
+        ops::mse_vec_per_sample(t0, t1, t2, t3)
+    }),
+    op!("mul", |[t0, t1], p| ops::mul(t0, t1).map(drop)),
+    op!("mul_inplace", |[t0, t1], p| ops::mul_inplace(t0, t1)),
+    op!("mul_out", |[t0, t1, t2], p| ops::mul_out(t0, t1, t2)),
+    op!("mul_scalar", |[t0], p| ops::mul_scalar(t0, p.f32())
+        .map(drop)),
+    op!("mul_scalar_out", |[t0, t1], p| ops::mul_scalar_out(
+        t0,
+        p.f32(),
+        t1
+    )),
+    op!("neg", |[t0], p| ops::neg(t0).map(drop)),
+    op!("neg_out", |[t0, t1], p| ops::neg_out(t0, t1)),
+    op!("pad", |[t0], p| ops::pad(
+        t0,
+        &p.i64s(),
+        &p.i64s(),
+        &p.u64s()
+    )
+    .map(drop)),
+    op!("pixel_norm_backward", |[t0, t1, t2], p| {
+        ops::pixel_norm_backward(t0, t1, p.f32(), t2)
+    }),
+    op!("pixel_norm_forward", |[t0, t1], p| ops::pixel_norm_forward(
+        t0,
+        p.f32(),
+        t1
+    )),
+    op!("pow", |[t0, t1], p| ops::pow(t0, t1).map(drop)),
+    op!("pow_out", |[t0, t1, t2], p| ops::pow_out(t0, t1, t2)),
+    op!("quant_linear", |[t0, t1, t2, t3], p| ops::quant_linear(
+        t0,
+        Some(&*t1),
+        t2,
+        p.act(),
+        t3
+    )),
+    op!("quick_gelu", |[t0], p| ops::quick_gelu(t0).map(drop)),
+    op!("quick_gelu_backward", |[t0, t1, t2], p| {
+        ops::quick_gelu_backward(t0, t1, t2)
+    }),
+    op!("quick_gelu_forward", |[t0, t1], p| ops::quick_gelu_forward(
+        t0, t1
+    )),
+    op!("rand_bernoulli", |[t0], p| ops::rand_bernoulli(
+        p.f32(),
+        p.u64(),
+        p.u64(),
+        t0
+    )),
+    op!("rand_uniform", |[t0], p| ops::rand_uniform(
+        p.u64(),
+        p.u64(),
+        t0
+    )),
+    op!("randn", |[t0], p| ops::randn(p.u64(), p.u64(), t0)),
+    op!("randn_truncated", |[t0], p| ops::randn_truncated(
+        p.f32(),
+        p.f32(),
+        p.u64(),
+        p.u64(),
+        t0
+    )),
+    op!("reduce_max", |[t0], p| ops::reduce_max(t0, p.usize())
+        .map(drop)),
+    op!("reduce_max_out", |[t0, t1], p| ops::reduce_max_out(
+        t0,
+        p.usize(),
+        t1
+    )),
+    op!("reduce_min", |[t0], p| ops::reduce_min(t0, p.usize())
+        .map(drop)),
+    op!("reduce_min_out", |[t0, t1], p| ops::reduce_min_out(
+        t0,
+        p.usize(),
+        t1
+    )),
+    op!("reduce_prod", |[t0], p| ops::reduce_prod(t0, p.usize())
+        .map(drop)),
+    op!("reduce_prod_out", |[t0, t1], p| ops::reduce_prod_out(
+        t0,
+        p.usize(),
+        t1
+    )),
+    op!("reduce_sum", |[t0], p| ops::reduce_sum(t0, p.usize())
+        .map(drop)),
+    op!("reduce_sum_out", |[t0, t1], p| ops::reduce_sum_out(
+        t0,
+        p.usize(),
+        t1
+    )),
+    op!("relu", |[t0], p| ops::relu(t0).map(drop)),
+    op!("relu_backward", |[t0, t1, t2], p| ops::relu_backward(
+        t0, t1, t2
+    )),
+    op!("relu_backward_batched", |[t0, t1, t2], p| {
+        ops::relu_backward_batched(t0, t1, t2)
+    }),
+    op!("relu_forward", |[t0, t1], p| ops::relu_forward(t0, t1)),
+    op!("relu_forward_batched", |[t0, t1], p| {
+        ops::relu_forward_batched(t0, t1)
+    }),
+    op!("reverse", |[t0], p| ops::reverse(t0, &p.usizes()).map(drop)),
+    op!("rms_norm_backward", |[t0, t1, t2, t3, t4], p| {
+        ops::rms_norm_backward(t0, t1, t2, p.f32(), t3, t4)
+    }),
+    op!("rms_norm_forward", |[t0, t1, t2], p| ops::rms_norm_forward(
+        t0,
+        t1,
+        p.f32(),
+        t2
+    )),
+    op!("rope_apply", |[t0, t1, t2, t3], p| ops::rope_apply(
+        t0,
+        t1,
+        t2,
+        p.usize(),
+        p.usize(),
+        p.rope_layout(),
+        t3
+    )),
+    op!("rope_apply_backward", |[t0, t1, t2, t3], p| {
+        ops::rope_apply_backward(t0, t1, t2, p.usize(), p.usize(), p.rope_layout(), t3)
+    }),
+    op!(
+        "rope_apply_mrope",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10], p| ops::rope_apply_mrope(
+            t0,
+            [
+                MropeTables { cos: t1, sin: t2 },
+                MropeTables { cos: t3, sin: t4 },
+                MropeTables { cos: t5, sin: t6 }
+            ],
+            [&*t7, &*t8, &*t9],
+            p.usize(),
+            p.usize(),
+            [p.usize(), p.usize(), p.usize()],
+            p.rope_layout(),
+            t10
+        )
+    ),
+    op!("rope_apply_perhead", |[t0, t1, t2, t3], p| {
+        ops::rope_apply_perhead(t0, t1, t2, p.usize(), p.usize(), p.rope_layout(), t3)
+    }),
+    op!("rope_backward", |[t0, t1], p| ops::rope_backward(
+        t0,
+        p.usize(),
+        p.usize(),
+        p.usize(),
+        &p.rope_params(),
+        t1
+    )),
+    op!("rope_forward", |[t0, t1], p| ops::rope_forward(
+        t0,
+        p.usize(),
+        p.usize(),
+        p.usize(),
+        &p.rope_params(),
+        t1
+    )),
+    op!("round", |[t0], p| ops::round(t0).map(drop)),
+    op!("round_backward", |[t0, t1], p| ops::round_backward(t0, t1)),
+    op!("round_forward", |[t0, t1], p| ops::round_forward(t0, t1)),
+    op!("rows_count_above", |[t0, t1], p| ops::rows_count_above(
+        t0,
+        p.f32(),
+        p.f32(),
+        t1
+    )),
+    op!("rsqrt", |[t0], p| ops::rsqrt(t0).map(drop)),
+    op!("rsqrt_backward", |[t0, t1, t2], p| ops::rsqrt_backward(
+        t0, t1, t2
+    )),
+    op!("rsqrt_forward", |[t0, t1], p| ops::rsqrt_forward(t0, t1)),
+    op!("sample_logits", |[t0, t1], p| ops::sample_logits(
+        t0,
+        p.f32(),
+        p.i32(),
+        p.f32(),
+        p.u64(),
+        p.u64(),
+        t1
+    )),
+    op!("sample_logits_into", |[t0, t1, t2, t3], p| {
+        ops::sample_logits_into(t0, p.f32(), p.i32(), p.f32(), p.u64(), t1, t2, t3)
+    }),
+    op!("scale_inplace", |[t0], p| ops::scale_inplace(t0, p.f32())),
+    op!("scatter_add", |[t0, t1, t2], p| ops::scatter_add(
+        t0,
+        t1,
+        t2,
+        &p.scatter_dims()
+    )
+    .map(drop)),
+    op!("scatter_rows", |[t0, t1, t2], p| ops::scatter_rows(
+        t0, t1, t2
+    )),
+    op!("scatter_rows_add", |[t0, t1, t2], p| ops::scatter_rows_add(
+        t0,
+        t1,
+        p.usize(),
+        t2
+    )),
+    op!("select", |[t0, t1, t2], p| ops::select(t0, t1, t2)
+        .map(drop)),
+    op!("select_out", |[t0, t1, t2, t3], p| ops::select_out(
+        t0, t1, t2, t3
+    )),
+    op!(
+        "self_attention_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16], p| {
+            ops::self_attention_backward(
+                t0,
+                t1,
+                &caches([t2, t3, t4, t5, t6]),
+                Projections {
+                    wq: t7,
+                    wk: t8,
+                    wv: t9,
+                    wo: t10,
+                },
+                Some(&*t11),
+                p.usize(),
+                t12,
+                ProjectionGrads {
+                    dwq: t13,
+                    dwk: t14,
+                    dwv: t15,
+                    dwo: t16,
+                },
+            )
+        }
+    ),
+    op!(
+        "self_attention_bias_forward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11], p| ops::self_attention_bias_forward(
+            t0,
+            Projections {
+                wq: t1,
+                wk: t2,
+                wv: t3,
+                wo: t4
+            },
+            ProjectionBiases {
+                bq: Some(&*t5),
+                bk: Some(&*t6),
+                bv: Some(&*t7),
+                bo: Some(&*t8)
+            },
+            Some(&*t9),
+            Some(&*t10),
+            p.usize(),
+            p.f32(),
+            t11
+        )
+    ),
+    op!(
+        "self_attention_bias_int8w_fp16",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11], p| ops::self_attention_bias_int8w_fp16(
+            t0,
+            Int8Projections {
+                wq: t1,
+                sq: t2,
+                wk: t3,
+                sk: t4,
+                wv: t5,
+                sv: t6,
+                wo: t7,
+                so: t8
+            },
+            Some(&*t9),
+            Some(&*t10),
+            p.usize(),
+            p.f32(),
+            t11
+        )
+    ),
+    op!(
+        "self_attention_decomposed_rel_pos_forward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11], p| {
+            ops::self_attention_decomposed_rel_pos_forward(
+                t0,
+                Projections {
+                    wq: t1,
+                    wk: t2,
+                    wv: t3,
+                    wo: t4,
+                },
+                ProjectionBiases {
+                    bq: Some(&*t5),
+                    bk: Some(&*t6),
+                    bv: Some(&*t7),
+                    bo: Some(&*t8),
+                },
+                t9,
+                t10,
+                p.usize(),
+                (p.usize(), p.usize()),
+                p.f32(),
+                t11,
+            )
+        }
+    ),
+    op!(
+        "self_attention_decomposed_rel_pos_windowed_forward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11], p| {
+            ops::self_attention_decomposed_rel_pos_windowed_forward(
+                t0,
+                Projections {
+                    wq: t1,
+                    wk: t2,
+                    wv: t3,
+                    wo: t4,
+                },
+                ProjectionBiases {
+                    bq: Some(&*t5),
+                    bk: Some(&*t6),
+                    bv: Some(&*t7),
+                    bo: Some(&*t8),
+                },
+                t9,
+                t10,
+                p.usize(),
+                (p.usize(), p.usize()),
+                p.usize(),
+                p.f32(),
+                t11,
+            )
+        }
+    ),
+    op!(
+        "self_attention_forward",
+        |[t0, t1, t2, t3, t4, t5, t6], p| ops::self_attention_forward(
+            t0,
+            Projections {
+                wq: t1,
+                wk: t2,
+                wv: t3,
+                wo: t4
+            },
+            Some(&*t5),
+            p.usize(),
+            t6
+        )
+    ),
+    op!(
+        "self_attention_forward_train",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11], p| ops::self_attention_forward_train(
+            t0,
+            Projections {
+                wq: t1,
+                wk: t2,
+                wv: t3,
+                wo: t4
+            },
+            Some(&*t5),
+            p.usize(),
+            &mut caches([t6, t7, t8, t9, t10]),
+            t11
+        )
+    ),
+    op!("sigmoid", |[t0], p| ops::sigmoid(t0).map(drop)),
+    op!("sigmoid_backward", |[t0, t1, t2], p| ops::sigmoid_backward(
+        t0, t1, t2
+    )),
+    op!("sigmoid_forward", |[t0, t1], p| ops::sigmoid_forward(
+        t0, t1
+    )),
+    op!("sign", |[t0], p| ops::sign(t0).map(drop)),
+    op!("sign_out", |[t0, t1], p| ops::sign_out(t0, t1)),
+    op!("silu", |[t0], p| ops::silu(t0).map(drop)),
+    op!("silu_backward", |[t0, t1, t2], p| ops::silu_backward(
+        t0, t1, t2
+    )),
+    op!("silu_forward", |[t0, t1], p| ops::silu_forward(t0, t1)),
+    op!("sin", |[t0], p| ops::sin(t0).map(drop)),
+    op!("sin_backward", |[t0, t1, t2], p| ops::sin_backward(
+        t0, t1, t2
+    )),
+    op!("sin_forward", |[t0, t1], p| ops::sin_forward(t0, t1)),
+    op!("slice", |[t0], p| ops::slice(
+        t0,
+        &p.usizes(),
+        &p.usizes(),
+        &p.usizes()
+    )
+    .map(drop)),
+    op!("snake_backward", |[t0, t1, t2, t3, t4, t5, t6], p| {
+        ops::snake_backward(
+            t0,
+            t1,
+            Some(&*t2),
+            t3,
+            (p.usize(), p.usize(), p.usize()),
+            t4,
+            t5,
+            Some(t6),
+        )
+    }),
+    op!("snake_forward", |[t0, t1, t2, t3], p| ops::snake_forward(
+        t0,
+        t1,
+        Some(&*t2),
+        (p.usize(), p.usize(), p.usize()),
+        t3
+    )),
+    op!("softmax_backward", |[t0, t1, t2], p| ops::softmax_backward(
+        t0, t1, t2
+    )),
+    op!("softmax_forward", |[t0, t1, t2], p| ops::softmax_forward(
+        t0,
+        Some(&*t1),
+        t2
+    )),
+    op!("softmax_rows", |[t0], p| ops::softmax_rows(t0).map(drop)),
+    op!("softmax_rows_forward", |[t0, t1], p| {
+        ops::softmax_rows_forward(t0, t1)
+    }),
+    op!("softmax_xent", |[t0, t1, t2, t3, t4], p| ops::softmax_xent(
+        t0,
+        t1,
+        Some(&*t2),
+        t3,
+        t4
+    )
+    .map(drop)),
+    op!("softmax_xent_fused", |[t0, t1, t2, t3, t4], p| {
+        ops::softmax_xent_fused(t0, t1, Some(&*t2), t3, t4).map(drop)
+    }),
+    op!(
+        "softmax_xent_fused_batched",
+        |[t0, t1, t2, t3, t4, t5], p| ops::softmax_xent_fused_batched(
+            t0,
+            t1,
+            Some(&*t2),
+            &p.usizes(),
+            t3,
+            t4,
+            t5
+        )
+    ),
+    op!("split_rows", |[t0, t1, t2], p| ops::split_rows(
+        t0,
+        &mut [t1, t2]
+    )),
+    op!("sqrt", |[t0], p| ops::sqrt(t0).map(drop)),
+    op!("sqrt_out", |[t0, t1], p| ops::sqrt_out(t0, t1)),
+    op!("sub", |[t0, t1], p| ops::sub(t0, t1).map(drop)),
+    op!("sub_out", |[t0, t1, t2], p| ops::sub_out(t0, t1, t2)),
+    op!("sub_scalar", |[t0], p| ops::sub_scalar(t0, p.f32())
+        .map(drop)),
+    op!("sub_scalar_out", |[t0, t1], p| ops::sub_scalar_out(
+        t0,
+        p.f32(),
+        t1
+    )),
+    op!("sum_cols", |[t0, t1], p| ops::sum_cols(t0, t1)),
+    op!("sum_rows", |[t0, t1], p| ops::sum_rows(t0, t1)),
+    op!("swiglu_backward", |[t0, t1, t2], p| ops::swiglu_backward(
+        t0, t1, t2
+    )),
+    op!("swiglu_forward", |[t0, t1], p| ops::swiglu_forward(t0, t1)),
+    op!("tanh", |[t0], p| ops::tanh(t0).map(drop)),
+    op!("tanh_backward", |[t0, t1, t2], p| ops::tanh_backward(
+        t0, t1, t2
+    )),
+    op!("tanh_backward_batched", |[t0, t1, t2], p| {
+        ops::tanh_backward_batched(t0, t1, t2)
+    }),
+    op!("tanh_forward", |[t0, t1], p| ops::tanh_forward(t0, t1)),
+    op!("tanh_forward_batched", |[t0, t1], p| {
+        ops::tanh_forward_batched(t0, t1)
+    }),
+    op!("threshold_u8", |[t0, t1], p| ops::threshold_u8(
+        t0,
+        p.f32(),
+        t1
+    )),
+    op!("top_k_rows", |[t0, t1, t2], p| ops::top_k_rows(
+        t0,
+        p.usize(),
+        t1,
+        t2
+    )),
+    op!("transpose", |[t0], p| ops::transpose(t0, &p.usizes())
+        .map(drop)),
+    op!("tril", |[t0], p| ops::tril(t0, p.i64()).map(drop)),
+    op!("triu", |[t0], p| ops::triu(t0, p.i64()).map(drop)),
+];
