@@ -8,7 +8,7 @@
 //! the C++ `(B, D)` entry points and behave exactly like the plain ones.
 
 use super::elementwise::{binary_out, unary_inplace, unary_out};
-use super::{check_float, dispatch, input, input_opt, updated, updated_opt, written};
+use super::{dispatch, input, input_opt, updated, updated_opt, written};
 use crate::backend::{Binary, Glu, Unary};
 use crate::{Error, Result, Tensor};
 
@@ -135,8 +135,7 @@ fn glu_half(name: &'static str, x: &Tensor) -> Result<usize> {
 }
 
 fn glu_forward(name: &'static str, op: Glu, x: &Tensor, y: &mut Tensor) -> Result<()> {
-    let be = dispatch(name, &[input("x", x), written("y", y)])?;
-    check_float(name, "x", x, be)?;
+    let be = dispatch(name, &[input("x", x).float(), written("y", y)])?;
     let d = glu_half(name, x)?;
     be.out("y", y, &[x.rows(), d], x.dtype())?;
     if y.numel() == 0 {
@@ -152,8 +151,10 @@ fn glu_backward(
     dy: &Tensor,
     dx: &mut Tensor,
 ) -> Result<()> {
-    let be = dispatch(name, &[input("x", x), input("dy", dy), written("dx", dx)])?;
-    check_float(name, "x", x, be)?;
+    let be = dispatch(
+        name,
+        &[input("x", x).float(), input("dy", dy), written("dx", dx)],
+    )?;
     let d = glu_half(name, x)?;
     if dy.shape() != (x.rows(), d) {
         return Err(Error::shape(

@@ -47,8 +47,7 @@ pub(crate) fn unary_out(
     if let Some(r) = wide_map(name, wide_unary(op), &[("x", x)], out) {
         return r;
     }
-    let be = dispatch(name, &[input("x", x), written("out", out)])?;
-    check_float(name, "x", x, be)?;
+    let be = dispatch(name, &[input("x", x).float(), written("out", out)])?;
     be.out("out", out, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
@@ -69,8 +68,7 @@ pub(crate) fn unary_inplace(
                 .unwrap_or_else(|| check_float_dtype(name, x))
         });
     }
-    let be = dispatch(name, &[updated("y", y)])?;
-    check_float(name, "y", y, be)?;
+    let be = dispatch(name, &[updated("y", y).float()])?;
     if y.numel() == 0 {
         return Ok(());
     }
@@ -96,8 +94,10 @@ pub(crate) fn binary_out(
     out: &mut Tensor,
     (a, b): (f32, f32),
 ) -> Result<()> {
-    let be = dispatch(name, &[input(xn, x), input(yn, y), written("out", out)])?;
-    check_float(name, xn, x, be)?;
+    let be = dispatch(
+        name,
+        &[input(xn, x).float(), input(yn, y), written("out", out)],
+    )?;
     check_same(name, (yn, y), (xn, x))?;
     be.out("out", out, x.dims(), x.dtype())?;
     if x.numel() == 0 {
@@ -114,8 +114,7 @@ fn binary_inplace(
     x: &Tensor,
     (a, b): (f32, f32),
 ) -> Result<()> {
-    let be = dispatch(name, &[updated("y", y), input("x", x)])?;
-    check_float(name, "y", y, be)?;
+    let be = dispatch(name, &[updated("y", y).float(), input("x", x)])?;
     check_same(name, ("x", x), ("y", y))?;
     if y.numel() == 0 {
         return Ok(());
@@ -367,8 +366,7 @@ pub fn clamp_out(x: &Tensor, lo: f32, hi: f32, out: &mut Tensor) -> Result<()> {
 
 /// Sets every element of `y` to `value` (converted to `y`'s float dtype).
 pub fn fill(y: &mut Tensor, value: f32) -> Result<()> {
-    let be = dispatch("fill", &[updated("y", y)])?;
-    check_float("fill", "y", y, be)?;
+    let be = dispatch("fill", &[updated("y", y).float()])?;
     if y.numel() == 0 {
         return Ok(());
     }
@@ -461,8 +459,7 @@ impl Tensor {
 /// elements (C++ `add_channel_bias_inplace`).
 pub fn add_channel_bias_inplace(y: &mut Tensor, bias: &Tensor, c: usize, l: usize) -> Result<()> {
     let op = "add_channel_bias_inplace";
-    let be = dispatch(op, &[updated("y", y), input("bias", bias)])?;
-    check_float(op, "y", y, be)?;
+    let be = dispatch(op, &[updated("y", y).float(), input("bias", bias)])?;
     let cl = c
         .checked_mul(l)
         .ok_or_else(|| Error::shape(op, "C*L overflows"))?;

@@ -12,7 +12,7 @@
 //! accumulating scatters (`scatter_rows_add`, `embedding_lookup_backward`) take a float the
 //! device computes in and add in FP32.
 
-use super::{check_dtypes_match, check_float, dispatch, input, updated, written};
+use super::{check_dtypes_match, dispatch, input, updated, written};
 use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -65,11 +65,10 @@ pub fn embedding_lookup_backward(d_out: &Tensor, ids: &Tensor, d_table: &mut Ten
         OP,
         &[
             updated("d_table", d_table),
-            input("d_out", d_out),
+            input("d_out", d_out).float(),
             input("ids", ids),
         ],
     )?;
-    check_float(OP, "d_out", d_out, be)?;
     check_dtypes_match(OP, ("d_out", d_out), &[("d_table", d_table)])?;
     check_rows_of(OP, ("d_out", d_out), ids, d_table)?;
     check_ids(OP, be, ids, d_table.rows())?;
@@ -85,8 +84,14 @@ pub fn embedding_lookup_backward(d_out: &Tensor, ids: &Tensor, d_table: &mut Ten
 /// tensor's row count. `dx` is resized and takes `dy`'s dtype.
 pub fn scatter_rows_add(dy: &Tensor, idx: &Tensor, rows: usize, dx: &mut Tensor) -> Result<()> {
     const OP: &str = "scatter_rows_add";
-    let be = dispatch(OP, &[input("dy", dy), input("idx", idx), written("dx", dx)])?;
-    check_float(OP, "dy", dy, be)?;
+    let be = dispatch(
+        OP,
+        &[
+            input("dy", dy).float(),
+            input("idx", idx),
+            written("dx", dx),
+        ],
+    )?;
     if dy.rows() != idx.numel() {
         return Err(Error::shape(
             OP,

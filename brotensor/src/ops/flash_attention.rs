@@ -14,9 +14,7 @@ mod projected;
 
 pub use projected::*;
 
-use super::{
-    check_dtypes_match, check_float, declare, dispatch, input, input_opt, updated, written,
-};
+use super::{check_dtypes_match, declare, dispatch, input, input_opt, updated, written};
 use crate::backend::{FlashSpec, SeqLens};
 use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
@@ -37,14 +35,13 @@ fn check_core(
     let be = dispatch(
         op,
         &[
-            input("q", q),
+            input("q", q).float(),
             input(kn, k),
             input(vn, v),
             input_opt("mask", mask),
             written("o", o),
         ],
     )?;
-    check_float(op, "q", q, be)?;
     check_dtypes_match(op, ("q", q), &[("k", k), ("v", v)])?;
     if k.shape() != v.shape() {
         return Err(Error::shape(
@@ -523,13 +520,12 @@ pub fn kv_cache_append(
     let be = dispatch(
         op,
         &[
-            input("k_new", k_new),
+            input("k_new", k_new).float(),
             input("v_new", v_new),
             updated("k_cache", k_cache),
             updated("v_cache", v_cache),
         ],
     )?;
-    check_float(op, "k_new", k_new, be)?;
     let caches = [
         ("v_new", v_new),
         ("k_cache", &*k_cache),

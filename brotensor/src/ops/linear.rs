@@ -9,9 +9,7 @@
 use crate::ops::Dispatched;
 use std::borrow::Cow;
 
-use super::{
-    check_dtypes_match, check_float, checked_product, dispatch, input, input_opt, updated, written,
-};
+use super::{check_dtypes_match, checked_product, dispatch, input, input_opt, updated, written};
 use crate::backend::{Broadcast, Gemm};
 use crate::{Error, Result, Tensor};
 
@@ -107,8 +105,7 @@ fn product(
 /// `C (M, N) = A (M, K) . B (K, N)`; `C` is resized to `A`'s dtype. `K == 0` gives zeros.
 pub fn matmul(a: &Tensor, b: &Tensor, c: &mut Tensor) -> Result<()> {
     let op = "matmul";
-    let be = dispatch(op, &[input("a", a), input("b", b), written("c", c)])?;
-    check_float(op, "a", a, be)?;
+    let be = dispatch(op, &[input("a", a).float(), input("b", b), written("c", c)])?;
     check_dtypes_match(op, ("a", a), &[("b", b)])?;
     if a.cols() != b.rows() {
         return Err(shape_error(
@@ -132,8 +129,7 @@ pub fn matmul(a: &Tensor, b: &Tensor, c: &mut Tensor) -> Result<()> {
 /// broadcast batch dims, then `(M, N)`, in `A`'s dtype.
 pub(crate) fn matmul_broadcast(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let op = "matmul";
-    let be = dispatch(op, &[input("a", a), input("b", b)])?;
-    check_float(op, "a", a, be)?;
+    let be = dispatch(op, &[input("a", a).float(), input("b", b)])?;
     check_dtypes_match(op, ("a", a), &[("b", b)])?;
     let (ad, bd) = (a.dims(), b.dims());
     if ad.len() < 2 || bd.len() < 2 {
@@ -220,14 +216,13 @@ pub fn matmul_backward(
     let be = dispatch(
         op,
         &[
-            input("a", a),
+            input("a", a).float(),
             input("b", b),
             input("dc", dc),
             updated("da", da),
             updated("db", db),
         ],
     )?;
-    check_float(op, "a", a, be)?;
     let (m, k, n) = (a.rows(), a.cols(), b.cols());
     if b.rows() != k || dc.shape() != (m, n) {
         return Err(shape_error(
@@ -272,9 +267,13 @@ pub fn linear_forward(w: &Tensor, b: &Tensor, x: &Tensor, y: &mut Tensor) -> Res
     let op = "linear_forward";
     let be = dispatch(
         op,
-        &[input("w", w), input("b", b), input("x", x), written("y", y)],
+        &[
+            input("w", w).float(),
+            input("b", b),
+            input("x", x),
+            written("y", y),
+        ],
     )?;
-    check_float(op, "w", w, be)?;
     if x.numel() != w.cols() || b.numel() != w.rows() {
         return Err(shape_error(
             op,
@@ -322,7 +321,7 @@ pub fn linear_backward(
     let be = dispatch(
         op,
         &[
-            input("w", w),
+            input("w", w).float(),
             input("x", x),
             input("dy", dy),
             written("dx", dx),
@@ -330,7 +329,6 @@ pub fn linear_backward(
             written("db", db),
         ],
     )?;
-    check_float(op, "w", w, be)?;
     if x.numel() != w.cols() || dy.numel() != w.rows() {
         return Err(shape_error(
             op,
@@ -388,11 +386,10 @@ pub fn linear_forward_batched(
         &[
             input("w", w),
             input_opt("bias", bias),
-            input("x", x),
+            input("x", x).float(),
             written("y", y),
         ],
     )?;
-    check_float(op, "x", x, be)?;
     for (name, t) in [("w", Some(w)), ("bias", bias)] {
         if let Some(t) = t.filter(|t| !t.dtype().is_float()) {
             return Err(Error::Dtype {
@@ -470,7 +467,7 @@ pub fn linear_backward_batched(
     let be = dispatch(
         op,
         &[
-            input("w", w),
+            input("w", w).float(),
             input("x", x),
             input("dy", dy),
             written("dx", dx),
@@ -478,7 +475,6 @@ pub fn linear_backward_batched(
             written("db", db),
         ],
     )?;
-    check_float(op, "w", w, be)?;
     let (batch, out, inp) = (x.rows(), w.rows(), w.cols());
     if x.cols() != inp || dy.shape() != (batch, out) {
         return Err(shape_error(

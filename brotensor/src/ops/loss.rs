@@ -5,7 +5,7 @@
 //! softmax entry) drops entries whose mask is below 0.5: they get probability 0, and a fully
 //! masked vector is all zeros rather than NaN.
 
-use super::{check_float, check_same, dispatch, input, input_opt, updated, written, Operand};
+use super::{check_same, dispatch, input, input_opt, updated, written, Operand};
 use crate::backend::Src;
 use crate::{Dtype, Error, Result, Tensor};
 
@@ -13,8 +13,7 @@ use crate::{Dtype, Error, Result, Tensor};
 /// is resized to `x`'s dims and dtype.
 pub fn softmax_rows_forward(x: &Tensor, y: &mut Tensor) -> Result<()> {
     let op = "softmax_rows_forward";
-    let be = dispatch(op, &[input("x", x), written("y", y)])?;
-    check_float(op, "x", x, be)?;
+    let be = dispatch(op, &[input("x", x).float(), written("y", y)])?;
     be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
         return Ok(());
@@ -33,8 +32,7 @@ impl Tensor {
     /// [`softmax_rows_forward`] in place (each row of the last dim).
     pub fn softmax_rows_(&mut self) -> Result<()> {
         let op = "softmax_rows_";
-        let be = super::dispatch(op, &[updated("x", self)])?;
-        check_float(op, "x", self, be)?;
+        let be = super::dispatch(op, &[updated("x", self).float()])?;
         if self.numel() == 0 {
             return Ok(());
         }
@@ -50,12 +48,11 @@ pub fn softmax_forward(logits: &Tensor, mask: Option<&Tensor>, probs: &mut Tenso
     let be = dispatch(
         op,
         &[
-            input("logits", logits),
+            input("logits", logits).float(),
             input_opt("mask", mask),
             written("probs", probs),
         ],
     )?;
-    check_float(op, "logits", logits, be)?;
     if let Some(m) = mask {
         if m.numel() != logits.numel() {
             return Err(Error::shape(
@@ -90,12 +87,11 @@ pub fn softmax_backward(probs: &Tensor, dprobs: &Tensor, dlogits: &mut Tensor) -
     let be = dispatch(
         op,
         &[
-            input("probs", probs),
+            input("probs", probs).float(),
             input("dprobs", dprobs),
             written("dlogits", dlogits),
         ],
     )?;
-    check_float(op, "probs", probs, be)?;
     check_same(op, ("dprobs", dprobs), ("probs", probs))?;
     be.out("dlogits", dlogits, probs.dims(), probs.dtype())?;
     if probs.numel() == 0 {

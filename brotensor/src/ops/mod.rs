@@ -16,6 +16,10 @@
 //!   stay as free functions.
 //!
 //! Dispatch rules (shared by every op):
+//! - Each op declares every tensor it reads or writes once, in signature order, with its
+//!   role ([`Role`]: input, written, updated) in the one list it dispatches on. The device
+//!   rule, writability, dense views and the float checks of operands marked so all follow
+//!   from that list, before any other check, and every error names the op and the operand.
 //! - The op's device is the device of the first committed operand in signature order
 //!   (outputs included); if none is committed, the first operand's device tag.
 //! - Every other committed operand must be on that device, else
@@ -89,6 +93,19 @@ pub(crate) struct Operand<'a> {
     pub(crate) name: &'static str,
     pub(crate) role: Role,
     pub(crate) tensor: Option<&'a Tensor>,
+    /// Checked by [`dispatch`] to be a float the op's device computes in.
+    float: bool,
+}
+
+impl Operand<'_> {
+    /// Declares that the operand must be a float (F32, F16 or BF16) that the op's device
+    /// computes in ([`check_float`], run by [`dispatch`] after the device rule).
+    pub(crate) fn float(self) -> Self {
+        Operand {
+            float: true,
+            ..self
+        }
+    }
 }
 
 /// An input operand.
@@ -97,6 +114,7 @@ pub(crate) fn input<'a>(name: &'static str, t: &'a Tensor) -> Operand<'a> {
         name,
         role: Role::Input,
         tensor: Some(t),
+        float: false,
     }
 }
 
@@ -106,6 +124,7 @@ pub(crate) fn input_opt<'a>(name: &'static str, t: Option<&'a Tensor>) -> Operan
         name,
         role: Role::Input,
         tensor: t,
+        float: false,
     }
 }
 
@@ -115,6 +134,7 @@ pub(crate) fn written<'a>(name: &'static str, t: &'a Tensor) -> Operand<'a> {
         name,
         role: Role::Written,
         tensor: Some(t),
+        float: false,
     }
 }
 
@@ -124,6 +144,7 @@ pub(crate) fn written_opt<'a>(name: &'static str, t: Option<&'a Tensor>) -> Oper
         name,
         role: Role::Written,
         tensor: t,
+        float: false,
     }
 }
 
@@ -133,6 +154,7 @@ pub(crate) fn updated<'a>(name: &'static str, t: &'a Tensor) -> Operand<'a> {
         name,
         role: Role::Updated,
         tensor: Some(t),
+        float: false,
     }
 }
 
@@ -142,6 +164,7 @@ pub(crate) fn updated_opt<'a>(name: &'static str, t: Option<&'a Tensor>) -> Oper
         name,
         role: Role::Updated,
         tensor: t,
+        float: false,
     }
 }
 
@@ -221,7 +244,8 @@ pub(crate) fn declare(op: &'static str, operands: &[Operand<'_>]) -> Result<Devi
 
 /// The backend `op` runs on, from its declared operands ([`declare`]); then every input that
 /// is a view without a dense layout gets its one dense copy (kept with the view), so
-/// backends always see dense storage.
+/// backends always see dense storage; last, every operand declared [`Operand::float`] is
+/// checked to be a float the device computes in.
 pub(crate) fn dispatch(op: &'static str, operands: &[Operand<'_>]) -> Result<Dispatched> {
     let be = Dispatched::on(op, declare(op, operands)?)?;
     for o in operands {
@@ -229,6 +253,11 @@ pub(crate) fn dispatch(op: &'static str, operands: &[Operand<'_>]) -> Result<Dis
             if t.is_committed() && !t.layout().is_dense() {
                 t.dense_storage(op)?;
             }
+        }
+    }
+    for o in operands.iter().filter(|o| o.float) {
+        if let Some(t) = o.tensor {
+            check_float(op, o.name, t, be)?;
         }
     }
     Ok(be)

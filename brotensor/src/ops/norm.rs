@@ -160,7 +160,7 @@ pub fn layernorm_backward_batched_with_caches(
     let be = dispatch(
         op,
         &[
-            input("dy", dy),
+            input("dy", dy).float(),
             input("xhat", xhat),
             input("gamma", gamma),
             input("rstd", rstd),
@@ -169,7 +169,6 @@ pub fn layernorm_backward_batched_with_caches(
             updated("dbeta", dbeta),
         ],
     )?;
-    check_float(op, "dy", dy, be)?;
     let (r, d) = dy.shape();
     check_shape(op, "xhat", xhat, (r, d))?;
     check_params(op, dy, d, &[("gamma", gamma)])?;
@@ -265,8 +264,14 @@ pub fn layernorm_backward(
 /// `Y = X gamma / sqrt(mean(X^2) + eps)` per row of `X (B, D)`; `Y` is resized.
 pub fn rms_norm_forward(x: &Tensor, gamma: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
     let op = "rms_norm_forward";
-    let be = dispatch(op, &[input("x", x), input("gamma", gamma), written("y", y)])?;
-    check_float(op, "x", x, be)?;
+    let be = dispatch(
+        op,
+        &[
+            input("x", x).float(),
+            input("gamma", gamma),
+            written("y", y),
+        ],
+    )?;
     check_params(op, x, x.cols(), &[("gamma", gamma)])?;
     be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {
@@ -289,14 +294,13 @@ pub fn rms_norm_backward(
     let be = dispatch(
         op,
         &[
-            input("x", x),
+            input("x", x).float(),
             input("gamma", gamma),
             input("dy", dy),
             written("dx", dx),
             updated("dgamma", dgamma),
         ],
     )?;
-    check_float(op, "x", x, be)?;
     check_params(op, x, x.cols(), &[("gamma", gamma)])?;
     check_shape(op, "dy", dy, x.shape())?;
     super::check_dtypes_match(op, ("x", x), &[("dy", dy)])?;
@@ -331,8 +335,7 @@ fn constant(device: crate::Device, n: usize, value: f32, dtype: Dtype) -> Result
 /// RMSNorm with unit scale.)
 pub fn pixel_norm_forward(x: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
     let op = "pixel_norm_forward";
-    let be = dispatch(op, &[input("x", x), written("y", y)])?;
-    check_float(op, "x", x, be)?;
+    let be = dispatch(op, &[input("x", x).float(), written("y", y)])?;
     let ones = constant(be.device(), x.cols(), 1.0, x.dtype())?;
     rms_norm_forward(x, &ones, eps, y)
 }
@@ -341,8 +344,10 @@ pub fn pixel_norm_forward(x: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
 /// `s = sum(dY x)`; overwritten.
 pub fn pixel_norm_backward(x: &Tensor, dy: &Tensor, eps: f32, dx: &mut Tensor) -> Result<()> {
     let op = "pixel_norm_backward";
-    let be = dispatch(op, &[input("x", x), input("dy", dy), written("dx", dx)])?;
-    check_float(op, "x", x, be)?;
+    let be = dispatch(
+        op,
+        &[input("x", x).float(), input("dy", dy), written("dx", dx)],
+    )?;
     check_shape(op, "dy", dy, x.shape())?;
     super::check_dtypes_match(op, ("x", x), &[("dy", dy)])?;
     let ones = constant(be.device(), x.cols(), 1.0, x.dtype())?;
@@ -379,8 +384,7 @@ pub fn l2_norm_forward(
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "l2_norm_forward";
-    let be = dispatch(op, &[input("x", x), written("y", y)])?;
-    check_float(op, "x", x, be)?;
+    let be = dispatch(op, &[input("x", x).float(), written("y", y)])?;
     heads(op, x, head_dim, num_heads)?;
     let rows = x.rows() * num_heads;
     let scale = constant(
@@ -409,8 +413,10 @@ pub fn l2_norm_backward(
     dx: &mut Tensor,
 ) -> Result<()> {
     let op = "l2_norm_backward";
-    let be = dispatch(op, &[input("x", x), input("dy", dy), written("dx", dx)])?;
-    check_float(op, "x", x, be)?;
+    let be = dispatch(
+        op,
+        &[input("x", x).float(), input("dy", dy), written("dx", dx)],
+    )?;
     heads(op, x, head_dim, num_heads)?;
     check_shape(op, "dy", dy, x.shape())?;
     let rows = x.rows() * num_heads;
@@ -470,13 +476,12 @@ pub fn group_norm_forward(
     let be = dispatch(
         op,
         &[
-            input("x", x),
+            input("x", x).float(),
             input("gamma", gamma),
             input("beta", beta),
             written("y", y),
         ],
     )?;
-    check_float(op, "x", x, be)?;
     let (n, c, hw) = nchw(op, x, dims.into())?;
     if num_groups == 0 || c % num_groups != 0 {
         return Err(Error::invalid(
@@ -512,7 +517,7 @@ pub fn group_norm_backward(
     let be = dispatch(
         op,
         &[
-            input("x", x),
+            input("x", x).float(),
             input("gamma", gamma),
             input("dy", dy),
             written("dx", dx),
@@ -520,7 +525,6 @@ pub fn group_norm_backward(
             updated("dbeta", dbeta),
         ],
     )?;
-    check_float(op, "x", x, be)?;
     let (n, c, hw) = nchw(op, x, dims.into())?;
     if num_groups == 0 || c % num_groups != 0 {
         return Err(Error::invalid(
@@ -662,7 +666,7 @@ pub fn batch_norm_inference(
     let be = dispatch(
         op,
         &[
-            input("x", x),
+            input("x", x).float(),
             input("gamma", gamma),
             input("beta", beta),
             input("running_mean", running_mean),
@@ -670,7 +674,6 @@ pub fn batch_norm_inference(
             written("y", y),
         ],
     )?;
-    check_float(op, "x", x, be)?;
     let (_, c, hw) = nchw(op, x, dims.into())?;
     check_channels(
         op,
@@ -801,8 +804,7 @@ pub fn l2_normalize_nchw_forward(
     y: &mut Tensor,
 ) -> Result<()> {
     let op = "l2_normalize_nchw_forward";
-    let be = dispatch(op, &[input("x", x), written("y", y)])?;
-    check_float(op, "x", x, be)?;
+    let be = dispatch(op, &[input("x", x).float(), written("y", y)])?;
     let (n, c, hw) = nchw(op, x, dims.into())?;
     be.out("y", y, x.dims(), x.dtype())?;
     if x.numel() == 0 {

@@ -9,8 +9,7 @@ use crate::{Dtype, Error, Result, Tensor};
 
 /// `y (rows, 1)`: `y[r] = sum_c x[r, c]` (an empty row sums to 0).
 pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
-    let be = dispatch("sum_rows", &[input("x", x), written("y", y)])?;
-    check_float("sum_rows", "x", x, be)?;
+    let be = dispatch("sum_rows", &[input("x", x).float(), written("y", y)])?;
     be.out("y", y, &[x.rows(), 1], x.dtype())?;
     if x.cols() == 0 {
         return y.zero();
@@ -23,8 +22,7 @@ pub fn sum_rows(x: &Tensor, y: &mut Tensor) -> Result<()> {
 
 /// `y (1, cols)`: `y[c] = sum_r x[r, c]` (an empty column sums to 0).
 pub fn sum_cols(x: &Tensor, y: &mut Tensor) -> Result<()> {
-    let be = dispatch("sum_cols", &[input("x", x), written("y", y)])?;
-    check_float("sum_cols", "x", x, be)?;
+    let be = dispatch("sum_cols", &[input("x", x).float(), written("y", y)])?;
     be.out("y", y, &[1, x.cols()], x.dtype())?;
     if x.rows() == 0 {
         return y.zero();
@@ -48,8 +46,7 @@ pub fn argmax_rows_i32(x: &Tensor, idx: &mut Tensor) -> Result<()> {
 }
 
 fn argmax_rows_as(op: &'static str, x: &Tensor, idx: &mut Tensor, dtype: Dtype) -> Result<()> {
-    let be = dispatch(op, &[input("x", x), written("idx", idx)])?;
-    check_float(op, "x", x, be)?;
+    let be = dispatch(op, &[input("x", x).float(), written("idx", idx)])?;
     be.out("idx", idx, &[x.rows(), 1], dtype)?;
     if x.cols() == 0 {
         return idx.zero();

@@ -1,6 +1,6 @@
 //! The mask builders and the token moments of an attention map.
 
-use super::super::{check_float, checked_product, dispatch, input, written};
+use super::super::{checked_product, dispatch, input, written};
 use crate::{Dtype, Error, Result, Tensor};
 
 /// `mask (k, 1) F32`: `mask[i] = x[offset + i stride] > 0.5 ? 1 : 0` for `i < k`, reading
@@ -14,8 +14,7 @@ pub fn build_slot_mask(
     mask: &mut Tensor,
 ) -> Result<()> {
     let op = "build_slot_mask";
-    let be = dispatch(op, &[input("x", x), written("mask", mask)])?;
-    check_float(op, "x", x, be)?;
+    let be = dispatch(op, &[input("x", x).float(), written("mask", mask)])?;
     if k > 0 {
         let last = checked_product(op, "(k - 1) * stride", &[k - 1, stride])?
             .checked_add(offset)
@@ -65,12 +64,11 @@ pub fn attention_token_moments(
     let be = dispatch(
         op,
         &[
-            input("attn", attn),
+            input("attn", attn).float(),
             written("mass", mass),
             written("centroid", centroid),
         ],
     )?;
-    check_float(op, "attn", attn, be)?;
     let lq = checked_product(op, "h_lat * w_lat", &[h_lat, w_lat])?;
     if attn.rows() != lq {
         return Err(Error::shape(

@@ -9,8 +9,8 @@
 use super::core_backward;
 use crate::ops::flash_attention::check_key_mask;
 use crate::ops::{
-    add_inplace, check_float, dispatch, input, input_opt, linear_backward_batched,
-    linear_forward_batched, matmul, updated, updated_opt, written, written_opt,
+    add_inplace, dispatch, input, input_opt, linear_backward_batched, linear_forward_batched,
+    matmul, updated, updated_opt, written, written_opt,
 };
 use crate::{Error, Result, Tensor};
 
@@ -159,10 +159,10 @@ pub fn flash_attention_qkvo_backward(
         dwo,
         dbo,
     } = grads;
-    let be = dispatch(
+    dispatch(
         op,
         &[
-            input("x", x),
+            input("x", x).float(),
             input_opt("ctx", ctx),
             input("wq", wq),
             input_opt("bq", bq),
@@ -186,7 +186,6 @@ pub fn flash_attention_qkvo_backward(
             updated_opt("dbo", dbo.as_deref()),
         ],
     )?;
-    check_float(op, "x", x, be)?;
     let (lq, d) = x.shape();
     let c = ctx.unwrap_or(x);
     let (lk, d_ctx) = c.shape();
