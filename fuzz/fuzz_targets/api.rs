@@ -1,13 +1,20 @@
-//! The public op API driven by arbitrary bytes on the CPU backend: arbitrary ops, dims
+//! The public op API driven by arbitrary bytes on the CPU backend: every op of the op table
+//! (`tests/src/op_table.rs`, the list the wrong-device test runs too), views, dims
 //! (small ones, and ones near `2^32`, `2^63` and `usize::MAX`), strides, dtypes, scalars and
 //! reuse of outputs as inputs. Every call must return `Ok` with a consistent result or an
 //! `Err`, never panic or touch memory out of bounds (the fuzz build runs under
 //! AddressSanitizer).
 #![no_main]
 
-use brotensor::ops::{self, AbtSpec, Act};
+use brotensor::ops;
 use brotensor::{Device, Dtype, Result, Tensor};
 use libfuzzer_sys::fuzz_target;
+
+/// The op table the tests use: every public op, its tensors from slots, its other
+/// arguments from a `Params` source (here, the fuzz bytes).
+#[path = "../../tests/src/op_table.rs"]
+mod op_table;
+use op_table::{Params, OP_TABLE};
 
 /// Reads the fuzz input as a stream of choices; an exhausted input reads as zeros.
 struct Bytes<'a>(&'a [u8]);
@@ -90,168 +97,63 @@ fn consistent(t: &Tensor) {
     }
 }
 
+impl Params for Bytes<'_> {
+    fn usize(&mut self) -> usize {
+        self.dim()
+    }
+    fn f32(&mut self) -> f32 {
+        self.scalar()
+    }
+    fn bool(&mut self) -> bool {
+        self.byte() & 1 == 1
+    }
+    fn dtype(&mut self) -> Dtype {
+        Bytes::dtype(self)
+    }
+}
+
+/// One step: an op of the op table on copies of some slots (so an op may also write a slot
+/// that is one of its inputs), or a view, reshape or resize of a slot.
 fn run(b: &mut Bytes, slots: &mut [Tensor]) -> Result<()> {
     let pick = |b: &mut Bytes| b.byte() as usize % SLOTS;
+    let choice = b.byte();
+    if choice >= 64 {
+        let index = (usize::from(choice) << 8 | usize::from(b.byte())) % OP_TABLE.len();
+        let entry = &OP_TABLE[index];
+        let mut args = (0..entry.slots)
+            .map(|_| slots[pick(b)].try_clone())
+            .collect::<Result<Vec<_>>>()?;
+        let keep = pick(b);
+        if std::env::var_os("BROTENSOR_FUZZ_TRACE").is_some() {
+            eprintln!("op {}", entry.name);
+        }
+        (entry.call)(&mut args, b)?;
+        for t in &args {
+            consistent(t);
+        }
+        // The last tensor is an output for most ops: later steps read it.
+        if let Some(out) = args.pop().filter(Tensor::is_committed) {
+            slots[keep] = out;
+        }
+        return Ok(());
+    }
     let (i, j, k) = (pick(b), pick(b), pick(b));
-    // Copies, so the op may also write a slot that is one of its operands.
-    let (x, y, z) = (
-        &slots[i].try_clone()?,
-        &slots[j].try_clone()?,
-        &slots[k].try_clone()?,
-    );
-    let (s1, s2) = (b.scalar(), b.scalar());
-    let (d1, d2, d3, d4) = (b.dim(), b.dim(), b.dim(), b.dim());
-    let mut out = Tensor::default();
-    let mut out2 = Tensor::default();
-    let mut out3 = Tensor::default();
-    let op = b.byte();
-    match op % 56 {
-        0 => slots[i] = make(b, d1, d2)?,
-        1 => out = ops::add(x, y)?,
-        2 => ops::div_out(x, y, &mut out)?,
-        3 => {
-            let mut t = x.try_clone()?;
-            t.mul_(y)?;
-            out = t;
+    let x = &slots[i].try_clone()?;
+    let y = &slots[j].try_clone()?;
+    let (d1, d2, d3) = (b.dim(), b.dim(), b.dim());
+    let out = match choice % 12 {
+        0 => {
+            slots[i] = make(b, d1, d2)?;
+            return Ok(());
         }
-        4 => ops::exp_forward(x, &mut out)?,
-        5 => ops::gelu_backward(x, y, &mut out)?,
-        6 => ops::elu_backward(x, y, s1, &mut out)?,
-        7 => ops::swiglu_forward(x, &mut out)?,
-        8 => ops::geglu_backward(x, y, &mut out)?,
-        9 => ops::clamp_out(x, s1, s2, &mut out)?,
-        10 => ops::cast(x, &mut out, b.dtype())?,
-        11 => {
-            let mut t = x.try_clone()?;
-            ops::add_channel_bias_inplace(&mut t, y, d1, d2)?;
-            out = t;
+        1 => {
+            slots[i].reshape_(&[d1, d2])?;
+            return Ok(());
         }
-        12 => ops::threshold_u8(x, s1, &mut out)?,
-        13 => ops::sum_rows(x, &mut out)?,
-        14 => ops::sum_cols(x, &mut out)?,
-        15 => ops::argmax_rows(x, &mut out)?,
-        16 => ops::top_k_rows(x, d1, &mut out, &mut out2)?,
-        17 => ops::rows_count_above(x, s1, s2, &mut out)?,
-        18 => ops::matmul(x, y, &mut out)?,
-        19 => {
-            let (mut da, mut db) = (x.try_clone()?, y.try_clone()?);
-            ops::matmul_backward(x, y, z, &mut da, &mut db)?;
-            out = da;
-        }
-        20 => ops::linear_forward(x, y, z, &mut out)?,
-        21 => ops::linear_forward_batched(x, Some(y), z, &mut out)?,
-        22 => {
-            let (mut dw, mut db) = (
-                x.try_clone()?,
-                Tensor::zeros_on(Device::Cpu, x.rows(), 1, x.dtype())?,
-            );
-            ops::linear_backward_batched(x, y, z, &mut out, &mut dw, &mut db)?;
-        }
-        23 => {
-            let spec = AbtSpec {
-                batch: b.dim(),
-                m: d1,
-                n: d2,
-                k: d3,
-                stride_a: d4,
-                stride_b: b.dim(),
-                stride_c: b.dim(),
-            };
-            let mut c = z.try_clone()?;
-            ops::matmul_abt(
-                x,
-                y,
-                &mut c,
-                spec,
-                None,
-                Act::from_code(b.byte() as u32 % 6),
-            )?;
-            out = c;
-        }
-        24 => ops::linear_forward_batched_fp16(x, None, y, &mut out)?,
-        25 => {
-            let w: Vec<f32> = (0..(d1 % 8) * (d2 % 8)).map(|_| b.scalar()).collect();
-            let _ = ops::quantize_int8_per_row_host(&w, d1 % 8, d2 % 8)?;
-            let _ = ops::quantize_int8_per_row_host(&w, d1, d2);
-        }
-        26 => ops::linear_forward_batched_int8w_fp16(x, y, None, z, &mut out)?,
-        27 => ops::softmax_rows_forward(x, &mut out)?,
-        28 => ops::softmax_forward(x, Some(y), &mut out)?,
-        29 => ops::softmax_backward(x, y, &mut out)?,
-        30 => {
-            let offsets = [0, d1, d2];
-            ops::softmax_xent_fused_batched(x, y, None, &offsets, &mut out, &mut out2, &mut out3)?;
-        }
-        31 => {
-            ops::bce_with_logits_fused_batched(x, y, Some(z), s1, &mut out, &mut out2, &mut out3)?
-        }
-        32 => {
-            let _ = ops::mse_vec_forward(x, y)?;
-            ops::mse_vec_per_sample(x, y, &mut out, &mut out2)?;
-        }
-        33 => ops::layernorm_forward_batched_with_caches(
-            x,
-            y,
-            z,
-            s1,
-            &mut out,
-            &mut out2,
-            &mut out3,
-            &mut Tensor::default(),
-        )?,
-        34 => {
-            let (mut dg, mut db) = (y.try_clone()?, y.try_clone()?);
-            ops::layernorm_backward_batched_with_caches(x, z, y, y, &mut out, &mut dg, &mut db)?;
-        }
-        35 => ops::rms_norm_forward(x, y, s1, &mut out)?,
-        36 => {
-            let mut dg = y.try_clone()?;
-            ops::rms_norm_backward(x, y, z, s1, &mut out, &mut dg)?;
-        }
-        37 => ops::l2_norm_forward(x, d1, d2, s1, &mut out)?,
-        38 => ops::l2_norm_backward(x, y, d1, d2, s1, &mut out)?,
-        39 => ops::group_norm_forward(x, y, z, (d1, d2, d3, d4), b.dim(), s1, &mut out)?,
-        40 => {
-            let (mut dg, mut db) = (y.try_clone()?, y.try_clone()?);
-            ops::group_norm_backward(
-                x,
-                y,
-                z,
-                (d1, d2, d3, d4),
-                b.dim(),
-                s1,
-                &mut out,
-                &mut dg,
-                &mut db,
-            )?;
-        }
-        41 => ops::batch_norm_inference(x, y, z, y, z, (d1, d2, d3, d4), s1, &mut out)?,
-        42 => {
-            let (mut rm, mut rv) = (y.try_clone()?, z.try_clone()?);
-            ops::batch_norm_forward(
-                x,
-                y,
-                z,
-                (d1, d2, d3, d4),
-                s1,
-                s2,
-                &mut rm,
-                &mut rv,
-                &mut out,
-                &mut out2,
-                &mut out3,
-            )?;
-        }
-        43 => ops::l2_normalize_nchw_forward(x, (d1, d2, d3, d4), s1, &mut out)?,
-        44 => {
-            let alpha = Tensor::from_slice_on(Device::Cpu, &vec![s1; d2.min(64)], d2.min(64), 1)?;
-            ops::snake_forward(x, &alpha, None, (d1, d2, d3), &mut out)?;
-        }
-        45 => slots[i].reshape_(&[d1, d2])?,
-        46 => out = x.reshaped(d1, d2)?.try_clone()?,
+        2 => x.reshaped(d1, d2)?.try_clone()?,
         // Views: made from fuzzed arguments, materialised, kept in slots (so later ops read
         // views and try to write through them), and fed to broadcasting arithmetic.
-        47 => {
+        3 => {
             let rank = x.rank();
             let mut perm: Vec<usize> = (0..rank).collect();
             for r in 0..rank {
@@ -260,34 +162,39 @@ fn run(b: &mut Bytes, slots: &mut [Tensor]) -> Result<()> {
             if b.byte() % 8 == 0 {
                 perm.push(d1); // an invalid permutation now and then
             }
-            out = x.permute(&perm)?.contiguous()?;
+            x.permute(&perm)?.contiguous()?
         }
-        48 => {
+        4 => {
             let step = b.byte() as i8 as isize;
-            out = x.slice(d1 % 4, d2, d3, step)?.contiguous()?;
+            x.slice(d1 % 4, d2, d3, step)?.contiguous()?
         }
-        49 => {
+        5 => {
             let dims = [d1 % 5, x.rows(), x.cols()];
-            out = x.broadcast_to(&dims)?.contiguous()?;
+            x.broadcast_to(&dims)?.contiguous()?
         }
-        50 => out = x.flip(&[d1 % 3, d2 % 3])?.contiguous()?,
-        51 => out = x.reshape(&[d1, d2, d3])?.contiguous()?,
-        52 => slots[k] = slots[i].transpose(0, d1 % 3)?,
-        53 => slots[i].add_(y)?,
-        54 => {
+        6 => x.flip(&[d1 % 3, d2 % 3])?.contiguous()?,
+        7 => x.reshape(&[d1, d2, d3])?.contiguous()?,
+        8 => {
+            slots[k] = slots[i].transpose(0, d1 % 3)?;
+            return Ok(());
+        }
+        9 => {
+            slots[i].add_(y)?;
+            return Ok(());
+        }
+        10 => {
             let row = y.narrow(0, d1, d2 % 3)?;
-            out = ops::mul(x, &row)?;
             let mut into = Tensor::default();
             ops::copy_into(&row.unsqueeze(d3 % 4)?, &mut into)?;
+            ops::mul(x, &row)?
         }
-        _ => slots[i].resize(d1 % 64, d2 % 64, b.dtype())?,
-    }
-    for t in [&out, &out2, &out3] {
-        consistent(t);
-    }
-    if out.is_committed() {
-        slots[k] = out;
-    }
+        _ => {
+            slots[i].resize(d1 % 64, d2 % 64, b.dtype())?;
+            return Ok(());
+        }
+    };
+    consistent(&out);
+    slots[k] = out;
     Ok(())
 }
 

@@ -53,10 +53,6 @@ pub trait Params {
     fn u64s(&mut self) -> Vec<u64> {
         vec![self.u64(), self.u64()]
     }
-    /// A list of host floats.
-    fn f32s(&mut self) -> Vec<f32> {
-        vec![self.f32(), self.f32()]
-    }
     /// A RoPE pair layout.
     fn rope_layout(&mut self) -> RopeLayout {
         if self.bool() {
