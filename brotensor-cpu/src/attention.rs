@@ -1,15 +1,19 @@
 //! CPU reference of the attention category's own kernels (the attention ops are composites
 //! of the matrix product, the masked softmax and the element-wise ops): the slot and causal
 //! masks, invalid-row zeroing, the decomposed relative-position bias, window partitioning
-//! of a token grid, and the token moments of an attention map. FP32.
+//! of a token grid, and the token moments of an attention map. FP32; the masks and the row
+//! moves also take the 16-bit float types, whose values they only compare or move.
 
 use rayon::prelude::*;
 
-/// `mask[i] = x[offset + i stride] > 0.5 ? 1 : 0` for every `i < mask.len()`; the caller
-/// checked that `x` reaches.
-pub fn slot_mask(x: &[f32], offset: usize, stride: usize, mask: &mut [f32]) {
+/// `mask[i] = x[offset + i stride] > 0.5 ? 1 : 0` for every `i < mask.len()` (`x` F32, or a
+/// 16-bit float widened exactly); the caller checked that `x` reaches.
+pub fn slot_mask<T: Copy>(x: &[T], offset: usize, stride: usize, mask: &mut [f32])
+where
+    f32: From<T>,
+{
     for (i, m) in mask.iter_mut().enumerate() {
-        *m = if x[offset + i * stride] > 0.5 {
+        *m = if f32::from(x[offset + i * stride]) > 0.5 {
             1.0
         } else {
             0.0
@@ -24,14 +28,15 @@ pub fn causal_mask(q: usize, mask: &mut [f32]) {
     }
 }
 
-/// Zeroes row `r` of `y` (rows of `cols`) where `mask[r % mask.len()] < 0.5`.
-pub fn mask_rows(y: &mut [f32], cols: usize, mask: &[f32]) {
+/// Zeroes row `r` of `y` (rows of `cols`) where `mask[r % mask.len()] < 0.5`; `T::default()`
+/// is the zero of the element type (F32 or a 16-bit float).
+pub fn mask_rows<T: Copy + Default + Send + Sync>(y: &mut [T], cols: usize, mask: &[f32]) {
     if cols == 0 || mask.is_empty() {
         return;
     }
     y.par_chunks_mut(cols).enumerate().for_each(|(r, row)| {
         if mask[r % mask.len()] < 0.5 {
-            row.fill(0.0);
+            row.fill(T::default());
         }
     });
 }
@@ -74,10 +79,11 @@ pub fn rel_pos_bias(
 
 /// With `partition`, `out` rows are the tokens of `x (gh gw, cols)` window by window
 /// (`win x win` windows, window-major, zero past the grid); else the inverse: `out (gh gw,
-/// cols)` from the windows in `x`.
-pub fn window_rows(
-    x: &[f32],
-    out: &mut [f32],
+/// cols)` from the windows in `x`. Elements are moved, not computed: any element type whose
+/// `T::default()` is zero (F32, the 16-bit floats).
+pub fn window_rows<T: Copy + Default + Send + Sync>(
+    x: &[T],
+    out: &mut [T],
     cols: usize,
     (gh, gw, win): (usize, usize, usize),
     partition: bool,
@@ -96,7 +102,7 @@ pub fn window_rows(
                 let s = (y * gw + xx) * cols;
                 row.copy_from_slice(&x[s..s + cols]);
             } else {
-                row.fill(0.0);
+                row.fill(T::default());
             }
         } else {
             let (y, xx) = (r / gw, r % gw);

@@ -14,6 +14,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod flash;
 pub mod flash_grad;
+pub mod half_float;
 pub mod linear;
 pub mod loss;
 pub mod norm;

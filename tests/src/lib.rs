@@ -301,9 +301,10 @@ fn describe(device: Device) -> String {
 }
 
 /// Runs `op` on seeded random inputs on the CPU (FP32 reference) and on every GPU device in
-/// every float dtype it supports, and compares. For 16-bit runs the CPU gets the inputs
-/// rounded through that dtype, so the comparison measures the op, not the input rounding.
-/// A dtype the device does not support must be refused with `UnsupportedDtype`.
+/// every float dtype it supports, and on the CPU in the 16-bit dtypes, and compares. For
+/// 16-bit runs the reference gets the inputs rounded through that dtype, so the comparison
+/// measures the op, not the input rounding. A dtype the device does not support must be
+/// refused with `UnsupportedDtype`.
 pub fn parity(case: &str, seed: u64, inputs: &[Input], op: impl Fn(&[Tensor]) -> Result<Tensor>) {
     parity_with(case, seed, inputs, Check::default(), op)
 }
@@ -359,7 +360,10 @@ pub fn parity_with(
         if dtype == Dtype::F32 {
             record(case, Device::Cpu, dtype);
         }
-        for &device in &gpus {
+        // The CPU computes the 16-bit dtypes too (FP32 math, one rounding on the way out):
+        // its 16-bit run is compared with its own FP32 reference like a GPU's.
+        let cpu = (dtype != Dtype::F32).then_some(Device::Cpu);
+        for device in cpu.into_iter().chain(gpus.iter().copied()) {
             compare_on(
                 case,
                 device,

@@ -11,15 +11,15 @@ use brotensor_tests::{
     assert_close_rows, gpu_devices, read_f32, round_through, tensor, tolerance, SplitMix64,
 };
 
-/// Every `(device, dtype)` an op runs in: the CPU in F32, every GPU in F32, F16 and BF16.
+/// Every `(device, dtype)` an op runs in: the CPU and every GPU in F32, F16 and BF16.
 fn cases() -> Vec<(Device, Dtype)> {
     let gpus = gpu_devices();
     if gpus.is_empty() {
         eprintln!("attention: SKIPPED on GPU (no GPU device found)");
     }
-    let mut v = vec![(Device::Cpu, Dtype::F32)];
-    for g in gpus {
-        v.extend([Dtype::F32, Dtype::F16, Dtype::BF16].map(|t| (g, t)));
+    let mut v = Vec::new();
+    for d in std::iter::once(Device::Cpu).chain(gpus) {
+        v.extend([Dtype::F32, Dtype::F16, Dtype::BF16].map(|t| (d, t)));
     }
     v
 }

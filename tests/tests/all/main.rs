@@ -7,6 +7,7 @@ mod cast_rounding;
 mod concat;
 mod concurrency;
 mod coverage_gaps;
+mod cpu_half;
 mod cpu_tier;
 mod custom_kernel;
 mod default_device;

@@ -13,13 +13,16 @@ use brotensor_tests::{
     assert_close_rows, gpu_devices, read_f32, round_through, tensor, tolerance, SplitMix64,
 };
 
-/// Every device with the float dtypes its ops claim: F32 on the CPU, F32/F16/BF16 on GPUs.
+/// Every device with the float dtypes its ops claim: F32, F16 and BF16 on the CPU and GPUs.
 fn runs() -> Vec<(Device, Dtype)> {
     let gpus = gpu_devices();
     if gpus.is_empty() {
         eprintln!("rope: SKIPPED on GPU (no GPU device found)");
     }
-    let mut runs = vec![(Device::Cpu, Dtype::F32)];
+    // The CPU computes the 16-bit dtypes with FP32 math, like a GPU.
+    let mut runs: Vec<(Device, Dtype)> = [Dtype::F32, Dtype::F16, Dtype::BF16]
+        .map(|t| (Device::Cpu, t))
+        .to_vec();
     for d in gpus {
         runs.extend([Dtype::F32, Dtype::F16, Dtype::BF16].map(|t| (d, t)));
     }
@@ -431,10 +434,11 @@ fn rope_rejects_bad_arguments() {
         assert!(matches!(r, Err(Error::Dtype { .. })), "{r:?}");
         mrope_errors(device, &x);
     }
-    // The CPU computes F32 only.
+    // The CPU computes 16-bit rope too, keeping the dtype.
     let h = Tensor::zeros_on(Device::Cpu, 3, 8, Dtype::F16).unwrap();
-    let r = ops::rope_forward(&h, 4, 2, 0, &RopeParams::default(), &mut Tensor::default());
-    assert!(matches!(r, Err(Error::UnsupportedDtype { .. })), "{r:?}");
+    let mut y = Tensor::default();
+    ops::rope_forward(&h, 4, 2, 0, &RopeParams::default(), &mut y).unwrap();
+    assert_eq!(y.dtype(), Dtype::F16);
 }
 
 /// M-RoPE's own error cases, with `x (3, 8)` as one head of 8, sections `[1, 2, 1]`.

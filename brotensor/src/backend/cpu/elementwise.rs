@@ -1,13 +1,15 @@
 //! CPU glue of the elementwise ops: instruction maps, casts, fills, broadcasts.
 
+use brotensor_cpu::cast::FloatElem;
 use brotensor_cpu::simd::MulAdd;
-use brotensor_cpu::{activation as act, cast as cpu_cast, elementwise as ew};
+use brotensor_cpu::{activation as act, cast as cpu_cast, elementwise as ew, half_float as hf};
 use half::{bf16, f16};
 
+use super::dtype_policy::{is_half, with_half};
 use super::CpuBackend;
 use crate::backend::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 use crate::layout::{shared_row_patterns, RowPattern};
-use crate::{Device, Dtype, Error, Result, Tensor};
+use crate::{Device, Dtype, Element, Error, Result, Tensor};
 
 /// Runs `$go!(f)` with `f` the scalar math of a unary instruction, one monomorphic map per
 /// instruction so the inner loop has no branch on the op; `$go!(fused f)` where `f` also
@@ -82,6 +84,10 @@ impl ElementwiseOps for CpuBackend {
         a: f32,
         b: f32,
     ) -> Result<()> {
+        if is_half(out.dtype()) {
+            with_half!(out.dtype(), |E| unary_half::<E>(op, x, out, a, b));
+            return Ok(());
+        }
         // `$f` is called from an `#[inline(always)]` closure rather than handed to the map:
         // a function handed over is called through a generic `Fn::call` shim, which LLVM
         // may leave uninlined for a large body (exact GELU), and then the body runs without
@@ -147,6 +153,10 @@ impl ElementwiseOps for CpuBackend {
         a: f32,
         b: f32,
     ) -> Result<()> {
+        if is_half(out.dtype()) {
+            with_half!(out.dtype(), |E| binary_half::<E>(op, x, y, out, a, b));
+            return Ok(());
+        }
         // As in `unary`: `$f` is called from `#[inline(always)]` closures. `trig` (the sin
         // and cos gradients) takes the fast sine and cosine where they hold for two input
         // tensors; an operand written in place takes `exact` throughout.
@@ -226,7 +236,11 @@ impl ElementwiseOps for CpuBackend {
     }
 
     fn fill(&self, out: &mut Tensor, value: f32) -> Result<()> {
-        ew::fill(out.host_mut::<f32>(), value);
+        match out.dtype() {
+            Dtype::F16 => hf::fill(out.host_mut::<f16>(), value),
+            Dtype::BF16 => hf::fill(out.host_mut::<bf16>(), value),
+            _ => ew::fill(out.host_mut::<f32>(), value),
+        }
         Ok(())
     }
 
@@ -234,6 +248,7 @@ impl ElementwiseOps for CpuBackend {
         let o = out.host_mut::<i8>();
         match x.dtype() {
             Dtype::F16 => ew::threshold(x.host::<f16>(), t, o),
+            Dtype::BF16 => ew::threshold(x.host::<bf16>(), t, o),
             _ => ew::threshold(x.host::<f32>(), t, o),
         }
         Ok(())
@@ -252,6 +267,10 @@ impl ElementwiseOps for CpuBackend {
         y: &Tensor,
         out: &mut Tensor,
     ) -> Result<bool> {
+        // 16-bit views are copied densely by the caller and take the 16-bit maps.
+        if out.dtype() != Dtype::F32 {
+            return Ok(false);
+        }
         let Some((px, py, cols)) = shared_row_patterns(x.layout(), y.layout()) else {
             return Ok(false);
         };
@@ -285,10 +304,136 @@ impl ElementwiseOps for CpuBackend {
         v: &Tensor,
         b: Broadcast,
     ) -> Result<()> {
+        if is_half(y.dtype()) {
+            with_half!(y.dtype(), |E| hf::broadcast(
+                y.host_mut::<E>(),
+                v.host::<E>(),
+                b.inner,
+                b.per_row,
+                b.v_len,
+                b.repeat,
+                b.multiply
+            ));
+            return Ok(());
+        }
         let (y, v) = (y.host_mut(), v.host());
         ew::broadcast(y, v, b.inner, b.per_row, b.v_len, b.repeat, b.multiply);
         Ok(())
     }
+}
+
+/// [`ElementwiseOps::unary`] on 16-bit storage: the FP32 map of each instruction over
+/// blocks widened in registers, each result rounded once.
+fn unary_half<E: FloatElem + Element>(op: Unary, x: Src<'_>, out: &mut Tensor, a: f32, b: f32) {
+    macro_rules! run {
+        ($fits:expr, $fast:expr, $exact:expr) => {
+            match x {
+                Src::Out => hf::map_unary_inplace(out.host_mut::<E>(), $fits, $fast, $exact),
+                Src::Tensor(x) => {
+                    hf::map_unary(x.host::<E>(), out.host_mut::<E>(), $fits, $fast, $exact)
+                }
+            }
+        };
+    }
+    macro_rules! go {
+        (fused $f:expr) => {{
+            let f = $f;
+            run!(
+                |_| true,
+                #[inline(always)]
+                move |m, v| f(m, v),
+                |_| f32::NAN
+            )
+        }};
+        (trig $pick:expr, $exact:expr) => {{
+            let (pick, exact) = ($pick, $exact);
+            run!(
+                #[inline(always)]
+                |v| ew::trig_fits(v),
+                #[inline(always)]
+                move |m, v| pick(ew::sin_cos_with(m, v)),
+                exact
+            )
+        }};
+        ($f:expr) => {{
+            let f = $f;
+            go!(fused move |_: MulAdd, v: f32| f(v))
+        }};
+    }
+    with_unary_fn!(op, a, b, go);
+}
+
+/// [`ElementwiseOps::binary`] on 16-bit storage, as [`unary_half`]. The sin and cos gradients
+/// take the fast sine and cosine where they hold for two input tensors, `exact` otherwise.
+fn binary_half<E: FloatElem + Element>(
+    op: Binary,
+    x: Src<'_>,
+    y: Src<'_>,
+    out: &mut Tensor,
+    a: f32,
+    b: f32,
+) {
+    macro_rules! go {
+        (trig $pick:expr, $exact:expr) => {{
+            let (pick, exact) = ($pick, $exact);
+            match (x, y) {
+                (Src::Tensor(x), Src::Tensor(y)) => hf::map_binary(
+                    x.host::<E>(),
+                    y.host::<E>(),
+                    out.host_mut::<E>(),
+                    #[inline(always)]
+                    |v| ew::trig_fits(v),
+                    #[inline(always)]
+                    move |m, v, dy| pick(ew::sin_cos_with(m, v), dy),
+                    exact,
+                ),
+                _ => go!(exact),
+            }
+        }};
+        (fused $f:expr) => {{
+            let f = $f;
+            let nan = |_: f32, _: f32| f32::NAN;
+            match (x, y) {
+                (Src::Tensor(x), Src::Tensor(y)) => hf::map_binary(
+                    x.host::<E>(),
+                    y.host::<E>(),
+                    out.host_mut::<E>(),
+                    |_| true,
+                    #[inline(always)]
+                    move |m, a, b| f(m, a, b),
+                    nan,
+                ),
+                (Src::Out, Src::Tensor(y)) => hf::map_binary_inplace(
+                    out.host_mut::<E>(),
+                    y.host::<E>(),
+                    |_| true,
+                    #[inline(always)]
+                    move |m, o, b| f(m, o, b),
+                    nan,
+                ),
+                (Src::Tensor(x), Src::Out) => hf::map_binary_inplace(
+                    out.host_mut::<E>(),
+                    x.host::<E>(),
+                    |_| true,
+                    #[inline(always)]
+                    move |m, o, x| f(m, x, o),
+                    nan,
+                ),
+                (Src::Out, Src::Out) => hf::map_unary_inplace(
+                    out.host_mut::<E>(),
+                    |_| true,
+                    #[inline(always)]
+                    move |m, o| f(m, o, o),
+                    |_| f32::NAN,
+                ),
+            }
+        }};
+        ($f:expr) => {{
+            let f = $f;
+            go!(fused move |_: MulAdd, x: f32, y: f32| f(x, y))
+        }};
+    }
+    with_binary_fn!(op, a, b, go);
 }
 
 fn cast_error(dtype: Dtype) -> Error {

@@ -1,11 +1,12 @@
 //! CPU glue of the embedding category.
 
-use brotensor_cpu::embedding as emb;
+use brotensor_cpu::{embedding as emb, half_float as hf};
 
 use super::concat::{by_width, bytes, bytes_mut, width};
+use super::dtype_policy::{is_half, with_half};
 use super::CpuBackend;
 use crate::backend::EmbeddingOps;
-use crate::{Result, Tensor};
+use crate::{Dtype, Result, Tensor};
 
 impl EmbeddingOps for CpuBackend {
     fn count_bad_ids(&self, _op: &'static str, ids: &Tensor, rows: usize) -> Result<usize> {
@@ -37,6 +38,16 @@ impl EmbeddingOps for CpuBackend {
     }
 
     fn scatter_rows_add(&self, dy: &Tensor, ids: &Tensor, dx: &mut Tensor) -> Result<()> {
+        if is_half(dx.dtype()) {
+            // Each row of `dx` an id hits is widened, added to in FP32 and rounded once.
+            with_half!(dx.dtype(), |E| hf::scatter_rows_add(
+                dy.host::<E>(),
+                dy.cols(),
+                ids.host(),
+                dx.host_mut::<E>()
+            ));
+            return Ok(());
+        }
         emb::scatter_rows_add(dy.host(), dy.cols(), ids.host(), dx.host_mut());
         Ok(())
     }

@@ -2,9 +2,10 @@
 
 use brotensor_cpu::flash as fl;
 
+use super::dtype_policy::{is_half, through_f32, with_half, Narrowed};
 use super::CpuBackend;
 use crate::backend::{FlashAttentionOps, FlashSpec, SeqLens};
-use crate::{Result, Tensor};
+use crate::{Dtype, Result, Tensor};
 
 /// The CPU crate's geometry for `spec` over `q (lq, ·)`.
 fn geometry(q: &Tensor, spec: &FlashSpec) -> fl::Attention {
@@ -33,6 +34,12 @@ impl FlashAttentionOps for CpuBackend {
         spec: &FlashSpec,
         o: &mut Tensor,
     ) -> Result<()> {
+        if is_half(q.dtype()) {
+            // The mask is F32 whatever the data's dtype.
+            return through_f32(&[q, k, v], &mut [Narrowed::written(o)], |w, out| {
+                self.flash_attention(&w[0], &w[1], &w[2], mask, spec, &mut out[0])
+            });
+        }
         let mut a = geometry(q, spec);
         let mask = mask.map(|m| m.host::<f32>());
         if spec.offset_from_mask {
@@ -55,6 +62,11 @@ impl FlashAttentionOps for CpuBackend {
         spec: &FlashSpec,
         o: &mut Tensor,
     ) -> Result<()> {
+        if is_half(q.dtype()) {
+            return through_f32(&[q, k, v], &mut [Narrowed::written(o)], |w, out| {
+                self.flash_attention_varlen(&w[0], &w[1], &w[2], seqs, spec, &mut out[0])
+            });
+        }
         let a = geometry(q, spec);
         let out = o.host_mut();
         fl::attention_varlen(
@@ -78,6 +90,14 @@ impl FlashAttentionOps for CpuBackend {
         v_cache: &mut Tensor,
     ) -> Result<()> {
         let cols = k_new.cols();
+        if is_half(k_new.dtype()) {
+            // A copy of the new rows into the cache: the 16-bit elements are moved as they are.
+            with_half!(k_new.dtype(), |E| {
+                fl::cache_append(k_new.host::<E>(), cur_len, cols, k_cache.host_mut());
+                fl::cache_append(v_new.host::<E>(), cur_len, cols, v_cache.host_mut());
+            });
+            return Ok(());
+        }
         fl::cache_append(k_new.host::<f32>(), cur_len, cols, k_cache.host_mut());
         fl::cache_append(v_new.host::<f32>(), cur_len, cols, v_cache.host_mut());
         Ok(())

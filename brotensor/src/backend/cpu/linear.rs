@@ -1,7 +1,9 @@
-//! CPU glue of the GEMM.
+//! CPU glue of the GEMM. F16 and BF16 products are compute-bound: they run on FP32 copies of
+//! their operands and narrow `C` once (`dtype_policy::through_f32`).
 
 use brotensor_cpu::linear as lin;
 
+use super::dtype_policy::{is_half, through_f32, Narrowed};
 use super::CpuBackend;
 use crate::backend::{Gemm, LinearOps};
 use crate::{Result, Tensor};
@@ -16,8 +18,29 @@ impl LinearOps for CpuBackend {
         c: &mut Tensor,
         g: Gemm,
     ) -> Result<()> {
-        let bias = bias.map(|t| t.host::<f32>());
-        lin::gemm(a.host(), b.host(), bias, c.host_mut(), g);
+        if is_half(a.dtype()) || is_half(c.dtype()) {
+            // The product writes every element of `c` only when its batches tile it with no
+            // gap; otherwise the elements it skips must come back unchanged, so widen them too.
+            let mn = g.m * g.n;
+            let tiles_c = (g.batch == 1 || g.strides.2 == mn) && g.batch * mn == c.numel();
+            let wc = if g.accumulate || !tiles_c {
+                Narrowed::updated(c)
+            } else {
+                Narrowed::written(c)
+            };
+            let inputs: Vec<&Tensor> = [a, b].into_iter().chain(bias).collect();
+            return through_f32(&inputs, &mut [wc], |w, o| {
+                gemm_f32(&w[0], &w[1], w.get(2), &mut o[0], g);
+                Ok(())
+            });
+        }
+        gemm_f32(a, b, bias, c, g);
         Ok(())
     }
+}
+
+/// The FP32 product on F32 tensors.
+fn gemm_f32(a: &Tensor, b: &Tensor, bias: Option<&Tensor>, c: &mut Tensor, g: Gemm) {
+    let bias = bias.map(|t| t.host::<f32>());
+    lin::gemm(a.host(), b.host(), bias, c.host_mut(), g);
 }

@@ -1,10 +1,13 @@
 //! The CPU backend: host buffers and the rayon FP32 reference ops of `brotensor-cpu`. This
 //! file holds the backend itself (memory, sync); each op family's glue is in its own file.
+//! F16 and BF16 compute with FP32 math and one rounding on the way out, as on a GPU
+//! ([`dtype_policy`]).
 
 mod activation;
 mod algebra;
 mod attention;
 mod concat;
+mod dtype_policy;
 mod elementwise;
 mod embedding;
 mod flash;
@@ -59,10 +62,17 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, dtype: Dtype) -> bool {
-        // F32 for every op; the wide dtypes for the tensor-algebra ops.
+        // F32 for every op, F16 and BF16 through FP32 math (`dtype_policy`); the wide
+        // dtypes for the tensor-algebra ops.
         matches!(
             dtype,
-            Dtype::F32 | Dtype::F64 | Dtype::I64 | Dtype::C64 | Dtype::C128
+            Dtype::F32
+                | Dtype::F16
+                | Dtype::BF16
+                | Dtype::F64
+                | Dtype::I64
+                | Dtype::C64
+                | Dtype::C128
         )
     }
 

@@ -5,6 +5,7 @@ use brotensor_cpu::quant as q;
 use half::{bf16, f16};
 
 use super::concat::bytes;
+use super::dtype_policy::{is_half, through_f32, Narrowed};
 use super::CpuBackend;
 use crate::backend::QuantOps;
 use crate::ops::{Act, QUANT_WEIGHT_DTYPES};
@@ -38,6 +39,13 @@ impl QuantOps for CpuBackend {
         act: Act,
         y: &mut Tensor,
     ) -> Result<()> {
+        if is_half(x.dtype()) {
+            // FP32 activations and accumulation; the weight blocks are read as they are.
+            let inputs: Vec<&Tensor> = std::iter::once(x).chain(bias).collect();
+            return through_f32(&inputs, &mut [Narrowed::written(y)], |i, o| {
+                self.quant_gemv(w, i.get(1), &i[0], act, &mut o[0])
+            });
+        }
         let bias = bias.map(|b| b.host::<f32>());
         let (n, k) = w.shape();
         q::gemv(block(w), bytes(w), n, k, x.host(), bias, act, y.host_mut());
@@ -52,6 +60,12 @@ impl QuantOps for CpuBackend {
         act: Act,
         y: &mut Tensor,
     ) -> Result<()> {
+        if is_half(x.dtype()) {
+            let inputs: Vec<&Tensor> = std::iter::once(x).chain(bias).collect();
+            return through_f32(&inputs, &mut [Narrowed::written(y)], |i, o| {
+                self.quant_gemm(w, i.get(1), &i[0], act, &mut o[0])
+            });
+        }
         let bias = bias.map(|b| b.host::<f32>());
         let (n, k) = w.shape();
         q::gemm(block(w), bytes(w), n, k, x.host(), bias, act, y.host_mut());

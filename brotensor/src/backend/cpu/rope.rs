@@ -2,6 +2,7 @@
 
 use brotensor_cpu::rope::{self as cpu, Freqs, Heads, MropeAxis};
 
+use super::dtype_policy::{is_half, through_f32, Narrowed};
 use super::CpuBackend;
 use crate::backend::RopeOps;
 use crate::ops::{MropeTables, RopeLayout, RopeParams};
@@ -38,6 +39,11 @@ impl RopeOps for CpuBackend {
         p: &RopeParams,
         y: &mut Tensor,
     ) -> Result<()> {
+        if is_half(x.dtype()) {
+            return through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
+                self.rope_forward(&w[0], hd, seq_offset, p, &mut o[0])
+            });
+        }
         let f = freqs(p, hd.0, seq_offset);
         cpu::rope_forward(x.host(), y.host_mut(), heads(hd, p.layout), &f);
         Ok(())
@@ -51,6 +57,11 @@ impl RopeOps for CpuBackend {
         p: &RopeParams,
         dx: &mut Tensor,
     ) -> Result<()> {
+        if is_half(dy.dtype()) {
+            return through_f32(&[dy], &mut [Narrowed::written(dx)], |w, o| {
+                self.rope_backward(&w[0], hd, seq_offset, p, &mut o[0])
+            });
+        }
         let f = freqs(p, hd.0, seq_offset);
         cpu::rope_backward(dy.host(), dx.host_mut(), heads(hd, p.layout), &f);
         Ok(())
@@ -65,6 +76,12 @@ impl RopeOps for CpuBackend {
         layout: RopeLayout,
         y: &mut Tensor,
     ) -> Result<()> {
+        if is_half(x.dtype()) {
+            // The angle tables are F32 whatever the data's dtype.
+            return through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
+                self.rope_apply(&w[0], cos, sin, hd, layout, &mut o[0])
+            });
+        }
         let g = heads(hd, layout);
         cpu::rope_apply(x.host(), cos.host(), sin.host(), y.host_mut(), g);
         Ok(())
@@ -79,6 +96,11 @@ impl RopeOps for CpuBackend {
         layout: RopeLayout,
         y: &mut Tensor,
     ) -> Result<()> {
+        if is_half(x.dtype()) {
+            return through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
+                self.rope_apply_perhead(&w[0], cos, sin, hd, layout, &mut o[0])
+            });
+        }
         let g = heads(hd, layout);
         cpu::rope_apply_perhead(x.host(), cos.host(), sin.host(), y.host_mut(), g);
         Ok(())
@@ -93,6 +115,11 @@ impl RopeOps for CpuBackend {
         layout: RopeLayout,
         dx: &mut Tensor,
     ) -> Result<()> {
+        if is_half(dy.dtype()) {
+            return through_f32(&[dy], &mut [Narrowed::written(dx)], |w, o| {
+                self.rope_apply_backward(&w[0], cos, sin, hd, layout, &mut o[0])
+            });
+        }
         let g = heads(hd, layout);
         cpu::rope_apply_backward(dy.host(), cos.host(), sin.host(), dx.host_mut(), g);
         Ok(())
@@ -108,6 +135,11 @@ impl RopeOps for CpuBackend {
         layout: RopeLayout,
         y: &mut Tensor,
     ) -> Result<()> {
+        if is_half(x.dtype()) {
+            return through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
+                self.rope_apply_mrope(&w[0], tables, positions, hd, sections, layout, &mut o[0])
+            });
+        }
         let axis = |a: usize| MropeAxis {
             cos: tables[a].cos.host(),
             sin: tables[a].sin.host(),

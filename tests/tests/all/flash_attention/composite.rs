@@ -279,8 +279,8 @@ fn int8_weight(device: Device, rng: &mut SplitMix64, rows: usize, cols: usize) -
     }
 }
 
-/// The three INT8-weight variants on every device in F16 and BF16 (the CPU refuses 16-bit
-/// attention, as the C++ is GPU-only there).
+/// The three INT8-weight variants on every device in F16 and BF16 (the CPU computes them
+/// with FP32 math, its outputs rounded once).
 #[test]
 fn int8w_variants_vs_f64() {
     let (lq, lk, d, dc, nh) = (11, 15, 64, 32, 4);

@@ -66,8 +66,8 @@ fn backward_rejects_bad_arguments() {
     );
     assert!(matches!(e, Error::Dtype { .. }));
     let q16 = Tensor::zeros(4, 8, Dtype::F16).unwrap();
-    let e = backward((&q16, &k16, &k16, &q16), None, 2, false).expect_err("cpu f16");
-    assert!(matches!(e, Error::UnsupportedDtype { .. }), "{e}");
+    // The CPU computes 16-bit gradients too (FP32 math, each output rounded once).
+    backward((&q16, &k16, &k16, &q16), None, 2, false).expect("cpu f16");
     let idx = Tensor::zeros(4, 8, Dtype::I32).unwrap();
     let e = backward((&idx, &k, &k, &q), None, 2, false).expect_err("int q");
     assert!(matches!(e, Error::Dtype { .. }), "{e}");
