@@ -15,7 +15,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::launch::{
-    check_divisors, check_len, check_u32, extent, grid_1d, strided_span, sum, LaunchError,
+    check_divisors, check_u32, extent, grid_1d, strided_span, sum, Buf, LaunchError,
 };
 use crate::primitives::{cube_sum, row_grid, REDUCE_UNITS};
 
@@ -194,19 +194,19 @@ pub fn launch_slot_mask<R: Runtime, F: Float + CubeElement>(
         offset,
         strided_span("k * stride", k, stride, 1)?,
     )?;
-    check_len("x", x, reach, core::mem::size_of::<F>())?;
-    check_len("mask", mask, k, 4)?;
+    let x = Buf::new("x", x, reach, core::mem::size_of::<F>())?;
+    let mask = Buf::new("mask", mask, k, 4)?;
     check_u32(&[("offset + span", reach)])?;
     let (count, dim) = grid_1d(client, k)?;
-    // SAFETY: x holds offset + (k - 1) stride + 1 elements and mask k (checked); units past
-    // `k` return.
+    // SAFETY: x holds offset + (k - 1) stride + 1 elements and mask k (checked `Buf`s);
+    // units past `k` return.
     unsafe {
         slot_mask_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), reach),
-            ArrayArg::from_raw_parts(mask.clone(), k),
+            x.arg(),
+            mask.arg(),
             offset,
             stride,
             k,
@@ -225,19 +225,12 @@ pub fn launch_causal_mask<R: Runtime>(
     if l == 0 {
         return Ok(());
     }
-    check_len("mask", mask, l, 4)?;
+    let mask = Buf::new("mask", mask, l, 4)?;
     check_u32(&[("l", l), ("q", q)])?;
     let (count, dim) = grid_1d(client, l)?;
-    // SAFETY: mask holds l floats (checked); units past `l` return.
+    // SAFETY: mask holds l floats (a checked `Buf`); units past `l` return.
     unsafe {
-        causal_mask_kernel::launch_unchecked::<R>(
-            client,
-            count,
-            dim,
-            ArrayArg::from_raw_parts(mask.clone(), l),
-            q,
-            l,
-        );
+        causal_mask_kernel::launch_unchecked::<R>(client, count, dim, mask.arg(), q, l);
     }
     Ok(())
 }
@@ -255,19 +248,19 @@ pub fn launch_mask_rows<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     check_divisors(&[("mask_len", mask_len)])?;
-    check_len("y", y, len, core::mem::size_of::<F>())?;
-    check_len("mask", mask, mask_len, 4)?;
+    let y = Buf::new("y", y, len, core::mem::size_of::<F>())?;
+    let mask = Buf::new("mask", mask, mask_len, 4)?;
     check_u32(&[("rows * cols", len)])?;
     let (count, dim) = grid_1d(client, len)?;
-    // SAFETY: y holds rows*cols elements and mask mask_len (checked, nonzero); units past
-    // `len` return and mask indices are `% mask_len`.
+    // SAFETY: y holds rows*cols elements and mask mask_len (checked `Buf`s, nonzero); units
+    // past `len` return and mask indices are `% mask_len`.
     unsafe {
         mask_rows_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(y.clone(), len),
-            ArrayArg::from_raw_parts(mask.clone(), mask_len),
+            y.arg(),
+            mask.arg(),
             len,
             cols,
             mask_len,
@@ -291,34 +284,34 @@ pub fn launch_rel_pos_bias<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let b = core::mem::size_of::<F>();
-    check_len("q", q, extent("heads * l * hd", &[heads, l, hd])?, b)?;
-    check_len(
+    let q = Buf::new("q", q, extent("heads * l * hd", &[heads, l, hd])?, b)?;
+    let rel_h = Buf::new(
         "rel_h",
         rel_h,
         extent("(2 gh - 1) hd", &[2 * gh - 1, hd])?,
         b,
     )?;
-    check_len(
+    let rel_w = Buf::new(
         "rel_w",
         rel_w,
         extent("(2 gw - 1) hd", &[2 * gw - 1, hd])?,
         b,
     )?;
-    check_len("s", s, len, b)?;
+    let s = Buf::new("s", s, len, b)?;
     check_u32(&[("heads * l * l", len)])?;
     let (count, dim) = grid_1d(client, len)?;
-    // SAFETY: every buffer holds what its index reaches (checked): rows of q below heads*l,
-    // table rows below 2g - 1 (qy + gh - 1 - ky with qy, ky < gh), and units past `len`
-    // return.
+    // SAFETY: every buffer holds what its index reaches (checked `Buf`s): rows of q below
+    // heads*l, table rows below 2g - 1 (qy + gh - 1 - ky with qy, ky < gh), and units past
+    // `len` return.
     unsafe {
         rel_pos_bias_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(q.clone(), heads * l * hd),
-            ArrayArg::from_raw_parts(rel_h.clone(), (2 * gh - 1) * hd),
-            ArrayArg::from_raw_parts(rel_w.clone(), (2 * gw - 1) * hd),
-            ArrayArg::from_raw_parts(s.clone(), len),
+            q.arg(),
+            rel_h.arg(),
+            rel_w.arg(),
+            s.arg(),
             len,
             hd,
             gh,
@@ -371,20 +364,20 @@ pub fn launch_window_rows<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let b = core::mem::size_of::<F>();
-    check_len("x", x, src, b)?;
-    check_len("out", out, len, b)?;
+    let x = Buf::new("x", x, src, b)?;
+    let out = Buf::new("out", out, len, b)?;
     check_u32(&[("window rows source", src), ("window rows output", len)])?;
     let (count, dim) = grid_1d(client, len)?;
-    // SAFETY: x holds `src` and out `len` elements (checked); every source index lies inside
-    // the grid (partition reads only y < gh, x < gw) or inside the windows (reverse), and
-    // units past `len` return.
+    // SAFETY: x holds `src` and out `len` elements (checked `Buf`s); every source index lies
+    // inside the grid (partition reads only y < gh, x < gw) or inside the windows (reverse),
+    // and units past `len` return.
     unsafe {
         window_rows_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), src),
-            ArrayArg::from_raw_parts(out.clone(), len),
+            x.arg(),
+            out.arg(),
             len,
             cols,
             g.gh,
@@ -412,26 +405,27 @@ pub fn launch_token_moments<R: Runtime, F: Float + CubeElement>(
     if lq > 0 {
         check_divisors(&[("w_lat", w_lat)])?;
     }
-    check_len(
+    let attn = Buf::new(
         "attn",
         attn,
         extent("lq * lk", &[lq, lk])?,
         core::mem::size_of::<F>(),
     )?;
-    check_len("mass", mass, lk, 4)?;
-    check_len("centroid", centroid, extent("2 lk", &[2, lk])?, 4)?;
+    let mass = Buf::new("mass", mass, lk, 4)?;
+    let centroid = Buf::new("centroid", centroid, extent("2 lk", &[2, lk])?, 4)?;
     check_u32(&[("lq * lk", extent("lq * lk", &[lq, lk])?), ("2 lk", 2 * lk)])?;
     let (count, dim) = row_grid(client, lk)?;
-    // SAFETY: attn holds lq*lk elements, mass lk and centroid 2 lk (checked); cubes past `lk`
-    // return and units read only rows below lq; w_lat is nonzero whenever a row is read.
+    // SAFETY: attn holds lq*lk elements, mass lk and centroid 2 lk (checked `Buf`s); cubes
+    // past `lk` return and units read only rows below lq; w_lat is nonzero whenever a row is
+    // read.
     unsafe {
         token_moments_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(attn.clone(), lq * lk),
-            ArrayArg::from_raw_parts(mass.clone(), lk),
-            ArrayArg::from_raw_parts(centroid.clone(), 2 * lk),
+            attn.arg(),
+            mass.arg(),
+            centroid.arg(),
             lq,
             lk,
             w_lat.max(1),

@@ -7,8 +7,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_divisors, check_len, extent, grid_1d, LaunchError};
-use crate::primitives::{arg, cube_sum, row_grid, REDUCE_UNITS};
+use crate::launch::{check_divisors, extent, grid_1d, Buf, LaunchError};
+use crate::primitives::{cube_sum, row_grid, REDUCE_UNITS};
 
 /// The index of channel `ch`'s `t`-th value.
 #[cube]
@@ -192,35 +192,31 @@ pub fn launch_batch_norm<R: Runtime>(
     if len == 0 {
         return Ok(());
     }
-    check_len("x", x, len, 4)?;
-    check_len("y", y, len, 4)?;
-    let per_channel = [
-        ("gamma", gamma),
-        ("beta", beta),
-        ("running_mean", stats.running_mean),
-        ("running_var", stats.running_var),
-        ("saved_mean", stats.saved_mean),
-        ("saved_rstd", stats.saved_rstd),
-    ];
-    for (name, h) in per_channel {
-        check_len(name, h, c, 4)?;
-    }
+    let x = Buf::new("x", x, len, 4)?;
+    let y = Buf::new("y", y, len, 4)?;
+    let gamma = Buf::new("gamma", gamma, c, 4)?;
+    let beta = Buf::new("beta", beta, c, 4)?;
+    let running_mean = Buf::new("running_mean", stats.running_mean, c, 4)?;
+    let running_var = Buf::new("running_var", stats.running_var, c, 4)?;
+    let saved_mean = Buf::new("saved_mean", stats.saved_mean, c, 4)?;
+    let saved_rstd = Buf::new("saved_rstd", stats.saved_rstd, c, 4)?;
     let (count, dim) = row_grid(client, c)?;
-    // SAFETY: lengths checked above; every index formed by `at` is below `n c hw`, and the
-    // per-channel arrays are indexed by the cube's channel, below `c`; cubes past `c` return.
+    // SAFETY: lengths from checked `Buf`s; every index formed by `at` is below `n c hw`, and
+    // the per-channel arrays are indexed by the cube's channel, below `c`; cubes past `c`
+    // return.
     unsafe {
         batch_norm_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            arg(x, len),
-            arg(gamma, c),
-            arg(beta, c),
-            arg(y, len),
-            arg(stats.running_mean, c),
-            arg(stats.running_var, c),
-            arg(stats.saved_mean, c),
-            arg(stats.saved_rstd, c),
+            x.arg(),
+            gamma.arg(),
+            beta.arg(),
+            y.arg(),
+            running_mean.arg(),
+            running_var.arg(),
+            saved_mean.arg(),
+            saved_rstd.arg(),
             c,
             n,
             hw,
@@ -244,19 +240,14 @@ pub fn launch_batch_norm_backward<R: Runtime>(
     if len == 0 {
         return Ok(());
     }
-    for (name, h) in [("x", x), ("dy", dy), ("dx", dx)] {
-        check_len(name, h, len, 4)?;
-    }
-    let per_channel = [
-        ("gamma", gamma),
-        ("saved_mean", saved_mean),
-        ("saved_rstd", saved_rstd),
-        ("dgamma", dgamma),
-        ("dbeta", dbeta),
-    ];
-    for (name, h) in per_channel {
-        check_len(name, h, c, 4)?;
-    }
+    let x = Buf::new("x", x, len, 4)?;
+    let dy = Buf::new("dy", dy, len, 4)?;
+    let dx = Buf::new("dx", dx, len, 4)?;
+    let gamma = Buf::new("gamma", gamma, c, 4)?;
+    let saved_mean = Buf::new("saved_mean", saved_mean, c, 4)?;
+    let saved_rstd = Buf::new("saved_rstd", saved_rstd, c, 4)?;
+    let dgamma = Buf::new("dgamma", dgamma, c, 4)?;
+    let dbeta = Buf::new("dbeta", dbeta, c, 4)?;
     let (count, dim) = row_grid(client, c)?;
     // SAFETY: as in `launch_batch_norm`.
     unsafe {
@@ -264,14 +255,14 @@ pub fn launch_batch_norm_backward<R: Runtime>(
             client,
             count,
             dim,
-            arg(x, len),
-            arg(gamma, c),
-            arg(saved_mean, c),
-            arg(saved_rstd, c),
-            arg(dy, len),
-            arg(dx, len),
-            arg(dgamma, c),
-            arg(dbeta, c),
+            x.arg(),
+            gamma.arg(),
+            saved_mean.arg(),
+            saved_rstd.arg(),
+            dy.arg(),
+            dx.arg(),
+            dgamma.arg(),
+            dbeta.arg(),
             c,
             n,
             hw,
@@ -295,32 +286,27 @@ pub fn launch_batch_norm_inference<R: Runtime, F: Float + CubeElement>(
     }
     check_divisors(&[("c", c), ("hw", hw)])?;
     let b = core::mem::size_of::<F>();
-    check_len("x", x, len, b)?;
-    check_len("y", y, len, b)?;
+    let x = Buf::new("x", x, len, b)?;
+    let y = Buf::new("y", y, len, b)?;
     let (gamma, beta, mean, var) = params;
-    let per_channel = [
-        ("gamma", gamma),
-        ("beta", beta),
-        ("running_mean", mean),
-        ("running_var", var),
-    ];
-    for (name, h) in per_channel {
-        check_len(name, h, c, b)?;
-    }
+    let gamma = Buf::new("gamma", gamma, c, b)?;
+    let beta = Buf::new("beta", beta, c, b)?;
+    let mean = Buf::new("running_mean", mean, c, b)?;
+    let var = Buf::new("running_var", var, c, b)?;
     let (count, dim) = grid_1d(client, len)?;
-    // SAFETY: lengths checked above; units past `len` return and channel indices are `% c`
-    // (`c` and `hw` are nonzero: checked).
+    // SAFETY: lengths from checked `Buf`s; units past `len` return and channel indices are
+    // `% c` (`c` and `hw` are nonzero: checked).
     unsafe {
         batch_norm_inference_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            arg(x, len),
-            arg(gamma, c),
-            arg(beta, c),
-            arg(mean, c),
-            arg(var, c),
-            arg(y, len),
+            x.arg(),
+            gamma.arg(),
+            beta.arg(),
+            mean.arg(),
+            var.arg(),
+            y.arg(),
             c,
             hw,
             eps,

@@ -9,8 +9,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::elementwise::{apply_binary, apply_unary, BinaryInstr, Source, UnaryInstr};
-use crate::launch::{check_len, extent, grid_1d, vector_size_for, LaunchError};
+use crate::elementwise::{apply_binary, apply_unary, input_arg, BinaryInstr, Source, UnaryInstr};
+use crate::launch::{extent, grid_1d, vector_size_for, Buf, LaunchError};
 
 /// The low bf16 of each word, widened to f32 (exact).
 #[cube]
@@ -101,22 +101,6 @@ pub fn words_for(len: usize) -> usize {
     len.div_ceil(2)
 }
 
-fn check_source(arg: &'static str, src: Source<'_>, words: usize) -> Result<(), LaunchError> {
-    match src {
-        Source::Buffer(h) => check_len(arg, h, words, 4),
-        Source::Output => Ok(()),
-    }
-}
-
-fn arg<'a, R: Runtime>(src: Source<'a>, out: &'a Handle, words: usize) -> ArrayArg<R> {
-    let h = match src {
-        Source::Buffer(h) => h,
-        Source::Output => out,
-    };
-    // SAFETY: the callers checked that every buffer holds `words` words.
-    unsafe { ArrayArg::from_raw_parts(h.clone(), words) }
-}
-
 /// `out = instr(x; a, b)` over `len` bf16 elements stored as words.
 #[allow(clippy::too_many_arguments)]
 pub fn launch_unary_words<R: Runtime>(
@@ -132,19 +116,19 @@ pub fn launch_unary_words<R: Runtime>(
     if words == 0 {
         return Ok(());
     }
-    check_source("x", x, words)?;
-    check_len("out", out, words, 4)?;
+    let x = x.buf("x", words, 4)?;
+    let out = Buf::new("out", out, words, 4)?;
     let vs = vector_size_for(words, crate::MAX_VECTOR_SIZE);
     let (count, dim) = grid_1d(client, words / vs)?;
-    // SAFETY: every buffer holds `words` words (checked above); the kernel guards its index.
+    // SAFETY: every buffer holds `words` words (checked `Buf`s); the kernel guards its index.
     unsafe {
         unary_words_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
             vs,
-            arg(x, out, words),
-            ArrayArg::from_raw_parts(out.clone(), words),
+            input_arg(x.as_ref(), &out),
+            out.arg(),
             a,
             b,
             instr,
@@ -169,9 +153,9 @@ pub fn launch_binary_words<R: Runtime>(
     if words == 0 {
         return Ok(());
     }
-    check_source("x", x, words)?;
-    check_source("y", y, words)?;
-    check_len("out", out, words, 4)?;
+    let x = x.buf("x", words, 4)?;
+    let y = y.buf("y", words, 4)?;
+    let out = Buf::new("out", out, words, 4)?;
     let vs = vector_size_for(words, crate::MAX_VECTOR_SIZE);
     let (count, dim) = grid_1d(client, words / vs)?;
     // SAFETY: as in `launch_unary_words`.
@@ -181,9 +165,9 @@ pub fn launch_binary_words<R: Runtime>(
             count,
             dim,
             vs,
-            arg(x, out, words),
-            arg(y, out, words),
-            ArrayArg::from_raw_parts(out.clone(), words),
+            input_arg(x.as_ref(), &out),
+            input_arg(y.as_ref(), &out),
+            out.arg(),
             a,
             b,
             instr,
@@ -204,18 +188,12 @@ pub fn launch_words_to_float<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let halves = extent("2 * words", &[2, words])?;
-    check_len("x", x, words, 4)?;
-    check_len("out", out, halves, core::mem::size_of::<F>())?;
+    let x = Buf::new("x", x, words, 4)?;
+    let out = Buf::new("out", out, halves, core::mem::size_of::<F>())?;
     let (count, dim) = grid_1d(client, words)?;
     // SAFETY: as in `launch_unary_words`; `out` holds `2 * words` elements.
     unsafe {
-        words_to_float_kernel::launch_unchecked::<F, R>(
-            client,
-            count,
-            dim,
-            ArrayArg::from_raw_parts(x.clone(), words),
-            ArrayArg::from_raw_parts(out.clone(), halves),
-        );
+        words_to_float_kernel::launch_unchecked::<F, R>(client, count, dim, x.arg(), out.arg());
     }
     Ok(())
 }
@@ -232,18 +210,12 @@ pub fn launch_float_to_words<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let halves = extent("2 * words", &[2, words])?;
-    check_len("x", x, halves, core::mem::size_of::<F>())?;
-    check_len("out", out, words, 4)?;
+    let x = Buf::new("x", x, halves, core::mem::size_of::<F>())?;
+    let out = Buf::new("out", out, words, 4)?;
     let (count, dim) = grid_1d(client, words)?;
     // SAFETY: as in `launch_words_to_float`.
     unsafe {
-        float_to_words_kernel::launch_unchecked::<F, R>(
-            client,
-            count,
-            dim,
-            ArrayArg::from_raw_parts(x.clone(), halves),
-            ArrayArg::from_raw_parts(out.clone(), words),
-        );
+        float_to_words_kernel::launch_unchecked::<F, R>(client, count, dim, x.arg(), out.arg());
     }
     Ok(())
 }

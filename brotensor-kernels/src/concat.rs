@@ -14,8 +14,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, fits_u32, grid_1d, strided_span, sum, LaunchError};
-use crate::primitives::arg;
+use crate::launch::{extent, fits_u32, grid_1d, strided_span, sum, Buf, LaunchError};
 
 /// Element `e` of a buffer of packed elements (in the low bits of the result).
 #[cube]
@@ -155,8 +154,8 @@ pub fn launch_copy_blocks<R: Runtime>(
         src_end.max(dst_end),
     )?;
     let (src_words, dst_words) = (src_end.div_ceil(pack), dst_end.div_ceil(pack));
-    check_len("src", src, src_words, 4)?;
-    check_len("dst", dst, dst_words, 4)?;
+    let src = Buf::new("src", src, src_words, 4)?;
+    let dst = Buf::new("dst", dst, dst_words, 4)?;
     // Words a row can touch: `width / pack` whole ones plus up to two partial ones.
     let window = if pack == 1 {
         b.width
@@ -179,20 +178,20 @@ pub fn launch_copy_blocks<R: Runtime>(
     .iter()
     .map(|&v| v as u32)
     .collect();
-    let geom_handle = client.create_from_slice(u32::as_bytes(&geom));
+    let geom = Buf::upload(client, &geom);
     let (count, dim) = grid_1d(client, units)?;
     // SAFETY: every element a unit reads or writes lies in a covered row `rr < height` at
     // column `c < width`, so below `src_end` / `dst_end` (all values fit in 32 bits:
-    // checked), whose words `src` / `dst` hold (checked); `geom` holds the 7 words the
-    // kernel reads.
+    // checked), whose words `src` / `dst` hold (checked `Buf`s); `geom` holds the 7 words
+    // the kernel reads.
     unsafe {
         copy_blocks_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            arg(src, src_words),
-            arg(&geom_handle, geom.len()),
-            arg(dst, dst_words),
+            src.arg(),
+            geom.arg(),
+            dst.arg(),
             pack as u32,
         );
     }

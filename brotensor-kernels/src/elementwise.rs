@@ -14,7 +14,7 @@ use cubecl::frontend::{
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, grid_1d, vector_size_for, LaunchError};
+use crate::launch::{extent, grid_1d, vector_size_for, Buf, LaunchError};
 
 /// Defines an instruction set from one list: the enum (a comptime kernel parameter), its
 /// `ALL` array, and the `#[cube]` function that applies an instruction to widened vectors.
@@ -328,31 +328,27 @@ fn max_vector<R: Runtime>(client: &ComputeClient<R>) -> usize {
         .clamp(1, crate::MAX_VECTOR_SIZE)
 }
 
-/// Builds the array argument for an input: its own buffer, or an alias of the output.
-///
-/// # Safety
-/// `len` must not exceed the elements the handle holds (checked by the callers).
-unsafe fn input_arg<R: Runtime>(src: Source<'_>, out: &Handle, len: usize) -> ArrayArg<R> {
-    let handle = match src {
-        Source::Buffer(h) => h.clone(),
-        // Every unit reads index i before it writes index i, so reading the output in place
-        // is race-free.
-        Source::Output => out.clone(),
-    };
-    // SAFETY: forwarded from the caller, which checked `len` against both buffers.
-    unsafe { ArrayArg::from_raw_parts(handle, len) }
+impl Source<'_> {
+    /// The buffer of input `arg`, checked to hold `elems` elements of `elem_bytes` bytes;
+    /// `None` for the output itself, which [`input_arg`] binds in its place.
+    pub(crate) fn buf(
+        self,
+        arg: &'static str,
+        elems: usize,
+        elem_bytes: usize,
+    ) -> Result<Option<Buf>, LaunchError> {
+        match self {
+            Source::Buffer(h) => Buf::new(arg, h, elems, elem_bytes).map(Some),
+            Source::Output => Ok(None),
+        }
+    }
 }
 
-fn check_source(
-    arg: &'static str,
-    src: Source<'_>,
-    len: usize,
-    bytes: usize,
-) -> Result<(), LaunchError> {
-    match src {
-        Source::Buffer(h) => check_len(arg, h, len, bytes),
-        Source::Output => Ok(()),
-    }
+/// The array argument of an input from [`Source::buf`]: its own buffer, or the output's
+/// (every unit reads index i before it writes index i, so reading the output in place is
+/// race-free).
+pub(crate) fn input_arg<R: Runtime>(src: Option<&Buf>, out: &Buf) -> ArrayArg<R> {
+    src.unwrap_or(out).arg()
 }
 
 /// `out[i] = instr(x[i]; a, b)` over `len` elements of `F`.
@@ -370,11 +366,11 @@ pub fn launch_unary<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let bytes = core::mem::size_of::<F>();
-    check_source("x", x, len, bytes)?;
-    check_len("out", out, len, bytes)?;
+    let x = x.buf("x", len, bytes)?;
+    let out = Buf::new("out", out, len, bytes)?;
     let vs = vector_size_for(len, max_vector(client));
     let (count, dim) = grid_1d(client, len / vs)?;
-    // SAFETY: every buffer holds `len` elements (checked above) and the kernel guards its
+    // SAFETY: every buffer holds `len` elements (checked `Buf`s) and the kernel guards its
     // index with `out.len()`, so no unit reads or writes past them.
     unsafe {
         unary_kernel::launch_unchecked::<F, R>(
@@ -382,8 +378,8 @@ pub fn launch_unary<R: Runtime, F: Float + CubeElement>(
             count,
             dim,
             vs,
-            input_arg(x, out, len),
-            ArrayArg::from_raw_parts(out.clone(), len),
+            input_arg(x.as_ref(), &out),
+            out.arg(),
             a,
             b,
             instr,
@@ -408,9 +404,9 @@ pub fn launch_binary<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let bytes = core::mem::size_of::<F>();
-    check_source("x", x, len, bytes)?;
-    check_source("y", y, len, bytes)?;
-    check_len("out", out, len, bytes)?;
+    let x = x.buf("x", len, bytes)?;
+    let y = y.buf("y", len, bytes)?;
+    let out = Buf::new("out", out, len, bytes)?;
     let vs = vector_size_for(len, max_vector(client));
     let (count, dim) = grid_1d(client, len / vs)?;
     // SAFETY: as in `launch_unary`.
@@ -420,9 +416,9 @@ pub fn launch_binary<R: Runtime, F: Float + CubeElement>(
             count,
             dim,
             vs,
-            input_arg(x, out, len),
-            input_arg(y, out, len),
-            ArrayArg::from_raw_parts(out.clone(), len),
+            input_arg(x.as_ref(), &out),
+            input_arg(y.as_ref(), &out),
+            out.arg(),
             a,
             b,
             instr,
@@ -441,20 +437,13 @@ pub fn launch_cast<R: Runtime, I: Float + CubeElement, O: Float + CubeElement>(
     if len == 0 {
         return Ok(());
     }
-    check_len("x", x, len, core::mem::size_of::<I>())?;
-    check_len("out", out, len, core::mem::size_of::<O>())?;
+    let x = Buf::new("x", x, len, core::mem::size_of::<I>())?;
+    let out = Buf::new("out", out, len, core::mem::size_of::<O>())?;
     let vs = vector_size_for(len, max_vector(client));
     let (count, dim) = grid_1d(client, len / vs)?;
     // SAFETY: as in `launch_unary`.
     unsafe {
-        cast_kernel::launch_unchecked::<I, O, R>(
-            client,
-            count,
-            dim,
-            vs,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(out.clone(), len),
-        );
+        cast_kernel::launch_unchecked::<I, O, R>(client, count, dim, vs, x.arg(), out.arg());
     }
     Ok(())
 }
@@ -469,19 +458,12 @@ pub fn launch_fill<R: Runtime, E: Numeric + CubeElement>(
     if len == 0 {
         return Ok(());
     }
-    check_len("out", out, len, core::mem::size_of::<E>())?;
+    let out = Buf::new("out", out, len, core::mem::size_of::<E>())?;
     let vs = vector_size_for(len, max_vector(client));
     let (count, dim) = grid_1d(client, len / vs)?;
     // SAFETY: as in `launch_unary`.
     unsafe {
-        fill_kernel::launch_unchecked::<E, R>(
-            client,
-            count,
-            dim,
-            vs,
-            ArrayArg::from_raw_parts(out.clone(), len),
-            value,
-        );
+        fill_kernel::launch_unchecked::<E, R>(client, count, dim, vs, out.arg(), value);
     }
     Ok(())
 }
@@ -525,18 +507,19 @@ pub fn launch_broadcast<R: Runtime, F: Float + CubeElement>(
     };
     // The kernel forms `inner * repeat` itself: it must not wrap there either.
     extent("inner * repeat", &[b.inner, repeat])?;
-    check_len("y", y, len, bytes)?;
-    check_len("v", v, need, bytes)?;
+    let y = Buf::new("y", y, len, bytes)?;
+    let v = Buf::new("v", v, need, bytes)?;
     let (count, dim) = grid_1d(client, len)?;
-    // SAFETY: y holds `len` and v `need` elements (checked); per-row indices are taken modulo
-    // `v_len`, per-column ones stay below `need` (rows / repeat rows of `inner`).
+    // SAFETY: y holds `len` and v `need` elements (checked `Buf`s); per-row indices are
+    // taken modulo `v_len`, per-column ones stay below `need` (rows / repeat rows of
+    // `inner`).
     unsafe {
         broadcast_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(y.clone(), len),
-            ArrayArg::from_raw_parts(v.clone(), need),
+            y.arg(),
+            v.arg(),
             b.inner,
             repeat,
             b.per_row,
@@ -556,19 +539,12 @@ pub fn launch_fill_words<R: Runtime>(
     if len == 0 {
         return Ok(());
     }
-    check_len("out", out, len, 4)?;
+    let out = Buf::new("out", out, len, 4)?;
     let vs = vector_size_for(len, max_vector(client));
     let (count, dim) = grid_1d(client, len / vs)?;
     // SAFETY: as in `launch_unary`.
     unsafe {
-        fill_words_kernel::launch_unchecked::<R>(
-            client,
-            count,
-            dim,
-            vs,
-            ArrayArg::from_raw_parts(out.clone(), len),
-            word,
-        );
+        fill_words_kernel::launch_unchecked::<R>(client, count, dim, vs, out.arg(), word);
     }
     Ok(())
 }
@@ -583,20 +559,13 @@ pub fn launch_copy_words<R: Runtime>(
     if len == 0 {
         return Ok(());
     }
-    check_len("x", x, len, 4)?;
-    check_len("out", out, len, 4)?;
+    let x = Buf::new("x", x, len, 4)?;
+    let out = Buf::new("out", out, len, 4)?;
     let vs = vector_size_for(len, max_vector(client));
     let (count, dim) = grid_1d(client, len / vs)?;
     // SAFETY: as in `launch_unary`.
     unsafe {
-        copy_kernel::launch_unchecked::<u32, R>(
-            client,
-            count,
-            dim,
-            vs,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(out.clone(), len),
-        );
+        copy_kernel::launch_unchecked::<u32, R>(client, count, dim, vs, x.arg(), out.arg());
     }
     Ok(())
 }
@@ -626,20 +595,20 @@ pub fn launch_dequant_i8_rows<R: Runtime>(
     if len == 0 {
         return Ok(());
     }
-    check_len("q", q, len.div_ceil(4), 4)?;
-    check_len("scales", scales, rows, 4)?;
-    check_len("out", out, len, 4)?;
+    let q = Buf::new("q", q, len.div_ceil(4), 4)?;
+    let scales = Buf::new("scales", scales, rows, 4)?;
+    let out = Buf::new("out", out, len, 4)?;
     let (count, dim) = grid_1d(client, len)?;
-    // SAFETY: q holds ceil(len/4) words, scales `rows` and out `len` values (checked); unit
-    // `i < len` reads word `i / 4` and scale `i / cols < rows`.
+    // SAFETY: q holds ceil(len/4) words, scales `rows` and out `len` values (checked
+    // `Buf`s); unit `i < len` reads word `i / 4` and scale `i / cols < rows`.
     unsafe {
         dequant_i8_rows_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(q.clone(), len.div_ceil(4)),
-            ArrayArg::from_raw_parts(scales.clone(), rows),
-            ArrayArg::from_raw_parts(out.clone(), len),
+            q.arg(),
+            scales.arg(),
+            out.arg(),
             cols,
         );
     }
@@ -676,18 +645,18 @@ pub fn launch_threshold_bytes<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let words = len.div_ceil(4);
-    check_len("x", x, len, core::mem::size_of::<F>())?;
-    check_len("out", out, words, 4)?;
+    let x = Buf::new("x", x, len, core::mem::size_of::<F>())?;
+    let out = Buf::new("out", out, words, 4)?;
     let (count, dim) = grid_1d(client, words)?;
-    // SAFETY: x holds `len` elements and out `words` words (checked); reads are guarded by
-    // `i < len`, writes by `k < words`.
+    // SAFETY: x holds `len` elements and out `words` words (checked `Buf`s); reads are
+    // guarded by `i < len`, writes by `k < words`.
     unsafe {
         threshold_bytes_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(out.clone(), words),
+            x.arg(),
+            out.arg(),
             len,
             t,
         );

@@ -14,8 +14,8 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::concat::element;
-use crate::launch::{check_len, extent, fits_u32, grid_1d, LaunchError};
-use crate::primitives::{arg, cube_sum, REDUCE_UNITS};
+use crate::launch::{extent, fits_u32, grid_1d, Buf, LaunchError};
+use crate::primitives::{cube_sum, REDUCE_UNITS};
 
 /// Ids each unit of the id check visits at most (a cube covers `REDUCE_UNITS` times that),
 /// well under the software Vulkan device's 65535-iteration loop limit.
@@ -184,22 +184,24 @@ pub fn launch_count_bad_ids<R: Runtime>(
     rows: usize,
 ) -> Result<(Handle, usize), LaunchError> {
     let n32 = fits_u32("ids (must fit in 32 bits)", n)?;
-    check_len("ids", ids, n, 4)?;
+    let ids = Buf::new("ids", ids, n, 4)?;
     let cubes = n.div_ceil(REDUCE_UNITS as usize * IDS_PER_UNIT).max(1);
     let partial = client.empty(cubes * 4);
+    let partial_buf = Buf::new("partial", &partial, cubes, 4)?;
     // Rows beyond u32::MAX accept every non-negative id, as the exact count would.
     let rows = u32::try_from(rows).unwrap_or(u32::MAX);
     let (count, _) = grid_1d(client, cubes * REDUCE_UNITS as usize)?;
-    // SAFETY: `ids` holds `n` ids (checked) and units read ids below `n` only; cube `b`
-    // writes `partial[b]` only when `b < cubes` (the kernel's guard: a folded grid may have
-    // a few more cubes, which read nothing and write nothing).
+    // SAFETY: `ids` holds `n` ids (a checked `Buf`, given with a length of at least one) and
+    // units read ids below `n` only; cube `b` writes `partial[b]` only when `b < cubes`
+    // (the kernel's guard: a folded grid may have a few more cubes, which read nothing and
+    // write nothing).
     unsafe {
         count_bad_ids_kernel::launch_unchecked::<R>(
             client,
             count,
             CubeDim::new_1d(REDUCE_UNITS),
-            arg(ids, n.max(1)),
-            arg(&partial, cubes),
+            ids.nonempty().arg(),
+            partial_buf.arg(),
             n32,
             rows,
         );
@@ -232,22 +234,23 @@ pub fn launch_gather_rows<R: Runtime>(
         src_len.div_ceil(pack as usize),
         numel.div_ceil(pack as usize),
     );
-    check_len("src", src, src_words, 4)?;
-    check_len("ids", ids, m, 4)?;
-    check_len("out", out, out_words, 4)?;
+    let src = Buf::new("src", src, src_words, 4)?;
+    let ids = Buf::new("ids", ids, m, 4)?;
+    let out = Buf::new("out", out, out_words, 4)?;
     let (count, dim) = grid_1d(client, out_words)?;
-    // SAFETY: unit `w < out_words` writes word `w` of `out` (checked to hold them); it reads
-    // `ids[e / cols]` with `e < m cols`, so below `m` (checked), and source element
+    // SAFETY: unit `w < out_words` writes word `w` of `out` (a checked `Buf` holding them);
+    // it reads `ids[e / cols]` with `e < m cols`, so below `m` (checked), and source element
     // `id cols + c < rows cols` only for `0 <= id < rows` (the kernel's guard), whose word
-    // is below `src_words` (checked).
+    // is below `src_words` (checked; given with a length of at least one, none read when
+    // empty).
     unsafe {
         gather_rows_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            arg(src, src_words.max(1)),
-            arg(ids, m),
-            arg(out, out_words),
+            src.nonempty().arg(),
+            ids.arg(),
+            out.arg(),
             rows as u32,
             cols as u32,
             numel32,
@@ -280,9 +283,9 @@ pub fn launch_scatter_rows<R: Runtime>(
     let src_len = extent("m * cols", &[m, cols])?;
     fits_u32("rows * cols (must fit in 32 bits)", dst_len)?;
     fits_u32("m * cols (must fit in 32 bits)", src_len)?;
-    check_len("src", src, src_len.div_ceil(pack), 4)?;
-    check_len("ids", ids, m, 4)?;
-    check_len("dst", dst, dst_len.div_ceil(pack), 4)?;
+    let src = Buf::new("src", src, src_len.div_ceil(pack), 4)?;
+    let ids = Buf::new("ids", ids, m, 4)?;
+    let dst = Buf::new("dst", dst, dst_len.div_ceil(pack), 4)?;
     // Words a row of `cols` elements can touch, and whether rows share words.
     let aligned = cols.is_multiple_of(pack);
     let window = if aligned {
@@ -297,16 +300,16 @@ pub fn launch_scatter_rows<R: Runtime>(
     for class in 0..classes {
         // SAFETY: a unit reads `ids[m]` for `m < ids.len() = m` and, for `0 <= id < rows`
         // only, writes a word of destination row `id` (elements `id cols .. id cols + cols`,
-        // below `rows cols`, whose words `dst` holds: checked) and reads source elements
-        // `m cols + j < m cols` (checked).
+        // below `rows cols`, whose words `dst` holds: a checked `Buf`) and reads source
+        // elements `m cols + j < m cols` (a checked `Buf`).
         unsafe {
             scatter_rows_kernel::launch_unchecked::<R>(
                 client,
                 count.clone(),
                 dim,
-                arg(src, src_len.div_ceil(pack)),
-                arg(ids, m),
-                arg(dst, dst_len.div_ceil(pack)),
+                src.arg(),
+                ids.arg(),
+                dst.arg(),
                 rows as u32,
                 cols as u32,
                 window as u32,
@@ -338,23 +341,23 @@ pub fn launch_scatter_add_rows<R: Runtime>(
     let src_len = extent("m * cols", &[m, cols])?;
     fits_u32("rows * cols (must fit in 32 bits)", dst_len)?;
     fits_u32("m * cols (must fit in 32 bits)", src_len)?;
-    check_len("src", src, src_len, 4)?;
-    check_len("ids", ids, m, 4)?;
-    check_len("dst", dst, dst_len, 4)?;
+    let src = Buf::new("src", src, src_len, 4)?;
+    let ids = Buf::new("ids", ids, m, 4)?;
+    let dst = Buf::new("dst", dst, dst_len, 4)?;
     let (count, dim) = grid_1d(client, cols)?;
     for from in (0..m).step_by(WALK_CHUNK) {
         let to = m.min(from + WALK_CHUNK);
-        // SAFETY: unit `c < cols` reads `ids[from..to]` with `to <= m` (checked),
-        // `src[i cols + c]` below `m cols` (checked) and writes `dst[id cols + c]` below
-        // `rows cols` only for `0 <= id < rows`.
+        // SAFETY: unit `c < cols` reads `ids[from..to]` with `to <= m` (a checked `Buf`),
+        // `src[i cols + c]` below `m cols` (a checked `Buf`) and writes `dst[id cols + c]`
+        // below `rows cols` (a checked `Buf`) only for `0 <= id < rows`.
         unsafe {
             scatter_add_rows_kernel::launch_unchecked::<R>(
                 client,
                 count.clone(),
                 dim,
-                arg(src, src_len),
-                arg(ids, m),
-                arg(dst, dst_len),
+                src.arg(),
+                ids.arg(),
+                dst.arg(),
                 rows as u32,
                 cols as u32,
                 from as u32,

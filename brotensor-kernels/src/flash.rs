@@ -17,7 +17,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, check_u32, extent, grid_1d, sum, LaunchError};
+use crate::launch::{check_u32, extent, grid_1d, sum, Buf, LaunchError};
 
 /// Units per attention cube.
 pub const UNITS: usize = 64;
@@ -504,22 +504,20 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
             ("k_rows + window", g.k_rows.saturating_add(window)),
         ])?;
     }
-    check_len("q", q, q_len, e)?;
-    check_len("k", k, k_len, e)?;
-    check_len("v", v, k_len, e)?;
-    check_len("o", o, q_len, e)?;
-    if let Some(m) = mask {
-        check_len("mask", m, g.k_rows, 4)?;
-    }
+    let q = Buf::new("q", q, q_len, e)?;
+    let k = Buf::new("k", k, k_len, e)?;
+    let v = Buf::new("v", v, k_len, e)?;
+    let o = Buf::new("o", o, q_len, e)?;
+    let mask = mask.map(|m| Buf::new("mask", m, g.k_rows, 4)).transpose()?;
     let tile = tile_for(g.hd);
     let (max_x, _, max_z) = client.properties().hardware.max_cube_count;
-    let (q_span, layers) = match &varlen {
+    let (q_span, layers, cu) = match &varlen {
         Some(s) => {
-            check_len("cu_seqlens_q", s.cu_q, s.batch + 1, 4)?;
-            check_len("cu_seqlens_k", s.cu_k, s.batch + 1, 4)?;
-            (s.max_q, s.batch)
+            let cu_q = Buf::new("cu_seqlens_q", s.cu_q, s.batch + 1, 4)?;
+            let cu_k = Buf::new("cu_seqlens_k", s.cu_k, s.batch + 1, 4)?;
+            (s.max_q, s.batch, Some((cu_q, cu_k)))
         }
-        None => (g.q_rows, 1),
+        None => (g.q_rows, 1, None),
     };
     // One cube per `tile` slots (query row, query head of a KV head's group), per KV head.
     let group = g.nq / g.nkv;
@@ -560,12 +558,11 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
         ),
     ])?;
     let part_ml = client.empty(extent("partial bytes", &[ml_len, 4])?);
+    let part_ml = Buf::new("part_ml", &part_ml, ml_len, 4)?;
     let part_acc = client.empty(extent("partial bytes", &[acc_len, 4])?);
-    let (cu_q, cu_k, cu_len) = match &varlen {
-        Some(s) => (s.cu_q, s.cu_k, s.batch + 1),
-        None => (q, q, 1),
-    };
-    // SAFETY: every buffer holds what the launch reads (checked above; the mask and the
+    let part_acc = Buf::new("part_acc", &part_acc, acc_len, 4)?;
+    let (cu_q, cu_k) = cu.unzip();
+    // SAFETY: every buffer holds what the launch reads (checked `Buf`s; the mask and the
     // prefix sums stand in with a length of one when absent and are then never read, as
     // the flags say). A cube reads query rows `< q_rows` (varlen: clamped into them), keys
     // `< k_rows`, and writes `o` rows `< q_rows`, or partial slots `< q_rows * nq * chunks`.
@@ -574,18 +571,15 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
             client,
             CubeCount::Static(blocks as u32, g.nkv as u32, layers as u32),
             CubeDim::new_1d(UNITS as u32),
-            ArrayArg::from_raw_parts(q.clone(), q_len),
-            ArrayArg::from_raw_parts(k.clone(), k_len),
-            ArrayArg::from_raw_parts(v.clone(), k_len),
-            ArrayArg::from_raw_parts(
-                mask.unwrap_or(q).clone(),
-                if mask.is_some() { g.k_rows } else { 1 },
-            ),
-            ArrayArg::from_raw_parts(cu_q.clone(), cu_len),
-            ArrayArg::from_raw_parts(cu_k.clone(), cu_len),
-            ArrayArg::from_raw_parts(o.clone(), q_len),
-            ArrayArg::from_raw_parts(part_ml.clone(), ml_len),
-            ArrayArg::from_raw_parts(part_acc.clone(), acc_len),
+            q.arg(),
+            k.arg(),
+            v.arg(),
+            q.stand_in_for(mask.as_ref()).arg(),
+            q.stand_in_for(cu_q.as_ref()).arg(),
+            q.stand_in_for(cu_k.as_ref()).arg(),
+            o.arg(),
+            part_ml.arg(),
+            part_acc.arg(),
             g.q_rows,
             g.k_rows,
             g.nq,
@@ -606,15 +600,15 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
         let rows_heads = extent("q_rows * nq", &[g.q_rows, g.nq])?;
         let (count, dim) = grid_1d(client, q_len)?;
         // SAFETY: units past `q_len` return; the others read slots `< rows_heads * chunks`
-        // (written by the launch above) and write `o[i]`, `i < q_len` (checked).
+        // (written by the launch above) and write `o[i]`, `i < q_len` (checked `Buf`s).
         unsafe {
             flash_combine_kernel::launch_unchecked::<F, R>(
                 client,
                 count,
                 dim,
-                ArrayArg::from_raw_parts(part_ml, ml_len),
-                ArrayArg::from_raw_parts(part_acc, acc_len),
-                ArrayArg::from_raw_parts(o.clone(), q_len),
+                part_ml.arg(),
+                part_acc.arg(),
+                o.arg(),
                 rows_heads,
                 g.hd,
                 chunks,
@@ -642,19 +636,19 @@ pub fn launch_kv_append<R: Runtime, F: Float + CubeElement>(
         return Err(LaunchError::Overflow { what: "at + rows" });
     }
     let e = core::mem::size_of::<F>();
-    check_len("src", src, len, e)?;
-    check_len("cache", cache, total, e)?;
+    let src = Buf::new("src", src, len, e)?;
+    let cache = Buf::new("cache", cache, total, e)?;
     check_u32(&[("cache_rows * cols", total)])?;
     let (count, dim) = grid_1d(client, len)?;
     // SAFETY: units past `len` return; the others read `src[i]`, `i < len`, and write
-    // `cache[start + i] < total` (both checked).
+    // `cache[start + i] < total` (both checked `Buf`s).
     unsafe {
         kv_append_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(src.clone(), len),
-            ArrayArg::from_raw_parts(cache.clone(), total),
+            src.arg(),
+            cache.arg(),
             start,
             len,
         );

@@ -22,8 +22,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, check_u32, extent, LaunchError};
-use crate::primitives::{arg, cube_max, cube_sum, row_grid, REDUCE_UNITS};
+use crate::launch::{check_u32, extent, Buf, LaunchError};
+use crate::primitives::{cube_max, cube_sum, row_grid, REDUCE_UNITS};
 
 /// The largest head dimension the kernels take (one unit per head column).
 pub const MAX_HEAD_DIM: usize = REDUCE_UNITS as usize;
@@ -434,23 +434,20 @@ pub fn launch_flash_attention_backward<R: Runtime, F: Float + CubeElement>(
     let [q, k, v, d_o] = buffers.inputs;
     let [o, dq, dk, dv] = buffers.outputs;
     let [cu_q, cu_k] = buffers.cu;
-    for (name, h, len) in [
-        ("q", q, len_q),
-        ("k", k, len_k),
-        ("v", v, len_k),
-        ("d_o", d_o, len_q),
-        ("o", o, len_q),
-        ("dq", dq, len_q),
-        ("dk", dk, len_k),
-        ("dv", dv, len_k),
-    ] {
-        check_len(name, h, len, e)?;
-    }
-    check_len("cu_seqlens_q", cu_q, batch + 1, 4)?;
-    check_len("cu_seqlens_k", cu_k, batch + 1, 4)?;
-    if let Some(m) = buffers.mask {
-        check_len("mask", m, rows_k, 4)?;
-    }
+    let q = Buf::new("q", q, len_q, e)?;
+    let k = Buf::new("k", k, len_k, e)?;
+    let v = Buf::new("v", v, len_k, e)?;
+    let d_o = Buf::new("d_o", d_o, len_q, e)?;
+    let o = Buf::new("o", o, len_q, e)?;
+    let dq = Buf::new("dq", dq, len_q, e)?;
+    let dk = Buf::new("dk", dk, len_k, e)?;
+    let dv = Buf::new("dv", dv, len_k, e)?;
+    let cu_q = Buf::new("cu_seqlens_q", cu_q, batch + 1, 4)?;
+    let cu_k = Buf::new("cu_seqlens_k", cu_k, batch + 1, 4)?;
+    let mask = buffers
+        .mask
+        .map(|m| Buf::new("mask", m, rows_k, 4))
+        .transpose()?;
     // Element offsets, statistics and cube indices (`row * heads + h`) are 32-bit.
     check_u32(&[
         ("rows_q * heads * head_dim", len_q),
@@ -461,39 +458,36 @@ pub fn launch_flash_attention_backward<R: Runtime, F: Float + CubeElement>(
             extent("rows * heads", &[rows_q.max(rows_k), heads])?,
         ),
     ])?;
-    let masked = buffers.mask.is_some();
-    let lse = client.empty(stats.max(1) * 4);
-    let delta = client.empty(stats.max(1) * 4);
-    // A one-element stand-in the kernels never read when unmasked.
-    let no_mask;
-    let (mask, mask_len) = match buffers.mask {
-        Some(m) => (m, rows_k.max(1)),
-        None => {
-            no_mask = client.create_from_slice(f32::as_bytes(&[1.0f32]));
-            (&no_mask, 1)
-        }
+    let masked = mask.is_some();
+    let lse = Buf::new("lse", &client.empty(stats.max(1) * 4), stats, 4)?;
+    let delta = Buf::new("delta", &client.empty(stats.max(1) * 4), stats, 4)?;
+    // Unmasked, a one-element stand-in the kernels never read.
+    let mask = match mask {
+        Some(m) => m.nonempty(),
+        None => Buf::upload(client, &[1.0f32]),
     };
     let scale = 1.0 / (head_dim as f32).sqrt();
     if rows_q > 0 {
         let (count, dim) = row_grid(client, rows_q * heads)?;
-        // SAFETY: every buffer holds the elements checked above; cubes past `rows_q * heads`
-        // return; rows come from segment bounds clamped to `rows_q`/`rows_k`, columns stay
-        // under `width`, the mask is read only when present (`rows_k` values).
+        // SAFETY: every buffer holds the elements of its checked `Buf`; cubes past
+        // `rows_q * heads` return; rows come from segment bounds clamped to
+        // `rows_q`/`rows_k`, columns stay under `width`, the mask is read only when present
+        // (`rows_k` values).
         unsafe {
             flash_bwd_stats_kernel::launch_unchecked::<F, R>(
                 client,
                 count.clone(),
                 dim,
-                arg(q, len_q),
-                arg(k, len_k),
-                arg(v, len_k),
-                arg(d_o, len_q),
-                arg(mask, mask_len),
-                arg(cu_q, batch + 1),
-                arg(cu_k, batch + 1),
-                arg(o, len_q),
-                arg(&lse, stats),
-                arg(&delta, stats),
+                q.arg(),
+                k.arg(),
+                v.arg(),
+                d_o.arg(),
+                mask.arg(),
+                cu_q.arg(),
+                cu_k.arg(),
+                o.arg(),
+                lse.arg(),
+                delta.arg(),
                 rows_q,
                 rows_k,
                 heads,
@@ -507,16 +501,16 @@ pub fn launch_flash_attention_backward<R: Runtime, F: Float + CubeElement>(
                 client,
                 count,
                 dim,
-                arg(q, len_q),
-                arg(k, len_k),
-                arg(v, len_k),
-                arg(d_o, len_q),
-                arg(mask, mask_len),
-                arg(cu_q, batch + 1),
-                arg(cu_k, batch + 1),
-                arg(&lse, stats),
-                arg(&delta, stats),
-                arg(dq, len_q),
+                q.arg(),
+                k.arg(),
+                v.arg(),
+                d_o.arg(),
+                mask.arg(),
+                cu_q.arg(),
+                cu_k.arg(),
+                lse.arg(),
+                delta.arg(),
+                dq.arg(),
                 rows_q,
                 rows_k,
                 heads,
@@ -538,17 +532,17 @@ pub fn launch_flash_attention_backward<R: Runtime, F: Float + CubeElement>(
                 client,
                 count,
                 dim,
-                arg(q, len_q),
-                arg(k, len_k),
-                arg(v, len_k),
-                arg(d_o, len_q),
-                arg(mask, mask_len),
-                arg(cu_q, batch + 1),
-                arg(cu_k, batch + 1),
-                arg(&lse, stats.max(1)),
-                arg(&delta, stats.max(1)),
-                arg(dk, len_k),
-                arg(dv, len_k),
+                q.arg(),
+                k.arg(),
+                v.arg(),
+                d_o.arg(),
+                mask.arg(),
+                cu_q.arg(),
+                cu_k.arg(),
+                lse.nonempty().arg(),
+                delta.nonempty().arg(),
+                dk.arg(),
+                dv.arg(),
                 rows_q,
                 rows_k,
                 heads,

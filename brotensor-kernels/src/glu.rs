@@ -8,7 +8,7 @@ use cubecl::server::Handle;
 use crate::elementwise::{
     gelu, gelu_derivative, gelu_exact, gelu_exact_derivative, silu, silu_derivative,
 };
-use crate::launch::{check_len, extent, grid_1d, vector_size_for, LaunchError};
+use crate::launch::{extent, grid_1d, vector_size_for, Buf, LaunchError};
 
 /// The math of a gated unit on widened vectors.
 #[cube]
@@ -130,20 +130,20 @@ pub fn launch_glu_forward<R: Runtime, F: Float + CubeElement, O: GluOp>(
     }
     let x_len = extent("2 * rows * d", &[2, len])?;
     let bytes = core::mem::size_of::<F>();
-    check_len("x", x, x_len, bytes)?;
-    check_len("y", y, len, bytes)?;
+    let x = Buf::new("x", x, x_len, bytes)?;
+    let y = Buf::new("y", y, len, bytes)?;
     let vs = vector_size_for(d, crate::MAX_VECTOR_SIZE);
     let (count, dim) = grid_1d(client, len / vs)?;
-    // SAFETY: x holds 2*len and y len elements (checked); units past `y.len()` return, and
-    // every index formed is below `2 * rows * d`.
+    // SAFETY: x holds 2*len and y len elements (checked `Buf`s); units past `y.len()`
+    // return, and every index formed is below `2 * rows * d`.
     unsafe {
         glu_forward_kernel::launch_unchecked::<F, O, R>(
             client,
             count,
             dim,
             vs,
-            ArrayArg::from_raw_parts(x.clone(), x_len),
-            ArrayArg::from_raw_parts(y.clone(), len),
+            x.arg(),
+            y.arg(),
             d / vs,
         );
     }
@@ -165,9 +165,9 @@ pub fn launch_glu_backward<R: Runtime, F: Float + CubeElement, O: GluOp>(
     }
     let x_len = extent("2 * rows * d", &[2, len])?;
     let bytes = core::mem::size_of::<F>();
-    check_len("x", x, x_len, bytes)?;
-    check_len("dy", dy, len, bytes)?;
-    check_len("dx", dx, x_len, bytes)?;
+    let x = Buf::new("x", x, x_len, bytes)?;
+    let dy = Buf::new("dy", dy, len, bytes)?;
+    let dx = Buf::new("dx", dx, x_len, bytes)?;
     let vs = vector_size_for(d, crate::MAX_VECTOR_SIZE);
     let (count, dim) = grid_1d(client, len / vs)?;
     // SAFETY: as in `launch_glu_forward`.
@@ -177,9 +177,9 @@ pub fn launch_glu_backward<R: Runtime, F: Float + CubeElement, O: GluOp>(
             count,
             dim,
             vs,
-            ArrayArg::from_raw_parts(x.clone(), x_len),
-            ArrayArg::from_raw_parts(dy.clone(), len),
-            ArrayArg::from_raw_parts(dx.clone(), x_len),
+            x.arg(),
+            dy.arg(),
+            dx.arg(),
             d / vs,
         );
     }

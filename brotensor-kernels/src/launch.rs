@@ -106,23 +106,106 @@ pub(crate) fn check_u32(values: &[(&'static str, usize)]) -> Result<(), LaunchEr
         .try_for_each(|&(what, n)| fits_u32(what, n).map(|_| ()))
 }
 
-/// Checks that `handle` holds `elems` elements of `elem_bytes` bytes each.
-pub(crate) fn check_len(
-    arg: &'static str,
-    handle: &Handle,
-    elems: usize,
-    elem_bytes: usize,
-) -> Result<(), LaunchError> {
-    let needed = (elems as u64).saturating_mul(elem_bytes as u64);
-    let available = handle.size_in_used();
-    if needed > available {
-        return Err(LaunchError::BufferTooSmall {
-            arg,
-            needed,
-            available,
-        });
+/// A buffer argument of a kernel launch: a device buffer and the length (in elements) the
+/// kernel is given it with, one value from which both the launch's check and the kernel's
+/// argument come, so the two cannot differ.
+///
+/// [`Buf::new`] refuses a buffer holding fewer than that many elements, and [`Buf::upload`]
+/// binds exactly the values it uploads; the length passes what the buffer holds only through
+/// [`Buf::stand_in`] and [`Buf::nonempty`], whose extra element the kernel never reads.
+#[derive(Clone, Debug)]
+pub(crate) struct Buf {
+    handle: Handle,
+    len: usize,
+}
+
+impl Buf {
+    /// `handle` as `elems` elements of `elem_bytes` bytes each, or
+    /// [`LaunchError::BufferTooSmall`] naming `arg` when it holds fewer bytes.
+    pub(crate) fn new(
+        arg: &'static str,
+        handle: &Handle,
+        elems: usize,
+        elem_bytes: usize,
+    ) -> Result<Self, LaunchError> {
+        let needed = (elems as u64).saturating_mul(elem_bytes as u64);
+        let available = handle.size_in_used();
+        if needed > available {
+            return Err(LaunchError::BufferTooSmall {
+                arg,
+                needed,
+                available,
+            });
+        }
+        Ok(Buf {
+            handle: handle.clone(),
+            len: elems,
+        })
     }
-    Ok(())
+
+    /// [`Buf::new`] for a buffer the launch needs: a missing one is refused as a buffer
+    /// holding no bytes.
+    pub(crate) fn required(
+        arg: &'static str,
+        handle: Option<&Handle>,
+        elems: usize,
+        elem_bytes: usize,
+    ) -> Result<Self, LaunchError> {
+        match handle {
+            Some(h) => Buf::new(arg, h, elems, elem_bytes),
+            None => Err(LaunchError::BufferTooSmall {
+                arg,
+                needed: (elems as u64).saturating_mul(elem_bytes as u64),
+                available: 0,
+            }),
+        }
+    }
+
+    /// `data` copied into a new buffer on `client`'s device, as its `data.len()` elements
+    /// (metadata and constant tables a launch reads).
+    pub(crate) fn upload<R: Runtime, E: CubeElement>(
+        client: &ComputeClient<R>,
+        data: &[E],
+    ) -> Self {
+        Buf {
+            handle: client.create_from_slice(E::as_bytes(data)),
+            len: data.len(),
+        }
+    }
+
+    /// This buffer as one element, standing in for an absent optional buffer: the kernel is
+    /// told (by a flag of the launch) that the buffer is absent and never reads it.
+    pub(crate) fn stand_in(&self) -> Self {
+        Buf {
+            handle: self.handle.clone(),
+            len: 1,
+        }
+    }
+
+    /// `buf`, or where it is absent this buffer's [`stand_in`](Buf::stand_in).
+    pub(crate) fn stand_in_for(&self, buf: Option<&Buf>) -> Self {
+        buf.cloned().unwrap_or_else(|| self.stand_in())
+    }
+
+    /// This buffer as at least one element: an empty one is given to the kernel with a
+    /// length of one, which it never reads (it reads no element the buffer was not checked
+    /// to hold).
+    pub(crate) fn nonempty(&self) -> Self {
+        Buf {
+            handle: self.handle.clone(),
+            len: self.len.max(1),
+        }
+    }
+
+    /// The kernel argument: the buffer with its length. Bind it to an array of elements of
+    /// the size the buffer was checked with (the launch's own `unsafe` block says so).
+    pub(crate) fn arg<R: Runtime>(&self) -> ArrayArg<R> {
+        // SAFETY: the length is what `new` checked the buffer to hold, the length of the
+        // values `upload` wrote, or (`stand_in`, `nonempty`) one element the kernel never
+        // reads; building the argument touches no memory, and the launch that binds it is
+        // itself `unsafe`, its caller vouching for the element size and the indices read.
+        unsafe { ArrayArg::from_raw_parts(self.handle.clone(), self.len) }
+    }
 }
 
 /// The product of `factors`, or [`LaunchError::Overflow`] naming `what` when it does not fit
@@ -233,6 +316,51 @@ mod tests {
         assert_eq!(
             check_u32(&[("a", 1), ("b", 1 << 32), ("c", usize::MAX)]),
             Err(LaunchError::Overflow { what: "b" })
+        );
+    }
+
+    #[test]
+    fn bufs_refuse_short_buffers() {
+        let handle = Handle::new(cubecl::stream_id::StreamId::current(), 16);
+        let too_small = |arg, needed| {
+            Some(LaunchError::BufferTooSmall {
+                arg,
+                needed,
+                available: 16,
+            })
+        };
+        assert_eq!(Buf::new("x", &handle, 4, 4).map(|b| b.len), Ok(4));
+        assert_eq!(Buf::new("x", &handle, 8, 2).map(|b| b.len), Ok(8));
+        assert_eq!(Buf::new("x", &handle, 5, 4).err(), too_small("x", 20));
+        assert_eq!(Buf::new("h", &handle, 9, 2).err(), too_small("h", 18));
+        // The byte count saturates: a wrapped one would let the short buffer pass.
+        assert_eq!(
+            Buf::new("y", &handle, usize::MAX, 4).err(),
+            too_small("y", u64::MAX)
+        );
+        assert_eq!(
+            Buf::required("bias", None, 3, 2).err(),
+            Some(LaunchError::BufferTooSmall {
+                arg: "bias",
+                needed: 6,
+                available: 0,
+            })
+        );
+        assert_eq!(
+            Buf::required("bias", Some(&handle), 4, 4).map(|b| b.len),
+            Ok(4)
+        );
+        // Only the stand-ins bind more than was checked: one element, never read.
+        let empty = Buf::new("e", &handle, 0, 4).map(|b| (b.len, b.nonempty().len));
+        assert_eq!(empty, Ok((0, 1)));
+        let full = Buf::new("f", &handle, 4, 4).map(|b| {
+            let given = b.stand_in_for(Some(&b)).len;
+            (b.stand_in_for(None).len, given, b.nonempty().len)
+        });
+        assert_eq!(full, Ok((1, 4, 4)));
+        assert_eq!(
+            too_small("x", 20).map(|e| e.to_string()).as_deref(),
+            Some("buffer `x` holds 16 bytes but the launch touches 20")
         );
     }
 

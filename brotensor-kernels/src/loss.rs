@@ -5,7 +5,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, grid_1d, sum, LaunchError};
+use crate::launch::{extent, grid_1d, sum, Buf, LaunchError};
 use crate::primitives::{cube_max, cube_sum, is_valid, row_grid, REDUCE_UNITS};
 
 /// Cube `row * heads + h` handles row `row`, columns `[offsets[h], offsets[h + 1])`.
@@ -161,19 +161,38 @@ pub struct LossBuffers<'a> {
     pub loss: &'a Handle,
 }
 
-fn check_common(b: &LossBuffers<'_>, elems: usize, losses: usize) -> Result<(), LaunchError> {
-    for (name, h) in [
-        ("logits", b.logits),
-        ("target", b.target),
-        ("probs", b.probs),
-        ("dlogits", b.dlogits),
-    ] {
-        check_len(name, h, elems, 4)?;
+/// The checked buffers of a fused loss, each the one of [`LossBuffers`] of its name.
+struct LossBufs {
+    logits: Buf,
+    target: Buf,
+    mask: Option<Buf>,
+    probs: Buf,
+    dlogits: Buf,
+    loss: Buf,
+}
+
+impl LossBufs {
+    /// Checks `b` for `elems` elements and `losses` loss values.
+    fn new(b: &LossBuffers<'_>, elems: usize, losses: usize) -> Result<Self, LaunchError> {
+        let logits = Buf::new("logits", b.logits, elems, 4)?;
+        let target = Buf::new("target", b.target, elems, 4)?;
+        let probs = Buf::new("probs", b.probs, elems, 4)?;
+        let dlogits = Buf::new("dlogits", b.dlogits, elems, 4)?;
+        let mask = b.mask.map(|m| Buf::new("mask", m, elems, 4)).transpose()?;
+        Ok(LossBufs {
+            logits,
+            target,
+            mask,
+            probs,
+            dlogits,
+            loss: Buf::new("loss", b.loss, losses, 4)?,
+        })
     }
-    if let Some(m) = b.mask {
-        check_len("mask", m, elems, 4)?;
+
+    /// The mask's argument, `logits` standing in when there is none.
+    fn mask_arg<R: Runtime>(&self) -> ArrayArg<R> {
+        self.logits.stand_in_for(self.mask.as_ref()).arg()
     }
-    check_len("loss", b.loss, losses, 4)
 }
 
 /// Masked softmax cross-entropy for each row and each head `[offsets[h], offsets[h+1])`
@@ -191,28 +210,25 @@ pub fn launch_xent<R: Runtime>(
     let elems = extent("rows * cols", &[rows, cols])?;
     let losses = extent("rows * heads", &[rows, heads])?;
     let bounds = sum("heads + 1", heads, 1)?;
-    check_common(&bufs, elems, losses)?;
-    check_len("offsets", offsets, bounds, 4)?;
+    let bufs = LossBufs::new(&bufs, elems, losses)?;
+    let offsets = Buf::new("offsets", offsets, bounds, 4)?;
     // One cube per (row, head); too many saturate into a grid the device refuses.
     let (count, _) = grid_1d(client, losses.saturating_mul(REDUCE_UNITS as usize))?;
     let masked = bufs.mask.is_some();
-    // SAFETY: lengths checked above; indices are `row * cols + j` with `j` inside a head's
-    // range, which the caller keeps within `cols`; the mask is read only when given.
+    // SAFETY: lengths from checked `Buf`s; indices are `row * cols + j` with `j` inside a
+    // head's range, which the caller keeps within `cols`; the mask is read only when given.
     unsafe {
         xent_kernel::launch_unchecked::<R>(
             client,
             count,
             CubeDim::new_1d(REDUCE_UNITS),
-            ArrayArg::from_raw_parts(bufs.logits.clone(), elems),
-            ArrayArg::from_raw_parts(bufs.target.clone(), elems),
-            ArrayArg::from_raw_parts(
-                bufs.mask.unwrap_or(bufs.logits).clone(),
-                if masked { elems } else { 1 },
-            ),
-            ArrayArg::from_raw_parts(offsets.clone(), bounds),
-            ArrayArg::from_raw_parts(bufs.probs.clone(), elems),
-            ArrayArg::from_raw_parts(bufs.dlogits.clone(), elems),
-            ArrayArg::from_raw_parts(bufs.loss.clone(), losses),
+            bufs.logits.arg(),
+            bufs.target.arg(),
+            bufs.mask_arg(),
+            offsets.arg(),
+            bufs.probs.arg(),
+            bufs.dlogits.arg(),
+            bufs.loss.arg(),
             rows,
             cols,
             heads,
@@ -233,7 +249,7 @@ pub fn launch_bce<R: Runtime>(
         return Ok(());
     }
     let elems = extent("rows * cols", &[rows, cols])?;
-    check_common(&bufs, elems, rows)?;
+    let bufs = LossBufs::new(&bufs, elems, rows)?;
     // One cube per row; too many saturate into a grid the device refuses.
     let (count, _) = grid_1d(client, rows.saturating_mul(REDUCE_UNITS as usize))?;
     let masked = bufs.mask.is_some();
@@ -243,15 +259,12 @@ pub fn launch_bce<R: Runtime>(
             client,
             count,
             CubeDim::new_1d(REDUCE_UNITS),
-            ArrayArg::from_raw_parts(bufs.logits.clone(), elems),
-            ArrayArg::from_raw_parts(bufs.target.clone(), elems),
-            ArrayArg::from_raw_parts(
-                bufs.mask.unwrap_or(bufs.logits).clone(),
-                if masked { elems } else { 1 },
-            ),
-            ArrayArg::from_raw_parts(bufs.probs.clone(), elems),
-            ArrayArg::from_raw_parts(bufs.dlogits.clone(), elems),
-            ArrayArg::from_raw_parts(bufs.loss.clone(), rows),
+            bufs.logits.arg(),
+            bufs.target.arg(),
+            bufs.mask_arg(),
+            bufs.probs.arg(),
+            bufs.dlogits.arg(),
+            bufs.loss.arg(),
             rows,
             cols,
             pos_weight,
@@ -309,20 +322,20 @@ pub fn launch_squared_error_parts<R: Runtime>(
         return Ok(());
     }
     let parts = len.div_ceil(SQUARED_ERROR_PART);
-    check_len("a", a, len, 4)?;
-    check_len("b", b, len, 4)?;
-    check_len("partials", partials, parts, 4)?;
+    let a = Buf::new("a", a, len, 4)?;
+    let b = Buf::new("b", b, len, 4)?;
+    let partials = Buf::new("partials", partials, parts, 4)?;
     let (count, dim) = row_grid(client, parts)?;
-    // SAFETY: lengths checked; cube `p < parts` reads `a`, `b` below `len` and writes
-    // `partials[p]`; cubes of the folded grid past `parts` do nothing.
+    // SAFETY: lengths from checked `Buf`s; cube `p < parts` reads `a`, `b` below `len` and
+    // writes `partials[p]`; cubes of the folded grid past `parts` do nothing.
     unsafe {
         squared_error_parts_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(a.clone(), len),
-            ArrayArg::from_raw_parts(b.clone(), len),
-            ArrayArg::from_raw_parts(partials.clone(), parts),
+            a.arg(),
+            b.arg(),
+            partials.arg(),
             len,
             parts,
         );

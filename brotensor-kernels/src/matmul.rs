@@ -19,7 +19,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::elementwise::{gelu, gelu_exact, sigmoid, silu};
-use crate::launch::{check_len, extent, strided_span, LaunchError};
+use crate::launch::{extent, strided_span, Buf, LaunchError};
 
 pub(crate) const BM: usize = 64;
 pub(crate) const BN: usize = 64;
@@ -711,21 +711,13 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
             extent("m * n", &[m, n])?,
         )?,
     );
-    check_len("a", a, len_a, bytes)?;
-    check_len("b", b, len_b, bytes)?;
-    check_len("c", c, len_c, bytes)?;
-    if spec.bias {
-        check_len(
-            "bias",
-            bias.ok_or(LaunchError::BufferTooSmall {
-                arg: "bias",
-                needed: (n as u64).saturating_mul(bytes as u64),
-                available: 0,
-            })?,
-            n,
-            bytes,
-        )?;
-    }
+    let a = Buf::new("a", a, len_a, bytes)?;
+    let b = Buf::new("b", b, len_b, bytes)?;
+    let c = Buf::new("c", c, len_c, bytes)?;
+    let bias = spec
+        .bias
+        .then(|| Buf::required("bias", bias, n, bytes))
+        .transpose()?;
     let (gx, gy) = (n.div_ceil(BN), m.div_ceil(BM));
     let max = client.properties().hardware.max_cube_count;
     if gx > max.0 as usize || gy > max.1 as usize || batch > max.2 as usize {
@@ -735,8 +727,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     }
     let count = CubeCount::Static(gx as u32, gy as u32, batch as u32);
     let dim = CubeDim::new_2d(UNITS as u32, UNITS as u32);
-    let bias_arg = bias.filter(|_| spec.bias).unwrap_or(b).clone();
-    let bias_len = if spec.bias { n } else { 1 };
+    let bias = b.stand_in_for(bias.as_ref());
     let act = if spec.act <= 5 { spec.act } else { 0 };
     if let Some(MatrixUnitShape { plane, frag }) = matrix_unit_shape::<R, F>(client) {
         // SAFETY: as for `gemm_kernel` below: the same index guards against `m`, `n`, `k`
@@ -746,10 +737,10 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
                 client,
                 count,
                 CubeDim::new_1d(cmma_units(plane, frag) as u32),
-                ArrayArg::from_raw_parts(a.clone(), len_a),
-                ArrayArg::from_raw_parts(b.clone(), len_b),
-                ArrayArg::from_raw_parts(bias_arg, bias_len),
-                ArrayArg::from_raw_parts(c.clone(), len_c),
+                a.arg(),
+                b.arg(),
+                bias.arg(),
+                c.arg(),
                 m,
                 n,
                 k,
@@ -780,10 +771,10 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
                 client,
                 count,
                 dim,
-                ArrayArg::from_raw_parts(a.clone(), len_a),
-                ArrayArg::from_raw_parts(b.clone(), len_b),
-                ArrayArg::from_raw_parts(bias_arg, bias_len),
-                ArrayArg::from_raw_parts(c.clone(), len_c),
+                a.arg(),
+                b.arg(),
+                bias.arg(),
+                c.arg(),
                 m,
                 n,
                 k,
@@ -797,18 +788,18 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         }
         return Ok(());
     }
-    // SAFETY: each operand holds the elements its batch span reaches (checked above); the
-    // kernel reads A and B only at indices inside those spans (guarded by `m`, `n`, `k`)
-    // and writes C only inside its span.
+    // SAFETY: each operand holds the elements its batch span reaches (checked `Buf`s; `b`
+    // stands in for an absent bias, never read); the kernel reads A and B only at indices
+    // inside those spans (guarded by `m`, `n`, `k`) and writes C only inside its span.
     unsafe {
         gemm_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(a.clone(), len_a),
-            ArrayArg::from_raw_parts(b.clone(), len_b),
-            ArrayArg::from_raw_parts(bias_arg, bias_len),
-            ArrayArg::from_raw_parts(c.clone(), len_c),
+            a.arg(),
+            b.arg(),
+            bias.arg(),
+            c.arg(),
             m,
             n,
             k,

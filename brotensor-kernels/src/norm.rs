@@ -6,8 +6,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, LaunchError};
-use crate::primitives::{arg, cube_sum, row_grid, REDUCE_UNITS};
+use crate::launch::{extent, Buf, LaunchError};
+use crate::primitives::{cube_sum, row_grid, REDUCE_UNITS};
 
 /// The mean of `x[base..base + cols]`, folded over the cube (every unit must call it).
 #[cube]
@@ -357,34 +357,33 @@ pub fn launch_layernorm<R: Runtime, F: Float + CubeElement>(
     }
     let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
-    check_len("x", bufs.x, len, b)?;
-    check_len("y", bufs.y, len, b)?;
-    check_len("gamma", bufs.gamma, cols, b)?;
-    check_len("beta", bufs.beta, cols, b)?;
-    let (xhat, mean, rstd, clen, slen) = match bufs.caches {
-        Some((xh, m, r)) => {
-            check_len("xhat", xh, len, b)?;
-            check_len("mean", m, rows, 4)?;
-            check_len("rstd", r, rows, 4)?;
-            (xh, m, r, len, rows)
-        }
-        // Without caches the kernel never touches these: pass `y` with a length of one.
-        None => (bufs.y, bufs.y, bufs.y, 1, 1),
+    let x = Buf::new("x", bufs.x, len, b)?;
+    let y = Buf::new("y", bufs.y, len, b)?;
+    let gamma = Buf::new("gamma", bufs.gamma, cols, b)?;
+    let beta = Buf::new("beta", bufs.beta, cols, b)?;
+    let (xhat, mean, rstd) = match bufs.caches {
+        Some((xh, m, r)) => (
+            Buf::new("xhat", xh, len, b)?,
+            Buf::new("mean", m, rows, 4)?,
+            Buf::new("rstd", r, rows, 4)?,
+        ),
+        // Without caches the kernel never touches these: `y` stands in for them.
+        None => (y.stand_in(), y.stand_in(), y.stand_in()),
     };
     let (count, dim) = row_grid(client, rows)?;
-    // SAFETY: lengths checked above; the cache arrays are only indexed when `caches`.
+    // SAFETY: lengths from checked `Buf`s; the cache arrays are only indexed when `caches`.
     unsafe {
         layernorm_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            arg(bufs.x, len),
-            arg(bufs.gamma, cols),
-            arg(bufs.beta, cols),
-            arg(bufs.y, len),
-            arg(xhat, clen),
-            arg(mean, slen),
-            arg(rstd, slen),
+            x.arg(),
+            gamma.arg(),
+            beta.arg(),
+            y.arg(),
+            xhat.arg(),
+            mean.arg(),
+            rstd.arg(),
             rows,
             cols,
             eps,
@@ -406,11 +405,11 @@ pub fn launch_layernorm_backward<R: Runtime, F: Float + CubeElement>(
     }
     let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
-    for (name, h) in [("dy", dy), ("xhat", xhat), ("dx", dx)] {
-        check_len(name, h, len, b)?;
-    }
-    check_len("gamma", gamma, cols, b)?;
-    check_len("rstd", rstd, rows, 4)?;
+    let dy = Buf::new("dy", dy, len, b)?;
+    let xhat = Buf::new("xhat", xhat, len, b)?;
+    let dx = Buf::new("dx", dx, len, b)?;
+    let gamma = Buf::new("gamma", gamma, cols, b)?;
+    let rstd = Buf::new("rstd", rstd, rows, 4)?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: as in `launch_softmax`.
     unsafe {
@@ -418,11 +417,11 @@ pub fn launch_layernorm_backward<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            arg(dy, len),
-            arg(xhat, len),
-            arg(gamma, cols),
-            arg(rstd, rows),
-            arg(dx, len),
+            dy.arg(),
+            xhat.arg(),
+            gamma.arg(),
+            rstd.arg(),
+            dx.arg(),
             rows,
             cols,
         );
@@ -443,12 +442,10 @@ pub fn launch_rms_norm<R: Runtime, F: Float + CubeElement>(
     }
     let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
-    check_len("x", x, len, b)?;
-    check_len("y", y, len, b)?;
-    check_len("gamma", gamma, cols, b)?;
-    if let Some(r) = rrms {
-        check_len("rrms", r, rows, 4)?;
-    }
+    let x = Buf::new("x", x, len, b)?;
+    let y = Buf::new("y", y, len, b)?;
+    let gamma = Buf::new("gamma", gamma, cols, b)?;
+    let rrms = rrms.map(|r| Buf::new("rrms", r, rows, 4)).transpose()?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: as in `launch_layernorm`.
     unsafe {
@@ -456,10 +453,10 @@ pub fn launch_rms_norm<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            arg(x, len),
-            arg(gamma, cols),
-            arg(y, len),
-            arg(rrms.unwrap_or(y), if rrms.is_some() { rows } else { 1 }),
+            x.arg(),
+            gamma.arg(),
+            y.arg(),
+            y.stand_in_for(rrms.as_ref()).arg(),
             rows,
             cols,
             eps,
@@ -484,11 +481,11 @@ pub fn launch_rms_norm_backward<R: Runtime, F: Float + CubeElement>(
     }
     let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
-    for (name, h) in [("x", x), ("dy", dy), ("dx", dx)] {
-        check_len(name, h, len, b)?;
-    }
-    check_len("gamma", gamma, cols, b)?;
-    check_len("rrms", rrms, rows, 4)?;
+    let x = Buf::new("x", x, len, b)?;
+    let dy = Buf::new("dy", dy, len, b)?;
+    let dx = Buf::new("dx", dx, len, b)?;
+    let gamma = Buf::new("gamma", gamma, cols, b)?;
+    let rrms = Buf::new("rrms", rrms, rows, 4)?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: as in `launch_softmax`.
     unsafe {
@@ -496,11 +493,11 @@ pub fn launch_rms_norm_backward<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            arg(x, len),
-            arg(gamma, cols),
-            arg(dy, len),
-            arg(dx, len),
-            arg(rrms, rows),
+            x.arg(),
+            gamma.arg(),
+            dy.arg(),
+            dx.arg(),
+            rrms.arg(),
             rows,
             cols,
             eps,
@@ -524,21 +521,21 @@ pub fn launch_group_norm<R: Runtime, F: Float + CubeElement>(
     }
     let channels = extent("groups * cpg", &[groups, cpg])?;
     let b = core::mem::size_of::<F>();
-    check_len("x", x, len, b)?;
-    check_len("y", y, len, b)?;
-    check_len("gamma", gamma, channels, b)?;
-    check_len("beta", beta, channels, b)?;
+    let x = Buf::new("x", x, len, b)?;
+    let y = Buf::new("y", y, len, b)?;
+    let gamma = Buf::new("gamma", gamma, channels, b)?;
+    let beta = Buf::new("beta", beta, channels, b)?;
     let (count, dim) = row_grid(client, rows)?;
-    // SAFETY: lengths checked above; every channel index is below `groups * cpg`.
+    // SAFETY: lengths from checked `Buf`s; every channel index is below `groups * cpg`.
     unsafe {
         group_norm_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            arg(x, len),
-            arg(gamma, channels),
-            arg(beta, channels),
-            arg(y, len),
+            x.arg(),
+            gamma.arg(),
+            beta.arg(),
+            y.arg(),
             rows,
             groups,
             cpg,
@@ -567,26 +564,26 @@ pub fn launch_group_norm_backward<R: Runtime, F: Float + CubeElement>(
     let channels = extent("groups * cpg", &[groups, cpg])?;
     let sums = extent("rows * cpg", &[rows, cpg])?;
     let b = core::mem::size_of::<F>();
-    for (name, h) in [("x", x), ("dy", dy), ("dx", dx)] {
-        check_len(name, h, len, b)?;
-    }
-    check_len("part_g", part_g, sums, b)?;
-    check_len("part_b", part_b, sums, b)?;
-    check_len("gamma", gamma, channels, b)?;
+    let x = Buf::new("x", x, len, b)?;
+    let dy = Buf::new("dy", dy, len, b)?;
+    let dx = Buf::new("dx", dx, len, b)?;
+    let part_g = Buf::new("part_g", part_g, sums, b)?;
+    let part_b = Buf::new("part_b", part_b, sums, b)?;
+    let gamma = Buf::new("gamma", gamma, channels, b)?;
     let (count, dim) = row_grid(client, rows)?;
-    // SAFETY: lengths checked above; every channel index is below `groups * cpg` and every
-    // partial-sum index below `rows * cpg`.
+    // SAFETY: lengths from checked `Buf`s; every channel index is below `groups * cpg` and
+    // every partial-sum index below `rows * cpg`.
     unsafe {
         group_norm_backward_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            arg(x, len),
-            arg(gamma, channels),
-            arg(dy, len),
-            arg(dx, len),
-            arg(part_g, sums),
-            arg(part_b, sums),
+            x.arg(),
+            gamma.arg(),
+            dy.arg(),
+            dx.arg(),
+            part_g.arg(),
+            part_b.arg(),
             rows,
             groups,
             cpg,

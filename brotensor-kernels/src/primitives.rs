@@ -1,9 +1,8 @@
 //! The pieces every row-reduce kernel shares: the cube width, the shared-memory combines
 //! (sum, max, argmax over the units of a cube), the mask test of the masked row ops, and the
-//! host side's one-cube-per-row grid and raw buffer argument.
+//! host side's one-cube-per-row grid.
 
 use cubecl::prelude::*;
-use cubecl::server::Handle;
 
 use crate::launch::{grid_1d, LaunchError};
 
@@ -105,11 +104,4 @@ pub(crate) fn row_grid<R: Runtime>(
 ) -> Result<(CubeCount, CubeDim), LaunchError> {
     let (count, _) = grid_1d(client, rows.saturating_mul(REDUCE_UNITS as usize))?;
     Ok((count, CubeDim::new_1d(REDUCE_UNITS)))
-}
-
-/// # Safety
-/// The caller checked that `h` holds `len` elements.
-pub(crate) unsafe fn arg<R: Runtime>(h: &Handle, len: usize) -> ArrayArg<R> {
-    // SAFETY: forwarded.
-    unsafe { ArrayArg::from_raw_parts(h.clone(), len) }
 }

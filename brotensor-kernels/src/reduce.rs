@@ -9,7 +9,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, grid_1d, grid_layers, LaunchError};
+use crate::launch::{extent, grid_1d, grid_layers, Buf, LaunchError};
 use crate::primitives::row_grid;
 pub use crate::primitives::{cube_argmax, cube_sum, REDUCE_UNITS};
 
@@ -244,21 +244,13 @@ pub fn launch_sum_rows<R: Runtime, F: Float + CubeElement>(
     }
     let b = core::mem::size_of::<F>();
     let len = extent("rows * cols", &[rows, cols])?;
-    check_len("x", x, len, b)?;
-    check_len("y", y, rows, b)?;
+    let x = Buf::new("x", x, len, b)?;
+    let y = Buf::new("y", y, rows, b)?;
     let (count, dim) = row_grid(client, rows)?;
-    // SAFETY: x holds rows*cols and y rows elements (checked); cubes past `rows` return and
-    // units read only `row * cols + j` with `j < cols`.
+    // SAFETY: x holds rows*cols and y rows elements (checked `Buf`s); cubes past `rows`
+    // return and units read only `row * cols + j` with `j < cols`.
     unsafe {
-        sum_rows_kernel::launch_unchecked::<F, R>(
-            client,
-            count,
-            dim,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(y.clone(), rows),
-            rows,
-            cols,
-        );
+        sum_rows_kernel::launch_unchecked::<F, R>(client, count, dim, x.arg(), y.arg(), rows, cols);
     }
     Ok(())
 }
@@ -310,14 +302,10 @@ pub fn launch_column_sums<R: Runtime, F: Float + CubeElement>(
     }
     let e = core::mem::size_of::<F>();
     let len = extent("rows * cols", &[rows, cols])?;
-    check_len("a", a, len, e)?;
-    check_len("out", out, cols, e)?;
-    if let Some(b) = b {
-        check_len("b", b, len, e)?;
-    }
-    if let Some(s) = scale {
-        check_len("scale", s, rows, 4)?;
-    }
+    let a = Buf::new("a", a, len, e)?;
+    let out = Buf::new("out", out, cols, e)?;
+    let b = b.map(|b| Buf::new("b", b, len, e)).transpose()?;
+    let scale = scale.map(|s| Buf::new("scale", s, rows, 4)).transpose()?;
     let (parts, chunk) = if rows == 0 {
         (0, 1)
     } else {
@@ -326,24 +314,22 @@ pub fn launch_column_sums<R: Runtime, F: Float + CubeElement>(
     // `parts <= rows`, so this fits whenever `rows * cols` does; checked all the same.
     let partials_len = extent("parts * cols", &[parts, cols])?.max(1);
     let partials = client.empty(extent("partials bytes", &[partials_len, 4])?);
+    let partials = Buf::new("partials", &partials, partials_len, 4)?;
     if parts > 0 {
         let (count, dim) = grid_layers(client, cols, parts)?;
-        // SAFETY: lengths checked above; a unit reads `a` (and `b`) at `r * cols + c` with
-        // `r < rows`, `c < cols`, `scale` at `r`, only when given (else `a` with a length of
-        // one stands in, never read through them), and writes `partials` at `p * cols + c`
-        // with `p < parts`, inside the `parts * cols` FP32 values allocated.
+        // SAFETY: lengths from checked `Buf`s; a unit reads `a` (and `b`) at `r * cols + c`
+        // with `r < rows`, `c < cols`, `scale` at `r`, only when given (else `a`'s stand-in
+        // of one element, never read through them), and writes `partials` at
+        // `p * cols + c` with `p < parts`, inside the `parts * cols` FP32 values allocated.
         unsafe {
             column_partials_kernel::launch_unchecked::<F, R>(
                 client,
                 count,
                 dim,
-                ArrayArg::from_raw_parts(a.clone(), len),
-                ArrayArg::from_raw_parts(b.unwrap_or(a).clone(), if b.is_some() { len } else { 1 }),
-                ArrayArg::from_raw_parts(
-                    scale.unwrap_or(a).clone(),
-                    if scale.is_some() { rows } else { 1 },
-                ),
-                ArrayArg::from_raw_parts(partials.clone(), partials_len),
+                a.arg(),
+                a.stand_in_for(b.as_ref()).arg(),
+                a.stand_in_for(scale.as_ref()).arg(),
+                partials.arg(),
                 rows,
                 cols,
                 chunk,
@@ -354,14 +340,14 @@ pub fn launch_column_sums<R: Runtime, F: Float + CubeElement>(
     }
     let (count, dim) = grid_1d(client, cols)?;
     // SAFETY: units past `cols` return; the others read `partials` at `p * cols + c` with
-    // `p < parts` (none when `parts == 0`) and write `out[c]`, `c < cols` (checked).
+    // `p < parts` (none when `parts == 0`) and write `out[c]`, `c < cols` (checked `Buf`s).
     unsafe {
         column_finish_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(partials, partials_len),
-            ArrayArg::from_raw_parts(out.clone(), cols),
+            partials.arg(),
+            out.arg(),
             parts,
             cols,
             accumulate,
@@ -383,8 +369,8 @@ pub fn launch_argmax_rows<R: Runtime, F: Float + CubeElement, O: Numeric + CubeE
         return Ok(());
     }
     let len = extent("rows * cols", &[rows, cols])?;
-    check_len("x", x, len, core::mem::size_of::<F>())?;
-    check_len("idx", idx, rows, core::mem::size_of::<O>())?;
+    let x = Buf::new("x", x, len, core::mem::size_of::<F>())?;
+    let idx = Buf::new("idx", idx, rows, core::mem::size_of::<O>())?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: as in `launch_sum_rows`.
     unsafe {
@@ -392,8 +378,8 @@ pub fn launch_argmax_rows<R: Runtime, F: Float + CubeElement, O: Numeric + CubeE
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(idx.clone(), rows),
+            x.arg(),
+            idx.arg(),
             rows,
             cols,
         );
@@ -414,9 +400,9 @@ pub fn launch_top_k_rows<R: Runtime>(
     }
     let len = extent("rows * cols", &[rows, cols])?;
     let picked = extent("rows * k", &[rows, k])?;
-    check_len("x", x, len, 4)?;
-    check_len("vals", vals, picked, 4)?;
-    check_len("idx", idx, picked, 4)?;
+    let x = Buf::new("x", x, len, 4)?;
+    let vals = Buf::new("vals", vals, picked, 4)?;
+    let idx = Buf::new("idx", idx, picked, 4)?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: as in `launch_sum_rows`; writes go to `row * k + out` with `out < k`.
     unsafe {
@@ -424,9 +410,9 @@ pub fn launch_top_k_rows<R: Runtime>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(vals.clone(), picked),
-            ArrayArg::from_raw_parts(idx.clone(), picked),
+            x.arg(),
+            vals.arg(),
+            idx.arg(),
             rows,
             cols,
             k,
@@ -448,8 +434,8 @@ pub fn launch_rows_count_above<R: Runtime, F: Float + CubeElement>(
     }
     let len = extent("rows * cols", &[rows, cols])?;
     let pairs = extent("rows * 2", &[rows, 2])?;
-    check_len("x", x, len, core::mem::size_of::<F>())?;
-    check_len("counts", counts, pairs, 4)?;
+    let x = Buf::new("x", x, len, core::mem::size_of::<F>())?;
+    let counts = Buf::new("counts", counts, pairs, 4)?;
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: as in `launch_sum_rows`.
     unsafe {
@@ -457,8 +443,8 @@ pub fn launch_rows_count_above<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(counts.clone(), pairs),
+            x.arg(),
+            counts.arg(),
             rows,
             cols,
             lo,

@@ -12,7 +12,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_divisors, check_len, check_u32, extent, grid_1d, sum, LaunchError};
+use crate::launch::{check_divisors, check_u32, extent, grid_1d, sum, Buf, LaunchError};
 
 /// Buffer offset of the first element of pair `p` (see the module docs); the second is
 /// `half` (half-split) or 1 (interleaved) further on.
@@ -207,13 +207,17 @@ impl RopeGeometry {
     }
 }
 
-/// Checks `x` and `y` of a rope launch (`len` elements of `F`) and the divisors of `g`.
-fn check_xy<F>(x: &Handle, y: &Handle, len: usize, g: &RopeGeometry) -> Result<(), LaunchError> {
+/// `x` and `y` of a rope launch (`len` elements of `F`), checked, after the divisors of `g`.
+fn xy_bufs<F>(
+    x: &Handle,
+    y: &Handle,
+    len: usize,
+    g: &RopeGeometry,
+) -> Result<(Buf, Buf), LaunchError> {
     check_divisors(&[("heads", g.heads), ("half", g.half)])?;
     check_u32(&[("rows * heads * 2 half", len)])?;
     let bytes = core::mem::size_of::<F>();
-    check_len("x", x, len, bytes)?;
-    check_len("y", y, len, bytes)
+    Ok((Buf::new("x", x, len, bytes)?, Buf::new("y", y, len, bytes)?))
 }
 
 /// The angle parameters of [`launch_rope_freq`] (see `rope_freq_kernel`): without YaRN,
@@ -246,7 +250,7 @@ pub fn launch_rope_freq<R: Runtime, F: Float + CubeElement>(
     if len == 0 {
         return Ok(());
     }
-    check_xy::<F>(x, y, len, &g)?;
+    let (x, y) = xy_bufs::<F>(x, y, len, &g)?;
     // The kernel forms positions `row + seq_offset`, `row < rows`, in 32 bits.
     if sum("rows + seq_offset", g.rows, f.seq_offset)? > u32::MAX as usize {
         return Err(LaunchError::Overflow {
@@ -254,15 +258,16 @@ pub fn launch_rope_freq<R: Runtime, F: Float + CubeElement>(
         });
     }
     let (count, dim) = grid_1d(client, pairs)?;
-    // SAFETY: x and y hold `len` elements (checked); units past `len / 2` return and every
-    // pair unit below it addresses two elements below `len`; `heads`, `half` are nonzero.
+    // SAFETY: x and y hold `len` elements (checked `Buf`s); units past `len / 2` return and
+    // every pair unit below it addresses two elements below `len`; `heads`, `half` are
+    // nonzero.
     unsafe {
         rope_freq_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(y.clone(), len),
+            x.arg(),
+            y.arg(),
             g.heads,
             g.half,
             f.seq_offset,
@@ -292,27 +297,27 @@ pub fn launch_rope_table<R: Runtime, F: Float + CubeElement>(
     if len == 0 {
         return Ok(());
     }
-    check_xy::<F>(x, y, len, &g)?;
+    let (x, y) = xy_bufs::<F>(x, y, len, &g)?;
     let table = if per_head {
         pairs
     } else {
         extent("rows * half", &[g.rows, g.half])?
     };
-    check_len("cos", cos, table, 4)?;
-    check_len("sin", sin, table, 4)?;
+    let cos = Buf::new("cos", cos, table, 4)?;
+    let sin = Buf::new("sin", sin, table, 4)?;
     check_u32(&[("cos/sin table", table)])?;
     let (count, dim) = grid_1d(client, pairs)?;
-    // SAFETY: x, y hold `len` elements and the tables `table` floats (checked); a pair unit
-    // reads table entry `p` (per head, `p < pairs`) or `row * half + i < rows * half`.
+    // SAFETY: x, y hold `len` elements and the tables `table` floats (checked `Buf`s); a pair
+    // unit reads table entry `p` (per head, `p < pairs`) or `row * half + i < rows * half`.
     unsafe {
         rope_table_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(cos.clone(), table),
-            ArrayArg::from_raw_parts(sin.clone(), table),
-            ArrayArg::from_raw_parts(y.clone(), len),
+            x.arg(),
+            cos.arg(),
+            sin.arg(),
+            y.arg(),
             g.heads,
             g.half,
             per_head,
@@ -340,18 +345,25 @@ pub struct MropeAxisArgs<'a> {
 }
 
 impl MropeAxisArgs<'_> {
-    /// Checks the axis's buffers for `rows` rows; its table length.
-    fn check(&self, rows: usize) -> Result<usize, LaunchError> {
+    /// The axis's `[cos, sin, pos]` for `rows` rows, checked; an axis without pairs is never
+    /// read, and binds its buffers with no elements.
+    fn bufs(&self, rows: usize) -> Result<[Buf; 3], LaunchError> {
         if self.pairs == 0 {
-            return Ok(0);
+            return Ok([
+                Buf::new("cos", self.cos, 0, 4)?,
+                Buf::new("sin", self.sin, 0, 4)?,
+                Buf::new("pos", self.pos, 0, 4)?,
+            ]);
         }
         check_divisors(&[("max_pos", self.max_pos)])?;
         let table = extent("max_pos * pairs", &[self.max_pos, self.pairs])?;
-        check_len("cos", self.cos, table, 4)?;
-        check_len("sin", self.sin, table, 4)?;
-        check_len("pos", self.pos, rows, 4)?;
+        let bufs = [
+            Buf::new("cos", self.cos, table, 4)?,
+            Buf::new("sin", self.sin, table, 4)?,
+            Buf::new("pos", self.pos, rows, 4)?,
+        ];
         check_u32(&[("max_pos * pairs", table)])?;
-        Ok(table)
+        Ok(bufs)
     }
 }
 
@@ -381,30 +393,30 @@ pub fn launch_rope_mrope<R: Runtime, F: Float + CubeElement>(
     if len == 0 {
         return Ok(());
     }
-    check_xy::<F>(x, y, len, &g)?;
-    let lens = [t.check(g.rows)?, h.check(g.rows)?, w.check(g.rows)?];
-    // An axis without pairs is never read: its position stream is bound with no elements.
-    let pos_len = |a: &MropeAxisArgs<'_>| if a.pairs == 0 { 0 } else { g.rows };
+    let (x, y) = xy_bufs::<F>(x, y, len, &g)?;
+    let [t_cos, t_sin, t_pos] = t.bufs(g.rows)?;
+    let [h_cos, h_sin, h_pos] = h.bufs(g.rows)?;
+    let [w_cos, w_sin, w_pos] = w.bufs(g.rows)?;
     let (count, dim) = grid_1d(client, pairs)?;
     // SAFETY: x, y hold `len` elements, each used axis's tables `max_pos * pairs` floats and
-    // its positions `rows` (checked); a unit reads only the axis holding its pair, at a
-    // table row clamped below `max_pos` (nonzero, checked) and a row below `rows`.
+    // its positions `rows` (checked `Buf`s); a unit reads only the axis holding its pair, at
+    // a table row clamped below `max_pos` (nonzero, checked) and a row below `rows`.
     unsafe {
         rope_mrope_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(t.cos.clone(), lens[0]),
-            ArrayArg::from_raw_parts(t.sin.clone(), lens[0]),
-            ArrayArg::from_raw_parts(h.cos.clone(), lens[1]),
-            ArrayArg::from_raw_parts(h.sin.clone(), lens[1]),
-            ArrayArg::from_raw_parts(w.cos.clone(), lens[2]),
-            ArrayArg::from_raw_parts(w.sin.clone(), lens[2]),
-            ArrayArg::from_raw_parts(t.pos.clone(), pos_len(&t)),
-            ArrayArg::from_raw_parts(h.pos.clone(), pos_len(&h)),
-            ArrayArg::from_raw_parts(w.pos.clone(), pos_len(&w)),
-            ArrayArg::from_raw_parts(y.clone(), len),
+            x.arg(),
+            t_cos.arg(),
+            t_sin.arg(),
+            h_cos.arg(),
+            h_sin.arg(),
+            w_cos.arg(),
+            w_sin.arg(),
+            t_pos.arg(),
+            h_pos.arg(),
+            w_pos.arg(),
+            y.arg(),
             g.heads,
             g.half,
             t.pairs,

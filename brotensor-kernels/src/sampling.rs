@@ -11,8 +11,8 @@ mod rank;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, check_u32, extent, grid_1d, LaunchError};
-use crate::primitives::{arg, row_grid, REDUCE_UNITS};
+use crate::launch::{check_u32, extent, grid_1d, Buf, LaunchError};
+use crate::primitives::{row_grid, REDUCE_UNITS};
 use philox::{add_u64, exp_neg, normal, philox4x32_10, uniform24};
 use rank::{barrier, first_reaching, order_pair, partial_sum};
 
@@ -306,19 +306,19 @@ pub fn launch_philox_blocks<R: Runtime>(
     }
     let ins = extent("blocks * 6", &[blocks, 6])?;
     let outs = extent("blocks * 4", &[blocks, 4])?;
-    check_len("ctr_key", ctr_key, ins, 4)?;
-    check_len("out", out, outs, 4)?;
+    let ctr_key = Buf::new("ctr_key", ctr_key, ins, 4)?;
+    let out = Buf::new("out", out, outs, 4)?;
     check_u32(&[("blocks * 6", ins)])?;
     let (count, dim) = grid_1d(client, blocks)?;
     // SAFETY: units past `blocks` return; unit `b` reads `6 b .. 6 b + 6 <= ins` and writes
-    // `4 b .. 4 b + 4 <= outs` (both lengths checked).
+    // `4 b .. 4 b + 4 <= outs` (both checked `Buf`s).
     unsafe {
         philox_blocks_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            arg(ctr_key, ins),
-            arg(out, outs),
+            ctr_key.arg(),
+            out.arg(),
             blocks,
         );
     }
@@ -349,13 +349,13 @@ pub fn launch_random_fill<R: Runtime>(
     if len == 0 {
         return Ok(());
     }
-    check_len("y", y, len, 4)?;
+    let y = Buf::new("y", y, len, 4)?;
     check_u32(&[("len", len)])?;
     let (count, dim) = grid_1d(client, len)?;
     let ((k0, k1), (c0, c1)) = (words(key), words(counter));
-    // SAFETY: units past `len` return; unit `i` writes `y[i]`, `i < len` (checked).
+    let y = y.arg();
+    // SAFETY: units past `len` return; unit `i` writes `y[i]`, `i < len` (a checked `Buf`).
     unsafe {
-        let y = arg(y, len);
         match fill {
             RandomFill::Uniform => rand_uniform_kernel::launch_unchecked::<R>(
                 client, count, dim, y, len, k0, k1, c0, c1,
@@ -409,19 +409,17 @@ pub fn launch_sample_logits<R: Runtime>(
     let len = extent("rows * v", &[rows, v])?;
     let work = extent("3 * rows * v", &[3, rows, v])?;
     check_u32(&[("3 * rows * v", work)])?;
-    check_len("logits", logits, len, 4)?;
-    check_len("scratch", scratch, work, 4)?;
-    check_len("indices", indices, rows, 4)?;
-    if let Some(c) = counter {
-        check_len("counter", c, 1, 4)?;
-    }
+    let logits = Buf::new("logits", logits, len, 4)?;
+    let scratch = Buf::new("scratch", scratch, work, 4)?;
+    let indices = Buf::new("indices", indices, rows, 4)?;
+    let counter = counter.map(|c| Buf::new("counter", c, 1, 4)).transpose()?;
     let (count, dim) = row_grid(client, rows)?;
     let chunk = v.div_ceil(REDUCE_UNITS as usize);
     let pow2 = v.next_power_of_two();
     let ((k0, k1), (c0, c1)) = (words(args.key), words(args.counter));
-    // SAFETY: lengths checked above. Cube `row < rows` reads `logits[row v + i]`, `i < v`,
-    // and touches `scratch` only at `(m rows + row) v + i` for `m < 3`, `i < v` (bitonic
-    // pairs reaching `v` or past are skipped; chunk walks stop at `v`); it writes
+    // SAFETY: lengths from checked `Buf`s. Cube `row < rows` reads `logits[row v + i]`,
+    // `i < v`, and touches `scratch` only at `(m rows + row) v + i` for `m < 3`, `i < v`
+    // (bitonic pairs reaching `v` or past are skipped; chunk walks stop at `v`); it writes
     // `indices[row]`, and reads `counter[0]` only when a counter buffer is given (else the
     // indices buffer stands in, unread).
     unsafe {
@@ -429,10 +427,10 @@ pub fn launch_sample_logits<R: Runtime>(
             client,
             count,
             dim,
-            arg(logits, len),
-            arg(counter.unwrap_or(indices), 1),
-            arg(scratch, work),
-            arg(indices, rows),
+            logits.arg(),
+            indices.stand_in_for(counter.as_ref()).arg(),
+            scratch.arg(),
+            indices.arg(),
             rows,
             v,
             pow2,
@@ -456,14 +454,14 @@ pub fn launch_advance_counter<R: Runtime>(
     counter: &Handle,
     by: u32,
 ) -> Result<(), LaunchError> {
-    check_len("counter", counter, 1, 4)?;
-    // SAFETY: one unit writes `counter[0]` (length checked).
+    let counter = Buf::new("counter", counter, 1, 4)?;
+    // SAFETY: one unit writes `counter[0]` (a checked `Buf` of one element).
     unsafe {
         advance_counter_kernel::launch_unchecked::<R>(
             client,
             CubeCount::Static(1, 1, 1),
             CubeDim::new_1d(1),
-            arg(counter, 1),
+            counter.arg(),
             by,
         );
     }

@@ -7,7 +7,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_divisors, check_len, grid_1d, LaunchError};
+use crate::launch::{check_divisors, grid_1d, Buf, LaunchError};
 
 /// `1 / guard(d)`: `|d|` floored at 1e-9, its sign kept (0 counts as positive).
 #[cube]
@@ -67,22 +67,6 @@ fn snake_backward_kernel(
     }
 }
 
-/// Checks the buffers of a snake launch over `len` elements and `c` channels.
-fn check_snake(
-    tensors: &[(&'static str, &Handle)],
-    params: &[(&'static str, &Handle)],
-    len: usize,
-    c: usize,
-) -> Result<(), LaunchError> {
-    for (arg, h) in tensors {
-        check_len(arg, h, len, 4)?;
-    }
-    for (arg, h) in params {
-        check_len(arg, h, c, 4)?;
-    }
-    Ok(())
-}
-
 /// `y = snake(x)` over `len` elements (`len` a multiple of `c * l`), `alpha` and `d` of `c`
 /// values each (`d` is `alpha` itself for plain snake).
 #[allow(clippy::too_many_arguments)]
@@ -100,19 +84,22 @@ pub fn launch_snake_forward<R: Runtime>(
         return Ok(());
     }
     check_divisors(&[("c", c), ("l", l)])?;
-    check_snake(&[("x", x), ("y", y)], &[("alpha", alpha), ("d", d)], len, c)?;
+    let x = Buf::new("x", x, len, 4)?;
+    let y = Buf::new("y", y, len, 4)?;
+    let alpha = Buf::new("alpha", alpha, c, 4)?;
+    let d = Buf::new("d", d, c, 4)?;
     let (count, dim) = grid_1d(client, len)?;
-    // SAFETY: x and y hold `len` floats, alpha and d `c` (checked); units past `len` return,
-    // and every channel index is `% c`; `l` and `c` are nonzero (checked).
+    // SAFETY: x and y hold `len` floats, alpha and d `c` (checked `Buf`s); units past `len`
+    // return, and every channel index is `% c`; `l` and `c` are nonzero (checked).
     unsafe {
         snake_forward_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(alpha.clone(), c),
-            ArrayArg::from_raw_parts(d.clone(), c),
-            ArrayArg::from_raw_parts(y.clone(), len),
+            x.arg(),
+            alpha.arg(),
+            d.arg(),
+            y.arg(),
             c,
             l,
         );
@@ -139,27 +126,28 @@ pub fn launch_snake_backward<R: Runtime>(
         return Ok(());
     }
     check_divisors(&[("c", c), ("l", l)])?;
-    check_snake(
-        &[("x", x), ("dy", dy), ("dx", dx), ("ga", ga), ("gb", gb)],
-        &[("alpha", alpha), ("d", d)],
-        len,
-        c,
-    )?;
+    let x = Buf::new("x", x, len, 4)?;
+    let dy = Buf::new("dy", dy, len, 4)?;
+    let dx = Buf::new("dx", dx, len, 4)?;
+    let ga = Buf::new("ga", ga, len, 4)?;
+    let gb = Buf::new("gb", gb, len, 4)?;
+    let alpha = Buf::new("alpha", alpha, c, 4)?;
+    let d = Buf::new("d", d, c, 4)?;
     let (count, dim) = grid_1d(client, len)?;
-    // SAFETY: every tensor argument holds `len` floats and the parameters `c` (checked);
-    // units past `len` return, and channel indices are `% c`.
+    // SAFETY: every tensor argument holds `len` floats and the parameters `c` (checked
+    // `Buf`s); units past `len` return, and channel indices are `% c`.
     unsafe {
         snake_backward_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), len),
-            ArrayArg::from_raw_parts(alpha.clone(), c),
-            ArrayArg::from_raw_parts(d.clone(), c),
-            ArrayArg::from_raw_parts(dy.clone(), len),
-            ArrayArg::from_raw_parts(dx.clone(), len),
-            ArrayArg::from_raw_parts(ga.clone(), len),
-            ArrayArg::from_raw_parts(gb.clone(), len),
+            x.arg(),
+            alpha.arg(),
+            d.arg(),
+            dy.arg(),
+            dx.arg(),
+            ga.arg(),
+            gb.arg(),
             c,
             l,
         );

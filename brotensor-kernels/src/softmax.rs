@@ -9,8 +9,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, LaunchError};
-use crate::primitives::{arg, cube_max, cube_sum, is_valid, row_grid, REDUCE_UNITS};
+use crate::launch::{extent, Buf, LaunchError};
+use crate::primitives::{cube_max, cube_sum, is_valid, row_grid, REDUCE_UNITS};
 
 /// This unit's largest unmasked `x[base + j]` over `j` in `[from, to)` (strided by the
 /// cube), at least `-1e30` (the C++ original's starting value).
@@ -334,18 +334,17 @@ pub fn launch_softmax<R: Runtime, F: Float + CubeElement>(
     }
     let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
-    check_len("x", x, len, b)?;
-    check_len("y", y, len, b)?;
-    if let Some(m) = mask {
-        check_len("mask", m, cols, 4)?;
-    }
-    let mask_h = mask.unwrap_or(x);
-    let mask_len = if mask.is_some() { cols } else { 1 };
+    let x = Buf::new("x", x, len, b)?;
+    let y = Buf::new("y", y, len, b)?;
+    let mask = mask.map(|m| Buf::new("mask", m, cols, 4)).transpose()?;
+    let masked = mask.is_some();
+    let mask = x.stand_in_for(mask.as_ref());
     if splits_rows(rows, cols) {
         let (count, parts) = split_grid(client, rows, cols)?;
         let stats = extent("2 * rows * parts", &[2, rows, parts])?;
         let partials = client.empty(extent("partials bytes", &[stats, 4])?);
-        // SAFETY: lengths checked above (the unmasked variant never reads `mask`). Cube
+        let partials = Buf::new("partials", &partials, stats, 4)?;
+        // SAFETY: lengths from checked `Buf`s (the unmasked variant never reads `mask`). Cube
         // `(part, row)` has `part < parts = ceil(cols / LONG_PART)`, `row < rows`; it reads
         // `row * cols + j` and `mask[j]` with `j < cols`, and `partials` at
         // `2 (row parts + q) + 1 < 2 rows parts`, all allocated.
@@ -354,40 +353,40 @@ pub fn launch_softmax<R: Runtime, F: Float + CubeElement>(
                 client,
                 count.clone(),
                 CubeDim::new_1d(REDUCE_UNITS),
-                arg(x, len),
-                arg(mask_h, mask_len),
-                arg(&partials, stats),
+                x.arg(),
+                mask.arg(),
+                partials.arg(),
                 cols,
-                mask.is_some(),
+                masked,
             );
             softmax_apply_kernel::launch_unchecked::<F, R>(
                 client,
                 count,
                 CubeDim::new_1d(REDUCE_UNITS),
-                arg(x, len),
-                arg(mask_h, mask_len),
-                arg(&partials, stats),
-                arg(y, len),
+                x.arg(),
+                mask.arg(),
+                partials.arg(),
+                y.arg(),
                 cols,
-                mask.is_some(),
+                masked,
             );
         }
         return Ok(());
     }
     let (count, dim) = row_grid(client, rows)?;
-    // SAFETY: lengths checked above (the unmasked variant never reads `mask`); every index is
-    // `row * cols + j` with `row < rows`, `j < cols`, or `j < cols` into the mask.
+    // SAFETY: lengths from checked `Buf`s (the unmasked variant never reads `mask`); every
+    // index is `row * cols + j` with `row < rows`, `j < cols`, or `j < cols` into the mask.
     unsafe {
         softmax_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            arg(x, len),
-            arg(mask_h, mask_len),
-            arg(y, len),
+            x.arg(),
+            mask.arg(),
+            y.arg(),
             rows,
             cols,
-            mask.is_some(),
+            masked,
         );
     }
     Ok(())
@@ -406,13 +405,14 @@ pub fn launch_softmax_backward<R: Runtime, F: Float + CubeElement>(
     }
     let len = extent("rows * cols", &[rows, cols])?;
     let b = core::mem::size_of::<F>();
-    for (name, h) in [("p", p), ("dp", dp), ("dl", dl)] {
-        check_len(name, h, len, b)?;
-    }
+    let p = Buf::new("p", p, len, b)?;
+    let dp = Buf::new("dp", dp, len, b)?;
+    let dl = Buf::new("dl", dl, len, b)?;
     if splits_rows(rows, cols) {
         let (count, parts) = split_grid(client, rows, cols)?;
         let dots = extent("rows * parts", &[rows, parts])?;
         let partials = client.empty(extent("partials bytes", &[dots, 4])?);
+        let partials = Buf::new("partials", &partials, dots, 4)?;
         // SAFETY: as in `launch_softmax`'s split path; `partials` is read and written at
         // `row parts + q < rows parts`.
         unsafe {
@@ -420,19 +420,19 @@ pub fn launch_softmax_backward<R: Runtime, F: Float + CubeElement>(
                 client,
                 count.clone(),
                 CubeDim::new_1d(REDUCE_UNITS),
-                arg(p, len),
-                arg(dp, len),
-                arg(&partials, dots),
+                p.arg(),
+                dp.arg(),
+                partials.arg(),
                 cols,
             );
             softmax_backward_apply_kernel::launch_unchecked::<F, R>(
                 client,
                 count,
                 CubeDim::new_1d(REDUCE_UNITS),
-                arg(p, len),
-                arg(dp, len),
-                arg(&partials, dots),
-                arg(dl, len),
+                p.arg(),
+                dp.arg(),
+                partials.arg(),
+                dl.arg(),
                 cols,
             );
         }
@@ -445,9 +445,9 @@ pub fn launch_softmax_backward<R: Runtime, F: Float + CubeElement>(
             client,
             count,
             dim,
-            arg(p, len),
-            arg(dp, len),
-            arg(dl, len),
+            p.arg(),
+            dp.arg(),
+            dl.arg(),
             rows,
             cols,
         );

@@ -17,7 +17,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::elementwise::{apply_binary, BinaryInstr};
-use crate::launch::{check_len, fits_u32, grid_1d, LaunchError};
+use crate::launch::{fits_u32, grid_1d, Buf, LaunchError};
 
 /// The highest rank the kernel takes: a tensor's 8 dims plus the word pair of a 64-bit
 /// element.
@@ -131,14 +131,13 @@ pub fn launch_strided_gather<R: Runtime>(
     };
     let rank = layout.dims.len();
     // The source words the layout reaches (element `i` lies in word `i / pack`).
-    let src_words = check_layout("src", src, &layout, pack, 4)?;
-    if src_words == 0 {
+    let Some(src) = layout_buf("src", src, &layout, pack, 4)? else {
         return Ok(());
-    }
+    };
     let numel = crate::launch::extent("numel", layout.dims)?;
     fits_u32("numel (must fit in 32 bits)", numel)?;
     let words = numel.div_ceil(pack);
-    check_len("out", out, words, 4)?;
+    let out = Buf::new("out", out, words, 4)?;
     // Strides modulo 2^32 (two's complement for negative ones): every element's true index
     // is below 2^32 (checked above), so the kernel's wrapping sums land on it exactly. The
     // offset and dims fit: `lo <= offset <= hi` and each dim is at most `numel`.
@@ -146,20 +145,20 @@ pub fn launch_strided_gather<R: Runtime>(
     meta.push(layout.offset as u32);
     meta.extend(layout.dims.iter().map(|&n| n as u32));
     meta.extend(layout.strides.iter().map(|&s| s as u32));
-    let meta_handle = client.create_from_slice(u32::as_bytes(&meta));
+    let meta = Buf::upload(client, &meta);
     let (count, dim) = grid_1d(client, words)?;
-    // SAFETY: `out` holds `words` words and the kernel writes only word `w < words`; every
-    // element index the layout reaches lies in word `index / pack < src_words`, checked to
-    // be inside `src`; `meta` holds exactly
-    // `1 + 2 * rank` words, which is what a rank-`rank` kernel reads.
+    // SAFETY: `out` holds `words` words (a checked `Buf`) and the kernel writes only word
+    // `w < words`; every element index the layout reaches lies in the words of `src`'s
+    // checked `Buf`; `meta` holds exactly `1 + 2 * rank` words, which is what a rank-`rank`
+    // kernel reads.
     unsafe {
         strided_gather_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(src.clone(), src_words),
-            ArrayArg::from_raw_parts(meta_handle, meta.len()),
-            ArrayArg::from_raw_parts(out.clone(), words),
+            src.arg(),
+            meta.arg(),
+            out.arg(),
             numel as u32,
             rank,
             pack as u32,
@@ -211,22 +210,22 @@ fn strided_binary_kernel<F: Float>(
 
 /// Checks `layout` for a strided launch over buffer `h` read in units of `unit_bytes` bytes
 /// holding `per_unit` elements each: the rank, one stride per dim, 32-bit element indices and
-/// every reached unit inside `h`. Returns the number of units to bind (the unit of the highest
-/// index reached, plus one; 0 when the layout is empty).
-fn check_layout(
+/// every reached unit inside `h`. Returns `h` as the units to bind (the unit of the highest
+/// index reached, plus one), or `None` when the layout is empty.
+fn layout_buf(
     arg: &'static str,
     h: &Handle,
     layout: &GatherLayout<'_>,
     per_unit: usize,
     unit_bytes: usize,
-) -> Result<usize, LaunchError> {
+) -> Result<Option<Buf>, LaunchError> {
     if layout.dims.len() > MAX_GATHER_RANK || layout.strides.len() != layout.dims.len() {
         return Err(LaunchError::Overflow {
             what: "rank (one stride per dim, at most 9)",
         });
     }
     let Some((lo, hi)) = reach(layout)? else {
-        return Ok(0);
+        return Ok(None);
     };
     if lo < 0 || u32::try_from(hi).is_err() {
         return Err(LaunchError::Overflow {
@@ -234,8 +233,7 @@ fn check_layout(
         });
     }
     let units = hi as usize / per_unit + 1;
-    check_len(arg, h, units, unit_bytes)?;
-    Ok(units)
+    Buf::new(arg, h, units, unit_bytes).map(Some)
 }
 
 /// `out[i] = instr(x[layout_x(i)], y[layout_y(i)]; a, b)` for every row-major index `i` of the
@@ -261,13 +259,14 @@ pub fn launch_strided_binary<R: Runtime, F: Float + CubeElement>(
     }
     let bytes = core::mem::size_of::<F>();
     let numel = crate::launch::extent("numel", lx.dims)?;
-    let nx = check_layout("x", x, &lx, 1, bytes)?;
-    let ny = check_layout("y", y, &ly, 1, bytes)?;
-    if numel == 0 {
+    let x = layout_buf("x", x, &lx, 1, bytes)?;
+    let y = layout_buf("y", y, &ly, 1, bytes)?;
+    // Both are `None` exactly when the (common) dims hold a zero: `numel == 0`.
+    let (Some(x), Some(y)) = (x, y) else {
         return Ok(());
-    }
+    };
     fits_u32("numel (must fit in 32 bits)", numel)?;
-    check_len("out", out, numel, bytes)?;
+    let out = Buf::new("out", out, numel, bytes)?;
     let rank = lx.dims.len();
     // Offsets, dims and strides modulo 2^32, as in `launch_strided_gather`.
     let mut meta = Vec::with_capacity(2 + 3 * rank);
@@ -275,20 +274,21 @@ pub fn launch_strided_binary<R: Runtime, F: Float + CubeElement>(
     meta.extend(lx.dims.iter().map(|&n| n as u32));
     meta.extend(lx.strides.iter().map(|&s| s as u32));
     meta.extend(ly.strides.iter().map(|&s| s as u32));
-    let meta_handle = client.create_from_slice(u32::as_bytes(&meta));
+    let meta = Buf::upload(client, &meta);
     let (count, dim) = grid_1d(client, numel)?;
-    // SAFETY: `out` holds `numel` elements and unit `i < numel` writes element `i` only;
-    // every index either layout reaches is below `nx` / `ny`, checked to lie inside `x` /
-    // `y`; `meta` holds the `2 + 3 * rank` words a rank-`rank` kernel reads.
+    // SAFETY: `out` holds `numel` elements (a checked `Buf`) and unit `i < numel` writes
+    // element `i` only; every index either layout reaches lies inside the elements of `x`'s
+    // / `y`'s checked `Buf`; `meta` holds the `2 + 3 * rank` words a rank-`rank` kernel
+    // reads.
     unsafe {
         strided_binary_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), nx),
-            ArrayArg::from_raw_parts(y.clone(), ny),
-            ArrayArg::from_raw_parts(meta_handle, meta.len()),
-            ArrayArg::from_raw_parts(out.clone(), numel),
+            x.arg(),
+            y.arg(),
+            meta.arg(),
+            out.arg(),
             a,
             b,
             rank,

@@ -46,17 +46,12 @@ impl CustomKernel for SiluGate {
             return Ok(());
         }
         let (count, dim) = launch.grid_1d(y.numel())?;
-        // SAFETY: brotensor checked that g, u and y each hold `numel` F32 elements (the
-        // caller below gives all three the same dims).
+        let (g, u, y) = (g.arg::<f32, R>()?, u.arg::<f32, R>()?, y.arg::<f32, R>()?);
+        // SAFETY: each argument binds the `numel` F32 elements brotensor checked its buffer
+        // holds, and the caller below gives all three the same dims: the kernel reads and
+        // writes only below `y.len()`.
         unsafe {
-            silu_gate_kernel::launch_unchecked::<R>(
-                launch.client(),
-                count,
-                dim,
-                ArrayArg::from_raw_parts(g.handle().clone(), g.numel()),
-                ArrayArg::from_raw_parts(u.handle().clone(), u.numel()),
-                ArrayArg::from_raw_parts(y.handle().clone(), y.numel()),
-            );
+            silu_gate_kernel::launch_unchecked::<R>(launch.client(), count, dim, g, u, y);
         }
         Ok(())
     }

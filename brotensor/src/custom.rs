@@ -22,10 +22,11 @@
 //!
 //! Your code then sees dense row-major buffers: [`HostIn`] / [`HostOut`] slices on the CPU,
 //! [`GpuOperand`] handles plus the [`ComputeClient`] on a GPU. A GPU buffer holds at least
-//! [`GpuOperand::numel`] elements of [`GpuOperand::dtype`] (padded to 16 bytes), so an
-//! `ArrayArg::from_raw_parts(handle, numel)` read as that element type stays in bounds: that
-//! is all the `unsafe` launch has to trust. Launches are asynchronous like every GPU op;
-//! reading a tensor back waits for them.
+//! [`GpuOperand::numel`] elements of [`GpuOperand::dtype`] (padded to 16 bytes), and
+//! [`GpuOperand::arg`] binds it as exactly those (checking the element type you name against
+//! the dtype), so the argument stays in bounds: what the `unsafe` launch has left to trust is
+//! your kernel's indexing. Launches are asynchronous like every GPU op; reading a tensor back
+//! waits for them.
 //!
 //! ```
 //! use brotensor::cubecl::{self, prelude::*};
@@ -58,15 +59,11 @@
 //!     fn gpu<R: Runtime>(&self, launch: &GpuLaunch<'_, R>) -> brotensor::Result<()> {
 //!         let (x, y) = (&launch.inputs()[0], &launch.outputs()[0]);
 //!         let (count, dim) = launch.grid_1d(y.numel())?;
-//!         // SAFETY: brotensor checked that both buffers hold `numel` f32 elements.
+//!         let (x_arg, y_arg) = (x.arg::<f32, R>()?, y.arg::<f32, R>()?);
+//!         // SAFETY: the arguments bind the `numel` f32 elements brotensor checked each buffer
+//!         // holds, and the kernel reads and writes only below `y.len()`, which is `x`'s too.
 //!         unsafe {
-//!             double_kernel::launch_unchecked::<R>(
-//!                 launch.client(),
-//!                 count,
-//!                 dim,
-//!                 ArrayArg::from_raw_parts(x.handle().clone(), x.numel()),
-//!                 ArrayArg::from_raw_parts(y.handle().clone(), y.numel()),
-//!             );
+//!             double_kernel::launch_unchecked::<R>(launch.client(), count, dim, x_arg, y_arg);
 //!         }
 //!         Ok(())
 //!     }
@@ -235,13 +232,19 @@ impl HostOut<'_> {
     }
     /// The elements as `&mut [T]` (`numel()` of them). Errors unless `T` is the dtype's type.
     pub fn slice_mut<T: Element>(&mut self) -> Result<&mut [T]> {
-        check_type::<T>(self.op, self.name, self.dtype)?;
+        check_type::<T>(self.op, self.name, self.dtype, "the CPU function")?;
         bytemuck::try_cast_slice_mut(self.bytes)
             .map_err(|e| Error::invalid(self.op, format!("`{}`: {e}", self.name)))
     }
 }
 
-fn check_type<T: Element>(op: &'static str, name: &'static str, dtype: Dtype) -> Result<()> {
+/// Errors unless `T` is `dtype`'s element type, for operand `name` read as `T` in `place`.
+fn check_type<T: Element>(
+    op: &'static str,
+    name: &'static str,
+    dtype: Dtype,
+    place: &str,
+) -> Result<()> {
     if T::DTYPE == dtype {
         return Ok(());
     }
@@ -249,7 +252,7 @@ fn check_type<T: Element>(op: &'static str, name: &'static str, dtype: Dtype) ->
         op,
         operand: name,
         expected: format!(
-            "read as {} ({}) in the CPU function",
+            "read as {} ({}) in {place}",
             std::any::type_name::<T>(),
             T::DTYPE
         ),
@@ -263,13 +266,14 @@ fn typed<'a, T: Element>(
     dtype: Dtype,
     bytes: &'a [u8],
 ) -> Result<&'a [T]> {
-    check_type::<T>(op, name, dtype)?;
+    check_type::<T>(op, name, dtype, "the CPU function")?;
     bytemuck::try_cast_slice(bytes).map_err(|e| Error::invalid(op, format!("`{name}`: {e}")))
 }
 
 /// An operand as the GPU launch sees it: a device buffer and what it holds.
 #[derive(Clone, Copy, Debug)]
 pub struct GpuOperand<'a> {
+    op: &'static str,
     name: &'static str,
     dims: &'a [usize],
     dtype: Dtype,
@@ -302,12 +306,25 @@ impl<'a> GpuOperand<'a> {
             .storage_bytes(self.numel)
             .expect("sizes were checked at launch")
     }
-    /// The device buffer. Clone it into `ArrayArg::from_raw_parts(handle, numel())` with the
-    /// dtype's element type, for launches queued inside [`CustomKernel::gpu`]: after it
+    /// The device buffer, for launches queued inside [`CustomKernel::gpu`]: after it
     /// returns, the tensor owns the buffer again (a kept clone does not stop a later op from
-    /// writing or reusing it).
+    /// writing or reusing it). [`arg`](Self::arg) binds it as its elements; a kernel that
+    /// reads it otherwise (packed words, another element type) clones it into
+    /// `ArrayArg::from_raw_parts` with a length in its own element type that the buffer
+    /// holds.
     pub fn handle(&self) -> &'a Handle {
         self.handle
+    }
+    /// The buffer as the argument of a kernel parameter `&Array<T>` (or `&mut Array<T>`):
+    /// [`numel`](Self::numel) elements of `T`, which the buffer holds. For launches queued
+    /// inside [`CustomKernel::gpu`], like [`handle`](Self::handle). Errors unless `T` is the
+    /// dtype's type.
+    pub fn arg<T: Element, R: Runtime>(&self) -> Result<ArrayArg<R>> {
+        check_type::<T>(self.op, self.name, self.dtype, "the GPU launch")?;
+        // SAFETY: `launch` gives every operand a buffer holding at least `numel` elements of
+        // its dtype, whose type `T` is (checked above): the length stays inside the buffer.
+        // Building the argument touches no memory; the launch binding it is itself `unsafe`.
+        Ok(unsafe { ArrayArg::from_raw_parts(self.handle.clone(), self.numel) })
     }
 }
 
@@ -597,6 +614,7 @@ fn launch_on<K: CustomKernel, R: Runtime>(
 fn gpu_operand<'t>(op: &'static str, name: &'static str, t: &'t Tensor) -> Result<GpuOperand<'t>> {
     match t.storage() {
         Some(Storage::Gpu(g)) => Ok(GpuOperand {
+            op,
             name,
             dims: t.dims(),
             dtype: t.dtype(),

@@ -9,7 +9,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{check_len, extent, fits_u32, grid_1d, LaunchError};
+use crate::launch::{extent, fits_u32, grid_1d, Buf, LaunchError};
 
 #[cube(launch_unchecked)]
 fn convert_kernel<A: Numeric, B: Numeric>(
@@ -77,27 +77,27 @@ pub fn launch_convert<R: Runtime, A: Numeric + CubeElement, B: Numeric + CubeEle
     let os = extent("destination", &[numel, if conv.to_complex { 2 } else { 1 }])?;
     fits_u32("source (must fit in 32 bits)", xs)?;
     fits_u32("destination (must fit in 32 bits)", os)?;
-    check_len("x", x, xs, core::mem::size_of::<A>())?;
-    check_len("out", out, os, core::mem::size_of::<B>())?;
-    check_len("flag", flag, 1, 4)?;
+    let x = Buf::new("x", x, xs, core::mem::size_of::<A>())?;
+    let out = Buf::new("out", out, os, core::mem::size_of::<B>())?;
+    let flag = Buf::new("flag", flag, 1, 4)?;
     if numel == 0 {
         return Ok(());
     }
     let (lo, hi) = conv.range.unwrap_or((A::from_int(0), A::from_int(0)));
-    let range = client.create_from_slice(A::as_bytes(&[lo, hi]));
+    let range = Buf::upload(client, &[lo, hi]);
     let (count, dim) = grid_1d(client, numel)?;
     // SAFETY: unit `i < numel` reads scalar `i` (or `2i`, `2i + 1`) of `x`, which holds
     // `xs` scalars, and writes scalar `i` (or `2i`, `2i + 1`) of `out`, which holds `os`,
-    // and word 0 of `flag` (checked above); `range` holds the 2 values it reads.
+    // and word 0 of `flag` (checked `Buf`s); `range` holds the 2 values it reads.
     unsafe {
         convert_kernel::launch_unchecked::<A, B, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), xs),
-            ArrayArg::from_raw_parts(out.clone(), os),
-            ArrayArg::from_raw_parts(flag.clone(), 1),
-            ArrayArg::from_raw_parts(range, 2),
+            x.arg(),
+            out.arg(),
+            flag.arg(),
+            range.arg(),
             numel as u32,
             conv.from_complex,
             conv.to_complex,

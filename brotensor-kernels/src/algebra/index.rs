@@ -10,7 +10,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::MAX_INDEX_RANK;
-use crate::launch::{check_len, extent, fits_u32, grid_1d, LaunchError};
+use crate::launch::{extent, fits_u32, grid_1d, Buf, LaunchError};
 use crate::strided::source_index;
 
 /// Copies element `from` of `src` into element `to` of `out`, `words` words each.
@@ -278,8 +278,8 @@ pub fn launch_pad<R: Runtime>(
     let numel = extent("output", &out_dims)?;
     let n = check_shape(dims.len(), words, numel)?;
     check_shape(dims.len(), words, src_elems)?;
-    check_len("src", src, src_elems * words, 4)?;
-    check_len("out", out, numel * words, 4)?;
+    let src = Buf::new("src", src, src_elems * words, 4)?;
+    let out = Buf::new("out", out, numel * words, 4)?;
     if numel == 0 {
         return Ok(());
     }
@@ -319,18 +319,19 @@ pub fn launch_pad<R: Runtime>(
             what: "pad layout (reaches outside the source)",
         });
     }
-    let meta_h = client.create_from_slice(u32::as_bytes(&meta));
+    let meta = Buf::upload(client, &meta);
     let (count, dim) = grid_1d(client, numel)?;
-    // SAFETY: unit `e < numel` writes element `e` of `out` (`numel` elements, checked); the
-    // element it reads is at most `reach < src_elems` (checked); `meta` holds `7 rank` words.
+    // SAFETY: unit `e < numel` writes element `e` of `out` (`numel` elements, a checked
+    // `Buf`); the element it reads is at most `reach < src_elems` (checked, and `src`'s
+    // checked `Buf` holds `src_elems`); `meta` holds `7 rank` words.
     unsafe {
         pad_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(src.clone(), src_elems * words),
-            ArrayArg::from_raw_parts(out.clone(), numel * words),
-            ArrayArg::from_raw_parts(meta_h, meta.len()),
+            src.arg(),
+            out.arg(),
+            meta.arg(),
             n,
             dims.len(),
             words as u32,
@@ -377,8 +378,8 @@ pub fn launch_place<R: Runtime>(
     let numel = extent("source", dims)?;
     let n = check_shape(dims.len(), words, numel)?;
     check_shape(dims.len(), words, out_elems)?;
-    check_len("src", src, numel * words, 4)?;
-    check_len("out", out, out_elems * words, 4)?;
+    let src = Buf::new("src", src, numel * words, 4)?;
+    let out = Buf::new("out", out, out_elems * words, 4)?;
     if numel == 0 {
         return Ok(());
     }
@@ -390,19 +391,20 @@ pub fn launch_place<R: Runtime>(
     let mut meta = vec![offset as u32];
     meta.extend(dims.iter().map(|&d| d as u32));
     meta.extend(strides.iter().map(|&s| s as u32));
-    let meta_h = client.create_from_slice(u32::as_bytes(&meta));
+    let meta = Buf::upload(client, &meta);
     let (count, dim) = grid_1d(client, numel)?;
-    // SAFETY: unit `e < numel` reads element `e` of `src` (`numel` elements) and writes the
-    // element its coordinates reach, at most `layout_reach < out_elems` (checked, with the
-    // 32-bit bound on `out_elems words`); `meta` holds `1 + 2 rank` words.
+    // SAFETY: unit `e < numel` reads element `e` of `src` (`numel` elements, a checked
+    // `Buf`) and writes the element its coordinates reach, at most `layout_reach <
+    // out_elems` (checked, with the 32-bit bound on `out_elems words`; `out`'s checked `Buf`
+    // holds `out_elems`); `meta` holds `1 + 2 rank` words.
     unsafe {
         place_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(src.clone(), numel * words),
-            ArrayArg::from_raw_parts(out.clone(), out_elems * words),
-            ArrayArg::from_raw_parts(meta_h, meta.len()),
+            src.arg(),
+            out.arg(),
+            meta.arg(),
             n,
             dims.len(),
             words as u32,
@@ -429,8 +431,8 @@ pub fn launch_triangle<R: Runtime>(
     numel: usize,
 ) -> Result<(), LaunchError> {
     let n = check_shape(1, words, numel)?;
-    check_len("src", src, numel * words, 4)?;
-    check_len("out", out, numel * words, 4)?;
+    let src = Buf::new("src", src, numel * words, 4)?;
+    let out = Buf::new("out", out, numel * words, 4)?;
     if numel == 0 {
         return Ok(());
     }
@@ -449,19 +451,18 @@ pub fn launch_triangle<R: Runtime>(
             what: "rows + cols",
         })?;
     fits_u32("rows + cols", reach)?;
-    let meta = [rows as u32, cols as u32, shifted as u32];
-    let meta_h = client.create_from_slice(u32::as_bytes(&meta));
+    let meta = Buf::upload(client, &[rows as u32, cols as u32, shifted as u32]);
     let (count, dim) = grid_1d(client, numel)?;
     // SAFETY: unit `e < numel` reads and writes element `e` only, and both buffers hold
-    // `numel` elements (checked); `meta` holds 3 words.
+    // `numel` elements (checked `Buf`s); `meta` holds 3 words.
     unsafe {
         triangle_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(src.clone(), numel * words),
-            ArrayArg::from_raw_parts(out.clone(), numel * words),
-            ArrayArg::from_raw_parts(meta_h, 3),
+            src.arg(),
+            out.arg(),
+            meta.arg(),
             n,
             lower,
             words as u32,
@@ -546,8 +547,8 @@ pub fn launch_gather<R: Runtime>(
     let (numel, _, window, meta) = map.check()?;
     let n = check_shape(map.dims.len(), words, numel)?;
     check_shape(map.dims.len(), words, src_elems)?;
-    check_len("src", src, src_elems * words, 4)?;
-    check_len("out", out, numel * words, 4)?;
+    let src = Buf::new("src", src, src_elems * words, 4)?;
+    let out = Buf::new("out", out, numel * words, 4)?;
     if numel == 0 {
         return Ok(());
     }
@@ -556,21 +557,22 @@ pub fn launch_gather<R: Runtime>(
             what: "gather bases (must lie inside the operand)",
         });
     }
-    let bases_h = client.create_from_slice(u32::as_bytes(map.bases));
-    let meta_h = client.create_from_slice(u32::as_bytes(&meta));
+    let bases = Buf::upload(client, map.bases);
+    let meta = Buf::upload(client, &meta);
     let (count, dim) = grid_1d(client, numel)?;
-    // SAFETY: unit `e < numel` writes element `e` of `out` (checked); it reads base entry
-    // `batch(e) <= batch reach < bases.len()` and operand element `base + window(e)`, at
-    // most `max base + window reach < src_elems` (checked); `meta` holds `3 rank` words.
+    // SAFETY: unit `e < numel` writes element `e` of `out` (a checked `Buf`); it reads base
+    // entry `batch(e) <= batch reach < bases.len()` and operand element `base + window(e)`,
+    // at most `max base + window reach < src_elems` (checked; `src`'s checked `Buf` holds
+    // `src_elems`); `meta` holds `3 rank` words.
     unsafe {
         gather_kernel::launch_unchecked::<R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(src.clone(), src_elems * words),
-            ArrayArg::from_raw_parts(bases_h, map.bases.len()),
-            ArrayArg::from_raw_parts(out.clone(), numel * words),
-            ArrayArg::from_raw_parts(meta_h, meta.len()),
+            src.arg(),
+            bases.arg(),
+            out.arg(),
+            meta.arg(),
             n,
             map.dims.len(),
             words as u32,
@@ -598,8 +600,8 @@ pub fn launch_scatter_add<R: Runtime, T: Numeric + CubeElement>(
     let n = check_shape(map.dims.len(), 1, numel)?;
     fits_u32("operand (must fit in 32 bits)", out_elems)?;
     let bytes = core::mem::size_of::<T>();
-    check_len("updates", updates, numel, bytes)?;
-    check_len("out", out, out_elems, bytes)?;
+    let updates = Buf::new("updates", updates, numel, bytes)?;
+    let out = Buf::new("out", out, out_elems, bytes)?;
     if numel == 0 || map.reach(window)?.is_none() {
         return Ok(());
     }
@@ -608,23 +610,24 @@ pub fn launch_scatter_add<R: Runtime, T: Numeric + CubeElement>(
             what: "scatter bases (must lie inside the operand)",
         });
     }
-    let bases_h = client.create_from_slice(u32::as_bytes(map.bases));
-    let meta_h = client.create_from_slice(u32::as_bytes(&meta));
+    let bases = Buf::upload(client, map.bases);
+    let meta = Buf::upload(client, &meta);
     let (count, dim) = grid_1d(client, numel)?;
     let rank = map.dims.len();
-    // SAFETY: unit `e < numel` reads update `e` (checked) and base entry `batch(e) <
+    // SAFETY: unit `e < numel` reads update `e` (a checked `Buf`) and base entry `batch(e) <
     // bases.len()`; it writes `out[base + window(e)]` only for a base that is not skipped,
-    // at most `max base + window reach < out_elems` (checked); `meta` holds `3 rank` words.
+    // at most `max base + window reach < out_elems` (checked; `out`'s checked `Buf` holds
+    // `out_elems`); `meta` holds `3 rank` words.
     unsafe {
         if atomic {
             scatter_add_atomic_kernel::launch_unchecked::<T, R>(
                 client,
                 count,
                 dim,
-                ArrayArg::from_raw_parts(updates.clone(), numel),
-                ArrayArg::from_raw_parts(bases_h, map.bases.len()),
-                ArrayArg::from_raw_parts(out.clone(), out_elems),
-                ArrayArg::from_raw_parts(meta_h, meta.len()),
+                updates.arg(),
+                bases.arg(),
+                out.arg(),
+                meta.arg(),
                 n,
                 rank,
             );
@@ -633,10 +636,10 @@ pub fn launch_scatter_add<R: Runtime, T: Numeric + CubeElement>(
                 client,
                 count,
                 dim,
-                ArrayArg::from_raw_parts(updates.clone(), numel),
-                ArrayArg::from_raw_parts(bases_h, map.bases.len()),
-                ArrayArg::from_raw_parts(out.clone(), out_elems),
-                ArrayArg::from_raw_parts(meta_h, meta.len()),
+                updates.arg(),
+                bases.arg(),
+                out.arg(),
+                meta.arg(),
                 n,
                 rank,
             );

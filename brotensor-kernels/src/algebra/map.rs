@@ -8,7 +8,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::soft64;
-use crate::launch::{check_len, grid_1d, LaunchError};
+use crate::launch::{grid_1d, Buf, LaunchError};
 
 /// A real-float element-wise instruction. Operands `x`, `y`, `z` in order; the arity is
 /// [`FloatMap::arity`].
@@ -527,25 +527,26 @@ fn complex_map_kernel<F: Float>(
 
 /// Checks the operands of a map over `scalars` scalars of `bytes` bytes and returns them in
 /// order, the unused ones bound to `x`.
-fn operands<'a>(
-    inputs: &[&'a Handle],
+fn operands(
+    inputs: &[&Handle],
     arity: usize,
     scalars: usize,
     bytes: usize,
-) -> Result<[&'a Handle; 3], LaunchError> {
+) -> Result<[Buf; 3], LaunchError> {
     if inputs.len() != arity {
         return Err(LaunchError::Invalid {
             what: "operand count (must match the instruction's arity)",
         });
     }
-    for h in inputs {
-        check_len("input", h, scalars, bytes)?;
-    }
-    let first = inputs[0];
+    let bufs = inputs
+        .iter()
+        .map(|h| Buf::new("input", h, scalars, bytes))
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = &bufs[0];
     Ok([
-        first,
-        inputs.get(1).copied().unwrap_or(first),
-        inputs.get(2).copied().unwrap_or(first),
+        first.clone(),
+        bufs.get(1).unwrap_or(first).clone(),
+        bufs.get(2).unwrap_or(first).clone(),
     ])
 }
 
@@ -566,7 +567,7 @@ pub fn launch_float_map<R: Runtime, F: Float + CubeElement>(
 ) -> Result<(), LaunchError> {
     let bytes = core::mem::size_of::<F>();
     let [x, y, z] = operands(inputs, instr.arity(), numel, bytes)?;
-    check_len("out", out, numel, bytes)?;
+    let out = Buf::new("out", out, numel, bytes)?;
     crate::launch::fits_u32("numel (must fit in 32 bits)", numel)?;
     if numel == 0 {
         return Ok(());
@@ -574,22 +575,22 @@ pub fn launch_float_map<R: Runtime, F: Float + CubeElement>(
     let (count, dim) = grid_1d(client, numel)?;
     // The constants of `soft64` (inf and NaN first), in the storage type.
     let specials = if bytes == 8 {
-        client.create_from_slice(f64::as_bytes(&soft64::CONSTS))
+        Buf::upload(client, &soft64::CONSTS)
     } else {
-        client.create_from_slice(f32::as_bytes(&soft64::CONSTS.map(|c| c as f32)))
+        Buf::upload(client, &soft64::CONSTS.map(|c| c as f32))
     };
-    // SAFETY: every operand and `out` hold `numel` elements (checked above) and unit
+    // SAFETY: every operand and `out` hold `numel` elements (checked `Buf`s) and unit
     // `i < numel` reads and writes element `i` only; `specials` holds the constants read.
     unsafe {
         float_map_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), numel),
-            ArrayArg::from_raw_parts(y.clone(), numel),
-            ArrayArg::from_raw_parts(z.clone(), numel),
-            ArrayArg::from_raw_parts(specials, soft64::CONSTS.len()),
-            ArrayArg::from_raw_parts(out.clone(), numel),
+            x.arg(),
+            y.arg(),
+            z.arg(),
+            specials.arg(),
+            out.arg(),
             instr,
             soft,
         );
@@ -612,22 +613,22 @@ pub fn launch_complex_map<R: Runtime, F: Float + CubeElement>(
     let bytes = core::mem::size_of::<F>();
     let scalars = crate::launch::extent("complex parts", &[numel, 2])?;
     let [x, y, _] = operands(inputs, instr.arity(), scalars, bytes)?;
-    check_len("out", out, scalars, bytes)?;
+    let out = Buf::new("out", out, scalars, bytes)?;
     crate::launch::fits_u32("parts (must fit in 32 bits)", scalars)?;
     if numel == 0 {
         return Ok(());
     }
     let (count, dim) = grid_1d(client, numel)?;
-    // SAFETY: every operand and `out` hold `2 numel` parts (checked above); unit `i < numel`
-    // reads and writes parts `2i` and `2i + 1` only.
+    // SAFETY: every operand and `out` hold `2 numel` parts (checked `Buf`s); unit
+    // `i < numel` reads and writes parts `2i` and `2i + 1` only.
     unsafe {
         complex_map_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(x.clone(), scalars),
-            ArrayArg::from_raw_parts(y.clone(), scalars),
-            ArrayArg::from_raw_parts(out.clone(), scalars),
+            x.arg(),
+            y.arg(),
+            out.arg(),
             instr,
             bytes == 8,
         );

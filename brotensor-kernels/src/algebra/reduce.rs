@@ -16,7 +16,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::map::nan;
-use crate::launch::{check_len, extent, fits_u32, grid_1d, LaunchError, CUBE_UNITS};
+use crate::launch::{extent, fits_u32, grid_1d, Buf, LaunchError, CUBE_UNITS};
 
 /// The most axis elements one unit reduces in one pass.
 pub const REDUCE_CHUNK: usize = 1024;
@@ -268,13 +268,13 @@ pub fn launch_reduce_axis<R: Runtime, T: Numeric + CubeElement>(
     let int64 = T::as_type_native_unchecked() == i64::as_type_native_unchecked();
     let total = extent("input", &[outer, n, inner, per])?;
     fits_u32("input (must fit in 32 bits)", total)?;
-    check_len("x", x, total, bytes)?;
+    // Each pass reads `src` and writes `dst`: the input, then the previous pass's output.
+    let mut src = Buf::new("x", x, total, bytes)?;
     let outs = extent("output", &[outer, inner, per])?;
-    check_len("out", out, outs, bytes)?;
+    let out = Buf::new("out", out, outs, bytes)?;
     if outs == 0 {
         return Ok(());
     }
-    let mut src = x.clone();
     let mut len = n;
     loop {
         // Lanes step past the axis end by up to a plane before they stop: keep that in u32.
@@ -292,32 +292,36 @@ pub fn launch_reduce_axis<R: Runtime, T: Numeric + CubeElement>(
         let dst = if m == 1 {
             out.clone()
         } else {
-            client.empty(units * per * bytes)
+            Buf::new(
+                "partials",
+                &client.empty(units * per * bytes),
+                units * per,
+                bytes,
+            )?
         };
-        let (src_len, dst_len) = (outer * len * inner * per, units * per);
         if let Some(p) = plane {
-            let meta = [len as u32, chunk as u32, m as u32];
-            let meta_h = client.create_from_slice(u32::as_bytes(&meta));
+            let meta = Buf::upload(client, &[len as u32, chunk as u32, m as u32]);
             // One plane of at most `p` lanes per task: `units * p` units cover every task
             // whatever the plane size the device picks (smaller planes leave planes idle).
             let lanes = units.checked_mul(p as usize).ok_or(LaunchError::Overflow {
                 what: "plane lanes",
             })?;
             let (count, dim) = grid_1d(client, lanes)?;
-            // SAFETY: `src` holds `outer len` elements (`inner == 1`; the input, checked
-            // above, or the previous pass's output). Task `t < units` (uniform over its
+            // SAFETY: `src` holds `outer len` elements (`inner == 1`; the input or the
+            // previous pass's output, a checked `Buf`). Task `t < units` (uniform over its
             // plane) reads elements `row len + k` with `row < outer`, `k < len`, and its lane
-            // 0 writes element `t` of `dst`, which holds `units` elements; `meta` holds the
-            // 3 words the kernel reads. Indices fit in 32 bits: each pass is no larger than
-            // the input. The cube size is a multiple of every plane size up to `p`.
+            // 0 writes element `t` of `dst`, which holds `units` elements (a checked `Buf`);
+            // `meta` holds the 3 words the kernel reads. Indices fit in 32 bits: each pass is
+            // no larger than the input. The cube size is a multiple of every plane size up to
+            // `p`.
             unsafe {
                 reduce_rows_plane_kernel::launch_unchecked::<T, R>(
                     client,
                     count,
                     dim,
-                    ArrayArg::from_raw_parts(src.clone(), src_len),
-                    ArrayArg::from_raw_parts(dst.clone(), dst_len),
-                    ArrayArg::from_raw_parts(meta_h, 3),
+                    src.arg(),
+                    dst.arg(),
+                    meta.arg(),
                     units as u32,
                     op,
                     complex,
@@ -325,22 +329,21 @@ pub fn launch_reduce_axis<R: Runtime, T: Numeric + CubeElement>(
                 );
             }
         } else {
-            let meta = [len as u32, inner as u32, chunk as u32, m as u32];
-            let meta_h = client.create_from_slice(u32::as_bytes(&meta));
+            let meta = Buf::upload(client, &[len as u32, inner as u32, chunk as u32, m as u32]);
             let (count, dim) = grid_1d(client, units)?;
-            // SAFETY: `src` holds `outer len inner` elements (the input, checked above, or
-            // the previous pass's output); unit `o < units` reads elements `(outer len + k)
-            // inner + i` with `k < len` and writes element `o` of `dst`, which holds `units`
-            // elements; `meta` holds the 4 words the kernel reads. Indices fit in 32 bits:
-            // each pass is no larger than the input.
+            // SAFETY: `src` holds `outer len inner` elements (the input or the previous
+            // pass's output, a checked `Buf`); unit `o < units` reads elements `(outer len +
+            // k) inner + i` with `k < len` and writes element `o` of `dst`, which holds
+            // `units` elements (a checked `Buf`); `meta` holds the 4 words the kernel reads.
+            // Indices fit in 32 bits: each pass is no larger than the input.
             unsafe {
                 reduce_axis_kernel::launch_unchecked::<T, R>(
                     client,
                     count,
                     dim,
-                    ArrayArg::from_raw_parts(src.clone(), src_len),
-                    ArrayArg::from_raw_parts(dst.clone(), dst_len),
-                    ArrayArg::from_raw_parts(meta_h, 4),
+                    src.arg(),
+                    dst.arg(),
+                    meta.arg(),
                     units as u32,
                     op,
                     complex,

@@ -5,8 +5,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::blocks::{block_bytes, block_elems, decode8, KINDS};
-use crate::launch::{check_len, extent, grid_1d, LaunchError};
-use crate::primitives::arg;
+use crate::launch::{extent, grid_1d, Buf, LaunchError};
 
 /// Unit `g` decodes elements `8g .. 8g + 8` of the flat run of blocks in `w` into `out`.
 #[cube(launch_unchecked)]
@@ -64,19 +63,20 @@ pub fn launch_dequantize<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let words = bytes.div_ceil(4);
-    check_len("w", w, words, 4)?;
-    check_len("out", out, elems, core::mem::size_of::<F>())?;
+    let w = Buf::new("w", w, words, 4)?;
+    let out = Buf::new("out", out, elems, core::mem::size_of::<F>())?;
     let groups = elems / 8;
     let (count, dim) = grid_1d(client, groups)?;
-    // SAFETY: lengths checked above; unit `g < groups` reads bytes of block `8g / elems`
-    // (below `bytes`, so in word `< words`) and writes `out[8g .. 8g + 8]` (below `elems`).
+    // SAFETY: lengths from checked `Buf`s; unit `g < groups` reads bytes of block
+    // `8g / elems` (below `bytes`, so in word `< words`) and writes `out[8g .. 8g + 8]`
+    // (below `elems`).
     unsafe {
         dequant_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            arg(w, words),
-            arg(out, elems),
+            w.arg(),
+            out.arg(),
             groups,
             kind,
         );

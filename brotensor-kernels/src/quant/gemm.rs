@@ -13,9 +13,8 @@ use cubecl::server::Handle;
 
 use super::blocks::{block_bytes, block_elems, decode8, KINDS};
 use super::dequant::quant_extent;
-use crate::launch::{check_len, extent, LaunchError};
+use crate::launch::{extent, Buf, LaunchError};
 use crate::matmul::{activate, tile_fma, BM, BN, TM, TN};
-use crate::primitives::arg;
 
 /// Depth of one step: four 8-element groups.
 const BK: usize = 32;
@@ -180,12 +179,10 @@ pub fn launch_quant_gemm<R: Runtime, F: Float + CubeElement>(
     }
     let words = bytes.div_ceil(4);
     let elem = core::mem::size_of::<F>();
-    check_len("w", w, words, 4)?;
-    check_len("x", x, len_x, elem)?;
-    check_len("y", y, len_y, elem)?;
-    if let Some(b) = bias {
-        check_len("bias", b, n, elem)?;
-    }
+    let w = Buf::new("w", w, words, 4)?;
+    let x = Buf::new("x", x, len_x, elem)?;
+    let y = Buf::new("y", y, len_y, elem)?;
+    let bias = bias.map(|b| Buf::new("bias", b, n, elem)).transpose()?;
     let (gx, gy) = (n.div_ceil(BN), m.div_ceil(BM));
     let max = client.properties().hardware.max_cube_count;
     if gx > max.0 as usize || gy > max.1 as usize {
@@ -194,28 +191,26 @@ pub fn launch_quant_gemm<R: Runtime, F: Float + CubeElement>(
     let count = CubeCount::Static(gx as u32, gy as u32, 1);
     let dim = CubeDim::new_2d(UNITS as u32, UNITS as u32);
     let act = if act <= 5 { act } else { 0 };
-    let (bias_h, bias_len) = match bias {
-        Some(b) => (b, n),
-        None => (y, 1),
-    };
-    // SAFETY: lengths checked above. The kernel reads `w` at bytes of rows `< n`, blocks `<
-    // k_blocks` (below `bytes`, so words `< words`); `x` at rows `< m`, columns `< k`; `bias`
-    // at columns `< n` only when bound; writes `y` at rows `< m`, columns `< n`. Every index
-    // fits in 32 bits (checked above).
+    let has_bias = bias.is_some();
+    let bias = y.stand_in_for(bias.as_ref());
+    // SAFETY: lengths from checked `Buf`s (`y` stands in for an absent bias, unread). The
+    // kernel reads `w` at bytes of rows `< n`, blocks `< k_blocks` (below `bytes`, so words
+    // `< words`); `x` at rows `< m`, columns `< k`; `bias` at columns `< n` only when bound;
+    // writes `y` at rows `< m`, columns `< n`. Every index fits in 32 bits (checked above).
     unsafe {
         quant_gemm_kernel::launch_unchecked::<F, R>(
             client,
             count,
             dim,
-            arg(w, words),
-            arg(x, len_x),
-            arg(bias_h, bias_len),
-            arg(y, len_y),
+            w.arg(),
+            x.arg(),
+            bias.arg(),
+            y.arg(),
             m,
             n,
             k_blocks,
             kind,
-            bias.is_some(),
+            has_bias,
             act,
         );
     }

@@ -14,9 +14,8 @@ use cubecl::server::Handle;
 
 use super::blocks::{block_bytes, block_elems, decode8, KINDS};
 use super::dequant::quant_extent;
-use crate::launch::{check_len, extent, grid_1d, LaunchError};
+use crate::launch::{extent, grid_1d, Buf, LaunchError};
 use crate::matmul::activate;
-use crate::primitives::arg;
 
 /// The most activation rows one launch takes.
 pub const GEMV_MAX_ROWS: usize = 8;
@@ -160,40 +159,30 @@ pub fn launch_quant_gemv<R: Runtime, F: Float + CubeElement>(
     }
     let b = core::mem::size_of::<F>();
     let words = wbytes.div_ceil(4);
-    check_len("w", w, words, 4)?;
-    check_len("x", x, xlen, b)?;
-    check_len("y", y, ylen, b)?;
-    let bias_h = match (spec.bias, bias) {
-        (true, Some(h)) => {
-            check_len("bias", h, n, b)?;
-            h
-        }
-        (true, None) => {
-            return Err(LaunchError::BufferTooSmall {
-                arg: "bias",
-                needed: (n as u64).saturating_mul(b as u64),
-                available: 0,
-            })
-        }
-        (false, _) => x,
+    let w = Buf::new("w", w, words, 4)?;
+    let x = Buf::new("x", x, xlen, b)?;
+    let y = Buf::new("y", y, ylen, b)?;
+    let bias = if spec.bias {
+        Buf::required("bias", bias, n, b)?
+    } else {
+        x.stand_in()
     };
-    let bias_len = if spec.bias { n } else { 1 };
     let cubes = n.div_ceil(ROWS_PER_CUBE);
     let (count, _) = grid_1d(client, extent("cubes * units", &[cubes, UNITS])?)?;
     let act = if spec.act <= 5 { spec.act } else { 0 };
-    // SAFETY: lengths checked above. Unit reads of `w` stay in row `j < n` (bytes below
-    // `n (k / elems) bytes`), of `x` at `r k + 8g + t < m k`, of `bias` at `j < n`; writes
-    // `y[r n + j]` with `r < m`, `j < n`; shared memory at `r UNITS + u (+ stride)` with
-    // `r < 8`, `u + stride < UNITS`.
+    // SAFETY: lengths from checked `Buf`s (`x` stands in for an absent bias, unread). Unit
+    // reads of `w` stay in row `j < n` (bytes below `n (k / elems) bytes`), of `x` at
+    // `r k + 8g + t < m k`, of `bias` at `j < n`; writes `y[r n + j]` with `r < m`,
+    // `j < n`; shared memory at `r UNITS + u (+ stride)` with `r < 8`, `u + stride < UNITS`.
     unsafe {
         quant_gemv_kernel::launch_unchecked::<F, R>(
             client,
             count,
             CubeDim::new_1d(UNITS as u32),
-            arg(w, words),
-            arg(x, xlen),
-            arg(bias_h, bias_len),
-            arg(y, ylen),
+            w.arg(),
+            x.arg(),
+            bias.arg(),
+            y.arg(),
             m,
             n,
             k,
