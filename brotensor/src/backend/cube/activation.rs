@@ -2,11 +2,10 @@
 
 use brotensor_kernels::glu as gl;
 use cubecl::prelude::*;
-use half::{bf16, f16};
 
-use super::{out_handle, with_float, CubeBackend, Narrowed};
+use super::{float_launch, out_handle, CubeBackend};
 use crate::backend::{ActivationOps, Glu, SnakeGrads};
-use crate::{Dtype, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// Calls `$body` with `$O` bound to the kernel type of a [`Glu`].
 macro_rules! with_glu {
@@ -30,17 +29,17 @@ macro_rules! with_glu {
 
 impl<R: Runtime> ActivationOps for CubeBackend<R> {
     fn glu_forward(&self, name: &'static str, op: Glu, x: &Tensor, y: &mut Tensor) -> Result<()> {
-        if self.words(x.dtype()) {
-            return self.through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
-                self.glu_forward(name, op, &w[0], &mut o[0])
-            });
-        }
         let (xh, yh) = (out_handle(x), out_handle(y));
         let (rows, d) = y.shape();
-        with_glu!(op, |O| with_float!(x.dtype(), |F| {
-            gl::launch_glu_forward::<R, F, O>(&self.client, &xh, &yh, rows, d)
-        }))
-        .map_err(|e| self.launch_error(name, e))
+        self.float_op(name, x.dtype())
+            .inputs(&[x])
+            .written(&mut [y])
+            .run(
+                |w, o| self.glu_forward(name, op, &w[0], &mut o[0]),
+                float_launch!(|F| with_glu!(op, |O| {
+                    gl::launch_glu_forward::<R, F, O>(&self.client, &xh, &yh, rows, d)
+                })),
+            )
     }
 
     fn glu_backward(
@@ -51,17 +50,17 @@ impl<R: Runtime> ActivationOps for CubeBackend<R> {
         dy: &Tensor,
         dx: &mut Tensor,
     ) -> Result<()> {
-        if self.words(x.dtype()) {
-            return self.through_f32(&[x, dy], &mut [Narrowed::written(dx)], |w, o| {
-                self.glu_backward(name, op, &w[0], &w[1], &mut o[0])
-            });
-        }
         let (xh, dyh, dxh) = (out_handle(x), out_handle(dy), out_handle(dx));
         let (rows, d) = dy.shape();
-        with_glu!(op, |O| with_float!(x.dtype(), |F| {
-            gl::launch_glu_backward::<R, F, O>(&self.client, &xh, &dyh, &dxh, rows, d)
-        }))
-        .map_err(|e| self.launch_error(name, e))
+        self.float_op(name, x.dtype())
+            .inputs(&[x, dy])
+            .written(&mut [dx])
+            .run(
+                |w, o| self.glu_backward(name, op, &w[0], &w[1], &mut o[0]),
+                float_launch!(|F| with_glu!(op, |O| {
+                    gl::launch_glu_backward::<R, F, O>(&self.client, &xh, &dyh, &dxh, rows, d)
+                })),
+            )
     }
 
     fn snake_forward(

@@ -2,29 +2,27 @@
 
 use brotensor_kernels::attention as at;
 use cubecl::prelude::*;
-use half::{bf16, f16};
 
-use super::{out_handle, with_float, CubeBackend, Narrowed};
+use super::{float_launch, out_handle, CubeBackend};
 use crate::backend::AttentionOps;
-use crate::{Dtype, Result, Tensor};
+use crate::{Result, Tensor};
 
 impl<R: Runtime> AttentionOps for CubeBackend<R> {
     fn slot_mask(&self, x: &Tensor, offset: usize, stride: usize, mask: &mut Tensor) -> Result<()> {
-        if self.words(x.dtype()) {
-            // The mask is F32 whatever `x`'s dtype: nothing to narrow.
-            return self.through_f32(&[x], &mut [], |w, _| {
-                self.slot_mask(&w[0], offset, stride, mask)
-            });
-        }
         let (xh, mh) = (out_handle(x), out_handle(mask));
         let k = mask.numel();
-        with_float!(x.dtype(), |F| at::launch_slot_mask::<R, F>(
-            &self.client,
-            &xh,
-            &mh,
-            (offset, k, stride)
-        ))
-        .map_err(|e| self.launch_error("build_slot_mask", e))
+        // The mask is F32 whatever `x`'s dtype: nothing to narrow.
+        self.float_op("build_slot_mask", x.dtype())
+            .inputs(&[x])
+            .run(
+                |w, _| self.slot_mask(&w[0], offset, stride, mask),
+                float_launch!(|F| at::launch_slot_mask::<R, F>(
+                    &self.client,
+                    &xh,
+                    &mh,
+                    (offset, k, stride)
+                )),
+            )
     }
 
     fn causal_mask_row(&self, q: usize, mask: &mut Tensor) -> Result<()> {
@@ -40,21 +38,18 @@ impl<R: Runtime> AttentionOps for CubeBackend<R> {
         cols: usize,
         mask: &Tensor,
     ) -> Result<()> {
-        if self.words(y.dtype()) {
-            return self.through_f32(&[], &mut [Narrowed::updated(y)], |_, o| {
-                self.mask_rows(name, &mut o[0], cols, mask)
-            });
-        }
         let (yh, mh) = (out_handle(y), out_handle(mask));
         let rows = y.numel() / cols.max(1);
-        with_float!(y.dtype(), |F| at::launch_mask_rows::<R, F>(
-            &self.client,
-            &yh,
-            &mh,
-            (rows, cols),
-            mask.numel()
-        ))
-        .map_err(|e| self.launch_error(name, e))
+        self.float_op(name, y.dtype()).updated(&mut [y]).run(
+            |_, o| self.mask_rows(name, &mut o[0], cols, mask),
+            float_launch!(|F| at::launch_mask_rows::<R, F>(
+                &self.client,
+                &yh,
+                &mh,
+                (rows, cols),
+                mask.numel()
+            )),
+        )
     }
 
     fn rel_pos_bias(
@@ -66,11 +61,6 @@ impl<R: Runtime> AttentionOps for CubeBackend<R> {
         s: &mut Tensor,
         grid: (usize, usize),
     ) -> Result<()> {
-        if self.words(q.dtype()) {
-            return self.through_f32(&[q, rel_h, rel_w], &mut [Narrowed::updated(s)], |w, o| {
-                self.rel_pos_bias(name, &w[0], &w[1], &w[2], &mut o[0], grid)
-            });
-        }
         let hs = (
             &out_handle(q),
             &out_handle(rel_h),
@@ -79,14 +69,19 @@ impl<R: Runtime> AttentionOps for CubeBackend<R> {
         );
         let hd = q.cols();
         let heads = q.rows() / (grid.0 * grid.1).max(1);
-        with_float!(q.dtype(), |F| at::launch_rel_pos_bias::<R, F>(
-            &self.client,
-            hs,
-            heads,
-            hd,
-            grid
-        ))
-        .map_err(|e| self.launch_error(name, e))
+        self.float_op(name, q.dtype())
+            .inputs(&[q, rel_h, rel_w])
+            .updated(&mut [s])
+            .run(
+                |w, o| self.rel_pos_bias(name, &w[0], &w[1], &w[2], &mut o[0], grid),
+                float_launch!(|F| at::launch_rel_pos_bias::<R, F>(
+                    &self.client,
+                    hs,
+                    heads,
+                    hd,
+                    grid
+                )),
+            )
     }
 
     fn window_rows(
@@ -97,22 +92,22 @@ impl<R: Runtime> AttentionOps for CubeBackend<R> {
         (gh, gw, win): (usize, usize, usize),
         partition: bool,
     ) -> Result<()> {
-        if self.words(x.dtype()) {
-            return self.through_f32(&[x], &mut [Narrowed::written(out)], |w, o| {
-                self.window_rows(name, &w[0], &mut o[0], (gh, gw, win), partition)
-            });
-        }
         let (xh, oh) = (out_handle(x), out_handle(out));
         let g = at::Windows { gh, gw, win };
-        with_float!(x.dtype(), |F| at::launch_window_rows::<R, F>(
-            &self.client,
-            &xh,
-            &oh,
-            x.cols(),
-            g,
-            partition
-        ))
-        .map_err(|e| self.launch_error(name, e))
+        self.float_op(name, x.dtype())
+            .inputs(&[x])
+            .written(&mut [out])
+            .run(
+                |w, o| self.window_rows(name, &w[0], &mut o[0], (gh, gw, win), partition),
+                float_launch!(|F| at::launch_window_rows::<R, F>(
+                    &self.client,
+                    &xh,
+                    &oh,
+                    x.cols(),
+                    g,
+                    partition
+                )),
+            )
     }
 
     fn token_moments(
@@ -122,21 +117,21 @@ impl<R: Runtime> AttentionOps for CubeBackend<R> {
         mass: &mut Tensor,
         centroid: &mut Tensor,
     ) -> Result<()> {
-        if self.words(attn.dtype()) {
-            return self.through_f32(&[attn], &mut [], |w, _| {
-                self.token_moments(&w[0], w_lat, mass, centroid)
-            });
-        }
         let (ah, mh, ch) = (out_handle(attn), out_handle(mass), out_handle(centroid));
         let h_lat = attn.rows() / w_lat.max(1);
         let lk = attn.cols();
-        with_float!(attn.dtype(), |F| at::launch_token_moments::<R, F>(
-            &self.client,
-            &ah,
-            &mh,
-            &ch,
-            (h_lat, w_lat, lk)
-        ))
-        .map_err(|e| self.launch_error("attention_token_moments", e))
+        // The moments are F32 whatever the attention's dtype: nothing to narrow.
+        self.float_op("attention_token_moments", attn.dtype())
+            .inputs(&[attn])
+            .run(
+                |w, _| self.token_moments(&w[0], w_lat, mass, centroid),
+                float_launch!(|F| at::launch_token_moments::<R, F>(
+                    &self.client,
+                    &ah,
+                    &mh,
+                    &ch,
+                    (h_lat, w_lat, lk)
+                )),
+            )
     }
 }

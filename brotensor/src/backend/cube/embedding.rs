@@ -8,7 +8,7 @@ use brotensor_kernels::embedding as k;
 use cubecl::prelude::*;
 
 use super::concat::{scaled, word_width};
-use super::{out_handle, CubeBackend, Narrowed};
+use super::{out_handle, CubeBackend};
 use crate::backend::EmbeddingOps;
 use crate::{Dtype, Result, Tensor};
 
@@ -48,7 +48,7 @@ impl<R: Runtime> EmbeddingOps for CubeBackend<R> {
     fn scatter_rows_add(&self, dy: &Tensor, ids: &Tensor, dx: &mut Tensor) -> Result<()> {
         if dy.dtype() != Dtype::F32 {
             // FP32 sums: 16-bit gradients add up in F32 copies and round once.
-            return self.through_f32(&[dy], &mut [Narrowed::updated(dx)], |w, o| {
+            return self.through_f32(&[dy], &mut [], &mut [dx], |w, o| {
                 self.scatter_rows_add(&w[0], ids, &mut o[0])
             });
         }

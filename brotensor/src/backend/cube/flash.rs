@@ -2,11 +2,10 @@
 
 use brotensor_kernels::flash as fk;
 use cubecl::prelude::*;
-use half::{bf16, f16};
 
-use super::{out_handle, with_float, CubeBackend, Narrowed};
+use super::{float_launch, out_handle, CubeBackend};
 use crate::backend::{FlashAttentionOps, FlashSpec, SeqLens};
-use crate::{Dtype, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 
 impl<R: Runtime> CubeBackend<R> {
     /// The kernel geometry of `spec` over `q (q_rows, nq*hd)`, or an error for a head dim
@@ -48,23 +47,23 @@ impl<R: Runtime> FlashAttentionOps for CubeBackend<R> {
         spec: &FlashSpec,
         o: &mut Tensor,
     ) -> Result<()> {
-        if self.words(q.dtype()) {
-            return self.through_f32(&[q, k, v], &mut [Narrowed::written(o)], |w, out| {
-                self.flash_attention(&w[0], &w[1], &w[2], mask, spec, &mut out[0])
-            });
-        }
         let g = self.flash_geometry(q, spec)?;
         let (qh, kh, vh, oh) = (out_handle(q), out_handle(k), out_handle(v), out_handle(o));
         let mh = mask.map(out_handle);
-        with_float!(q.dtype(), |F| fk::launch_flash_attention::<R, F>(
-            &self.client,
-            (&qh, &kh, &vh),
-            mh.as_ref(),
-            None,
-            &oh,
-            &g
-        ))
-        .map_err(|e| self.launch_error(spec.op, e))
+        self.float_op(spec.op, q.dtype())
+            .inputs(&[q, k, v])
+            .written(&mut [o])
+            .run(
+                |w, out| self.flash_attention(&w[0], &w[1], &w[2], mask, spec, &mut out[0]),
+                float_launch!(|F| fk::launch_flash_attention::<R, F>(
+                    &self.client,
+                    (&qh, &kh, &vh),
+                    mh.as_ref(),
+                    None,
+                    &oh,
+                    &g
+                )),
+            )
     }
 
     fn flash_attention_varlen(
@@ -76,11 +75,6 @@ impl<R: Runtime> FlashAttentionOps for CubeBackend<R> {
         spec: &FlashSpec,
         o: &mut Tensor,
     ) -> Result<()> {
-        if self.words(q.dtype()) {
-            return self.through_f32(&[q, k, v], &mut [Narrowed::written(o)], |w, out| {
-                self.flash_attention_varlen(&w[0], &w[1], &w[2], seqs, spec, &mut out[0])
-            });
-        }
         let g = self.flash_geometry(q, spec)?;
         let (qh, kh, vh, oh) = (out_handle(q), out_handle(k), out_handle(v), out_handle(o));
         let (cq, ck) = (out_handle(seqs.q), out_handle(seqs.k));
@@ -90,15 +84,23 @@ impl<R: Runtime> FlashAttentionOps for CubeBackend<R> {
             batch: seqs.q_host.len().saturating_sub(1),
             max_q: seqs.max_q,
         };
-        with_float!(q.dtype(), |F| fk::launch_flash_attention::<R, F>(
-            &self.client,
-            (&qh, &kh, &vh),
-            None,
-            Some(varlen),
-            &oh,
-            &g
-        ))
-        .map_err(|e| self.launch_error(spec.op, e))
+        self.float_op(spec.op, q.dtype())
+            .inputs(&[q, k, v])
+            .written(&mut [o])
+            .run(
+                |w, out| {
+                    let wo = &mut out[0];
+                    self.flash_attention_varlen(&w[0], &w[1], &w[2], seqs, spec, wo)
+                },
+                float_launch!(|F| fk::launch_flash_attention::<R, F>(
+                    &self.client,
+                    (&qh, &kh, &vh),
+                    None,
+                    Some(varlen),
+                    &oh,
+                    &g
+                )),
+            )
     }
 
     fn kv_cache_append(
@@ -109,24 +111,25 @@ impl<R: Runtime> FlashAttentionOps for CubeBackend<R> {
         k_cache: &mut Tensor,
         v_cache: &mut Tensor,
     ) -> Result<()> {
-        if self.words(k_new.dtype()) {
-            let mut outs = [Narrowed::updated(k_cache), Narrowed::updated(v_cache)];
-            return self.through_f32(&[k_new, v_new], &mut outs, |w, out| {
-                let (kc, vc) = out.split_at_mut(1);
-                self.kv_cache_append(&w[0], &w[1], cur_len, &mut kc[0], &mut vc[0])
-            });
-        }
         let shape = (k_new.rows(), k_new.cols(), cur_len, k_cache.rows());
-        for (src, cache) in [(k_new, &*k_cache), (v_new, &*v_cache)] {
-            let (sh, ch) = (out_handle(src), out_handle(cache));
-            with_float!(k_new.dtype(), |F| fk::launch_kv_append::<R, F>(
-                &self.client,
-                &sh,
-                &ch,
-                shape
-            ))
-            .map_err(|e| self.launch_error("kv_cache_append", e))?;
-        }
-        Ok(())
+        let (kh, vh) = (out_handle(k_new), out_handle(v_new));
+        let (kch, vch) = (out_handle(k_cache), out_handle(v_cache));
+        let c = &self.client;
+        // The caches keep their rows outside the appended ones.
+        self.float_op("kv_cache_append", k_new.dtype())
+            .inputs(&[k_new, v_new])
+            .updated(&mut [k_cache, v_cache])
+            .run(
+                |w, out| {
+                    let [kc, vc] = out else {
+                        unreachable!("two outputs")
+                    };
+                    self.kv_cache_append(&w[0], &w[1], cur_len, kc, vc)
+                },
+                float_launch!(|F| {
+                    fk::launch_kv_append::<R, F>(c, &kh, &kch, shape)?;
+                    fk::launch_kv_append::<R, F>(c, &vh, &vch, shape)
+                }),
+            )
     }
 }

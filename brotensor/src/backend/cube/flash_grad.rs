@@ -3,11 +3,10 @@
 use brotensor_cpu::flash_grad::FlashBwdGeometry;
 use brotensor_kernels::flash_grad::{self as fg, FlashBwdBuffers, FlashBwdShape};
 use cubecl::prelude::*;
-use half::{bf16, f16};
 
-use super::{out_handle, with_float, CubeBackend, Narrowed};
+use super::{float_launch, out_handle, CubeBackend};
 use crate::backend::{Backend, FlashAttentionGradOps};
-use crate::{Dtype, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 
 impl<R: Runtime> CubeBackend<R> {
     /// The three backward kernels on native (or widened) operands: segments from the I32
@@ -19,7 +18,7 @@ impl<R: Runtime> CubeBackend<R> {
         mask: Option<&Tensor>,
         cu: [&Tensor; 2],
         geometry: FlashBwdGeometry,
-        outputs: [&mut Tensor; 4],
+        mut outputs: [&mut Tensor; 4],
     ) -> Result<()> {
         let [q, k, ..] = inputs;
         if geometry.head_dim > fg::MAX_HEAD_DIM {
@@ -31,28 +30,6 @@ impl<R: Runtime> CubeBackend<R> {
                     fg::MAX_HEAD_DIM
                 ),
             ));
-        }
-        if self.words(q.dtype()) {
-            let [o, dq, dk, dv] = outputs;
-            let mut narrowed = [
-                Narrowed::written(o),
-                Narrowed::written(dq),
-                Narrowed::written(dk),
-                Narrowed::written(dv),
-            ];
-            return self.through_f32(&inputs, &mut narrowed, |w, out| {
-                let [o, dq, dk, dv] = out else {
-                    unreachable!("four outputs")
-                };
-                self.flash_backward_kernels(
-                    op,
-                    [&w[0], &w[1], &w[2], &w[3]],
-                    mask,
-                    cu,
-                    geometry,
-                    [o, dq, dk, dv],
-                )
-            });
         }
         let ins = inputs.map(out_handle);
         let outs = outputs.each_ref().map(|t| out_handle(t));
@@ -87,10 +64,25 @@ impl<R: Runtime> CubeBackend<R> {
             ));
         }
         let c = &self.client;
-        with_float!(q.dtype(), |F| fg::launch_flash_attention_backward::<R, F>(
-            c, &buffers, shape
-        ))
-        .map_err(|e| self.launch_error(op, e))
+        self.float_op(op, q.dtype())
+            .inputs(&inputs)
+            .written(&mut outputs)
+            .run(
+                |w, out| {
+                    let [o, dq, dk, dv] = out else {
+                        unreachable!("four outputs")
+                    };
+                    self.flash_backward_kernels(
+                        op,
+                        [&w[0], &w[1], &w[2], &w[3]],
+                        mask,
+                        cu,
+                        geometry,
+                        [o, dq, dk, dv],
+                    )
+                },
+                float_launch!(|F| fg::launch_flash_attention_backward::<R, F>(c, &buffers, shape)),
+            )
     }
 
     /// The one-segment prefix sums `[0, rows]` on this device.

@@ -2,11 +2,10 @@
 
 use brotensor_kernels::matmul::{self as mm, GemmSpec};
 use cubecl::prelude::*;
-use half::{bf16, f16};
 
-use super::{out_handle, with_float, CubeBackend, Narrowed};
+use super::{float_launch, out_handle, CubeBackend};
 use crate::backend::{Gemm, LinearOps};
-use crate::{Dtype, Result, Tensor};
+use crate::{Result, Tensor};
 
 impl<R: Runtime> LinearOps for CubeBackend<R> {
     fn gemm(
@@ -18,33 +17,34 @@ impl<R: Runtime> LinearOps for CubeBackend<R> {
         c: &mut Tensor,
         g: Gemm,
     ) -> Result<()> {
-        if self.words(a.dtype()) {
-            // The product writes every element of `c` only when its batches tile it with no
-            // gap; otherwise the elements it skips must come back unchanged, so widen them too.
-            let mn = g.m * g.n;
-            let tiles_c = (g.batch == 1 || g.strides.2 == mn) && g.batch * mn == c.numel();
-            let wc = if g.accumulate || !tiles_c {
-                Narrowed::updated(c)
-            } else {
-                Narrowed::written(c)
-            };
-            let inputs: Vec<&Tensor> = [a, b].into_iter().chain(bias).collect();
-            return self.through_f32(&inputs, &mut [wc], |w, o| {
-                self.gemm(name, &w[0], &w[1], w.get(2), &mut o[0], g)
-            });
-        }
         let spec = kernel_spec(g, bias.is_some());
         let (ah, bh, ch) = (out_handle(a), out_handle(b), out_handle(c));
         let biash = bias.map(out_handle);
-        with_float!(a.dtype(), |F| mm::launch_gemm::<R, F>(
-            &self.client,
-            &ah,
-            &bh,
-            biash.as_ref(),
-            &ch,
-            spec
-        ))
-        .map_err(|e| self.launch_error(name, e))
+        // The product writes every element of `c` only when its batches tile it with no gap;
+        // otherwise the elements it skips must come back unchanged from the F32 path, so `c`
+        // is updated, as it is when the product accumulates.
+        let mn = g.m.saturating_mul(g.n);
+        let tiles_c =
+            (g.batch == 1 || g.strides.2 == mn) && g.batch.checked_mul(mn) == Some(c.numel());
+        let mut cs = [c];
+        let op = self.float_op(name, a.dtype());
+        let op = if g.accumulate || !tiles_c {
+            op.updated(&mut cs)
+        } else {
+            op.written(&mut cs)
+        };
+        let inputs: Vec<&Tensor> = [a, b].into_iter().chain(bias).collect();
+        op.inputs(&inputs).run(
+            |w, o| self.gemm(name, &w[0], &w[1], w.get(2), &mut o[0], g),
+            float_launch!(|F| mm::launch_gemm::<R, F>(
+                &self.client,
+                &ah,
+                &bh,
+                biash.as_ref(),
+                &ch,
+                spec
+            )),
+        )
     }
 }
 

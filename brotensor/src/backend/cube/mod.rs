@@ -28,7 +28,9 @@ use cubecl::server::Handle;
 use cubecl::stream_id::StreamId;
 use half::{bf16, f16};
 
-use self::dtype_policy::{with_float, DtypePolicy, Narrowed};
+use self::dtype_policy::{
+    float_launch, with_float, DtypePolicy, LaunchFailure, NativeFloat, Stored,
+};
 use super::storage::GpuBuffer;
 use super::{Backend, MemoryInfo, OnDevice, Src, Storage};
 use crate::layout::Layout;

@@ -3,11 +3,9 @@
 use brotensor_kernels::norm::{self as rw, LayerNormBuffers};
 use brotensor_kernels::reduce as rd;
 use brotensor_kernels::softmax as sm;
-use brotensor_kernels::LaunchError;
 use cubecl::prelude::*;
-use half::{bf16, f16};
 
-use super::{out_handle, src_handle, with_float, CubeBackend, Narrowed};
+use super::{float_launch, out_handle, src_handle, CubeBackend};
 use crate::backend::{BatchNormStats, LayerNormCaches, NormOps, Src};
 use crate::{Dtype, Result, Tensor};
 
@@ -26,29 +24,31 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         out: &mut Tensor,
         cols: usize,
     ) -> Result<()> {
-        if self.words(out.dtype()) {
-            // The mask is F32 whatever the data's dtype.
-            let inputs: Vec<&Tensor> = match x {
-                Src::Tensor(x) => vec![x],
-                Src::Out => vec![],
-            };
-            return self.through_f32(&inputs, &mut [Narrowed::updated(out)], |w, o| {
-                let x = w.first().map_or(Src::Out, Src::Tensor);
-                self.softmax(x, mask, &mut o[0], cols)
-            });
-        }
         let oh = out_handle(out);
         let xh = src_handle(x).unwrap_or_else(|| oh.clone());
         let mh = mask.map(out_handle);
         let shape = (out.numel() / cols.max(1), cols);
-        with_float!(out.dtype(), |F| sm::launch_softmax::<R, F>(
-            &self.client,
-            &xh,
-            mh.as_ref(),
-            &oh,
-            shape
-        ))
-        .map_err(|e| self.launch_error("softmax", e))
+        // The mask is F32 whatever the data's dtype.
+        let inputs: Vec<&Tensor> = match x {
+            Src::Tensor(x) => vec![x],
+            Src::Out => vec![],
+        };
+        self.float_op("softmax", out.dtype())
+            .inputs(&inputs)
+            .updated(&mut [out])
+            .run(
+                |w, o| {
+                    let x = w.first().map_or(Src::Out, Src::Tensor);
+                    self.softmax(x, mask, &mut o[0], cols)
+                },
+                float_launch!(|F| sm::launch_softmax::<R, F>(
+                    &self.client,
+                    &xh,
+                    mh.as_ref(),
+                    &oh,
+                    shape
+                )),
+            )
     }
 
     fn softmax_backward(
@@ -58,21 +58,21 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         dl: &mut Tensor,
         cols: usize,
     ) -> Result<()> {
-        if self.words(p.dtype()) {
-            return self.through_f32(&[p, dp], &mut [Narrowed::written(dl)], |w, o| {
-                self.softmax_backward(&w[0], &w[1], &mut o[0], cols)
-            });
-        }
         let (ph, dph, dlh) = (out_handle(p), out_handle(dp), out_handle(dl));
         let shape = (p.numel() / cols.max(1), cols);
-        with_float!(p.dtype(), |F| sm::launch_softmax_backward::<R, F>(
-            &self.client,
-            &ph,
-            &dph,
-            &dlh,
-            shape
-        ))
-        .map_err(|e| self.launch_error("softmax_backward", e))
+        self.float_op("softmax_backward", p.dtype())
+            .inputs(&[p, dp])
+            .written(&mut [dl])
+            .run(
+                |w, o| self.softmax_backward(&w[0], &w[1], &mut o[0], cols),
+                float_launch!(|F| sm::launch_softmax_backward::<R, F>(
+                    &self.client,
+                    &ph,
+                    &dph,
+                    &dlh,
+                    shape
+                )),
+            )
     }
 
     fn layernorm(
@@ -84,36 +84,15 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         y: &mut Tensor,
         caches: Option<LayerNormCaches<'_>>,
     ) -> Result<()> {
-        if self.words(x.dtype()) {
-            let inputs = [x, gamma, beta];
-            return match caches {
-                None => self.through_f32(&inputs, &mut [Narrowed::written(y)], |w, o| {
-                    self.layernorm(&w[0], &w[1], &w[2], eps, &mut o[0], None)
-                }),
-                // The mean and rstd caches are F32 whatever the data's dtype.
-                Some(LayerNormCaches { xhat, mean, rstd }) => {
-                    let mut outputs = [Narrowed::written(y), Narrowed::written(xhat)];
-                    self.through_f32(&inputs, &mut outputs, |w, o| {
-                        let [wy, wxhat] = o else {
-                            unreachable!("two outputs")
-                        };
-                        let wc = LayerNormCaches {
-                            xhat: wxhat,
-                            mean,
-                            rstd,
-                        };
-                        self.layernorm(&w[0], &w[1], &w[2], eps, wy, Some(wc))
-                    })
-                }
-            };
-        }
         let (xh, gh, bh, yh) = (
             out_handle(x),
             out_handle(gamma),
             out_handle(beta),
             out_handle(y),
         );
-        let ch = caches.map(|c| (out_handle(c.xhat), out_handle(c.mean), out_handle(c.rstd)));
+        let ch = caches
+            .as_ref()
+            .map(|c| (out_handle(c.xhat), out_handle(c.mean), out_handle(c.rstd)));
         let bufs = LayerNormBuffers {
             x: &xh,
             gamma: &gh,
@@ -122,13 +101,25 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
             caches: ch.as_ref().map(|(a, b, c)| (a, b, c)),
         };
         let shape = (x.numel() / gamma.numel().max(1), gamma.numel());
-        with_float!(x.dtype(), |F| rw::launch_layernorm::<R, F>(
-            &self.client,
-            bufs,
-            shape,
-            eps
-        ))
-        .map_err(|e| self.launch_error("layernorm", e))
+        // The mean and rstd caches are F32 whatever the data's dtype.
+        let (xhat, stats) = match caches {
+            Some(LayerNormCaches { xhat, mean, rstd }) => (Some(xhat), Some((mean, rstd))),
+            None => (None, None),
+        };
+        let mut written: Vec<&mut Tensor> = std::iter::once(y).chain(xhat).collect();
+        self.float_op("layernorm", x.dtype())
+            .inputs(&[x, gamma, beta])
+            .written(&mut written)
+            .run(
+                |w, o| {
+                    let (wy, wxhat) = o.split_first_mut().expect("y is an output");
+                    let wc = stats
+                        .zip(wxhat.first_mut())
+                        .map(|((mean, rstd), xhat)| LayerNormCaches { xhat, mean, rstd });
+                    self.layernorm(&w[0], &w[1], &w[2], eps, wy, wc)
+                },
+                float_launch!(|F| rw::launch_layernorm::<R, F>(&self.client, bufs, shape, eps)),
+            )
     }
 
     fn layernorm_backward(
@@ -141,20 +132,6 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         dgamma: &mut Tensor,
         dbeta: &mut Tensor,
     ) -> Result<()> {
-        if self.words(dy.dtype()) {
-            // rstd is F32 whatever the data's dtype; the parameter gradients accumulate.
-            let mut outputs = [
-                Narrowed::written(dx),
-                Narrowed::updated(dgamma),
-                Narrowed::updated(dbeta),
-            ];
-            return self.through_f32(&[dy, xhat, gamma], &mut outputs, |w, o| {
-                let [wdx, wdg, wdb] = o else {
-                    unreachable!("three outputs")
-                };
-                self.layernorm_backward(&w[0], &w[1], &w[2], rstd, wdx, wdg, wdb)
-            });
-        }
         let hs = (
             out_handle(dy),
             out_handle(xhat),
@@ -164,12 +141,31 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         let (dxh, dgh, dbh) = (out_handle(dx), out_handle(dgamma), out_handle(dbeta));
         let shape = (dy.numel() / gamma.numel().max(1), gamma.numel());
         let c = &self.client;
-        with_float!(dy.dtype(), |F| (|| -> Result<(), LaunchError> {
-            rw::launch_layernorm_backward::<R, F>(c, (&hs.0, &hs.1, &hs.2, &hs.3), &dxh, shape)?;
-            rd::launch_column_sums::<R, F>(c, (&hs.0, Some(&hs.1), None), &dgh, shape, true)?;
-            rd::launch_column_sums::<R, F>(c, (&hs.0, None, None), &dbh, shape, true)
-        })())
-        .map_err(|e| self.launch_error("layernorm_backward", e))
+        // rstd is F32 whatever the data's dtype; the parameter gradients accumulate.
+        self.float_op("layernorm_backward", dy.dtype())
+            .inputs(&[dy, xhat, gamma])
+            .written(&mut [dx])
+            .updated(&mut [dgamma, dbeta])
+            .run(
+                |w, o| {
+                    let [wdx, wdg, wdb] = o else {
+                        unreachable!("three outputs")
+                    };
+                    self.layernorm_backward(&w[0], &w[1], &w[2], rstd, wdx, wdg, wdb)
+                },
+                float_launch!(|F| {
+                    let ins = (&hs.0, &hs.1, &hs.2, &hs.3);
+                    rw::launch_layernorm_backward::<R, F>(c, ins, &dxh, shape)?;
+                    rd::launch_column_sums::<R, F>(
+                        c,
+                        (&hs.0, Some(&hs.1), None),
+                        &dgh,
+                        shape,
+                        true,
+                    )?;
+                    rd::launch_column_sums::<R, F>(c, (&hs.0, None, None), &dbh, shape, true)
+                }),
+            )
     }
 
     fn batch_norm_train(
@@ -216,33 +212,26 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         y: &mut Tensor,
     ) -> Result<()> {
         let (gamma, beta, mean, var) = params;
-        if self.words(x.dtype()) {
-            return self.through_f32(
-                &[x, gamma, beta, mean, var],
-                &mut [Narrowed::written(y)],
-                |w, o| {
-                    self.batch_norm_inference(
-                        &w[0],
-                        (&w[1], &w[2], &w[3], &w[4]),
-                        hw,
-                        eps,
-                        &mut o[0],
-                    )
-                },
-            );
-        }
         let h = [x, y, gamma, beta, mean, var].map(out_handle);
         let shape = (x.numel(), gamma.numel(), hw);
-        with_float!(x.dtype(), |F| {
-            brotensor_kernels::batch_norm::launch_batch_norm_inference::<R, F>(
-                &self.client,
-                (&h[0], &h[1]),
-                (&h[2], &h[3], &h[4], &h[5]),
-                shape,
-                eps,
+        self.float_op("batch_norm_inference", x.dtype())
+            .inputs(&[x, gamma, beta, mean, var])
+            .written(&mut [y])
+            .run(
+                |w, o| {
+                    let params = (&w[1], &w[2], &w[3], &w[4]);
+                    self.batch_norm_inference(&w[0], params, hw, eps, &mut o[0])
+                },
+                float_launch!(|F| {
+                    brotensor_kernels::batch_norm::launch_batch_norm_inference::<R, F>(
+                        &self.client,
+                        (&h[0], &h[1]),
+                        (&h[2], &h[3], &h[4], &h[5]),
+                        shape,
+                        eps,
+                    )
+                }),
             )
-        })
-        .map_err(|e| self.launch_error("batch_norm_inference", e))
     }
 
     fn batch_norm_backward(
@@ -275,22 +264,22 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         eps: f32,
         y: &mut Tensor,
     ) -> Result<()> {
-        if self.words(x.dtype()) {
-            return self.through_f32(&[x, gamma, beta], &mut [Narrowed::written(y)], |w, o| {
-                self.group_norm(&w[0], &w[1], &w[2], (groups, hw), eps, &mut o[0])
-            });
-        }
         let h = [x, gamma, beta, y].map(out_handle);
         let cpg = gamma.numel() / groups.max(1);
         let rows = x.numel() / (cpg * hw).max(1);
-        with_float!(x.dtype(), |F| rw::launch_group_norm::<R, F>(
-            &self.client,
-            (&h[0], &h[1], &h[2], &h[3]),
-            rows,
-            (groups, cpg, hw),
-            eps
-        ))
-        .map_err(|e| self.launch_error("group_norm_forward", e))
+        self.float_op("group_norm_forward", x.dtype())
+            .inputs(&[x, gamma, beta])
+            .written(&mut [y])
+            .run(
+                |w, o| self.group_norm(&w[0], &w[1], &w[2], (groups, hw), eps, &mut o[0]),
+                float_launch!(|F| rw::launch_group_norm::<R, F>(
+                    &self.client,
+                    (&h[0], &h[1], &h[2], &h[3]),
+                    rows,
+                    (groups, cpg, hw),
+                    eps
+                )),
+            )
     }
 
     fn group_norm_backward(
@@ -303,49 +292,47 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         dx: &mut Tensor,
         (part_g, part_b): (&mut Tensor, &mut Tensor),
     ) -> Result<()> {
-        if self.words(x.dtype()) {
-            let mut outputs = [
-                Narrowed::written(dx),
-                Narrowed::written(part_g),
-                Narrowed::written(part_b),
-            ];
-            return self.through_f32(&[x, gamma, dy], &mut outputs, |w, o| {
-                let [wdx, wpg, wpb] = o else {
-                    unreachable!("three outputs")
-                };
-                let parts = (wpg, wpb);
-                self.group_norm_backward(&w[0], &w[1], &w[2], (groups, hw), eps, wdx, parts)
-            });
-        }
         let h = [x, gamma, dy, dx, part_g, part_b].map(out_handle);
         let cpg = gamma.numel() / groups.max(1);
         let rows = x.numel() / (cpg * hw).max(1);
-        with_float!(x.dtype(), |F| rw::launch_group_norm_backward::<R, F>(
-            &self.client,
-            (&h[0], &h[1], &h[2]),
-            (&h[3], &h[4], &h[5]),
-            rows,
-            (groups, cpg, hw),
-            eps
-        ))
-        .map_err(|e| self.launch_error("group_norm_backward", e))
+        self.float_op("group_norm_backward", x.dtype())
+            .inputs(&[x, gamma, dy])
+            .written(&mut [dx, part_g, part_b])
+            .run(
+                |w, o| {
+                    let [wdx, wpg, wpb] = o else {
+                        unreachable!("three outputs")
+                    };
+                    let parts = (wpg, wpb);
+                    self.group_norm_backward(&w[0], &w[1], &w[2], (groups, hw), eps, wdx, parts)
+                },
+                float_launch!(|F| rw::launch_group_norm_backward::<R, F>(
+                    &self.client,
+                    (&h[0], &h[1], &h[2]),
+                    (&h[3], &h[4], &h[5]),
+                    rows,
+                    (groups, cpg, hw),
+                    eps
+                )),
+            )
     }
 
     fn rms_norm(&self, x: &Tensor, gamma: &Tensor, eps: f32, y: &mut Tensor) -> Result<()> {
-        if self.words(x.dtype()) {
-            return self.through_f32(&[x, gamma], &mut [Narrowed::written(y)], |w, o| {
-                self.rms_norm(&w[0], &w[1], eps, &mut o[0])
-            });
-        }
         let (xh, gh, yh) = (out_handle(x), out_handle(gamma), out_handle(y));
-        with_float!(x.dtype(), |F| rw::launch_rms_norm::<R, F>(
-            &self.client,
-            (&xh, &gh, &yh),
-            None,
-            x.shape(),
-            eps
-        ))
-        .map_err(|e| self.launch_error("rms_norm_forward", e))
+        let shape = x.shape();
+        self.float_op("rms_norm_forward", x.dtype())
+            .inputs(&[x, gamma])
+            .written(&mut [y])
+            .run(
+                |w, o| self.rms_norm(&w[0], &w[1], eps, &mut o[0]),
+                float_launch!(|F| rw::launch_rms_norm::<R, F>(
+                    &self.client,
+                    (&xh, &gh, &yh),
+                    None,
+                    shape,
+                    eps
+                )),
+            )
     }
 
     fn rms_norm_backward(
@@ -357,31 +344,37 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         dx: &mut Tensor,
         dgamma: Option<&mut Tensor>,
     ) -> Result<()> {
-        if self.words(x.dtype()) {
-            // The gamma gradient accumulates.
-            let mut outputs: Vec<Narrowed<'_>> = std::iter::once(Narrowed::written(dx))
-                .chain(dgamma.map(Narrowed::updated))
-                .collect();
-            return self.through_f32(&[x, gamma, dy], &mut outputs, |w, o| {
-                let (wdx, wdg) = o.split_first_mut().expect("dx is an output");
-                self.rms_norm_backward(&w[0], &w[1], &w[2], eps, wdx, wdg.first_mut())
-            });
-        }
-        let rrms = self.scratch(x.rows())?;
         let (xh, gh, dyh) = (out_handle(x), out_handle(gamma), out_handle(dy));
-        let (dxh, dgh, rh) = (
-            out_handle(dx),
-            dgamma.map(|d| out_handle(d)),
-            out_handle(&rrms),
-        );
+        let (dxh, dgh) = (out_handle(dx), dgamma.as_deref().map(out_handle));
         let shape = x.shape();
         let c = &self.client;
-        with_float!(x.dtype(), |F| (|| -> Result<(), LaunchError> {
-            rw::launch_rms_norm_backward::<R, F>(c, (&xh, &gh, &dyh), &dxh, &rh, shape, eps)?;
-            dgh.as_ref().map_or(Ok(()), |dgh| {
-                rd::launch_column_sums::<R, F>(c, (&dyh, Some(&xh), Some(&rh)), dgh, shape, true)
-            })
-        })())
-        .map_err(|e| self.launch_error("rms_norm_backward", e))
+        // The gamma gradient accumulates.
+        let mut updated: Vec<&mut Tensor> = dgamma.into_iter().collect();
+        self.float_op("rms_norm_backward", x.dtype())
+            .inputs(&[x, gamma, dy])
+            .written(&mut [dx])
+            .updated(&mut updated)
+            .run(
+                |w, o| {
+                    let (wdx, wdg) = o.split_first_mut().expect("dx is an output");
+                    self.rms_norm_backward(&w[0], &w[1], &w[2], eps, wdx, wdg.first_mut())
+                },
+                float_launch!(|F| {
+                    let rrms = self.scratch(x.rows())?;
+                    let rh = out_handle(&rrms);
+                    rw::launch_rms_norm_backward::<R, F>(
+                        c,
+                        (&xh, &gh, &dyh),
+                        &dxh,
+                        &rh,
+                        shape,
+                        eps,
+                    )?;
+                    dgh.as_ref().map_or(Ok(()), |dgh| {
+                        let ins = (&dyh, Some(&xh), Some(&rh));
+                        rd::launch_column_sums::<R, F>(c, ins, dgh, shape, true)
+                    })
+                }),
+            )
     }
 }

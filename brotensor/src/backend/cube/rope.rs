@@ -3,12 +3,11 @@
 
 use brotensor_kernels::rope::{self as k, MropeAxisArgs, RopeFreqs, RopeGeometry};
 use cubecl::prelude::*;
-use half::{bf16, f16};
 
-use super::{out_handle, with_float, CubeBackend, Narrowed};
+use super::{float_launch, out_handle, CubeBackend};
 use crate::backend::RopeOps;
 use crate::ops::{MropeTables, RopeLayout, RopeParams};
-use crate::{Dtype, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// The launch geometry of `x` with `(head_dim, num_heads)` pairs laid out as `layout`.
 fn geometry(x: &Tensor, (head_dim, num_heads): (usize, usize), layout: RopeLayout) -> RopeGeometry {
@@ -31,11 +30,6 @@ impl<R: Runtime> CubeBackend<R> {
         p: &RopeParams,
         y: &mut Tensor,
     ) -> Result<()> {
-        if self.words(x.dtype()) {
-            return self.through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
-                self.rope_freq((op, inverse), &w[0], hd, seq_offset, p, &mut o[0])
-            });
-        }
         let (xh, yh) = (out_handle(x), out_handle(y));
         let g = geometry(x, hd, p.layout);
         let (ext_factor, corr_dims, mscale) = p.yarn_terms(hd.0);
@@ -47,14 +41,19 @@ impl<R: Runtime> CubeBackend<R> {
             corr_dims,
             mscale,
         };
-        with_float!(x.dtype(), |F| k::launch_rope_freq::<R, F>(
-            &self.client,
-            (&xh, &yh),
-            g,
-            freqs,
-            inverse
-        ))
-        .map_err(|e| self.launch_error(op, e))
+        self.float_op(op, x.dtype())
+            .inputs(&[x])
+            .written(&mut [y])
+            .run(
+                |w, o| self.rope_freq((op, inverse), &w[0], hd, seq_offset, p, &mut o[0]),
+                float_launch!(|F| k::launch_rope_freq::<R, F>(
+                    &self.client,
+                    (&xh, &yh),
+                    g,
+                    freqs,
+                    inverse
+                )),
+            )
     }
 
     /// The table-driven ops: `(per_head, inverse)` picks which.
@@ -69,30 +68,23 @@ impl<R: Runtime> CubeBackend<R> {
         layout: RopeLayout,
         y: &mut Tensor,
     ) -> Result<()> {
-        if self.words(x.dtype()) {
-            return self.through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
-                self.rope_table(
-                    (op, per_head, inverse),
-                    &w[0],
-                    cos,
-                    sin,
-                    hd,
-                    layout,
-                    &mut o[0],
-                )
-            });
-        }
         let (xh, yh) = (out_handle(x), out_handle(y));
         let (ch, sh) = (out_handle(cos), out_handle(sin));
         let g = geometry(x, hd, layout);
-        with_float!(x.dtype(), |F| k::launch_rope_table::<R, F>(
-            &self.client,
-            (&xh, &yh),
-            (&ch, &sh),
-            g,
-            (per_head, inverse)
-        ))
-        .map_err(|e| self.launch_error(op, e))
+        let which = (op, per_head, inverse);
+        self.float_op(op, x.dtype())
+            .inputs(&[x])
+            .written(&mut [y])
+            .run(
+                |w, o| self.rope_table(which, &w[0], cos, sin, hd, layout, &mut o[0]),
+                float_launch!(|F| k::launch_rope_table::<R, F>(
+                    &self.client,
+                    (&xh, &yh),
+                    (&ch, &sh),
+                    g,
+                    (per_head, inverse)
+                )),
+            )
     }
 }
 
@@ -167,11 +159,6 @@ impl<R: Runtime> RopeOps for CubeBackend<R> {
         layout: RopeLayout,
         y: &mut Tensor,
     ) -> Result<()> {
-        if self.words(x.dtype()) {
-            return self.through_f32(&[x], &mut [Narrowed::written(y)], |w, o| {
-                self.rope_apply_mrope(&w[0], tables, positions, hd, sections, layout, &mut o[0])
-            });
-        }
         let (xh, yh) = (out_handle(x), out_handle(y));
         // An axis without pairs is never read (its tables may be empty): it is bound to the
         // buffers of an axis with pairs (one exists, since the sections add up to hd / 2).
@@ -196,12 +183,20 @@ impl<R: Runtime> RopeOps for CubeBackend<R> {
         };
         let axes = [axis(0), axis(1), axis(2)];
         let shape = (x.rows(), hd.1, layout == RopeLayout::HalfSplit);
-        with_float!(x.dtype(), |F| k::launch_rope_mrope::<R, F>(
-            &self.client,
-            (&xh, &yh),
-            axes,
-            shape
-        ))
-        .map_err(|e| self.launch_error("rope_apply_mrope", e))
+        self.float_op("rope_apply_mrope", x.dtype())
+            .inputs(&[x])
+            .written(&mut [y])
+            .run(
+                |w, o| {
+                    let wy = &mut o[0];
+                    self.rope_apply_mrope(&w[0], tables, positions, hd, sections, layout, wy)
+                },
+                float_launch!(|F| k::launch_rope_mrope::<R, F>(
+                    &self.client,
+                    (&xh, &yh),
+                    axes,
+                    shape
+                )),
+            )
     }
 }

@@ -2,12 +2,10 @@
 
 use brotensor_kernels::quant::dequant as kd;
 use cubecl::prelude::*;
-use half::{bf16, f16};
 
-use super::super::{out_handle, with_float, CubeBackend};
+use super::super::{float_launch, out_handle, CubeBackend};
 use super::kind_of;
-use crate::backend::ElementwiseOps;
-use crate::{Dtype, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 
 /// `out` (F32, F16 or BF16, shaped like `w`): the blocks of `w` decoded; BF16 stored as
 /// words is decoded to F32 and rounded to nearest even by the cast.
@@ -17,11 +15,6 @@ pub(super) fn dequantize<R: Runtime>(
     out: &mut Tensor,
 ) -> Result<()> {
     const OP: &str = "dequantize";
-    if be.words(out.dtype()) {
-        let mut wide = Tensor::empty_on(be.device, out.rows(), out.cols(), Dtype::F32)?;
-        dequantize(be, w, &mut wide)?;
-        return be.cast(&wide, out);
-    }
     let kind = kind_of(w.dtype()).ok_or(Error::UnsupportedDtype {
         op: OP,
         dtype: w.dtype(),
@@ -29,8 +22,8 @@ pub(super) fn dequantize<R: Runtime>(
     })?;
     let blocks = w.numel() / w.dtype().block_size();
     let (wh, oh) = (out_handle(w), out_handle(out));
-    with_float!(out.dtype(), |F| kd::launch_dequantize::<R, F>(
-        &be.client, &wh, &oh, kind, blocks
-    ))
-    .map_err(|e| be.launch_error(OP, e))
+    be.float_op(OP, out.dtype()).written(&mut [out]).run(
+        |_, o| dequantize(be, w, &mut o[0]),
+        float_launch!(|F| kd::launch_dequantize::<R, F>(&be.client, &wh, &oh, kind, blocks)),
+    )
 }

@@ -2,12 +2,11 @@
 
 use brotensor_kernels::quant::gemv::{self as kg, QuantGemvSpec};
 use cubecl::prelude::*;
-use half::{bf16, f16};
 
-use super::super::{out_handle, with_float, CubeBackend, Narrowed};
+use super::super::{float_launch, out_handle, CubeBackend};
 use super::kind_of;
 use crate::ops::Act;
-use crate::{Dtype, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 
 /// `y (m, n) = act(x (m, k) . dequant(w)^T + bias)` for `m <= 8` (see
 /// [`crate::backend::QuantOps::quant_gemv`]); BF16 stored as words runs through F32 copies
@@ -21,12 +20,6 @@ pub(super) fn quant_gemv<R: Runtime>(
     y: &mut Tensor,
 ) -> Result<()> {
     const OP: &str = "quant_gemv";
-    if be.words(x.dtype()) {
-        let inputs: Vec<&Tensor> = std::iter::once(x).chain(bias).collect();
-        return be.through_f32(&inputs, &mut [Narrowed::written(y)], |i, o| {
-            quant_gemv(be, w, i.get(1), &i[0], act, &mut o[0])
-        });
-    }
     let kind = kind_of(w.dtype()).ok_or(Error::UnsupportedDtype {
         op: OP,
         dtype: w.dtype(),
@@ -42,13 +35,19 @@ pub(super) fn quant_gemv<R: Runtime>(
     };
     let (wh, xh, yh) = (out_handle(w), out_handle(x), out_handle(y));
     let bh = bias.map(out_handle);
-    with_float!(x.dtype(), |F| kg::launch_quant_gemv::<R, F>(
-        &be.client,
-        &wh,
-        &xh,
-        bh.as_ref(),
-        &yh,
-        spec
-    ))
-    .map_err(|e| be.launch_error(OP, e))
+    let inputs: Vec<&Tensor> = [x].into_iter().chain(bias).collect();
+    be.float_op(OP, x.dtype())
+        .inputs(&inputs)
+        .written(&mut [y])
+        .run(
+            |wide, o| quant_gemv(be, w, wide.get(1), &wide[0], act, &mut o[0]),
+            float_launch!(|F| kg::launch_quant_gemv::<R, F>(
+                &be.client,
+                &wh,
+                &xh,
+                bh.as_ref(),
+                &yh,
+                spec
+            )),
+        )
 }
