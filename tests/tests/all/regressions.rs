@@ -90,3 +90,40 @@ fn f16_l2_normalize_computes_in_fp32_inside() {
         }
     }
 }
+
+/// Found by the API fuzz target once it drew from the op table: a rel-pos attention grid of
+/// `(usize::MAX, 0)` matches zero tokens, and `2 * grid_h` then overflowed (a panic in debug
+/// builds, a wrapped row count in release); the shared-bias plane `Lq * Lk` was unchecked
+/// too. Both are refused as shape errors now.
+#[test]
+fn rel_pos_attention_with_a_huge_empty_grid_is_an_error() {
+    for d in devices() {
+        let x = Tensor::zeros_on(d, 0, 4, Dtype::F32).unwrap();
+        let w = Tensor::zeros_on(d, 4, 4, Dtype::F32).unwrap();
+        let rel = Tensor::zeros_on(d, 1, 2, Dtype::F32).unwrap();
+        let proj = ops::Projections {
+            wq: &w,
+            wk: &w,
+            wv: &w,
+            wo: &w,
+        };
+        let mut o = Tensor::default();
+        let err = ops::self_attention_decomposed_rel_pos_forward(
+            &x,
+            proj,
+            ops::ProjectionBiases::default(),
+            &rel,
+            &rel,
+            2,
+            (usize::MAX, 0),
+            0.5,
+            &mut o,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, brotensor::Error::Shape { .. }),
+            "{d}: {err}"
+        );
+        assert!(err.to_string().contains("2 * grid"), "{d}: {err}");
+    }
+}

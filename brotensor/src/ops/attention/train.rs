@@ -127,7 +127,10 @@ pub(super) fn run_forward(
     match extra {
         Extra::None => {}
         Extra::PerHead(t) => check_f32_len(op, "attn_bias", Some(t), scores)?,
-        Extra::Shared(t) => check_f32_len(op, "attn_logit_bias", Some(t), lq * lk)?,
+        Extra::Shared(t) => {
+            let plane = checked_product(op, "Lq * Lk", &[lq, lk])?;
+            check_f32_len(op, "attn_logit_bias", Some(t), plane)?
+        }
         Extra::RelPos { rel_h, rel_w, grid } => {
             if checked_product(op, "grid_h * grid_w", &[grid.0, grid.1])? != lq {
                 return Err(Error::shape(
@@ -137,7 +140,8 @@ pub(super) fn run_forward(
             }
             for (name, t, g) in [("rel_pos_h", rel_h, grid.0), ("rel_pos_w", rel_w, grid.1)] {
                 check_float_operand(op, name, t)?;
-                check_shape(op, name, t, ((2 * g).saturating_sub(1), hd))?;
+                let rows = checked_product(op, "2 * grid", &[2, g])?;
+                check_shape(op, name, t, (rows.saturating_sub(1), hd))?;
             }
         }
     }
