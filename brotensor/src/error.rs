@@ -44,7 +44,7 @@ pub enum Error {
         found: Dtype,
     },
     /// The device cannot compute in this dtype (e.g. F16 on an adapter without shader-f16,
-    /// or 16-bit arithmetic on the CPU).
+    /// or a 16-bit float on the CPU for an op that computes in F32 only).
     #[error("brotensor: {op}: {dtype:?} is not supported on {device}")]
     UnsupportedDtype {
         /// The op.

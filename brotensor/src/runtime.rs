@@ -176,8 +176,9 @@ pub fn compute_dtype_on(device: Device) -> Result<Dtype> {
 }
 
 /// Whether ops compute in `dtype` on `device` (the capability query): e.g. F16 is false on
-/// adapters without shader-f16, and 16-bit arithmetic is false on the CPU. BF16 is true on
-/// every GPU, WGSL devices included, where it runs as packed 16-bit words widened to FP32.
+/// adapters without shader-f16. F16 and BF16 are true on the CPU (FP32 math, one rounding
+/// on the way out). BF16 is true on every GPU, WGSL devices included, where it runs as
+/// packed 16-bit words widened to FP32.
 /// For a GGUF block dtype it says whether the quantized ops (`ops::quant_linear`,
 /// `ops::dequantize`) take weights of that type on `device`.
 pub fn supports_dtype(device: Device, dtype: Dtype) -> Result<bool> {

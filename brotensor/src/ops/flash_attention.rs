@@ -8,7 +8,8 @@
 //! Common rules: scale `1 / sqrt(hd)`; an optional F32 key `mask` of `Lk` values drops key
 //! `k` where `mask[k] <= 0.5`; a query row with no kept key gives a zero output row; GQA
 //! query head `h` reads KV head `h / (nq / nkv)` from the shared K/V (never copied). Dtypes:
-//! F32 on the CPU; F32, F16 and BF16 on GPUs. Outputs are resized and overwritten.
+//! F32, F16 and BF16 on every device (FP32 math inside; the CPU widens 16-bit operands into
+//! F32 scratch). Outputs are resized and overwritten.
 
 mod projected;
 

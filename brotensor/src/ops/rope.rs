@@ -11,7 +11,7 @@
 //! `(i, i + head_dim / 2)` (GPT-NeoX, HF transformers `rotate_half`, most safetensors
 //! checkpoints).
 //!
-//! Dtypes: `x` F32 on the CPU; F32, F16 or BF16 on a GPU (FP32 math inside). Angle tables
+//! Dtypes: `x` F32, F16 or BF16 on every device (FP32 math inside). Angle tables
 //! are F32 on every device, M-RoPE position streams I32. Outputs are resized and take `x`'s
 //! dtype.
 

@@ -26,7 +26,9 @@ fn silu_gate_kernel<F: Float>(g: &Array<F>, u: &Array<F>, y: &mut Array<F>) {
 struct SiluGate;
 
 impl SiluGate {
-    fn launch_as<F: Float + CubeElement, R: Runtime>(launch: &GpuLaunch<'_, R>) -> Result<()> {
+    fn launch_as<F: Float + CubeElement + brotensor::Element, R: Runtime>(
+        launch: &GpuLaunch<'_, R>,
+    ) -> Result<()> {
         let [g, u] = launch.inputs() else {
             unreachable!("INPUTS is checked by launch")
         };
@@ -35,17 +37,11 @@ impl SiluGate {
             return Ok(());
         }
         let (count, dim) = launch.grid_1d(y.numel())?;
-        // SAFETY: brotensor checked that each buffer holds `numel` elements of its dtype,
-        // which is F's (matched below), and the op gives all three the same dims.
+        let (ga, ua, ya) = (g.arg::<F, R>()?, u.arg::<F, R>()?, y.arg::<F, R>()?);
+        // SAFETY: each argument binds the `numel` elements of F that its buffer holds
+        // (`arg` checked F against the dtype), and the op gives all three the same dims.
         unsafe {
-            silu_gate_kernel::launch_unchecked::<F, R>(
-                launch.client(),
-                count,
-                dim,
-                ArrayArg::from_raw_parts(g.handle().clone(), g.numel()),
-                ArrayArg::from_raw_parts(u.handle().clone(), u.numel()),
-                ArrayArg::from_raw_parts(y.handle().clone(), y.numel()),
-            );
+            silu_gate_kernel::launch_unchecked::<F, R>(launch.client(), count, dim, ga, ua, ya);
         }
         Ok(())
     }
@@ -237,18 +233,13 @@ impl CustomKernel for SiluSplit {
             unreachable!("INPUTS and OUTPUTS are checked by launch")
         };
         let (count, dim) = launch.grid_1d(y.numel())?;
-        // SAFETY: brotensor checked that each buffer holds `numel` F32 elements; all four
+        let args = [g, u, s, y].map(|o| o.arg::<f32, R>());
+        let [ga, ua, sa, ya] = args;
+        let (ga, ua, sa, ya) = (ga?, ua?, sa?, ya?);
+        // SAFETY: each argument binds the `numel` F32 elements its buffer holds; all four
         // have the same dims.
         unsafe {
-            silu_split_kernel::launch_unchecked::<R>(
-                launch.client(),
-                count,
-                dim,
-                ArrayArg::from_raw_parts(g.handle().clone(), g.numel()),
-                ArrayArg::from_raw_parts(u.handle().clone(), u.numel()),
-                ArrayArg::from_raw_parts(s.handle().clone(), s.numel()),
-                ArrayArg::from_raw_parts(y.handle().clone(), y.numel()),
-            );
+            silu_split_kernel::launch_unchecked::<R>(launch.client(), count, dim, ga, ua, sa, ya);
         }
         Ok(())
     }
@@ -502,5 +493,42 @@ fn custom_kernel_refuses_size_overflow() {
             assert!(reason.contains("32 bits"), "{device}: {reason}");
         }
         assert_eq!((y.allocation_id(), y.dims()), (id, &[2usize, 3][..]));
+    }
+}
+
+/// A kernel that binds its F16 input as f32: `GpuOperand::arg` refuses before any launch
+/// (a raw `from_raw_parts` would have read twice the buffer's bytes).
+struct MisTyped;
+
+impl CustomKernel for MisTyped {
+    const NAME: &'static str = "mistyped";
+    const INPUTS: usize = 1;
+    const OUTPUTS: usize = 1;
+
+    fn cpu(&self, inputs: &[HostIn<'_>], _outputs: &mut [HostOut<'_>]) -> Result<()> {
+        inputs[0].slice::<f32>().map(|_| ())
+    }
+
+    fn gpu<R: Runtime>(&self, launch: &GpuLaunch<'_, R>) -> Result<()> {
+        launch.inputs()[0].arg::<f32, R>().map(|_| ())
+    }
+}
+
+#[test]
+fn an_argument_of_the_wrong_element_type_is_refused() {
+    for device in devices() {
+        let x = tensor(device, &[1.0; 8], 2, 4, Dtype::F16).unwrap();
+        let mut y = Tensor::default();
+        let err = custom::launch(
+            &MisTyped,
+            &[Input::new("x", &x, Dtype::F16)],
+            &mut [Output::new("y", &mut y, &[2, 4], Dtype::F16)],
+        )
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("mistyped") && msg.contains("`x`"),
+            "{device}: {msg}"
+        );
     }
 }
