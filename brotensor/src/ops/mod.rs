@@ -74,8 +74,8 @@ use crate::runtime::backend;
 use crate::{Device, Dtype, Error, Result, Tensor};
 
 /// How an op uses one of its tensor operands. Every op declares each operand once, with its
-/// role, in the one list it dispatches on ([`dispatch`]); the device check of every committed
-/// operand, writability and dense views follow from that list.
+/// role, in the one list it dispatches on (the module's dispatch rules); the device check of
+/// every committed operand, writability and dense views follow from that list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
     /// Read only.
