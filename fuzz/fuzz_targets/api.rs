@@ -74,6 +74,11 @@ impl Bytes<'_> {
 /// Tensors the program works on; outputs are stored back so later ops read them.
 const SLOTS: usize = 6;
 
+/// The largest output kept in a slot: larger ones are checked and dropped, so later steps
+/// stay fast (a huge output read by every later op once made single inputs run for minutes
+/// and the pool of freed buffers grow past the memory limit).
+const KEEP_MAX_ELEMENTS: usize = 1 << 16;
+
 fn make(b: &mut Bytes, rows: usize, cols: usize) -> Result<Tensor> {
     let dtype = b.dtype();
     let numel = rows.checked_mul(cols);
@@ -132,7 +137,10 @@ fn run(b: &mut Bytes, slots: &mut [Tensor]) -> Result<()> {
             consistent(t);
         }
         // The last tensor is an output for most ops: later steps read it.
-        if let Some(out) = args.pop().filter(Tensor::is_committed) {
+        if let Some(out) = args
+            .pop()
+            .filter(|t| t.is_committed() && t.numel() <= KEEP_MAX_ELEMENTS)
+        {
             slots[keep] = out;
         }
         return Ok(());
@@ -194,7 +202,9 @@ fn run(b: &mut Bytes, slots: &mut [Tensor]) -> Result<()> {
         }
     };
     consistent(&out);
-    slots[k] = out;
+    if out.numel() <= KEEP_MAX_ELEMENTS {
+        slots[k] = out;
+    }
     Ok(())
 }
 
