@@ -247,10 +247,26 @@ impl Layout {
             return Ok(out);
         }
         let first = if step > 0 { start } else { end - 1 };
-        // In range: `first < n` and the layout's span covers every index of `dim`.
-        out.offset = (self.offset as isize + first as isize * self.strides[dim]) as usize;
-        out.strides[dim] = self.strides[dim] * step;
-        Ok(out)
+        // In range for a layout with elements (its span covers every index of `dim`); a
+        // zero-element layout may carry strides whose products overflow: refused.
+        let offset = isize::try_from(first)
+            .ok()
+            .and_then(|f| f.checked_mul(self.strides[dim]))
+            .and_then(|d| (self.offset as isize).checked_add(d));
+        match (offset, self.strides[dim].checked_mul(step)) {
+            (Some(offset), Some(stride)) => {
+                out.offset = offset as usize;
+                out.strides[dim] = stride;
+                Ok(out)
+            }
+            _ => Err(Error::shape(
+                op,
+                format!(
+                    "a view of dims {:?} along dim {dim} overflows its offset or stride",
+                    self.dims()
+                ),
+            )),
+        }
     }
 
     /// The dims (rank at least 1) broadcast to `dims` by numpy's rules: new leading dims and
@@ -316,7 +332,9 @@ impl Layout {
         }
         out.dims[dim] = 1;
         out.strides[dim] = if dim < self.rank {
-            self.strides[dim] * self.dims[dim] as isize
+            // Saturating as in `row_major`: only a zero-element layout can reach the bound,
+            // and it never reads through its strides.
+            self.strides[dim].saturating_mul(self.dims[dim] as isize)
         } else {
             1
         };

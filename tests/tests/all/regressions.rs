@@ -120,10 +120,23 @@ fn rel_pos_attention_with_a_huge_empty_grid_is_an_error() {
             &mut o,
         )
         .unwrap_err();
-        assert!(
-            matches!(err, brotensor::Error::Shape { .. }),
-            "{d}: {err}"
-        );
+        assert!(matches!(err, brotensor::Error::Shape { .. }), "{d}: {err}");
         assert!(err.to_string().contains("2 * grid"), "{d}: {err}");
     }
+}
+
+/// Found by the API fuzz target: a zero-element tensor may have dims whose partial products
+/// overflow (`[0, 2^40, 2^30]`); flipping dim 1 multiplied `2^40 - 1` by the stride `2^30`
+/// and panicked, and `unsqueeze` multiplied a stride by a dim the same way. Both are views of
+/// nothing: now a shape error, or a zero-element view.
+#[test]
+fn views_of_zero_element_tensors_with_huge_dims_do_not_overflow() {
+    let t = Tensor::zeros_nd_on(Device::Cpu, &[0, 1 << 40, 1 << 30], Dtype::F32).unwrap();
+    match t.flip(&[1]) {
+        Ok(v) => assert_eq!(v.numel(), 0),
+        Err(e) => assert!(matches!(e, brotensor::Error::Shape { .. }), "{e}"),
+    }
+    let u = t.unsqueeze(2).unwrap();
+    assert_eq!(u.dims(), &[0, 1 << 40, 1, 1 << 30]);
+    assert_eq!(u.numel(), 0);
 }
