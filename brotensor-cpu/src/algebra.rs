@@ -284,12 +284,18 @@ pub struct PadSpec {
 /// in `usize`.
 pub fn pad_dim(n: usize, p: PadSpec) -> Option<usize> {
     let n = n as i128;
+    // `(n - 1) * interior` reaches 2^128 for the largest `n` and `interior`: checked.
     let stretched = if n == 0 {
-        0
+        Some(0)
     } else {
-        n + (n - 1) * p.interior as i128
+        (n - 1)
+            .checked_mul(p.interior as i128)
+            .and_then(|s| s.checked_add(n))
     };
-    usize::try_from(stretched + p.low as i128 + p.high as i128).ok()
+    let padded = stretched?
+        .checked_add(p.low as i128)?
+        .checked_add(p.high as i128)?;
+    usize::try_from(padded).ok()
 }
 
 /// StableHLO pad with zeros: output coordinate `c` of a dim holds input coordinate

@@ -140,3 +140,13 @@ fn views_of_zero_element_tensors_with_huge_dims_do_not_overflow() {
     assert_eq!(u.dims(), &[0, 1 << 40, 1, 1 << 30]);
     assert_eq!(u.numel(), 0);
 }
+
+/// Found by the API fuzz target: padding a dim of `usize::MAX` (a zero-element tensor) with
+/// `u64::MAX` interior elements overflowed the 128-bit size arithmetic and panicked; now a
+/// shape error.
+#[test]
+fn pad_with_an_overflowing_interior_is_an_error() {
+    let x = Tensor::zeros_nd_on(Device::Cpu, &[0, usize::MAX], Dtype::F32).unwrap();
+    let err = ops::pad(&x, &[0, 0], &[0, 0], &[0, u64::MAX]).unwrap_err();
+    assert!(matches!(err, brotensor::Error::Shape { .. }), "{err}");
+}
