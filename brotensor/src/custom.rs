@@ -451,7 +451,11 @@ pub fn launch<K: CustomKernel>(
     let operands: Vec<crate::ops::Operand<'_>> = inputs
         .iter()
         .map(|i| crate::ops::input(i.name, i.tensor))
-        .chain(outputs.iter().map(|o| crate::ops::written(o.name, o.tensor)))
+        .chain(
+            outputs
+                .iter()
+                .map(|o| crate::ops::written(o.name, o.tensor)),
+        )
         .collect();
     // Resolves the device, checks every operand against it and makes views dense.
     let be = crate::ops::dispatch(op, &operands)?;
