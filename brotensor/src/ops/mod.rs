@@ -235,7 +235,18 @@ pub(crate) fn declare(op: &'static str, operands: &[Operand<'_>]) -> Result<Devi
     declared::record(op, operands);
     let device = resolve(op, operands)?;
     for o in operands {
-        if let (Some(t), Role::Written | Role::Updated) = (o.tensor, o.role) {
+        let Some(t) = o.tensor else { continue };
+        if o.role != Role::Written && !t.is_committed() && t.numel() > 0 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "`{}` has dims {:?} but no storage (an uncommitted tensor has no values to read)",
+                    o.name,
+                    t.dims()
+                ),
+            ));
+        }
+        if o.role != Role::Input {
             t.check_writable(op, o.name)?;
         }
     }
