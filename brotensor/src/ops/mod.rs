@@ -235,18 +235,7 @@ pub(crate) fn declare(op: &'static str, operands: &[Operand<'_>]) -> Result<Devi
     declared::record(op, operands);
     let device = resolve(op, operands)?;
     for o in operands {
-        let Some(t) = o.tensor else { continue };
-        if o.role != Role::Written && !t.is_committed() && t.numel() > 0 {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "`{}` has dims {:?} but no storage (an uncommitted tensor has no values to read)",
-                    o.name,
-                    t.dims()
-                ),
-            ));
-        }
-        if o.role != Role::Input {
+        if let (Some(t), Role::Written | Role::Updated) = (o.tensor, o.role) {
             t.check_writable(op, o.name)?;
         }
     }
