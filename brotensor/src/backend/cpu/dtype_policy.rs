@@ -126,8 +126,20 @@ pub(super) fn by_rows<E: FloatElem + Element>(
     outputs: &mut [(Narrowed<'_>, usize)],
     f: impl FnMut(Range<usize>, &[&[f32]], &mut [&mut [f32]]),
 ) {
-    let ins: Vec<(&[E], usize)> = inputs.iter().map(|(t, w)| (t.host::<E>(), *w)).collect();
-    let mut outs: Vec<hf::RowOut<'_, E>> = outputs
+    let (ins, mut outs) = row_operands::<E>(inputs, outputs);
+    hf::by_rows(rows, &ins, &mut outs, f);
+}
+
+/// The row paths' 16-bit inputs and outputs, each with its elements per row.
+type RowOperands<'a, 'b, E> = (Vec<(&'a [E], usize)>, Vec<hf::RowOut<'b, E>>);
+
+/// The 16-bit data of the row paths' operands, with each one's elements per row.
+fn row_operands<'a, 'b, E: FloatElem + Element>(
+    inputs: &[(&'a Tensor, usize)],
+    outputs: &'b mut [(Narrowed<'_>, usize)],
+) -> RowOperands<'a, 'b, E> {
+    let ins = inputs.iter().map(|(t, w)| (t.host::<E>(), *w)).collect();
+    let outs = outputs
         .iter_mut()
         .map(|(o, w)| hf::RowOut {
             reads: o.reads,
@@ -135,7 +147,7 @@ pub(super) fn by_rows<E: FloatElem + Element>(
             per_row: *w,
         })
         .collect();
-    hf::by_rows(rows, &ins, &mut outs, f);
+    (ins, outs)
 }
 
 /// [`by_rows`] for a kernel whose rows are independent (`brotensor_cpu::half_float::par_rows`):
@@ -146,15 +158,7 @@ pub(super) fn par_rows<E: FloatElem + Element>(
     outputs: &mut [(Narrowed<'_>, usize)],
     f: impl Fn(Range<usize>, &[&[f32]], &mut [&mut [f32]]) + Sync,
 ) {
-    let ins: Vec<(&[E], usize)> = inputs.iter().map(|(t, w)| (t.host::<E>(), *w)).collect();
-    let mut outs: Vec<hf::RowOut<'_, E>> = outputs
-        .iter_mut()
-        .map(|(o, w)| hf::RowOut {
-            reads: o.reads,
-            data: o.t.host_mut::<E>(),
-            per_row: *w,
-        })
-        .collect();
+    let (ins, mut outs) = row_operands::<E>(inputs, outputs);
     hf::par_rows(rows, &ins, &mut outs, f);
 }
 
