@@ -4,6 +4,7 @@
 //! once for every test target instead of a second time as its own test harness (about five
 //! CPU-minutes of a cold CI build). Not an API.
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use crate::backend::checks::algebra as backend_algebra;
 pub use crate::backend::checks::elementwise as backend_elementwise;
 pub use crate::backend::checks::host_pool;

@@ -651,12 +651,14 @@ impl Tensor {
     }
 
     /// The CPU contents as `&[T]`. Callers guarantee a committed host tensor of `T` whose
-    /// dense storage dispatch made.
+    /// dense storage dispatch made, or an uncommitted one (no elements: empty).
     pub(crate) fn host<T: Element>(&self) -> &[T] {
         debug_assert_eq!(T::DTYPE, self.dtype);
         let n = self.numel();
         match self.storage() {
             Some(Storage::Host(h)) => &bytemuck::cast_slice(h.bytes())[..n],
+            // An uncommitted input reads as empty.
+            None if n == 0 => &[],
             _ => panic!("host(): not a committed dense CPU tensor"),
         }
     }
@@ -669,6 +671,8 @@ impl Tensor {
         let n = self.numel();
         match self.storage() {
             Some(Storage::Host(h)) => &bytemuck::cast_slice(h.bytes())[..n],
+            // An uncommitted input reads as empty.
+            None if n == 0 => &[],
             _ => panic!("host_words(): not a committed dense CPU tensor"),
         }
     }

@@ -104,6 +104,7 @@ pub(crate) trait AlgebraOps: OnDevice {
 /// (`outer stride == inner stride * inner dim`), so a kernel walks the same elements in the
 /// same order at the smallest rank, and fewer rank specialisations are compiled. A walk with
 /// no elements is returned as it is; one of a single element becomes rank 1.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) fn fuse_index_dims(
     dims: &[usize],
     batch_strides: &[usize],
@@ -144,6 +145,7 @@ pub(crate) fn fuse_index_dims(
 /// Pad dims with adjacent dims fused: an outer dim without interior padding absorbs the
 /// unpadded dims inside it (its low and high pads scaled by their size), which pads the same
 /// elements at a smaller rank. A scaling that overflows leaves the dims apart.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) fn fuse_pad_dims(dims: &[usize], pads: &[PadSpec]) -> (Vec<usize>, Vec<PadSpec>) {
     let unpadded = |p: &PadSpec| p.low == 0 && p.high == 0 && p.interior == 0;
     // Innermost first.
@@ -175,7 +177,7 @@ pub(crate) fn fuse_pad_dims(dims: &[usize], pads: &[PadSpec]) -> (Vec<usize>, Ve
     fused.into_iter().unzip()
 }
 
-#[cfg(feature = "internals")]
+#[cfg(all(feature = "internals", any(feature = "wgpu", feature = "cuda")))]
 /// The module's internal checks, run by the workspace's tests through
 /// `brotensor::internals` (so the library is not compiled again as its own test harness).
 pub mod checks {

@@ -163,6 +163,7 @@ pub(crate) fn gather_width(op: &'static str, dtype: Dtype) -> Result<usize> {
 /// The backend modules' internal checks, for `crate::internals`.
 #[cfg(feature = "internals")]
 pub(crate) mod checks {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
     pub use super::algebra::checks as algebra;
     pub use super::elementwise::checks as elementwise;
     pub use super::host_pool::checks as host_pool;

@@ -371,7 +371,9 @@ pub fn softmax_xent_fused_batched(
         ));
     }
     be.out("loss_per_sample", loss_per_sample, &[b, 1], Dtype::F32)?;
-    if b == 0 || heads == 0 {
+    // No logits (zero rows, heads or columns): every head's sum is over nothing. The
+    // backends never see the inputs then, which may be uncommitted (empty) tensors.
+    if b == 0 || heads == 0 || l == 0 {
         return loss_per_sample.zero();
     }
     let io = crate::backend::LossIo {

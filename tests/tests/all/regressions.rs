@@ -150,3 +150,33 @@ fn pad_with_an_overflowing_interior_is_an_error() {
     let err = ops::pad(&x, &[0, 0], &[0, 0], &[0, u64::MAX]).unwrap_err();
     assert!(matches!(err, brotensor::Error::Shape { .. }), "{err}");
 }
+
+/// Batched softmax cross-entropy over `(3, 0)` logits with an uncommitted (empty) target
+/// and mask and one empty head: every row's loss is a sum over nothing, 0. (Found by the API
+/// fuzz target: the CPU kernel read the uncommitted target and panicked.)
+#[test]
+fn batched_cross_entropy_of_zero_columns_is_zero_per_row() {
+    for d in devices() {
+        let logits = Tensor::zeros_on(d, 3, 0, Dtype::F32).unwrap();
+        let target = Tensor::default().to(d).unwrap();
+        let mask = Tensor::default().to(d).unwrap();
+        let (mut probs, mut dlogits) = (Tensor::default(), Tensor::default());
+        let mut loss = tensor(d, &[7.0, 7.0, 7.0], 3, 1, Dtype::F32).unwrap();
+        ops::softmax_xent_fused_batched(
+            &logits,
+            &target,
+            Some(&mask),
+            &[0, 0],
+            &mut probs,
+            &mut dlogits,
+            &mut loss,
+        )
+        .unwrap_or_else(|e| panic!("{d}: {e}"));
+        assert_eq!(read_f32(&loss).unwrap(), vec![0.0; 3], "{d}");
+        assert_eq!(
+            (probs.dims(), dlogits.dims()),
+            (&[3, 0][..], &[3, 0][..]),
+            "{d}"
+        );
+    }
+}
