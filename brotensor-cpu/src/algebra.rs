@@ -9,6 +9,8 @@ use num_complex::Complex;
 use num_traits::Float;
 use rayon::prelude::*;
 
+use crate::simd::wide;
+
 /// Elements per rayon task of the maps.
 const CHUNK: usize = 1 << 14;
 
@@ -200,18 +202,26 @@ pub fn reduce_axis<T: Copy + Send + Sync>(
             .enumerate()
             .for_each(|(o, y)| {
                 let row = &x[o * n..][..n];
-                let mut acc = [identity; LANES];
-                let mut chunks = row.chunks_exact(LANES);
-                for c in &mut chunks {
-                    for j in 0..LANES {
-                        acc[j] = f(acc[j], c[j]);
-                    }
-                }
-                let mut r = identity;
-                for &v in chunks.remainder() {
-                    r = f(r, v);
-                }
-                *y = acc.iter().fold(r, |a, &b| f(a, b));
+                *y = wide(
+                    #[inline(always)]
+                    |_| {
+                        let mut acc = [identity; LANES];
+                        let mut chunks = row.chunks_exact(LANES);
+                        for c in &mut chunks {
+                            for j in 0..LANES {
+                                acc[j] = f(acc[j], c[j]);
+                            }
+                        }
+                        let mut r = identity;
+                        for &v in chunks.remainder() {
+                            r = f(r, v);
+                        }
+                        for &v in &acc {
+                            r = f(r, v);
+                        }
+                        r
+                    },
+                );
             });
         return;
     }
@@ -250,12 +260,17 @@ pub fn reduce_axis<T: Copy + Send + Sync>(
             .for_each(|(t, tile)| {
                 tile.fill(identity);
                 let start = t * COLUMN_TILE;
-                for k in 0..n {
-                    let src = &x[(o * n + k) * inner + start..][..tile.len()];
-                    for (acc, &v) in tile.iter_mut().zip(src) {
-                        *acc = f(*acc, v);
-                    }
-                }
+                wide(
+                    #[inline(always)]
+                    |_| {
+                        for k in 0..n {
+                            let src = &x[(o * n + k) * inner + start..][..tile.len()];
+                            for (acc, &v) in tile.iter_mut().zip(src) {
+                                *acc = f(*acc, v);
+                            }
+                        }
+                    },
+                );
             });
     });
 }

@@ -8,6 +8,7 @@ use crate::stream::{Stream, StreamedIter, Streaming};
 /// Independent accumulators in the lane-wise reductions: enough that the adds of a
 /// 16-wide (AVX-512) or 8-wide (AVX2) loop do not wait on each other's latency.
 const LANES: usize = 32;
+const _: () = assert!(LANES == 32, "first_max_in_blocks halves 32 lanes");
 
 /// Floats per parallel piece when one long vector is reduced across threads.
 pub const PIECE: usize = 1 << 16;
@@ -272,18 +273,75 @@ pub fn argmax_rows(x: &[f32], cols: usize, idx: &mut [usize]) {
     idx.par_iter_mut()
         .zip(x.par_chunks(cols))
         .for_each(|(out, row)| {
-            // The largest value in vector lanes, then its first position: the same index
-            // as a scan keeping the first strict maximum above -f32::MAX.
-            let best = wide(
+            *out = wide(
                 #[inline(always)]
-                |_| max_with_floor(row, -f32::MAX),
+                |_| first_max_above(row, -f32::MAX).map_or(0, |(_, at)| at),
             );
-            *out = if best > -f32::MAX {
-                row.iter().position(|&v| v == best).unwrap_or(0)
-            } else {
-                0
-            };
         });
+}
+
+/// The largest element of `x` above `floor` and its first position, in one pass: each of
+/// `LANES` lanes keeps its largest value and the chunk where that value first appeared (a
+/// strict comparison, so NaN is never taken); the lanes then give the largest value at its
+/// smallest position. `None` when no element is above `floor`.
+#[inline(always)]
+fn first_max_above(x: &[f32], floor: f32) -> Option<(f32, usize)> {
+    // Chunk numbers are u32 lanes (eight to a vector register): longer rows go in blocks.
+    first_max_in_blocks(x, floor, LANES << 24)
+}
+
+/// [`first_max_above`] over blocks of `block_len` elements (a multiple of `LANES` below
+/// `2^32 LANES`), merged in order.
+#[inline(always)]
+fn first_max_in_blocks(x: &[f32], floor: f32, block_len: usize) -> Option<(f32, usize)> {
+    let mut best: Option<(f32, usize)> = None;
+    for (b, block) in x.chunks(block_len).enumerate() {
+        let mut value = [floor; LANES];
+        let mut chunk = [0u32; LANES];
+        let chunks = block.chunks_exact(LANES);
+        let tail = chunks.remainder();
+        for (c, ch) in chunks.enumerate() {
+            // Chunk numbers only grow, so a lane's chunk is the larger of its own and this
+            // one where the value is taken. Both updates are plain maxima, which stay in
+            // registers (a select on `take` becomes masked stores to memory).
+            let c = c as u32;
+            for j in 0..LANES {
+                let take = ch[j] > value[j];
+                value[j] = if take { ch[j] } else { value[j] };
+                chunk[j] = chunk[j].max(c * u32::from(take));
+            }
+        }
+        // The lanes halve down to one (largest value, then smallest position; a lane that
+        // took nothing holds `floor` and loses to every lane that did), then the tail
+        // (after every chunk, so it wins only when larger). Fixed-count loops keep the
+        // lanes in vector registers.
+        let start = b * block_len;
+        let mut pos = [0usize; LANES];
+        for j in 0..LANES {
+            pos[j] = start + chunk[j] as usize * LANES + j;
+        }
+        for width in [16, 8, 4, 2, 1] {
+            for j in 0..width {
+                let (v, p) = (value[j + width], pos[j + width]);
+                let take = v > value[j] || (v == value[j] && p < pos[j]);
+                value[j] = if take { v } else { value[j] };
+                pos[j] = if take { p } else { pos[j] };
+            }
+        }
+        let mut candidate = (value[0] > floor).then_some((value[0], pos[0]));
+        let tail_start = start + block.len() - tail.len();
+        for (i, &v) in tail.iter().enumerate() {
+            if v > candidate.map_or(floor, |(m, _)| m) {
+                candidate = Some((v, tail_start + i));
+            }
+        }
+        best = match (best, candidate) {
+            (Some((m, at)), Some((v, _))) if !(v > m) => Some((m, at)),
+            (best, None) => best,
+            (_, candidate) => candidate,
+        };
+    }
+    best
 }
 
 /// The `k` largest elements of each row, in descending order with ties broken by the smaller
@@ -471,6 +529,58 @@ mod tests {
         let mut counts = [0; 4];
         rows_count_above(&[0.5, 1.0, 1.5, 0.0, 2.0, 3.0], 3, 0.5, 1.5, &mut counts);
         assert_eq!(counts, [2, 0, 2, 2]);
+    }
+
+    #[test]
+    fn one_pass_argmax_matches_a_scan_for_the_first_strict_maximum() {
+        // Few distinct values (ties across lanes and chunks), NaN, -inf and -f32::MAX, at
+        // lengths around the lane count so both the lanes and the tail hold the winner.
+        let mut state = 777u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            state >> 24
+        };
+        for n in [
+            1,
+            5,
+            LANES - 1,
+            LANES,
+            LANES + 1,
+            2 * LANES + 3,
+            9 * LANES + 17,
+        ] {
+            for _ in 0..200 {
+                let row: Vec<f32> = (0..n)
+                    .map(|_| match next() % 11 {
+                        0 => f32::NAN,
+                        1 => f32::NEG_INFINITY,
+                        2 => -f32::MAX,
+                        v => v as f32 - 6.0,
+                    })
+                    .collect();
+                let mut want: Option<(f32, usize)> = None;
+                for (i, &v) in row.iter().enumerate() {
+                    if v > want.map_or(-f32::MAX, |(m, _)| m) {
+                        want = Some((v, i));
+                    }
+                }
+                assert_eq!(first_max_above(&row, -f32::MAX), want, "{row:?}");
+                // Blocks of two chunks: the merge across blocks keeps the first maximum.
+                assert_eq!(
+                    first_max_in_blocks(&row, -f32::MAX, 2 * LANES),
+                    want,
+                    "{row:?}"
+                );
+                let mut at = [usize::MAX];
+                argmax_rows(&row, n, &mut at);
+                assert_eq!(at[0], want.map_or(0, |(_, i)| i), "{row:?}");
+            }
+        }
+        // A row with nothing above the floor.
+        assert_eq!(
+            first_max_above(&[f32::NAN, -f32::MAX, f32::NEG_INFINITY], -f32::MAX),
+            None
+        );
     }
 
     #[test]
