@@ -225,7 +225,7 @@ fn elementwise_sizes_that_overflow_are_refused() {
         k::launch_broadcast::<_, f32>(&c, &out, &scales, usize::MAX, broadcast),
         &[&out],
     );
-    // launch_unary forms no product: a length past memory is a short buffer (check_len
+    // launch_unary forms no product: a length past memory is a short buffer (`Buf::new`
     // saturates its byte count).
     assert!(matches!(
         k::launch_unary::<_, f32>(
