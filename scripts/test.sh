@@ -9,7 +9,9 @@
 # Last, scripts/nvrtc-check.sh lowers every kernel to CUDA C++ and compiles it with NVRTC
 # for compute_80 (and the tensor-core units for compute_90 too; BROTENSOR_NVRTC_CHECK, at the end).
 # Between them, scripts/cpu-tiers.sh runs the CPU tests again under every narrower CPU tier
-# this machine has (BROTENSOR_CPU_TIER). The last lines are a table of each step's wall time.
+# this machine has (BROTENSOR_CPU_TIER), and scripts/aarch64-check.sh runs the CPU kernels'
+# tests built for AArch64 under qemu (NEON and scalar; BROTENSOR_AARCH64_CHECK). The last
+# lines are a table of each step's wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -64,6 +66,23 @@ scripts/ledger.sh "$BROTENSOR_PARITY_LOG" "$BROTENSOR_REQUIRE_GPU"
 echo
 unset BROTENSOR_PARITY_LOG
 step "CPU tests, narrower tiers" scripts/cpu-tiers.sh
+
+# The CPU kernels built for AArch64 and tested under qemu-aarch64 on the NEON and scalar
+# tiers (brotensor-cpu's tests; the library checked to build there).
+#   BROTENSOR_AARCH64_CHECK  1: must run, 0: skip, auto (default): run when root with
+#                            apt-get or where the cross tools are; under CI=true it must run
+echo
+aarch64_ready() {
+  { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } ||
+    { command -v qemu-aarch64 >/dev/null && command -v aarch64-linux-gnu-gcc >/dev/null; }
+}
+case "${BROTENSOR_AARCH64_CHECK:-auto}" in
+  0) echo "aarch64-check: NOT RUN (BROTENSOR_AARCH64_CHECK=0)" ;;
+  auto) if aarch64_ready; then step "AArch64 (NEON) under qemu" scripts/aarch64-check.sh
+        elif [ "${CI:-}" = true ]; then echo "aarch64-check: CANNOT RUN under CI (needs root with apt-get, or the cross tools)"; exit 1
+        else echo "aarch64-check: NOT RUN (needs qemu-aarch64 and aarch64-linux-gnu-gcc; the NEON kernels were not tested)"; fi ;;
+  *) step "AArch64 (NEON) under qemu" scripts/aarch64-check.sh ;;
+esac
 
 echo
 case "${BROTENSOR_CMMA_CHECK:-auto}" in

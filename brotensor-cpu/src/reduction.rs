@@ -336,7 +336,8 @@ fn first_max_in_blocks(x: &[f32], floor: f32, block_len: usize) -> Option<(f32, 
             }
         }
         best = match (best, candidate) {
-            (Some((m, at)), Some((v, _))) if !(v > m) => Some((m, at)),
+            // Neither is NaN (both were taken by a strict comparison).
+            (Some((m, at)), Some((v, _))) if v <= m => Some((m, at)),
             (best, None) => best,
             (_, candidate) => candidate,
         };

@@ -175,9 +175,16 @@ pub fn tier() -> Tier {
         Level::Avx512 => Tier::Avx512,
     }
     #[cfg(target_arch = "aarch64")]
-    match tier_cap() {
-        Ok(Some(Tier::Scalar)) => Tier::Scalar,
-        _ => Tier::Neon,
+    {
+        static TIER: std::sync::OnceLock<Tier> = std::sync::OnceLock::new();
+        *TIER.get_or_init(|| match tier_cap() {
+            Ok(Some(Tier::Scalar)) => Tier::Scalar,
+            Ok(_) => Tier::Neon,
+            Err(e) => {
+                eprintln!("brotensor: cpu: {e}; ignoring it");
+                Tier::Neon
+            }
+        })
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     Tier::Scalar

@@ -196,10 +196,13 @@ pub trait StreamedIter: rayon::iter::ParallelIterator {
 
 impl<P: rayon::iter::ParallelIterator> StreamedIter for P {}
 
-/// Bytes in a cache line, the unit a streaming store should write whole.
+/// Bytes in a cache line, the unit a streaming store should write whole (the streaming
+/// stores are x86-64's).
+#[cfg(target_arch = "x86_64")]
 const LINE_BYTES: usize = 64;
 
 /// Floats in a cache line.
+#[cfg(target_arch = "x86_64")]
 const LINE_FLOATS: usize = LINE_BYTES / 4;
 
 /// Fills `dst` through `fill(at, out)`, which must write the values of

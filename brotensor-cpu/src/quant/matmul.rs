@@ -118,7 +118,7 @@ pub fn gemv(
     };
     assert!(m <= GEMV_MAX_ROWS, "gemv: {m} rows");
     let rows = |w: &[u8], t: &mut [f32]| {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         if super::registers::rows(kind, w, row_bytes, x, m, t) {
             return;
         }

@@ -35,10 +35,10 @@ macro_rules! for_kind {
 }
 
 mod decode;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod lanes;
 mod matmul;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod registers;
 
 /// A GGUF block format.

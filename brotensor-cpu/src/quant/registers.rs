@@ -1,21 +1,27 @@
 //! The register-decoding [`gemv`](super::gemv) kernels of the common block kinds (Q4_0,
 //! Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4), written once over the
-//! sixteen-lane operations of [`Lanes`] and run on the AVX-512 or the AVX2 tier: each block's
+//! sixteen-lane operations of [`Lanes`] and run on the AVX-512, AVX2 or NEON tier: each block's
 //! quants are unpacked, converted and scaled to FP32 in registers, 32 elements at a time (no
 //! decoded buffer), and fused multiply-added with FP32 activations into two sixteen-lane
-//! accumulators per activation row (one on AVX2 past two rows), for up to
+//! accumulators per activation row (one on AVX2 and NEON past two rows), for up to
 //! `Lanes::ROWS_PER_PASS` rows at once (each block is
 //! decoded once per pass). 4-bit quants go through a 16-entry table of their (sub-)block's
 //! values: one permute on AVX-512, a conversion and a multiply-add (linear tables) or two
-//! permutes and a blend (codebooks) on AVX2.
+//! permutes and a blend (codebooks) on AVX2, a conversion and a multiply-add or one
+//! four-register byte lookup (codebooks) on NEON.
 //!
 //! The weights are the values `decode::block` gives, except where ggml rounds twice for
 //! `d q + min` (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K): one fused multiply-add here, at most one ulp
 //! apart.
 
 use super::decode::{e8m0_half, q3k_scales, scale_min_k4, IQ4_VALUES, MXFP4_VALUES};
-use super::lanes::{f16, f16_pair, Avx2, Avx512, Lanes};
+use super::lanes::Lanes;
+#[cfg(target_arch = "aarch64")]
+use super::lanes::Neon;
+#[cfg(target_arch = "x86_64")]
+use super::lanes::{Avx2, Avx512};
 use super::Block;
+#[cfg(target_arch = "x86_64")]
 use crate::simd::{level, Level};
 
 /// Runs the kernel of `kind` on the tier [`level`] picks, if it has one there:
@@ -29,10 +35,16 @@ pub(super) fn rows(
     m: usize,
     t: &mut [f32],
 ) -> bool {
+    #[cfg(target_arch = "x86_64")]
     match level() {
         Level::Avx512 => on::<Avx512>(kind, w, row_bytes, x, m, t),
         Level::Avx2 => on::<Avx2>(kind, w, row_bytes, x, m, t),
         Level::Baseline => false,
+    }
+    #[cfg(target_arch = "aarch64")]
+    match crate::simd::tier() {
+        crate::simd::Tier::Neon => on::<Neon>(kind, w, row_bytes, x, m, t),
+        _ => false,
     }
 }
 
@@ -61,7 +73,8 @@ fn on<V: Lanes>(
         Block::MXFP4 => run::<V, Mxfp4>,
         _ => return false,
     };
-    // SAFETY: `rows` picks `V` from `level`, which detected every feature of the tier.
+    // SAFETY: `rows` picks `V` from the tier detected on this CPU (`level` checked every
+    // feature of an x86-64 tier; NEON is in every AArch64 CPU's baseline).
     unsafe { run(w, row_bytes, x, m, t) };
     true
 }
@@ -83,8 +96,8 @@ trait Kind {
     /// # Safety
     /// As [`Kind::block`].
     #[inline(always)]
-    unsafe fn scales(b: &[u8]) -> [f32; 2] {
-        [f16(b, 0), 0.0]
+    unsafe fn scales<V: Lanes>(b: &[u8]) -> [f32; 2] {
+        [V::half(b, 0), 0.0]
     }
     /// Calls `f(at, [v, u])` for every 32 elements of the block `b` (`SIZE` bytes), with its
     /// [`Kind::scales`] `s` (zeros unless [`Kind::SCALES`]): `v` holds elements
@@ -165,7 +178,7 @@ unsafe fn dot<V: Lanes, K: Kind, const M: usize, const A: usize>(
             for (r, run) in row.chunks(SCALE_RUN * K::SIZE).enumerate() {
                 let mut scales = [[0.0; 2]; SCALE_RUN];
                 for (s, blk) in scales.iter_mut().zip(run.chunks_exact(K::SIZE)) {
-                    *s = K::scales(blk);
+                    *s = K::scales::<V>(blk);
                 }
                 for (b, (blk, s)) in run.chunks_exact(K::SIZE).zip(&scales).enumerate() {
                     let b = r * SCALE_RUN + b;
@@ -251,9 +264,9 @@ impl Kind for Q4_0 {
     const ELEMS: usize = 32;
     const SIZE: usize = 18;
     #[inline(always)]
-    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+    unsafe fn scales<V: Lanes>(b: &[u8]) -> [f32; 2] {
         // (q - 8) d, exactly as decoded: -8 d is exact, q d - 8 d rounds once.
-        let d = f16(b, 0);
+        let d = V::half(b, 0);
         [d, -8.0 * d]
     }
     #[inline(always)]
@@ -269,8 +282,8 @@ impl Kind for Q4_1 {
     const ELEMS: usize = 32;
     const SIZE: usize = 20;
     #[inline(always)]
-    unsafe fn scales(b: &[u8]) -> [f32; 2] {
-        f16_pair(b, 0)
+    unsafe fn scales<V: Lanes>(b: &[u8]) -> [f32; 2] {
+        V::half_pair(b, 0)
     }
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
@@ -286,12 +299,12 @@ impl<const ONE: bool> Kind for Q5<ONE> {
     const ELEMS: usize = 32;
     const SIZE: usize = if ONE { 24 } else { 22 };
     #[inline(always)]
-    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+    unsafe fn scales<V: Lanes>(b: &[u8]) -> [f32; 2] {
         if ONE {
-            f16_pair(b, 0)
+            V::half_pair(b, 0)
         } else {
             // (q - 16) d, exact as for Q4_0.
-            let d = f16(b, 0);
+            let d = V::half(b, 0);
             [d, -16.0 * d]
         }
     }
@@ -334,7 +347,7 @@ impl Kind for Q2K {
     const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let dm = f16_pair(b, 80);
+        let dm = V::half_pair(b, 80);
         for n in 0..2 {
             for j in 0..4 {
                 let half = [q2k::<V>(b, dm, n, j, 0), q2k::<V>(b, dm, n, j, 1)];
@@ -366,7 +379,7 @@ impl Kind for Q3K {
     const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let d = f16(b, 108);
+        let d = V::half(b, 108);
         let scales = q3k_scales(&b[96..108]);
         for n in 0..2 {
             for j in 0..4 {
@@ -396,7 +409,7 @@ impl Kind for Q4K {
     const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let [d, min] = f16_pair(b, 0);
+        let [d, min] = V::half_pair(b, 0);
         let scales = &b[4..16];
         for j in 0..4 {
             // Sub-block 2j takes the low nibbles of the 32 bytes at 16 + 32j, 2j + 1 the high.
@@ -420,7 +433,7 @@ impl Kind for Q5K {
     const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let [d, min] = f16_pair(b, 0);
+        let [d, min] = V::half_pair(b, 0);
         let scales = &b[4..16];
         // Bit s of the 32 bytes at 16 is the fifth bit of sub-block s's element.
         let qh = [V::bytes(b, 16), V::bytes(b, 32)];
@@ -449,7 +462,7 @@ impl Kind for Q6K {
     const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let d = f16(b, 208);
+        let d = V::half(b, 208);
         for n in 0..2 {
             for j in 0..4 {
                 let (ql, qh, sc) = (64 * n, 128 + 32 * n, 192 + 8 * n + 2 * j);
@@ -501,7 +514,7 @@ impl Kind for Iq4Xs {
     const SCALES: bool = false;
     #[inline(always)]
     unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
-        let d = f16(b, 0);
+        let d = V::half(b, 0);
         let scales_h = u16::from_le_bytes([b[2], b[3]]);
         for ib in 0..8 {
             // 32 elements with one 6-bit scale: low nibbles of 16 bytes, then high.
@@ -520,7 +533,7 @@ impl Kind for Mxfp4 {
     const ELEMS: usize = 32;
     const SIZE: usize = 17;
     #[inline(always)]
-    unsafe fn scales(b: &[u8]) -> [f32; 2] {
+    unsafe fn scales<V: Lanes>(b: &[u8]) -> [f32; 2] {
         [e8m0_half(b[0]), 0.0]
     }
     #[inline(always)]
@@ -535,14 +548,35 @@ mod tests {
     use super::super::testing::{blocks, check, floats, KINDS};
     use super::*;
 
+    /// A tier's kernels: its name, whether this CPU (capped by BROTENSOR_CPU_TIER) runs it,
+    /// and its entry.
+    type Tier = (
+        &'static str,
+        bool,
+        fn(Block, &[u8], usize, &[f32], usize, &mut [f32]) -> bool,
+    );
+
+    #[cfg(target_arch = "x86_64")]
+    fn tiers() -> Vec<Tier> {
+        vec![
+            ("avx2", level() >= Level::Avx2, on::<Avx2>),
+            ("avx512", level() >= Level::Avx512, on::<Avx512>),
+        ]
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn tiers() -> Vec<Tier> {
+        let neon = crate::simd::tier() == crate::simd::Tier::Neon;
+        vec![("neon", neon, on::<Neon>)]
+    }
+
     /// Every kind on every tier this CPU runs (the AVX-512 one only where it has AVX-512:
-    /// the test says when it could not run it).
+    /// the test says when it could not run one).
     #[test]
     fn every_kernel_on_every_tier_matches_the_decoded_float64_product() {
         let (n, k) = (7, 512);
-        let tiers: &[(Level, &str)] = &[(Level::Avx2, "avx2"), (Level::Avx512, "avx512")];
-        for &(tier, name) in tiers {
-            if tier > level() {
+        for (name, runs, kernel) in tiers() {
+            if !runs {
                 eprintln!("quant registers: the {name} tier was NOT tested (this CPU or BROTENSOR_CPU_TIER does not run it)");
                 continue;
             }
@@ -555,11 +589,10 @@ mod tests {
                 for m in 1..=super::super::GEMV_MAX_ROWS {
                     let x = floats(m * k, m as u64);
                     let mut t = vec![f32::NAN; n * m];
-                    let ran = match tier {
-                        Level::Avx2 => on::<Avx2>(kind, &w, w.len() / n, &x, m, &mut t),
-                        _ => on::<Avx512>(kind, &w, w.len() / n, &x, m, &mut t),
-                    };
-                    assert!(ran, "{name} {kind:?}");
+                    assert!(
+                        kernel(kind, &w, w.len() / n, &x, m, &mut t),
+                        "{name} {kind:?}"
+                    );
                     check(kind, &w, &x, m, &t);
                 }
             }

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds the CPU kernels for AArch64 and runs their tests under user-mode emulation
+# (qemu-aarch64): brotensor-cpu's unit and reference tests (every hand-written kernel lives
+# there: the NEON sixteen-lane GGUF GEMV kernels included) once on the NEON tier and once
+# capped to the scalar one, then checks that the library itself builds for AArch64 without
+# the GPU runtimes. The integration suite and the models are not run here: they need the GPU
+# runtimes built for AArch64 too, which the CI time budget has no room for; the brotensor
+# glue over these kernels is the same code on every architecture.
+# Needs a cross linker, an AArch64 C library and qemu-user (Debian: gcc-aarch64-linux-gnu,
+# libc6-dev-arm64-cross, qemu-user; installed here when root with apt-get) and the Rust
+# target (rustup target add aarch64-unknown-linux-gnu; added here when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target=aarch64-unknown-linux-gnu
+if ! command -v qemu-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "aarch64-check: installing the cross linker and qemu-user"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user >/dev/null ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user >/dev/null; }
+  else
+    echo "aarch64-check: FAIL: needs aarch64-linux-gnu-gcc and qemu-aarch64 (root with apt-get installs them)"
+    exit 1
+  fi
+fi
+if ! rustup target list --installed | grep -qx "$target" && ! rustup target add "$target"; then
+  # The standard library for the target comes from rustup's server, not from a registry:
+  # where the machine cannot reach it, say so loudly rather than fail the whole run.
+  echo "aarch64-check: NOT RUN: rustup could not add $target (the NEON kernels were NOT tested)"
+  exit 0
+fi
+
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+for tier in neon scalar; do
+  if ! BROTENSOR_CPU_TIER=$tier cargo test -q -p brotensor-cpu --target "$target" -- --nocapture \
+    >"$log" 2>&1; then
+    cat "$log"
+    echo "aarch64-check: FAIL: brotensor-cpu's tests under qemu-aarch64, BROTENSOR_CPU_TIER=$tier"
+    exit 1
+  fi
+  # The NEON run must have run the NEON kernels, not skipped them.
+  if [ "$tier" = neon ] && grep -q "tier was NOT tested" "$log"; then
+    grep "NOT tested" "$log"
+    echo "aarch64-check: FAIL: a NEON kernel test skipped on the NEON tier"
+    exit 1
+  fi
+  echo "aarch64-check: $tier: $(grep -h '^test result' "$log" | awk '{p += $4; f += $6} END {print p " passed, " f " failed"}')"
+done
+cargo check -q -p brotensor --no-default-features --target "$target"
+echo "aarch64-check: ok (brotensor-cpu's tests on NEON and scalar under $(qemu-aarch64 --version | head -n 1); brotensor builds for $target)"
