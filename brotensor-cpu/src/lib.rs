@@ -10,6 +10,7 @@ pub mod algebra;
 pub mod attention;
 pub mod cast;
 pub mod concat;
+pub mod conv;
 pub mod elementwise;
 pub mod embedding;
 pub mod flash;

@@ -1,0 +1,606 @@
+//! 2-D convolution over NCHW rows (PyTorch's `conv2d` with per-axis stride, zero padding and
+//! dilation, and channel groups), forward and backward, FP32 with FP32 accumulation.
+//!
+//! Layouts (the C++ contract): `x (N, C_in*H*W)`, the weight OIHW `(C_out, C_in/groups*kH*kW)`,
+//! the bias `(C_out)`, `y (N, C_out*H_out*W_out)`. The forward pass and the input gradient
+//! overwrite their output; the weight and bias gradients accumulate into theirs.
+//!
+//! The products are implicit GEMMs through [`matmul`]: for each batch entry and group, tiles
+//! of up to [`TILE_PIXELS`] output pixels have their input patches gathered into a
+//! `(C_in/groups*kH*kW) x tile` matrix in cache (im2col one tile at a time, never the whole
+//! matrix), which one product with the group's weight rows turns into the tile's outputs. A
+//! 1x1 convolution with stride 1 and no padding needs no gather (NCHW rows are already the
+//! product's right operand), and a depthwise convolution (one input and one output channel per
+//! group) runs as a direct loop, where a product of one row would waste the GEMM.
+
+use rayon::prelude::*;
+
+use crate::linear::{matmul, Mat};
+use crate::spatial::{Conv2dSpec, Nchw};
+
+/// Output pixels per im2col tile: enough columns for the product to run at speed, few enough
+/// that a tile of a 3x3 convolution over 320 channels (2880 rows) stays within the L2/L3.
+pub const TILE_PIXELS: usize = 512;
+
+/// One 2-D convolution: the input dims, the output channels and the spec, with every derived
+/// size checked ([`Conv2d::new`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2d {
+    /// Input dims `(N, C_in, H, W)`.
+    pub x: Nchw,
+    /// Output channels.
+    pub c_out: usize,
+    /// Kernel, stride, padding, dilation and groups.
+    pub spec: Conv2dSpec,
+    /// Output height and width.
+    pub out: [usize; 2],
+    /// Elements of `x`, the weight and `y`.
+    pub lens: [usize; 3],
+}
+
+impl Conv2d {
+    /// The convolution of an `x` of `dims` into `c_out` channels by `spec`, or the reason it
+    /// has none: `groups` not dividing both channel counts, an output size below 1, a zero
+    /// stride, kernel or dilation, or a size that overflows.
+    pub fn new(x: Nchw, c_out: usize, spec: Conv2dSpec) -> Result<Self, String> {
+        spec.check_channels(x.c, c_out)?;
+        let out = spec.out_size([x.h, x.w])?;
+        let overflow = |what: &str| format!("the {what} size overflows");
+        let x_len = x.numel()?;
+        let w_len = [x.c / spec.groups, spec.kernel[0], spec.kernel[1]]
+            .into_iter()
+            .try_fold(c_out, usize::checked_mul)
+            .ok_or_else(|| overflow("weight"))?;
+        let y_len = [c_out, out[0], out[1]]
+            .into_iter()
+            .try_fold(x.n, usize::checked_mul)
+            .ok_or_else(|| overflow("output"))?;
+        Ok(Conv2d {
+            x,
+            c_out,
+            spec,
+            out,
+            lens: [x_len, w_len, y_len],
+        })
+    }
+
+    /// Input channels per group.
+    pub fn group_in(&self) -> usize {
+        self.x.c / self.spec.groups
+    }
+
+    /// Output channels per group.
+    pub fn group_out(&self) -> usize {
+        self.c_out / self.spec.groups
+    }
+
+    /// Rows of the im2col matrix: `C_in/groups * kH * kW`.
+    fn patch(&self) -> usize {
+        self.group_in() * self.spec.kernel[0] * self.spec.kernel[1]
+    }
+
+    /// Output pixels per channel.
+    fn out_pixels(&self) -> usize {
+        self.out[0] * self.out[1]
+    }
+
+    /// Whether the input rows are the product's operand as they are (1x1, stride 1, no
+    /// padding: the output grid is the input grid).
+    fn is_pointwise(&self) -> bool {
+        let s = &self.spec;
+        s.kernel == [1, 1] && s.stride == [1, 1] && s.padding == [0, 0]
+    }
+
+    /// Whether each group has one input and one output channel.
+    fn is_depthwise(&self) -> bool {
+        self.group_in() == 1 && self.group_out() == 1
+    }
+
+    fn assert_lens(&self, x: usize, w: usize, y: usize) {
+        assert!(
+            [x, w, y] == self.lens,
+            "conv2d: lengths {:?}, expected {:?}",
+            [x, w, y],
+            self.lens
+        );
+    }
+
+    /// The input position `(iy, ix)` that kernel tap `(ky, kx)` of output pixel `(oy, ox)`
+    /// reads, or `None` inside the padding.
+    #[inline(always)]
+    fn source(&self, (oy, ox): (usize, usize), (ky, kx): (usize, usize)) -> Option<usize> {
+        let s = &self.spec;
+        let iy = (oy * s.stride[0] + ky * s.dilation[0]).checked_sub(s.padding[0])?;
+        let ix = (ox * s.stride[1] + kx * s.dilation[1]).checked_sub(s.padding[1])?;
+        (iy < self.x.h && ix < self.x.w).then_some(iy * self.x.w + ix)
+    }
+
+    /// Gathers the patches of output pixels `pixels` from one group's input planes `x`
+    /// (`C_in/groups` planes of `H*W`) into `col`, row `(ci, ky, kx)`, column `pixel - start`;
+    /// zero where a tap falls in the padding.
+    fn im2col(&self, x: &[f32], pixels: std::ops::Range<usize>, col: &mut [f32]) {
+        let (kh, kw) = (self.spec.kernel[0], self.spec.kernel[1]);
+        let plane = self.x.h * self.x.w;
+        let width = pixels.len();
+        let mut rows = col.chunks_exact_mut(width);
+        for ci in 0..self.group_in() {
+            let src = &x[ci * plane..][..plane];
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let row = rows.next().expect("col holds patch() rows");
+                    for (o, p) in row.iter_mut().zip(pixels.clone()) {
+                        let at = (p / self.out[1], p % self.out[1]);
+                        *o = self.source(at, (ky, kx)).map_or(0.0, |i| src[i]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds `col` (laid out as [`Conv2d::im2col`] writes it) back into the input planes
+    /// `dx` it was gathered from: the adjoint of the gather.
+    fn col2im(&self, col: &[f32], pixels: std::ops::Range<usize>, dx: &mut [f32]) {
+        let (kh, kw) = (self.spec.kernel[0], self.spec.kernel[1]);
+        let plane = self.x.h * self.x.w;
+        let width = pixels.len();
+        let mut rows = col.chunks_exact(width);
+        for ci in 0..self.group_in() {
+            let dst = &mut dx[ci * plane..][..plane];
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let row = rows.next().expect("col holds patch() rows");
+                    for (&v, p) in row.iter().zip(pixels.clone()) {
+                        let at = (p / self.out[1], p % self.out[1]);
+                        if let Some(i) = self.source(at, (ky, kx)) {
+                            dst[i] += v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The tiles of the output pixels.
+    fn tiles(&self) -> impl Iterator<Item = std::ops::Range<usize>> {
+        let n = self.out_pixels();
+        (0..n)
+            .step_by(TILE_PIXELS)
+            .map(move |p| p..(p + TILE_PIXELS).min(n))
+    }
+}
+
+/// `y = conv2d(x, w) + bias`, overwriting `y`.
+///
+/// # Panics
+/// If a slice length differs from `conv.lens` (the bias must hold `C_out` values).
+pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    conv.assert_lens(x.len(), w.len(), y.len());
+    assert!(
+        bias.is_none_or(|b| b.len() == conv.c_out),
+        "conv2d: bias length"
+    );
+    let (per_x, per_y) = (
+        conv.lens[0] / conv.x.n.max(1),
+        conv.lens[2] / conv.x.n.max(1),
+    );
+    if per_y == 0 {
+        return;
+    }
+    let (cg_in, cg_out, pixels) = (conv.group_in(), conv.group_out(), conv.out_pixels());
+    let plane = conv.x.h * conv.x.w;
+    let k = conv.patch();
+    let add_bias = |y: &mut [f32]| {
+        if let Some(b) = bias {
+            for (row, &b) in y.chunks_exact_mut(pixels).zip(b) {
+                row.iter_mut().for_each(|v| *v += b);
+            }
+        }
+    };
+    if conv.is_depthwise() {
+        y.par_chunks_mut(pixels).enumerate().for_each(|(row, out)| {
+            let (n, c) = (row / conv.c_out, row % conv.c_out);
+            let src = &x[n * per_x + c * plane..][..plane];
+            depthwise_plane(conv, src, &w[c * k..][..k], out);
+            if let Some(b) = bias {
+                out.iter_mut().for_each(|v| *v += b[c]);
+            }
+        });
+        return;
+    }
+    for (xn, yn) in x.chunks_exact(per_x.max(1)).zip(y.chunks_exact_mut(per_y)) {
+        for g in 0..conv.spec.groups {
+            let xg = &xn[g * cg_in * plane..][..cg_in * plane];
+            let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
+            let yg = &mut yn[g * cg_out * pixels..][..cg_out * pixels];
+            if conv.is_pointwise() {
+                matmul(wg, Mat::new(xg, cg_in, plane), yg, false);
+                continue;
+            }
+            let mut col = Vec::new();
+            let mut out = Vec::new();
+            for tile in conv.tiles() {
+                col.resize(k * tile.len(), 0.0);
+                out.resize(cg_out * tile.len(), 0.0);
+                conv.im2col(xg, tile.clone(), &mut col);
+                matmul(wg, Mat::new(&col, k, tile.len()), &mut out, false);
+                for (dst, src) in yg
+                    .chunks_exact_mut(pixels)
+                    .zip(out.chunks_exact(tile.len()))
+                {
+                    dst[tile.clone()].copy_from_slice(src);
+                }
+            }
+        }
+        add_bias(yn);
+    }
+}
+
+/// One output plane of a depthwise convolution: `out[p] = sum_taps w[tap] x[source(p, tap)]`.
+fn depthwise_plane(conv: &Conv2d, x: &[f32], w: &[f32], out: &mut [f32]) {
+    let (kh, kw) = (conv.spec.kernel[0], conv.spec.kernel[1]);
+    for (p, o) in out.iter_mut().enumerate() {
+        let at = (p / conv.out[1], p % conv.out[1]);
+        let mut acc = 0.0f32;
+        for ky in 0..kh {
+            for kx in 0..kw {
+                if let Some(i) = conv.source(at, (ky, kx)) {
+                    acc += w[ky * kw + kx] * x[i];
+                }
+            }
+        }
+        *o = acc;
+    }
+}
+
+/// `dx`, the gradient of the input, from `dy` and the weight: the transposed convolution,
+/// overwriting `dx`.
+///
+/// # Panics
+/// If a slice length differs from `conv.lens` (`dx` as `x`, `dy` as `y`).
+pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32]) {
+    conv.assert_lens(dx.len(), w.len(), dy.len());
+    dx.fill(0.0);
+    let (per_x, per_y) = (
+        conv.lens[0] / conv.x.n.max(1),
+        conv.lens[2] / conv.x.n.max(1),
+    );
+    if per_x == 0 || per_y == 0 {
+        return;
+    }
+    let (cg_in, cg_out, pixels) = (conv.group_in(), conv.group_out(), conv.out_pixels());
+    let plane = conv.x.h * conv.x.w;
+    let k = conv.patch();
+    dx.par_chunks_mut(per_x)
+        .zip(dy.par_chunks(per_y))
+        .for_each(|(dxn, dyn_)| {
+            let mut col = Vec::new();
+            let mut tile_dy = Vec::new();
+            for g in 0..conv.spec.groups {
+                let dxg = &mut dxn[g * cg_in * plane..][..cg_in * plane];
+                let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
+                let dyg = &dyn_[g * cg_out * pixels..][..cg_out * pixels];
+                if conv.is_pointwise() {
+                    matmul(wg.t(), Mat::new(dyg, cg_out, pixels), dxg, false);
+                    continue;
+                }
+                for tile in conv.tiles() {
+                    tile_dy.clear();
+                    for row in dyg.chunks_exact(pixels) {
+                        tile_dy.extend_from_slice(&row[tile.clone()]);
+                    }
+                    col.resize(k * tile.len(), 0.0);
+                    matmul(
+                        wg.t(),
+                        Mat::new(&tile_dy, cg_out, tile.len()),
+                        &mut col,
+                        false,
+                    );
+                    conv.col2im(&col, tile.clone(), dxg);
+                }
+            }
+        });
+}
+
+/// `dw += dy (x patches)^T`, the weight gradient, accumulated into `dw`.
+///
+/// # Panics
+/// If a slice length differs from `conv.lens` (`dw` as the weight, `dy` as `y`).
+pub fn conv2d_backward_weight(conv: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32]) {
+    conv.assert_lens(x.len(), dw.len(), dy.len());
+    let (per_x, per_y) = (
+        conv.lens[0] / conv.x.n.max(1),
+        conv.lens[2] / conv.x.n.max(1),
+    );
+    if per_x == 0 || per_y == 0 {
+        return;
+    }
+    let (cg_in, cg_out, pixels) = (conv.group_in(), conv.group_out(), conv.out_pixels());
+    let plane = conv.x.h * conv.x.w;
+    let k = conv.patch();
+    // Each group's rows of `dw` are its own: the groups run in parallel, the batch entries
+    // and tiles of one group in order (so the sums are deterministic).
+    dw.par_chunks_mut(cg_out * k)
+        .enumerate()
+        .for_each(|(g, dwg)| {
+            let mut col = Vec::new();
+            let mut tile_dy = Vec::new();
+            for (xn, dyn_) in x.chunks_exact(per_x).zip(dy.chunks_exact(per_y)) {
+                let xg = &xn[g * cg_in * plane..][..cg_in * plane];
+                let dyg = &dyn_[g * cg_out * pixels..][..cg_out * pixels];
+                if conv.is_pointwise() {
+                    matmul(
+                        Mat::new(dyg, cg_out, pixels),
+                        Mat::new(xg, cg_in, plane).t(),
+                        dwg,
+                        true,
+                    );
+                    continue;
+                }
+                for tile in conv.tiles() {
+                    tile_dy.clear();
+                    for row in dyg.chunks_exact(pixels) {
+                        tile_dy.extend_from_slice(&row[tile.clone()]);
+                    }
+                    col.resize(k * tile.len(), 0.0);
+                    conv.im2col(xg, tile.clone(), &mut col);
+                    matmul(
+                        Mat::new(&tile_dy, cg_out, tile.len()),
+                        Mat::new(&col, k, tile.len()).t(),
+                        dwg,
+                        true,
+                    );
+                }
+            }
+        });
+}
+
+/// `db[c] += sum over the batch and pixels of dy[n, c, :]`, accumulated into `db`.
+///
+/// # Panics
+/// If `dy` is not `N * C_out * H_out * W_out` long or `db` not `C_out`.
+pub fn conv2d_backward_bias(conv: &Conv2d, dy: &[f32], db: &mut [f32]) {
+    assert!(
+        dy.len() == conv.lens[2] && db.len() == conv.c_out,
+        "conv2d_backward_bias: lengths"
+    );
+    let pixels = conv.out_pixels();
+    if pixels == 0 {
+        return;
+    }
+    db.par_iter_mut().enumerate().for_each(|(c, d)| {
+        let mut sum = 0.0f32;
+        for n in 0..conv.x.n {
+            sum += crate::reduction::sum(&dy[(n * conv.c_out + c) * pixels..][..pixels]);
+        }
+        *d += sum;
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The direct definition in float64: `y[n, o, oy, ox] = b[o] + sum x[n, g cg_in + ci, oy
+    /// s - p + ky d, ox s - p + kx d] w[o, ci, ky, kx]` over the taps inside the input.
+    fn reference(conv: &Conv2d, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
+        let s = conv.spec;
+        let (xd, [ho, wo]) = (conv.x, conv.out);
+        let (cg_in, cg_out) = (conv.group_in(), conv.group_out());
+        let mut y = vec![0.0f64; conv.lens[2]];
+        for n in 0..xd.n {
+            for o in 0..conv.c_out {
+                let g = o / cg_out;
+                for oy in 0..ho {
+                    for ox in 0..wo {
+                        let mut acc = b.map_or(0.0, |b| f64::from(b[o]));
+                        for ci in 0..cg_in {
+                            for ky in 0..s.kernel[0] {
+                                for kx in 0..s.kernel[1] {
+                                    let iy = (oy * s.stride[0] + ky * s.dilation[0]) as isize
+                                        - s.padding[0] as isize;
+                                    let ix = (ox * s.stride[1] + kx * s.dilation[1]) as isize
+                                        - s.padding[1] as isize;
+                                    if iy < 0
+                                        || ix < 0
+                                        || iy >= xd.h as isize
+                                        || ix >= xd.w as isize
+                                    {
+                                        continue;
+                                    }
+                                    let c = g * cg_in + ci;
+                                    let xv = x[((n * xd.c + c) * xd.h + iy as usize) * xd.w
+                                        + ix as usize];
+                                    let wv =
+                                        w[((o * cg_in + ci) * s.kernel[0] + ky) * s.kernel[1] + kx];
+                                    acc += f64::from(xv) * f64::from(wv);
+                                }
+                            }
+                        }
+                        y[((n * conv.c_out + o) * ho + oy) * wo + ox] = acc;
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Every element within `1e-5` of the largest reference magnitude (FP32 sums of at most
+    /// a few hundred products): rejects a zero output, a halved one or one wrong element.
+    fn close(got: &[f32], want: &[f64], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-30);
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (f64::from(g) - w).abs() <= 1e-5 * scale,
+                "{what}: [{i}] = {g}, want {w} (scale {scale})"
+            );
+        }
+    }
+
+    /// Ragged shapes: stride, padding and dilation per axis, groups 1, 2 and depthwise, 1x1
+    /// (the plain product), a kernel larger than the input with padding, batches of 0, 1
+    /// and 3, and outputs of more than one tile.
+    fn cases() -> Vec<Conv2d> {
+        let spec =
+            |k: [usize; 2], s: [usize; 2], p: [usize; 2], d: [usize; 2], g: usize| Conv2dSpec {
+                kernel: k,
+                stride: s,
+                padding: p,
+                dilation: d,
+                groups: g,
+            };
+        [
+            (
+                Nchw::new(2, 3, 7, 9),
+                4,
+                spec([3, 3], [1, 1], [1, 1], [1, 1], 1),
+            ),
+            (
+                Nchw::new(1, 4, 11, 6),
+                6,
+                spec([3, 2], [2, 1], [0, 2], [1, 2], 2),
+            ),
+            (
+                Nchw::new(3, 5, 6, 5),
+                5,
+                spec([3, 3], [1, 2], [1, 1], [2, 1], 5),
+            ),
+            (
+                Nchw::new(2, 6, 5, 7),
+                4,
+                spec([1, 1], [1, 1], [0, 0], [1, 1], 2),
+            ),
+            (
+                Nchw::new(1, 2, 3, 2),
+                3,
+                spec([5, 4], [1, 1], [2, 2], [1, 1], 1),
+            ),
+            (
+                Nchw::new(0, 3, 5, 5),
+                2,
+                spec([3, 3], [1, 1], [1, 1], [1, 1], 1),
+            ),
+            (
+                Nchw::new(1, 2, 30, 41),
+                3,
+                spec([3, 3], [1, 1], [1, 1], [1, 1], 1),
+            ),
+            (
+                Nchw::new(2, 3, 9, 8),
+                3,
+                spec([2, 3], [3, 2], [1, 0], [1, 1], 3),
+            ),
+        ]
+        .into_iter()
+        .map(|(x, c_out, s)| Conv2d::new(x, c_out, s).expect("a valid case"))
+        .collect()
+    }
+
+    #[test]
+    fn forward_matches_the_float64_definition() {
+        for (i, conv) in cases().into_iter().enumerate() {
+            let [nx, nw, ny] = conv.lens;
+            let (x, w, b) = (
+                values(nx, 1 + i as u64),
+                values(nw, 50 + i as u64),
+                values(conv.c_out, 99),
+            );
+            let mut y = vec![f32::NAN; ny];
+            conv2d_forward(&conv, &x, &w, Some(&b), &mut y);
+            close(
+                &y,
+                &reference(&conv, &x, &w, Some(&b)),
+                &format!("{conv:?}"),
+            );
+            conv2d_forward(&conv, &x, &w, None, &mut y);
+            close(
+                &y,
+                &reference(&conv, &x, &w, None),
+                &format!("{conv:?} without bias"),
+            );
+        }
+    }
+
+    /// Each gradient element against the float64 forward: the forward is linear in `x` and
+    /// in `w`, so the gradient of `<conv(x, w), dy>` with respect to one element is `dy`
+    /// dotted with the reference forward of a one-hot input (or weight).
+    #[test]
+    fn backward_is_the_adjoint_of_the_forward() {
+        for (i, conv) in cases().into_iter().enumerate() {
+            let [nx, nw, ny] = conv.lens;
+            let (x, w, dy) = (
+                values(nx, 7 + i as u64),
+                values(nw, 70 + i as u64),
+                values(ny, 700 + i as u64),
+            );
+            let what = format!("{conv:?}");
+            let mut dx = vec![f32::NAN; nx];
+            conv2d_backward_input(&conv, &dy, &w, &mut dx);
+            // dx[j] = <conv(e_j, w), dy>: the forward of a one-hot input, in float64.
+            let want_dx: Vec<f64> = (0..nx)
+                .map(|j| {
+                    let mut e = vec![0.0f32; nx];
+                    e[j] = 1.0;
+                    dot(&reference(&conv, &e, &w, None), &dy)
+                })
+                .collect();
+            close(&dx, &want_dx, &format!("{what} dx"));
+            // dw accumulates onto what it held.
+            let start = values(nw, 5);
+            let mut dw = start.clone();
+            conv2d_backward_weight(&conv, &x, &dy, &mut dw);
+            let want_dw: Vec<f64> = (0..nw)
+                .map(|j| {
+                    let mut e = vec![0.0f32; nw];
+                    e[j] = 1.0;
+                    f64::from(start[j]) + dot(&reference(&conv, &x, &e, None), &dy)
+                })
+                .collect();
+            close(&dw, &want_dw, &format!("{what} dw"));
+            let mut db = vec![0.5f32; conv.c_out];
+            conv2d_backward_bias(&conv, &dy, &mut db);
+            let pixels = conv.out[0] * conv.out[1];
+            let want_db: Vec<f64> = (0..conv.c_out)
+                .map(|c| {
+                    0.5 + (0..conv.x.n)
+                        .flat_map(|n| &dy[(n * conv.c_out + c) * pixels..][..pixels])
+                        .map(|&v| f64::from(v))
+                        .sum::<f64>()
+                })
+                .collect();
+            close(&db, &want_db, &format!("{what} db"));
+        }
+    }
+
+    fn dot(a: &[f64], b: &[f32]) -> f64 {
+        a.iter().zip(b).map(|(&a, &b)| a * f64::from(b)).sum()
+    }
+
+    #[test]
+    fn shapes_without_an_output_are_refused() {
+        let spec = Conv2dSpec::new([3, 3]);
+        assert!(
+            Conv2d::new(Nchw::new(1, 3, 2, 5), 4, spec).is_err(),
+            "kernel past the input"
+        );
+        let grouped = Conv2dSpec { groups: 2, ..spec };
+        assert!(
+            Conv2d::new(Nchw::new(1, 3, 5, 5), 4, grouped).is_err(),
+            "groups not dividing C_in"
+        );
+        let huge = Nchw::new(usize::MAX / 2, 3, 5, 5);
+        assert!(Conv2d::new(huge, 4, spec).is_err(), "overflowing input");
+    }
+}
