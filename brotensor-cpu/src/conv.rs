@@ -105,14 +105,48 @@ impl Conv2d {
         );
     }
 
-    /// The input position `(iy, ix)` that kernel tap `(ky, kx)` of output pixel `(oy, ox)`
-    /// reads, or `None` inside the padding.
+    /// The output columns `ox` in `0..run` past `ox0` whose tap `kx` lands inside the
+    /// input row, as a range of `0..run` (empty when none does), and the input column of
+    /// its first element. With stride 1 the taps of a run are contiguous in the input row.
     #[inline(always)]
-    fn source(&self, (oy, ox): (usize, usize), (ky, kx): (usize, usize)) -> Option<usize> {
+    fn valid_run(&self, ox0: usize, run: usize, kx: usize) -> (std::ops::Range<usize>, usize) {
+        let s = &self.spec;
+        let (sw, off) = (s.stride[1], kx * s.dilation[1]);
+        // ix(j) = (ox0 + j) sw + off - pad must lie in [0, W): ox from the first column
+        // whose tap reaches `pad` to the first that reaches `W + pad`.
+        let first_reaching = |t: usize| t.saturating_sub(off).div_ceil(sw);
+        let lo = first_reaching(s.padding[1]).saturating_sub(ox0).min(run);
+        let hi = first_reaching(self.x.w + s.padding[1])
+            .saturating_sub(ox0)
+            .min(run);
+        if lo >= hi {
+            return (0..0, 0);
+        }
+        (lo..hi, (ox0 + lo) * sw + off - s.padding[1])
+    }
+
+    /// Walks output pixels `pixels` row run by row run: `f(t, run, oy, ox0)` for each
+    /// stretch of `run` pixels of output row `oy` from column `ox0`, `t` its offset in the
+    /// tile.
+    #[inline(always)]
+    fn runs(&self, pixels: std::ops::Range<usize>, mut f: impl FnMut(usize, usize, usize, usize)) {
+        let wo = self.out[1];
+        let (mut p, mut t) = (pixels.start, 0);
+        while p < pixels.end {
+            let (oy, ox0) = (p / wo, p % wo);
+            let run = (wo - ox0).min(pixels.end - p);
+            f(t, run, oy, ox0);
+            p += run;
+            t += run;
+        }
+    }
+
+    /// The input row that tap row `ky` of output row `oy` reads, or `None` in the padding.
+    #[inline(always)]
+    fn input_row(&self, oy: usize, ky: usize) -> Option<usize> {
         let s = &self.spec;
         let iy = (oy * s.stride[0] + ky * s.dilation[0]).checked_sub(s.padding[0])?;
-        let ix = (ox * s.stride[1] + kx * s.dilation[1]).checked_sub(s.padding[1])?;
-        (iy < self.x.h && ix < self.x.w).then_some(iy * self.x.w + ix)
+        (iy < self.x.h).then_some(iy)
     }
 
     /// Gathers the patches of output pixels `pixels` from one group's input planes `x`
@@ -120,44 +154,86 @@ impl Conv2d {
     /// zero where a tap falls in the padding.
     fn im2col(&self, x: &[f32], pixels: std::ops::Range<usize>, col: &mut [f32]) {
         let (kh, kw) = (self.spec.kernel[0], self.spec.kernel[1]);
-        let plane = self.x.h * self.x.w;
+        let (w, plane, sw) = (self.x.w, self.x.h * self.x.w, self.spec.stride[1]);
         let width = pixels.len();
-        let mut rows = col.chunks_exact_mut(width);
-        for ci in 0..self.group_in() {
-            let src = &x[ci * plane..][..plane];
-            for ky in 0..kh {
-                for kx in 0..kw {
-                    let row = rows.next().expect("col holds patch() rows");
-                    for (o, p) in row.iter_mut().zip(pixels.clone()) {
-                        let at = (p / self.out[1], p % self.out[1]);
-                        *o = self.source(at, (ky, kx)).map_or(0.0, |i| src[i]);
+        if plane == 0 {
+            // An empty input: every tap is padding.
+            col.fill(0.0);
+            return;
+        }
+        // One task per input channel (its kH*kW rows of `col`).
+        let per_channel = kh * kw * width;
+        col.par_chunks_exact_mut(per_channel)
+            .enumerate()
+            .for_each(|(ci, block)| {
+                let src = &x[ci * plane..][..plane];
+                let mut rows = block.chunks_exact_mut(width);
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let row = rows.next().expect("a channel's block holds kH*kW rows");
+                        self.runs(pixels.clone(), |t, run, oy, ox0| {
+                            let dst = &mut row[t..t + run];
+                            let Some(iy) = self.input_row(oy, ky) else {
+                                dst.fill(0.0);
+                                return;
+                            };
+                            let line = &src[iy * w..][..w];
+                            let (valid, ix) = self.valid_run(ox0, run, kx);
+                            dst[..valid.start].fill(0.0);
+                            dst[valid.end..].fill(0.0);
+                            let dst = &mut dst[valid.clone()];
+                            if sw == 1 {
+                                dst.copy_from_slice(&line[ix..ix + dst.len()]);
+                            } else {
+                                for (j, d) in dst.iter_mut().enumerate() {
+                                    *d = line[ix + j * sw];
+                                }
+                            }
+                        });
                     }
                 }
-            }
-        }
+            });
     }
 
     /// Adds `col` (laid out as [`Conv2d::im2col`] writes it) back into the input planes
     /// `dx` it was gathered from: the adjoint of the gather.
     fn col2im(&self, col: &[f32], pixels: std::ops::Range<usize>, dx: &mut [f32]) {
         let (kh, kw) = (self.spec.kernel[0], self.spec.kernel[1]);
-        let plane = self.x.h * self.x.w;
+        let (w, plane, sw) = (self.x.w, self.x.h * self.x.w, self.spec.stride[1]);
         let width = pixels.len();
-        let mut rows = col.chunks_exact(width);
-        for ci in 0..self.group_in() {
-            let dst = &mut dx[ci * plane..][..plane];
-            for ky in 0..kh {
-                for kx in 0..kw {
-                    let row = rows.next().expect("col holds patch() rows");
-                    for (&v, p) in row.iter().zip(pixels.clone()) {
-                        let at = (p / self.out[1], p % self.out[1]);
-                        if let Some(i) = self.source(at, (ky, kx)) {
-                            dst[i] += v;
-                        }
+        if plane == 0 {
+            return;
+        }
+        // One task per input channel: its kH*kW rows of `col` add into its own plane.
+        let per_channel = kh * kw * width;
+        dx[..self.group_in() * plane]
+            .par_chunks_exact_mut(plane)
+            .zip(col.par_chunks_exact(per_channel))
+            .for_each(|(dst, block)| {
+                let mut rows = block.chunks_exact(width);
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let row = rows.next().expect("a channel's block holds kH*kW rows");
+                        self.runs(pixels.clone(), |t, run, oy, ox0| {
+                            let Some(iy) = self.input_row(oy, ky) else {
+                                return;
+                            };
+                            let line = &mut dst[iy * w..][..w];
+                            let (valid, ix) = self.valid_run(ox0, run, kx);
+                            let src = &row[t..t + run][valid];
+                            if sw == 1 {
+                                for (d, &v) in line[ix..ix + src.len()].iter_mut().zip(src) {
+                                    *d += v;
+                                }
+                            } else {
+                                for (j, &v) in src.iter().enumerate() {
+                                    line[ix + j * sw] += v;
+                                }
+                            }
+                        });
                     }
                 }
-            }
-        }
+            });
     }
 
     /// The tiles of the output pixels.
@@ -207,7 +283,9 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
         });
         return;
     }
-    for (xn, yn) in x.chunks_exact(per_x.max(1)).zip(y.chunks_exact_mut(per_y)) {
+    for (n, yn) in y.chunks_exact_mut(per_y).enumerate() {
+        // (An input plane may be empty: then every tap reads padding.)
+        let xn = &x[n * per_x..][..per_x];
         for g in 0..conv.spec.groups {
             let xg = &xn[g * cg_in * plane..][..cg_in * plane];
             let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
@@ -235,20 +313,34 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
     }
 }
 
-/// One output plane of a depthwise convolution: `out[p] = sum_taps w[tap] x[source(p, tap)]`.
+/// One output plane of a depthwise convolution: for each output row, each tap adds its
+/// weight times the input row it reads (a contiguous run at stride 1, which vectorizes).
 fn depthwise_plane(conv: &Conv2d, x: &[f32], w: &[f32], out: &mut [f32]) {
     let (kh, kw) = (conv.spec.kernel[0], conv.spec.kernel[1]);
-    for (p, o) in out.iter_mut().enumerate() {
-        let at = (p / conv.out[1], p % conv.out[1]);
-        let mut acc = 0.0f32;
+    let (wi, wo, sw) = (conv.x.w, conv.out[1], conv.spec.stride[1]);
+    for (oy, row) in out.chunks_exact_mut(wo).enumerate() {
+        row.fill(0.0);
         for ky in 0..kh {
+            let Some(iy) = conv.input_row(oy, ky) else {
+                continue;
+            };
+            let line = &x[iy * wi..][..wi];
             for kx in 0..kw {
-                if let Some(i) = conv.source(at, (ky, kx)) {
-                    acc += w[ky * kw + kx] * x[i];
+                let tap = w[ky * kw + kx];
+                let (valid, ix) = conv.valid_run(0, wo, kx);
+                let dst = &mut row[valid];
+                if sw == 1 {
+                    let n = dst.len();
+                    for (d, &v) in dst.iter_mut().zip(&line[ix..ix + n]) {
+                        *d += tap * v;
+                    }
+                } else {
+                    for (j, d) in dst.iter_mut().enumerate() {
+                        *d += tap * line[ix + j * sw];
+                    }
                 }
             }
         }
-        *o = acc;
     }
 }
 
@@ -501,6 +593,17 @@ mod tests {
                 Nchw::new(2, 3, 9, 8),
                 3,
                 spec([2, 3], [3, 2], [1, 0], [1, 1], 3),
+            ),
+            // Empty input planes with padding: the output is the bias alone.
+            (
+                Nchw::new(2, 2, 0, 3),
+                2,
+                spec([1, 1], [1, 1], [1, 0], [1, 1], 1),
+            ),
+            (
+                Nchw::new(1, 2, 4, 0),
+                2,
+                spec([1, 3], [1, 1], [0, 2], [1, 1], 2),
             ),
         ]
         .into_iter()
