@@ -39,6 +39,17 @@ pub(crate) fn checked_dims(op: &'static str, dims: &[usize]) -> Result<usize> {
     Ok(numel)
 }
 
+/// The product of `dims`: 0 when one of them is 0, whatever the others (a zero-element
+/// view may order its dims so that a partial product of the others overflows: a transpose
+/// of `[0, 2^63, 4]`), else the product, which a checked layout's dims never overflow (any
+/// part of them included). Saturates instead of panicking where that does not hold.
+pub(crate) fn dims_product(dims: &[usize]) -> usize {
+    if dims.contains(&0) {
+        return 0;
+    }
+    dims.iter().fold(1usize, |acc, &d| acc.saturating_mul(d))
+}
+
 /// Row-major strides of `dims`. Callers have checked the dims with [`checked_dims`], so no
 /// partial product overflows.
 fn row_major(dims: &[usize]) -> [isize; MAX_RANK] {
@@ -146,15 +157,16 @@ impl Layout {
 
     /// Elements (checked at construction).
     pub(crate) fn numel(&self) -> usize {
-        self.dims().iter().product()
+        dims_product(self.dims())
     }
 
     /// The matrix view: every leading dim folded into rows, the last dim as cols (rank 0 is
-    /// `1 x 1`).
+    /// `1 x 1`). A zero-element view whose leading dims multiply past `usize` (possible only
+    /// with 0 columns) reports `usize::MAX` rows.
     pub(crate) fn rows_cols(&self) -> (usize, usize) {
         match self.dims().split_last() {
             None => (1, 1),
-            Some((&cols, lead)) => (lead.iter().product(), cols),
+            Some((&cols, lead)) => (dims_product(lead), cols),
         }
     }
 

@@ -141,6 +141,29 @@ fn views_of_zero_element_tensors_with_huge_dims_do_not_overflow() {
     assert_eq!(u.numel(), 0);
 }
 
+/// Found by the API fuzz target: a permutation of a zero-element tensor can order its dims
+/// so that the product of the leading ones overflows (`[0, 2^62, 8]` as `[2^62, 8, 0]`);
+/// `numel`, `shape`, `contiguous` and the single-axis reductions then multiplied them
+/// unchecked and panicked. The element count is 0 whatever the order.
+#[test]
+fn permuted_zero_element_dims_that_overflow_in_order_are_not_multiplied() {
+    let t = Tensor::zeros_nd_on(Device::Cpu, &[0, 1 << 62, 8], Dtype::F32).unwrap();
+    let p = t.permute(&[1, 2, 0]).unwrap();
+    assert_eq!(p.dims(), &[1 << 62, 8, 0]);
+    assert_eq!(p.numel(), 0);
+    assert_eq!(p.cols(), 0);
+    let c = p.contiguous().unwrap();
+    assert_eq!(c.numel(), 0);
+    // A reduction whose output has no elements, and one over the empty axis, whose
+    // output would hold 2^65 elements: a shape error naming the op.
+    match ops::reduce_sum(&p, 0) {
+        Ok(r) => assert_eq!(r.numel(), 0),
+        Err(e) => assert!(matches!(e, brotensor::Error::Shape { .. }), "{e}"),
+    }
+    let err = ops::reduce_sum(&p, 2).unwrap_err();
+    assert!(err.to_string().contains("reduce_sum"), "{err}");
+}
+
 /// Found by the API fuzz target: padding a dim of `usize::MAX` (a zero-element tensor) with
 /// `u64::MAX` interior elements overflowed the 128-bit size arithmetic and panicked; now a
 /// shape error.

@@ -93,7 +93,9 @@ fn index_vectors(
         .filter(|&(d, _)| d != ivd)
         .map(|(_, &n)| n)
         .collect();
-    let entries: usize = batch.iter().product();
+    // Zero components leave no elements, whatever the batch dims; their count must still
+    // fit (the walk below visits each entry).
+    let entries = crate::ops::checked_product(op, "the index batch dims", &batch)?;
     let strides = row_major(dims);
     let mut out = Vec::with_capacity(entries);
     let mut coords = vec![0usize; batch.len()];

@@ -42,8 +42,8 @@ fn reduce(
     check_dtype(op, "x", x, allowed, be)?;
     check_axis(op, axis, x.rank())?;
     let d = x.dims();
-    let outer: usize = d[..axis].iter().product();
-    let inner: usize = d[axis + 1..].iter().product();
+    let outer = crate::layout::dims_product(&d[..axis]);
+    let inner = crate::layout::dims_product(&d[axis + 1..]);
     let n = d[axis];
     let mut dims = d.to_vec();
     dims[axis] = 1;
