@@ -16,6 +16,7 @@
 use rayon::prelude::*;
 
 use crate::linear::{matmul, Mat};
+use crate::simd::wide;
 use crate::spatial::{Conv2dSpec, Nchw};
 
 /// Output pixels per im2col tile: enough columns for the product to run at speed, few enough
@@ -273,10 +274,16 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
         }
     };
     if conv.is_depthwise() {
+        let columns: Vec<_> = (0..conv.spec.kernel[1])
+            .map(|kx| conv.valid_run(0, conv.out[1], kx))
+            .collect();
         y.par_chunks_mut(pixels).enumerate().for_each(|(row, out)| {
             let (n, c) = (row / conv.c_out, row % conv.c_out);
             let src = &x[n * per_x + c * plane..][..plane];
-            depthwise_plane(conv, src, &w[c * k..][..k], out);
+            wide(
+                #[inline(always)]
+                |_| depthwise_plane(conv, &columns, src, &w[c * k..][..k], out),
+            );
             if let Some(b) = bias {
                 out.iter_mut().for_each(|v| *v += b[c]);
             }
@@ -315,7 +322,16 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
 
 /// One output plane of a depthwise convolution: for each output row, each tap adds its
 /// weight times the input row it reads (a contiguous run at stride 1, which vectorizes).
-fn depthwise_plane(conv: &Conv2d, x: &[f32], w: &[f32], out: &mut [f32]) {
+/// Inline into a [`wide`] body.
+#[inline(always)]
+/// `columns[kx]` is `conv.valid_run(0, W_out, kx)`, the same for every row.
+fn depthwise_plane(
+    conv: &Conv2d,
+    columns: &[(std::ops::Range<usize>, usize)],
+    x: &[f32],
+    w: &[f32],
+    out: &mut [f32],
+) {
     let (kh, kw) = (conv.spec.kernel[0], conv.spec.kernel[1]);
     let (wi, wo, sw) = (conv.x.w, conv.out[1], conv.spec.stride[1]);
     for (oy, row) in out.chunks_exact_mut(wo).enumerate() {
@@ -325,10 +341,9 @@ fn depthwise_plane(conv: &Conv2d, x: &[f32], w: &[f32], out: &mut [f32]) {
                 continue;
             };
             let line = &x[iy * wi..][..wi];
-            for kx in 0..kw {
-                let tap = w[ky * kw + kx];
-                let (valid, ix) = conv.valid_run(0, wo, kx);
-                let dst = &mut row[valid];
+            for (kx, (valid, ix)) in columns.iter().enumerate() {
+                let (tap, ix) = (w[ky * kw + kx], *ix);
+                let dst = &mut row[valid.clone()];
                 if sw == 1 {
                     let n = dst.len();
                     for (d, &v) in dst.iter_mut().zip(&line[ix..ix + n]) {
