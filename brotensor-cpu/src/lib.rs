@@ -11,6 +11,7 @@ pub mod attention;
 pub mod cast;
 pub mod concat;
 pub mod conv;
+pub mod conv1d;
 pub mod elementwise;
 pub mod embedding;
 pub mod flash;
