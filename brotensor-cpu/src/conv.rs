@@ -560,70 +560,36 @@ mod tests {
     /// (the plain product), a kernel larger than the input with padding, batches of 0, 1
     /// and 3, and outputs of more than one tile.
     fn cases() -> Vec<Conv2d> {
-        let spec =
-            |k: [usize; 2], s: [usize; 2], p: [usize; 2], d: [usize; 2], g: usize| Conv2dSpec {
-                kernel: k,
-                stride: s,
-                padding: p,
-                dilation: d,
-                groups: g,
-            };
-        [
-            (
-                Nchw::new(2, 3, 7, 9),
-                4,
-                spec([3, 3], [1, 1], [1, 1], [1, 1], 1),
-            ),
-            (
-                Nchw::new(1, 4, 11, 6),
-                6,
-                spec([3, 2], [2, 1], [0, 2], [1, 2], 2),
-            ),
-            (
-                Nchw::new(3, 5, 6, 5),
-                5,
-                spec([3, 3], [1, 2], [1, 1], [2, 1], 5),
-            ),
-            (
-                Nchw::new(2, 6, 5, 7),
-                4,
-                spec([1, 1], [1, 1], [0, 0], [1, 1], 2),
-            ),
-            (
-                Nchw::new(1, 2, 3, 2),
-                3,
-                spec([5, 4], [1, 1], [2, 2], [1, 1], 1),
-            ),
-            (
-                Nchw::new(0, 3, 5, 5),
-                2,
-                spec([3, 3], [1, 1], [1, 1], [1, 1], 1),
-            ),
-            (
-                Nchw::new(1, 2, 30, 41),
-                3,
-                spec([3, 3], [1, 1], [1, 1], [1, 1], 1),
-            ),
-            (
-                Nchw::new(2, 3, 9, 8),
-                3,
-                spec([2, 3], [3, 2], [1, 0], [1, 1], 3),
-            ),
-            // Empty input planes with padding: the output is the bias alone.
-            (
-                Nchw::new(2, 2, 0, 3),
-                2,
-                spec([1, 1], [1, 1], [1, 0], [1, 1], 1),
-            ),
-            (
-                Nchw::new(1, 2, 4, 0),
-                2,
-                spec([1, 3], [1, 1], [0, 2], [1, 1], 2),
-            ),
-        ]
-        .into_iter()
-        .map(|(x, c_out, s)| Conv2d::new(x, c_out, s).expect("a valid case"))
-        .collect()
+        // N, C_in, H, W, C_out, kernel, stride, padding, dilation, groups; the last two
+        // have empty input planes with padding (the output is the bias alone).
+        type Case = ([usize; 4], usize, [[usize; 2]; 4], usize);
+        let cases: [Case; 10] = [
+            ([2, 3, 7, 9], 4, [[3, 3], [1, 1], [1, 1], [1, 1]], 1),
+            ([1, 4, 11, 6], 6, [[3, 2], [2, 1], [0, 2], [1, 2]], 2),
+            ([3, 5, 6, 5], 5, [[3, 3], [1, 2], [1, 1], [2, 1]], 5),
+            ([2, 6, 5, 7], 4, [[1, 1], [1, 1], [0, 0], [1, 1]], 2),
+            ([1, 2, 3, 2], 3, [[5, 4], [1, 1], [2, 2], [1, 1]], 1),
+            ([0, 3, 5, 5], 2, [[3, 3], [1, 1], [1, 1], [1, 1]], 1),
+            ([1, 2, 30, 41], 3, [[3, 3], [1, 1], [1, 1], [1, 1]], 1),
+            ([2, 3, 9, 8], 3, [[2, 3], [3, 2], [1, 0], [1, 1]], 3),
+            ([2, 2, 0, 3], 2, [[1, 1], [1, 1], [1, 0], [1, 1]], 1),
+            ([1, 2, 4, 0], 2, [[1, 3], [1, 1], [0, 2], [1, 1]], 2),
+        ];
+        cases
+            .into_iter()
+            .map(
+                |([n, c, h, w], c_out, [kernel, stride, padding, dilation], groups)| {
+                    let spec = Conv2dSpec {
+                        kernel,
+                        stride,
+                        padding,
+                        dilation,
+                        groups,
+                    };
+                    Conv2d::new(Nchw::new(n, c, h, w), c_out, spec).expect("a valid case")
+                },
+            )
+            .collect()
     }
 
     #[test]

@@ -12,7 +12,11 @@ mod neon;
 mod x86;
 
 #[cfg(target_arch = "aarch64")]
+use neon as arch;
+#[cfg(target_arch = "aarch64")]
 pub(super) use neon::Neon;
+#[cfg(target_arch = "x86_64")]
+use x86 as arch;
 #[cfg(target_arch = "x86_64")]
 pub(super) use x86::{Avx2, Avx512};
 
@@ -38,10 +42,16 @@ pub(super) trait Lanes {
     /// # Safety
     /// The CPU must run this tier's instructions.
     unsafe fn enter<R>(f: impl FnOnce() -> R) -> R;
-    /// The f16 at `b[at..at + 2]` as FP32 (exact).
-    unsafe fn half(b: &[u8], at: usize) -> f32;
+    /// The f16 at `b[at..at + 2]` as FP32 (exact; F16C on x86-64, whose every tier has it).
+    #[inline(always)]
+    unsafe fn half(b: &[u8], at: usize) -> f32 {
+        arch::f16(b, at)
+    }
     /// The two f16 at `b[at..at + 4]` as FP32 (exact).
-    unsafe fn half_pair(b: &[u8], at: usize) -> [f32; 2];
+    #[inline(always)]
+    unsafe fn half_pair(b: &[u8], at: usize) -> [f32; 2] {
+        arch::f16_pair(b, at)
+    }
     /// Zeros.
     unsafe fn zero() -> Self::F;
     /// `v` in every lane.

@@ -6,6 +6,18 @@ use std::arch::aarch64::*;
 
 use super::{sixteen, Lanes};
 
+/// The f16 at `b[at..at + 2]` (exact).
+#[inline(always)]
+pub(super) fn f16(b: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// The two f16 at `b[at..at + 4]`.
+#[inline(always)]
+pub(super) fn f16_pair(b: &[u8], at: usize) -> [f32; 2] {
+    [f16(b, at), f16(b, at + 2)]
+}
+
 /// NEON (Advanced SIMD): four registers hold the sixteen lanes.
 #[derive(Clone, Copy)]
 pub(in crate::quant) struct Neon;
@@ -74,14 +86,6 @@ impl Lanes for Neon {
     #[inline(always)]
     unsafe fn enter<R>(f: impl FnOnce() -> R) -> R {
         f()
-    }
-    #[inline(always)]
-    unsafe fn half(b: &[u8], at: usize) -> f32 {
-        half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
-    }
-    #[inline(always)]
-    unsafe fn half_pair(b: &[u8], at: usize) -> [f32; 2] {
-        [Self::half(b, at), Self::half(b, at + 2)]
     }
     #[inline(always)]
     unsafe fn zero() -> [float32x4_t; 4] {

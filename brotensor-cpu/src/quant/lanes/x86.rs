@@ -9,7 +9,7 @@ use super::{sixteen, Lanes};
 /// # Safety
 /// The CPU must have F16C.
 #[inline(always)]
-unsafe fn f16(b: &[u8], at: usize) -> f32 {
+pub(super) unsafe fn f16(b: &[u8], at: usize) -> f32 {
     let v = u16::from_le_bytes([b[at], b[at + 1]]) as i32;
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(v)))
 }
@@ -19,7 +19,7 @@ unsafe fn f16(b: &[u8], at: usize) -> f32 {
 /// # Safety
 /// The CPU must have F16C.
 #[inline(always)]
-unsafe fn f16_pair(b: &[u8], at: usize) -> [f32; 2] {
+pub(super) unsafe fn f16_pair(b: &[u8], at: usize) -> [f32; 2] {
     let v = i32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let v = _mm_cvtph_ps(_mm_cvtsi32_si128(v));
     [_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v))]
@@ -41,14 +41,6 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn enter<R>(f: impl FnOnce() -> R) -> R {
         crate::simd::with_avx512(f)
-    }
-    #[inline(always)]
-    unsafe fn half(b: &[u8], at: usize) -> f32 {
-        f16(b, at)
-    }
-    #[inline(always)]
-    unsafe fn half_pair(b: &[u8], at: usize) -> [f32; 2] {
-        f16_pair(b, at)
     }
     #[inline(always)]
     unsafe fn zero() -> __m512 {
@@ -201,14 +193,6 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn enter<R>(f: impl FnOnce() -> R) -> R {
         crate::simd::with_avx2(f)
-    }
-    #[inline(always)]
-    unsafe fn half(b: &[u8], at: usize) -> f32 {
-        f16(b, at)
-    }
-    #[inline(always)]
-    unsafe fn half_pair(b: &[u8], at: usize) -> [f32; 2] {
-        f16_pair(b, at)
     }
     #[inline(always)]
     unsafe fn zero() -> [__m256; 2] {
