@@ -246,6 +246,43 @@ impl Conv2d {
     }
 }
 
+/// The sizes every pass over a [`Conv2d`] slices by.
+struct Sizes {
+    /// Elements of one batch entry of `x` and of `y`.
+    per_x: usize,
+    per_y: usize,
+    /// Input and output channels per group.
+    cg_in: usize,
+    cg_out: usize,
+    /// Output pixels and input pixels per channel.
+    pixels: usize,
+    plane: usize,
+    /// Rows of the im2col matrix.
+    k: usize,
+}
+
+impl Conv2d {
+    fn sizes(&self) -> Sizes {
+        Sizes {
+            per_x: self.lens[0] / self.x.n.max(1),
+            per_y: self.lens[2] / self.x.n.max(1),
+            cg_in: self.group_in(),
+            cg_out: self.group_out(),
+            pixels: self.out_pixels(),
+            plane: self.x.h * self.x.w,
+            k: self.patch(),
+        }
+    }
+}
+
+/// Columns `tile` of the rows of `rows` (rows of `width`), packed into `out`.
+fn columns(rows: &[f32], width: usize, tile: std::ops::Range<usize>, out: &mut Vec<f32>) {
+    out.clear();
+    for row in rows.chunks_exact(width) {
+        out.extend_from_slice(&row[tile.clone()]);
+    }
+}
+
 /// `y = conv2d(x, w) + bias`, overwriting `y`.
 ///
 /// # Panics
@@ -256,16 +293,18 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
         bias.is_none_or(|b| b.len() == conv.c_out),
         "conv2d: bias length"
     );
-    let (per_x, per_y) = (
-        conv.lens[0] / conv.x.n.max(1),
-        conv.lens[2] / conv.x.n.max(1),
-    );
+    let Sizes {
+        per_x,
+        per_y,
+        cg_in,
+        cg_out,
+        pixels,
+        plane,
+        k,
+    } = conv.sizes();
     if per_y == 0 {
         return;
     }
-    let (cg_in, cg_out, pixels) = (conv.group_in(), conv.group_out(), conv.out_pixels());
-    let plane = conv.x.h * conv.x.w;
-    let k = conv.patch();
     let add_bias = |y: &mut [f32]| {
         if let Some(b) = bias {
             for (row, &b) in y.chunks_exact_mut(pixels).zip(b) {
@@ -367,16 +406,18 @@ fn depthwise_plane(
 pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32]) {
     conv.assert_lens(dx.len(), w.len(), dy.len());
     dx.fill(0.0);
-    let (per_x, per_y) = (
-        conv.lens[0] / conv.x.n.max(1),
-        conv.lens[2] / conv.x.n.max(1),
-    );
+    let Sizes {
+        per_x,
+        per_y,
+        cg_in,
+        cg_out,
+        pixels,
+        plane,
+        k,
+    } = conv.sizes();
     if per_x == 0 || per_y == 0 {
         return;
     }
-    let (cg_in, cg_out, pixels) = (conv.group_in(), conv.group_out(), conv.out_pixels());
-    let plane = conv.x.h * conv.x.w;
-    let k = conv.patch();
     dx.par_chunks_mut(per_x)
         .zip(dy.par_chunks(per_y))
         .for_each(|(dxn, dyn_)| {
@@ -391,10 +432,7 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
                     continue;
                 }
                 for tile in conv.tiles() {
-                    tile_dy.clear();
-                    for row in dyg.chunks_exact(pixels) {
-                        tile_dy.extend_from_slice(&row[tile.clone()]);
-                    }
+                    columns(dyg, pixels, tile.clone(), &mut tile_dy);
                     col.resize(k * tile.len(), 0.0);
                     matmul(
                         wg.t(),
@@ -414,16 +452,18 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
 /// If a slice length differs from `conv.lens` (`dw` as the weight, `dy` as `y`).
 pub fn conv2d_backward_weight(conv: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32]) {
     conv.assert_lens(x.len(), dw.len(), dy.len());
-    let (per_x, per_y) = (
-        conv.lens[0] / conv.x.n.max(1),
-        conv.lens[2] / conv.x.n.max(1),
-    );
+    let Sizes {
+        per_x,
+        per_y,
+        cg_in,
+        cg_out,
+        pixels,
+        plane,
+        k,
+    } = conv.sizes();
     if per_x == 0 || per_y == 0 {
         return;
     }
-    let (cg_in, cg_out, pixels) = (conv.group_in(), conv.group_out(), conv.out_pixels());
-    let plane = conv.x.h * conv.x.w;
-    let k = conv.patch();
     // Each group's rows of `dw` are its own: the groups run in parallel, the batch entries
     // and tiles of one group in order (so the sums are deterministic).
     dw.par_chunks_mut(cg_out * k)
@@ -444,10 +484,7 @@ pub fn conv2d_backward_weight(conv: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f3
                     continue;
                 }
                 for tile in conv.tiles() {
-                    tile_dy.clear();
-                    for row in dyg.chunks_exact(pixels) {
-                        tile_dy.extend_from_slice(&row[tile.clone()]);
-                    }
+                    columns(dyg, pixels, tile.clone(), &mut tile_dy);
                     col.resize(k * tile.len(), 0.0);
                     conv.im2col(xg, tile.clone(), &mut col);
                     matmul(
