@@ -186,7 +186,7 @@ impl<'a> HostIn<'a> {
     }
     /// The number of elements (the product of the dims).
     pub fn numel(&self) -> usize {
-        crate::layout::dims_product(&self.dims)
+        crate::layout::dims_product(self.dims)
     }
     /// The raw bytes (`dtype().storage_bytes(numel())` of them).
     pub fn bytes(&self) -> &'a [u8] {
@@ -223,7 +223,7 @@ impl HostOut<'_> {
     }
     /// The number of elements (the product of the dims).
     pub fn numel(&self) -> usize {
-        crate::layout::dims_product(&self.dims)
+        crate::layout::dims_product(self.dims)
     }
     /// The raw bytes (`dtype().storage_bytes(numel())` of them), contents undefined until
     /// written.
