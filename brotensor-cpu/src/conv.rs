@@ -56,6 +56,15 @@ impl Conv2d {
             .into_iter()
             .try_fold(x.n, usize::checked_mul)
             .ok_or_else(|| overflow("output"))?;
+        // The passes slice by the output plane and the im2col rows even when the batch or
+        // the output channels are empty (the products above are then 0 whatever follows).
+        out[0]
+            .checked_mul(out[1])
+            .ok_or_else(|| overflow("output plane"))?;
+        [spec.kernel[0], spec.kernel[1]]
+            .into_iter()
+            .try_fold(x.c / spec.groups, usize::checked_mul)
+            .ok_or_else(|| overflow("patch (C_in/groups*kH*kW)"))?;
         Ok(Conv2d {
             x,
             c_out,
@@ -723,5 +732,23 @@ mod tests {
         );
         let huge = Nchw::new(usize::MAX / 2, 3, 5, 5);
         assert!(Conv2d::new(huge, 4, spec).is_err(), "overflowing input");
+        // Sizes that overflow behind an empty batch or no output channels.
+        let padded = Conv2dSpec {
+            padding: [1 << 40, 1 << 40],
+            ..Conv2dSpec::new([1, 1])
+        };
+        assert!(
+            Conv2d::new(Nchw::new(0, 1, 1, 1), 1, padded).is_err(),
+            "output plane"
+        );
+        let wide_kernel = Conv2dSpec {
+            kernel: [1 << 33, 1 << 33],
+            padding: [1 << 32, 1 << 32],
+            ..Conv2dSpec::new([1, 1])
+        };
+        assert!(
+            Conv2d::new(Nchw::new(1, 2, 1, 1), 0, wide_kernel).is_err(),
+            "patch"
+        );
     }
 }

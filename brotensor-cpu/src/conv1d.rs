@@ -147,42 +147,53 @@ pub fn causal_conv1d_update(
         k > 0 && dilation > 0,
         "causal_conv1d_update: k and dilation"
     );
-    let (rows, s) = (n * channels, (k - 1) * dilation);
+    let s = (k - 1)
+        .checked_mul(dilation)
+        .expect("causal_conv1d_update: state length");
+    let rows = n.checked_mul(channels);
+    let len = |per_row: usize| rows.and_then(|r| r.checked_mul(per_row));
     assert!(
-        x.len() == rows * steps
+        len(steps) == Some(x.len())
             && y.len() == x.len()
-            && w.len() == channels * k
+            && channels.checked_mul(k) == Some(w.len())
             && bias.is_none_or(|b| b.len() == channels)
-            && state.len() == rows * s,
+            && len(s) == Some(state.len()),
         "causal_conv1d_update: lengths"
     );
-    if rows == 0 || steps == 0 {
+    if x.is_empty() {
         return;
     }
-    let width = s + steps;
-    let mut bufs = vec![0.0f32; rows * width];
-    bufs.par_chunks_mut(width)
+    // Per row, `buf = state ++ x` read in place: sample `i` is `state[i]` below `s`.
+    let state_rows: Vec<&mut [f32]> = if s == 0 {
+        (0..x.len() / steps).map(|_| &mut [][..]).collect()
+    } else {
+        state.chunks_exact_mut(s).collect()
+    };
+    state_rows
+        .into_par_iter()
         .zip(y.par_chunks_mut(steps))
+        .zip(x.par_chunks(steps))
         .enumerate()
-        .for_each(|(r, (buf, out))| {
-            buf[..s].copy_from_slice(&state[r * s..][..s]);
-            buf[s..].copy_from_slice(&x[r * steps..][..steps]);
+        .for_each(|(r, ((st, out), xr))| {
             let c = r % channels;
             let taps = &w[c * k..][..k];
             let b = bias.map_or(0.0, |b| b[c]);
+            let buf = |i: usize| if i < s { st[i] } else { xr[i - s] };
             for (t, o) in out.iter_mut().enumerate() {
                 let mut acc = b;
                 for (kl, &wv) in taps.iter().enumerate() {
-                    acc += wv * buf[t + kl * dilation];
+                    acc += wv * buf(t + kl * dilation);
                 }
                 *o = acc;
             }
+            // The new state: the last `s` samples of `buf`.
+            if steps >= s {
+                st.copy_from_slice(&xr[steps - s..]);
+            } else {
+                st.copy_within(steps.., 0);
+                st[s - steps..].copy_from_slice(xr);
+            }
         });
-    if s > 0 {
-        for (st, buf) in state.chunks_exact_mut(s).zip(bufs.chunks_exact(width)) {
-            st.copy_from_slice(&buf[steps..]);
-        }
-    }
 }
 
 #[cfg(test)]
