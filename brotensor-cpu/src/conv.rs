@@ -46,6 +46,30 @@ impl Conv2d {
     pub fn new(x: Nchw, c_out: usize, spec: Conv2dSpec) -> Result<Self, String> {
         spec.check_channels(x.c, c_out)?;
         let out = spec.out_size([x.h, x.w])?;
+        Self::sized(x, c_out, spec, out)
+    }
+
+    /// The convolution of [`Conv2d::new`] computing only the first `out` rows and columns of
+    /// its output grid: the geometry of a transposed convolution, whose output padding can
+    /// make the forward grid larger than its input. Errors as `new`, or when `out` is empty
+    /// or larger than the grid.
+    pub fn with_out(
+        x: Nchw,
+        c_out: usize,
+        spec: Conv2dSpec,
+        out: [usize; 2],
+    ) -> Result<Self, String> {
+        spec.check_channels(x.c, c_out)?;
+        let grid = spec.out_size([x.h, x.w])?;
+        if out[0] == 0 || out[1] == 0 || out[0] > grid[0] || out[1] > grid[1] {
+            return Err(format!(
+                "an output of {out:?} is not within the convolution's grid {grid:?}"
+            ));
+        }
+        Self::sized(x, c_out, spec, out)
+    }
+
+    fn sized(x: Nchw, c_out: usize, spec: Conv2dSpec, out: [usize; 2]) -> Result<Self, String> {
         let overflow = |what: &str| format!("the {what} size overflows");
         let x_len = x.numel()?;
         let w_len = [x.c / spec.groups, spec.kernel[0], spec.kernel[1]]
@@ -95,10 +119,13 @@ impl Conv2d {
     }
 
     /// Whether the input rows are the product's operand as they are (1x1, stride 1, no
-    /// padding: the output grid is the input grid).
+    /// padding, and the output grid is the input grid).
     fn is_pointwise(&self) -> bool {
         let s = &self.spec;
-        s.kernel == [1, 1] && s.stride == [1, 1] && s.padding == [0, 0]
+        s.kernel == [1, 1]
+            && s.stride == [1, 1]
+            && s.padding == [0, 0]
+            && self.out == [self.x.h, self.x.w]
     }
 
     /// Whether each group has one input and one output channel.
@@ -507,26 +534,47 @@ pub fn conv2d_backward_weight(conv: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f3
         });
 }
 
-/// `db[c] += sum over the batch and pixels of dy[n, c, :]`, accumulated into `db`.
+/// `db[c] += sum over the batch and pixels of dy[n, c, :]` for a `dy` of `n` entries of `c`
+/// planes of `pixels`, accumulated into `db` (`c` values).
 ///
 /// # Panics
-/// If `dy` is not `N * C_out * H_out * W_out` long or `db` not `C_out`.
-pub fn conv2d_backward_bias(conv: &Conv2d, dy: &[f32], db: &mut [f32]) {
+/// If `dy` is not `n * c * pixels` long or `db` not `c`.
+pub fn conv2d_backward_bias(dy: &[f32], (n, c, pixels): (usize, usize, usize), db: &mut [f32]) {
     assert!(
-        dy.len() == conv.lens[2] && db.len() == conv.c_out,
+        n.checked_mul(c).and_then(|v| v.checked_mul(pixels)) == Some(dy.len()) && db.len() == c,
         "conv2d_backward_bias: lengths"
     );
-    let pixels = conv.out_pixels();
     if pixels == 0 {
         return;
     }
-    db.par_iter_mut().enumerate().for_each(|(c, d)| {
+    db.par_iter_mut().enumerate().for_each(|(ch, d)| {
         let mut sum = 0.0f32;
-        for n in 0..conv.x.n {
-            sum += crate::reduction::sum(&dy[(n * conv.c_out + c) * pixels..][..pixels]);
+        for b in 0..n {
+            sum += crate::reduction::sum(&dy[(b * c + ch) * pixels..][..pixels]);
         }
         *d += sum;
     });
+}
+
+/// `y[n, c, :] += bias[c]` for a `y` of entries of `bias.len()` planes of `pixels`.
+///
+/// # Panics
+/// If `y` is not a whole number of such entries.
+pub fn add_channel_bias(y: &mut [f32], bias: &[f32], pixels: usize) {
+    let per = bias.len() * pixels;
+    assert!(
+        per == 0 || y.len().is_multiple_of(per),
+        "add_channel_bias: lengths"
+    );
+    if per == 0 {
+        return;
+    }
+    y.par_chunks_mut(pixels)
+        .enumerate()
+        .for_each(|(row, plane)| {
+            let b = bias[row % bias.len()];
+            plane.iter_mut().for_each(|v| *v += b);
+        });
 }
 
 #[cfg(test)]
@@ -700,7 +748,11 @@ mod tests {
                 .collect();
             close(&dw, &want_dw, &format!("{what} dw"));
             let mut db = vec![0.5f32; conv.c_out];
-            conv2d_backward_bias(&conv, &dy, &mut db);
+            conv2d_backward_bias(
+                &dy,
+                (conv.x.n, conv.c_out, conv.out[0] * conv.out[1]),
+                &mut db,
+            );
             let pixels = conv.out[0] * conv.out[1];
             let want_db: Vec<f64> = (0..conv.c_out)
                 .map(|c| {

@@ -424,6 +424,8 @@ fn lower_all(target: Target) -> Option<Lowering> {
     crate::batch_norm::lower_for_cuda(&mut l);
     crate::bf16_words::lower_for_cuda(&mut l);
     crate::concat::lower_for_cuda(&mut l);
+    crate::conv::lower_for_cuda(&mut l);
+    crate::conv1d::lower_for_cuda(&mut l);
     crate::elementwise::lower_for_cuda(&mut l);
     crate::embedding::lower_for_cuda(&mut l);
     crate::flash::lower_for_cuda(&mut l);

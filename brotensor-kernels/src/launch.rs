@@ -182,6 +182,20 @@ impl Buf {
         }
     }
 
+    /// The first `len` elements of this buffer (at most its length: a longer prefix is
+    /// clamped to it, so the argument never passes what was checked).
+    pub(crate) fn prefix(&self, len: usize) -> Self {
+        Buf {
+            handle: self.handle.clone(),
+            len: len.min(self.len),
+        }
+    }
+
+    /// The device buffer, for a launch that checks its own lengths ([`crate::matmul::launch_gemm`]).
+    pub(crate) fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
     /// `buf`, or where it is absent this buffer's [`stand_in`](Buf::stand_in).
     pub(crate) fn stand_in_for(&self, buf: Option<&Buf>) -> Self {
         buf.cloned().unwrap_or_else(|| self.stand_in())

@@ -29,6 +29,8 @@ pub mod attention;
 pub mod batch_norm;
 pub mod bf16_words;
 pub mod concat;
+pub mod conv;
+pub mod conv1d;
 #[cfg(test)]
 mod cuda_lowering;
 pub mod elementwise;

@@ -679,3 +679,78 @@ fn strided_launches_refuse_layouts_outside_their_buffers() {
     launch_strided_binary::<_, f32>(&c, k::BinaryInstr::Add, ok, row, &out, 0.0, 0.0).unwrap();
     assert_eq!(read(&c, out, 12), [2.0f32; 12]);
 }
+
+#[test]
+fn conv_lengths_past_memory_are_refused() {
+    use brotensor_kernels::conv::{self, ConvGeometry};
+    use brotensor_kernels::conv1d;
+    let Some(c) = client() else { return };
+    let (x, w, y) = (sentinels(&c, 8), sentinels(&c, 8), sentinels(&c, 8));
+    let geo = ConvGeometry {
+        n: 1,
+        c_in: 2,
+        h: 3,
+        w: 3,
+        c_out: 2,
+        out: [3, 3],
+        kernel: [3, 3],
+        stride: [1, 1],
+        padding: [1, 1],
+        dilation: [1, 1],
+        groups: 1,
+    };
+    // x needs 18 floats, the buffer holds 8.
+    assert!(matches!(
+        conv::launch_conv2d_forward::<_, f32>(&c, (&x, &w, None), &y, geo),
+        Err(LaunchError::BufferTooSmall { arg: "x", .. })
+    ));
+    let huge = ConvGeometry {
+        n: usize::MAX,
+        ..geo
+    };
+    for r in [
+        conv::launch_conv2d_forward::<_, f32>(&c, (&x, &w, None), &y, huge),
+        conv::launch_conv2d_backward_input::<_, f32>(&c, (&w, &y, None), &x, huge),
+        conv::launch_conv2d_backward_weight::<_, f32>(&c, (&x, &y), &w, huge),
+    ] {
+        assert!(
+            matches!(r, Err(LaunchError::Overflow { .. })),
+            "an overflowing batch: {r:?}"
+        );
+    }
+    assert!(matches!(
+        conv::launch_conv2d_forward::<_, f32>(
+            &c,
+            (&x, &w, None),
+            &y,
+            ConvGeometry { groups: 0, ..geo }
+        ),
+        Err(LaunchError::ZeroDivisor { what: "groups" })
+    ));
+    assert!(matches!(
+        conv::launch_conv2d_backward_bias::<_, f32>(&c, &y, &w, (usize::MAX, 2, 2)),
+        Err(LaunchError::Overflow { .. })
+    ));
+    assert!(matches!(
+        conv1d::launch_pad1d::<_, f32>(&c, &x, &y, (usize::MAX, 2, 1, 1), conv1d::PAD_ZERO, false),
+        Err(LaunchError::Overflow { .. })
+    ));
+    // Reflect padding as long as the signal would read before it.
+    assert!(matches!(
+        conv1d::launch_pad1d::<_, f32>(&c, &x, &y, (2, 2, 2, 0), conv1d::PAD_REFLECT, false),
+        Err(LaunchError::Invalid { .. })
+    ));
+    assert!(matches!(
+        conv1d::launch_causal_conv1d_update::<_, f32>(
+            &c,
+            (&x, &w, None),
+            (&w, &y),
+            (usize::MAX, 1, 1, 2, 1)
+        ),
+        Err(LaunchError::Overflow { .. }) | Err(LaunchError::BufferTooSmall { .. })
+    ));
+    assert!(
+        read(&c, y.clone(), 8).iter().all(|&v| v == SENTINEL),
+        "y written"
+    );
+}

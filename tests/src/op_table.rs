@@ -7,9 +7,9 @@
 //! (`fuzz/fuzz_targets/api.rs`) both draw their ops from this table.
 
 use brotensor::ops::{
-    self, AbtSpec, Act, AttentionCaches, BiasGrads, Comparison, GatherDims, Int8Projections,
-    MropeTables, ProjectionBiases, ProjectionGrads, Projections, QkvoGrads, RopeLayout, RopeParams,
-    ScatterDims,
+    self, AbtSpec, Act, AttentionCaches, BiasGrads, Comparison, Conv1dSpec, Conv2dSpec, GatherDims,
+    Int8Projections, MropeTables, PadMode, ProjectionBiases, ProjectionGrads, Projections,
+    QkvoGrads, RopeLayout, RopeParams, ScatterDims,
 };
 use brotensor::{Dtype, Error, Result, Tensor};
 
@@ -82,6 +82,34 @@ pub trait Params {
     /// A fused activation.
     fn act(&mut self) -> Act {
         Act::from_code(self.usize() as u32)
+    }
+    /// NCL dims.
+    fn ncl(&mut self) -> (usize, usize, usize) {
+        (self.usize(), self.usize(), self.usize())
+    }
+    /// A 2-D convolution's geometry.
+    fn conv2d_spec(&mut self) -> Conv2dSpec {
+        Conv2dSpec {
+            kernel: [self.usize(), self.usize()],
+            stride: [self.usize(), self.usize()],
+            padding: [self.usize(), self.usize()],
+            dilation: [self.usize(), self.usize()],
+            groups: self.usize(),
+        }
+    }
+    /// A 1-D convolution's geometry.
+    fn conv1d_spec(&mut self) -> Conv1dSpec {
+        Conv1dSpec {
+            kernel: [self.usize()],
+            stride: [self.usize()],
+            padding: [self.usize()],
+            dilation: [self.usize()],
+            groups: self.usize(),
+        }
+    }
+    /// A padding mode.
+    fn pad_mode(&mut self) -> PadMode {
+        [PadMode::Zero, PadMode::Reflect, PadMode::Replicate][self.usize() % 3]
     }
     /// A strided batched-GEMM spec.
     fn abt_spec(&mut self) -> AbtSpec {
@@ -267,6 +295,9 @@ pub static OP_TABLE: &[OpEntry] = &[
         t1
     )),
     op!("cast", |[t0, t1], p| ops::cast(t0, t1, p.dtype())),
+    op!("causal_conv1d_update", |[t0, t1, t2, t3, t4], p| {
+        ops::causal_conv1d_update(t0, t1, Some(&*t2), p.ncl(), p.usize(), p.usize(), t3, t4)
+    }),
     op!("clamp", |[t0], p| ops::clamp(t0, p.f32(), p.f32())),
     op!("clamp_between", |[t0, t1, t2], p| ops::clamp_between(
         t0, t1, t2
@@ -313,6 +344,71 @@ pub static OP_TABLE: &[OpEntry] = &[
     .map(drop)),
     op!("conj", |[t0], p| ops::conj(t0).map(drop)),
     op!("conj_out", |[t0, t1], p| ops::conj_out(t0, t1)),
+    op!("conv1d_backward_bias", |[t0, t1], p| {
+        ops::conv1d_backward_bias(t0, p.ncl(), t1)
+    }),
+    op!("conv1d_backward_input", |[t0, t1, t2], p| {
+        ops::conv1d_backward_input(t0, t1, p.ncl(), p.usize(), &p.conv1d_spec(), t2)
+    }),
+    op!("conv1d_backward_weight", |[t0, t1, t2], p| {
+        ops::conv1d_backward_weight(t0, t1, p.ncl(), p.usize(), &p.conv1d_spec(), t2)
+    }),
+    op!("conv1d_forward", |[t0, t1, t2, t3], p| {
+        ops::conv1d_forward(t0, t1, Some(&*t2), p.ncl(), p.usize(), &p.conv1d_spec(), t3)
+    }),
+    op!("conv2d_backward_bias", |[t0, t1], p| {
+        ops::conv2d_backward_bias(t0, p.nchw(), t1)
+    }),
+    op!("conv2d_backward_input", |[t0, t1, t2], p| {
+        ops::conv2d_backward_input(t0, t1, p.nchw(), p.usize(), &p.conv2d_spec(), t2)
+    }),
+    op!("conv2d_backward_weight", |[t0, t1, t2], p| {
+        ops::conv2d_backward_weight(t0, t1, p.nchw(), p.usize(), &p.conv2d_spec(), t2)
+    }),
+    op!("conv2d_forward", |[t0, t1, t2, t3], p| {
+        ops::conv2d_forward(
+            t0,
+            t1,
+            Some(&*t2),
+            p.nchw(),
+            p.usize(),
+            &p.conv2d_spec(),
+            t3,
+        )
+    }),
+    op!("conv_transpose1d_backward_bias", |[t0, t1], p| {
+        ops::conv_transpose1d_backward_bias(t0, p.ncl(), t1)
+    }),
+    op!("conv_transpose1d_backward_input", |[t0, t1, t2], p| {
+        let (dims, c_out, spec) = (p.ncl(), p.usize(), p.conv1d_spec());
+        ops::conv_transpose1d_backward_input(t0, t1, dims, c_out, &spec, p.usize(), t2)
+    }),
+    op!("conv_transpose1d_backward_weight", |[t0, t1, t2], p| {
+        let (dims, c_out, spec) = (p.ncl(), p.usize(), p.conv1d_spec());
+        ops::conv_transpose1d_backward_weight(t0, t1, dims, c_out, &spec, p.usize(), t2)
+    }),
+    op!("conv_transpose1d_forward", |[t0, t1, t2, t3], p| {
+        let (dims, c_out, spec) = (p.ncl(), p.usize(), p.conv1d_spec());
+        ops::conv_transpose1d_forward(t0, t1, Some(&*t2), dims, c_out, &spec, p.usize(), t3)
+    }),
+    op!("conv_transpose2d_backward_bias", |[t0, t1], p| {
+        ops::conv_transpose2d_backward_bias(t0, p.nchw(), t1)
+    }),
+    op!("conv_transpose2d_backward_input", |[t0, t1, t2], p| {
+        let (dims, c_out, spec) = (p.nchw(), p.usize(), p.conv2d_spec());
+        let op = [p.usize(), p.usize()];
+        ops::conv_transpose2d_backward_input(t0, t1, dims, c_out, &spec, op, t2)
+    }),
+    op!("conv_transpose2d_backward_weight", |[t0, t1, t2], p| {
+        let (dims, c_out, spec) = (p.nchw(), p.usize(), p.conv2d_spec());
+        let op = [p.usize(), p.usize()];
+        ops::conv_transpose2d_backward_weight(t0, t1, dims, c_out, &spec, op, t2)
+    }),
+    op!("conv_transpose2d_forward", |[t0, t1, t2, t3], p| {
+        let (dims, c_out, spec) = (p.nchw(), p.usize(), p.conv2d_spec());
+        let op = [p.usize(), p.usize()];
+        ops::conv_transpose2d_forward(t0, t1, Some(&*t2), dims, c_out, &spec, op, t3)
+    }),
     op!("convert", |[t0], p| ops::convert(t0, p.dtype()).map(drop)),
     op!("copy_d2d_strided", |[t0, t1], p| ops::copy_d2d_strided(
         t0,
@@ -956,6 +1052,12 @@ pub static OP_TABLE: &[OpEntry] = &[
         &p.u64s()
     )
     .map(drop)),
+    op!("pad1d_backward", |[t0, t1], p| {
+        ops::pad1d_backward(t0, p.ncl(), (p.usize(), p.usize()), p.pad_mode(), t1)
+    }),
+    op!("pad1d_forward", |[t0, t1], p| {
+        ops::pad1d_forward(t0, p.ncl(), (p.usize(), p.usize()), p.pad_mode(), t1)
+    }),
     op!("pixel_norm_backward", |[t0, t1, t2], p| {
         ops::pixel_norm_backward(t0, t1, p.f32(), t2)
     }),

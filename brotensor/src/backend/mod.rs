@@ -10,6 +10,7 @@ mod activation;
 mod algebra;
 mod attention;
 mod concat;
+mod conv;
 pub(crate) mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;
@@ -33,6 +34,7 @@ pub(crate) use activation::{ActivationOps, Glu, SnakeGrads};
 pub(crate) use algebra::{AlgebraOps, ComplexMap, FloatMap, IndexMap, PadSpec, ReduceOp};
 pub(crate) use attention::AttentionOps;
 pub(crate) use concat::ConcatOps;
+pub(crate) use conv::{Conv2d, ConvOps, PadMode};
 pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 pub(crate) use embedding::EmbeddingOps;
 pub(crate) use flash::{FlashAttentionOps, FlashSpec, SeqLens};
@@ -84,6 +86,7 @@ pub(crate) trait Backend:
     + SamplingOps
     + QuantOps
     + AlgebraOps
+    + ConvOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

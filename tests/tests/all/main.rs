@@ -6,6 +6,7 @@ mod buffer_stability;
 mod cast_rounding;
 mod concat;
 mod concurrency;
+mod conv;
 mod coverage_gaps;
 mod cpu_half;
 mod cpu_tier;

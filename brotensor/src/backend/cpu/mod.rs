@@ -7,6 +7,7 @@ mod activation;
 mod algebra;
 mod attention;
 mod concat;
+mod conv;
 mod dtype_policy;
 mod elementwise;
 mod embedding;

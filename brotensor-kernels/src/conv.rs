@@ -1,0 +1,769 @@
+//! 2-D convolution over NCHW rows, forward and backward, as im2col tiles and the tiled GEMM
+//! ([`crate::matmul::launch_gemm`], tensor cores where the device has them), plus the
+//! 1-D padding and the streaming causal step of the conv1d family.
+//!
+//! Layouts (the C++ contract): `x (N, C_in*H*W)`, the weight OIHW `(C_out, C_in/groups*kH*kW)`,
+//! `y (N, C_out*H_out*W_out)`. For each batch entry and tile of output pixels:
+//! - forward: the tile's input patches are gathered into `col (C_in*kH*kW, tile)`
+//!   ([`im2col_kernel`]), one product per group turns them into `(C_out, tile)` outputs, and
+//!   [`place_tile_kernel`] stores them into `y` with the bias;
+//! - input gradient: the tile of `dy` times each group's transposed weight gives the
+//!   patch gradients in `col`, which [`col2im_kernel`] gathers back per input pixel (each
+//!   input pixel sums the taps that read it: no scatter, no atomics);
+//! - weight gradient: the tile of `dy` times the transposed patches, accumulated into `dw`
+//!   per group.
+//!
+//! A 1x1 stride-1 unpadded convolution with one group is a batched product over the batch
+//! entries on the tensors as they are. Tiles hold at most [`COL_BUDGET`] patch elements, so
+//! the gathered matrix never grows with the image beyond that.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::launch::{check_divisors, check_u32, extent, grid_1d, Buf, LaunchError};
+use crate::matmul::{launch_gemm, GemmSpec};
+use crate::primitives::{cube_sum, row_grid, REDUCE_UNITS};
+
+/// The most elements of gathered patches one tile holds (64 MiB in FP32).
+pub const COL_BUDGET: usize = 1 << 24;
+
+/// The sizes of one 2-D convolution, all nonzero but the batch (the caller checked them and
+/// their products): input `(n, c_in, h, w)`, `c_out` channels of `out` pixels, and the
+/// kernel, stride, padding and dilation per axis (height, width).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvGeometry {
+    /// Batch entries.
+    pub n: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Input height and width.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output channels.
+    pub c_out: usize,
+    /// Output height and width (at most what the spec gives: a transposed convolution
+    /// may use fewer).
+    pub out: [usize; 2],
+    /// Kernel height and width.
+    pub kernel: [usize; 2],
+    /// Stride per axis.
+    pub stride: [usize; 2],
+    /// Zero padding per axis.
+    pub padding: [usize; 2],
+    /// Dilation per axis.
+    pub dilation: [usize; 2],
+    /// Channel groups.
+    pub groups: usize,
+}
+
+/// The derived sizes every launch slices by.
+struct Dims {
+    /// Elements of one batch entry of `x` and of `y`.
+    per_x: usize,
+    per_y: usize,
+    /// Input pixels and output pixels per channel.
+    plane: usize,
+    pixels: usize,
+    /// Output channels per group.
+    cg_out: usize,
+    /// Rows of one group's patch matrix: `cg_in kH kW`; and of all groups', `C_in kH kW`.
+    k: usize,
+    k_all: usize,
+    /// Elements of `x`, the weight, `y`.
+    lens: [usize; 3],
+}
+
+impl ConvGeometry {
+    fn dims(&self) -> Result<Dims, LaunchError> {
+        check_divisors(&[
+            ("groups", self.groups),
+            ("kernel height", self.kernel[0]),
+            ("kernel width", self.kernel[1]),
+            ("stride height", self.stride[0]),
+            ("stride width", self.stride[1]),
+            ("dilation height", self.dilation[0]),
+            ("dilation width", self.dilation[1]),
+        ])?;
+        if !self.c_in.is_multiple_of(self.groups) || !self.c_out.is_multiple_of(self.groups) {
+            return Err(LaunchError::Invalid {
+                what: "groups must divide both channel counts",
+            });
+        }
+        let plane = extent("H*W", &[self.h, self.w])?;
+        let pixels = extent("H_out*W_out", &[self.out[0], self.out[1]])?;
+        let (cg_in, cg_out) = (self.c_in / self.groups, self.c_out / self.groups);
+        let k = extent(
+            "C_in/groups*kH*kW",
+            &[cg_in, self.kernel[0], self.kernel[1]],
+        )?;
+        let per_x = extent("C_in*H*W", &[self.c_in, plane])?;
+        let per_y = extent("C_out*H_out*W_out", &[self.c_out, pixels])?;
+        let lens = [
+            extent("x", &[self.n, per_x])?,
+            extent("weight", &[self.c_out, k])?,
+            extent("y", &[self.n, per_y])?,
+        ];
+        let k_all = extent("C_in*kH*kW", &[k, self.groups])?;
+        // Kernel indices are 32-bit: every element a launch reaches must be addressable.
+        check_u32(&[
+            ("x", lens[0]),
+            ("weight", lens[1]),
+            ("y", lens[2]),
+            ("C_in*kH*kW*H_out*W_out", k_all.saturating_mul(pixels)),
+        ])?;
+        Ok(Dims {
+            per_x,
+            per_y,
+            plane,
+            pixels,
+            cg_out,
+            k,
+            k_all,
+            lens,
+        })
+    }
+
+    /// Whether the output grid is the input grid read one pixel per tap (1x1, stride 1, no
+    /// padding, as many output pixels as input ones).
+    fn is_pointwise(&self) -> bool {
+        self.kernel == [1, 1]
+            && self.stride == [1, 1]
+            && self.padding == [0, 0]
+            && self.out == [self.h, self.w]
+    }
+}
+
+/// Pixels per tile for patch matrices of `k_all` rows over `pixels` output pixels: all of
+/// them when they fit [`COL_BUDGET`], else a multiple of 64 (at least 64).
+fn tile_pixels(k_all: usize, pixels: usize) -> usize {
+    let fit = (COL_BUDGET / k_all.max(1)) / 64 * 64;
+    pixels.min(fit.max(64))
+}
+
+impl ConvGeometry {
+    /// The geometry words the gather kernels read ([`Taps`]): `[H, W, W_out, H_out, kH, kW,
+    /// sH, sW, pH, pW, dH, dW]`, each checked to fit in 32 bits.
+    fn taps<R: Runtime>(&self, client: &ComputeClient<R>) -> Result<Buf, LaunchError> {
+        let words = [
+            ("H", self.h),
+            ("W", self.w),
+            ("W_out", self.out[1]),
+            ("H_out", self.out[0]),
+            ("kH", self.kernel[0]),
+            ("kW", self.kernel[1]),
+            ("stride height", self.stride[0]),
+            ("stride width", self.stride[1]),
+            ("padding height", self.padding[0]),
+            ("padding width", self.padding[1]),
+            ("dilation height", self.dilation[0]),
+            ("dilation width", self.dilation[1]),
+        ];
+        check_u32(&words)?;
+        let words: Vec<u32> = words.iter().map(|&(_, v)| v as u32).collect();
+        Ok(Buf::upload(client, &words))
+    }
+}
+
+/// The geometry of [`ConvGeometry::taps`], read from its words.
+#[derive(CubeType)]
+struct Taps {
+    h: usize,
+    w: usize,
+    wo: usize,
+    ho: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    ph: usize,
+    pw: usize,
+    dh: usize,
+    dw: usize,
+}
+
+#[cube]
+fn read_taps(g: &Array<u32>) -> Taps {
+    Taps {
+        h: usize::cast_from(g[0]),
+        w: usize::cast_from(g[1]),
+        wo: usize::cast_from(g[2]),
+        ho: usize::cast_from(g[3]),
+        kh: usize::cast_from(g[4]),
+        kw: usize::cast_from(g[5]),
+        sh: usize::cast_from(g[6]),
+        sw: usize::cast_from(g[7]),
+        ph: usize::cast_from(g[8]),
+        pw: usize::cast_from(g[9]),
+        dh: usize::cast_from(g[10]),
+        dw: usize::cast_from(g[11]),
+    }
+}
+
+/// `col[r, t]` (`r = (ci kH + ky) kW + kx`, `t < tile`) = the input pixel that tap `(ky, kx)`
+/// of output pixel `p0 + t` reads in channel `ci` of the batch entry at `x_base`, zero in the
+/// padding.
+#[cube(launch_unchecked)]
+fn im2col_kernel<F: Float>(
+    x: &Array<F>,
+    col: &mut Array<F>,
+    x_base: usize,
+    p0: usize,
+    tile: usize,
+    taps: &Array<u32>,
+) {
+    let i = ABSOLUTE_POS;
+    if i < col.len() {
+        let g = read_taps(taps);
+        let t = i % tile;
+        let r = i / tile;
+        let kx = r % g.kw;
+        let ky = (r / g.kw) % g.kh;
+        let ci = r / (g.kw * g.kh);
+        let p = p0 + t;
+        let iy = (p / g.wo) * g.sh + ky * g.dh;
+        let ix = (p % g.wo) * g.sw + kx * g.dw;
+        let mut v = F::new(0.0);
+        if iy >= g.ph && ix >= g.pw && iy - g.ph < g.h && ix - g.pw < g.w {
+            v = x[x_base + (ci * g.h + iy - g.ph) * g.w + ix - g.pw];
+        }
+        col[i] = v;
+    }
+}
+
+/// The adjoint of [`im2col_kernel`] for one tile: each input pixel of the batch entry at
+/// `x_base` sums, over its taps, the patch gradients `col` of the tile's output pixels that
+/// read it, in FP32; it overwrites `dx` for the first tile (`first` = 1) and adds after.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn col2im_kernel<F: Float>(
+    col: &Array<F>,
+    dx: &mut Array<F>,
+    x_base: usize,
+    per_x: usize,
+    p0: usize,
+    tile: usize,
+    first: u32,
+    taps: &Array<u32>,
+) {
+    let j = ABSOLUTE_POS;
+    if j < per_x {
+        let g = read_taps(taps);
+        let ix = j % g.w;
+        let iy = (j / g.w) % g.h;
+        let ci = j / (g.w * g.h);
+        let mut acc = 0.0f32;
+        for ky in 0..g.kh {
+            let ty = iy + g.ph;
+            let off_y = ky * g.dh;
+            if ty >= off_y && (ty - off_y) % g.sh == 0 && (ty - off_y) / g.sh < g.ho {
+                let oy = (ty - off_y) / g.sh;
+                for kx in 0..g.kw {
+                    let tx = ix + g.pw;
+                    let off_x = kx * g.dw;
+                    if tx >= off_x && (tx - off_x) % g.sw == 0 && (tx - off_x) / g.sw < g.wo {
+                        let p = oy * g.wo + (tx - off_x) / g.sw;
+                        if p >= p0 && p < p0 + tile {
+                            let r = (ci * g.kh + ky) * g.kw + kx;
+                            acc += f32::cast_from(col[r * tile + p - p0]);
+                        }
+                    }
+                }
+            }
+        }
+        if first == 0 {
+            acc += f32::cast_from(dx[x_base + j]);
+        }
+        dx[x_base + j] = F::cast_from(acc);
+    }
+}
+
+/// `dst[c, t] = src[base + c * pixels + p0 + t]`: a tile of a batch entry's channel planes.
+#[cube(launch_unchecked)]
+fn take_tile_kernel<F: Float>(
+    src: &Array<F>,
+    dst: &mut Array<F>,
+    base: usize,
+    pixels: usize,
+    p0: usize,
+    tile: usize,
+) {
+    let i = ABSOLUTE_POS;
+    if i < dst.len() {
+        dst[i] = src[base + (i / tile) * pixels + p0 + i % tile];
+    }
+}
+
+/// `y[base + c * pixels + p0 + t] = src[c, t] (+ bias[c])`: a tile of outputs into a batch
+/// entry's channel planes, the bias added in FP32.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn place_tile_kernel<F: Float>(
+    src: &Array<F>,
+    bias: &Array<F>,
+    y: &mut Array<F>,
+    base: usize,
+    pixels: usize,
+    p0: usize,
+    tile: usize,
+    #[comptime] has_bias: bool,
+) {
+    let i = ABSOLUTE_POS;
+    if i < src.len() {
+        let c = i / tile;
+        let mut v = src[i];
+        if comptime!(has_bias) {
+            v = F::cast_from(f32::cast_from(v) + f32::cast_from(bias[c]));
+        }
+        y[base + c * pixels + p0 + i % tile] = v;
+    }
+}
+
+/// `y[i] += bias[(i / pixels) % c]` in FP32.
+#[cube(launch_unchecked)]
+fn channel_bias_kernel<F: Float>(bias: &Array<F>, y: &mut Array<F>, c: usize, pixels: usize) {
+    let i = ABSOLUTE_POS;
+    if i < y.len() {
+        let b = bias[(i / pixels) % c];
+        y[i] = F::cast_from(f32::cast_from(y[i]) + f32::cast_from(b));
+    }
+}
+
+/// One cube per channel: `db[ch] += sum over n, p of dy[n, ch, p]`, summed in FP32.
+#[cube(launch_unchecked)]
+fn bias_grad_kernel<F: Float>(dy: &Array<F>, db: &mut Array<F>, c: usize, n: usize, pixels: usize) {
+    let ch = CUBE_POS;
+    if ch < c {
+        let m = n * pixels;
+        let mut smem = SharedMemory::<f32>::new(REDUCE_UNITS as usize);
+        let mut s = 0.0f32;
+        let mut t = UNIT_POS as usize;
+        loop {
+            if t >= m {
+                break;
+            }
+            s += f32::cast_from(dy[(t / pixels) * c * pixels + ch * pixels + t % pixels]);
+            t += REDUCE_UNITS as usize;
+        }
+        let total = cube_sum::<f32>(s, &mut smem);
+        if UNIT_POS == 0 {
+            db[ch] = F::cast_from(f32::cast_from(db[ch]) + total);
+        }
+    }
+}
+
+/// `y = conv2d(x, w) (+ bias)`, overwriting `y`; the bias holds `c_out` values.
+pub fn launch_conv2d_forward<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    (x, w, bias): (&Handle, &Handle, Option<&Handle>),
+    y: &Handle,
+    geo: ConvGeometry,
+) -> Result<(), LaunchError> {
+    let d = geo.dims()?;
+    if d.lens[2] == 0 {
+        return Ok(());
+    }
+    let b = core::mem::size_of::<F>();
+    let xb = Buf::new("x", x, d.lens[0], b)?;
+    let wb = Buf::new("w", w, d.lens[1], b)?;
+    let yb = Buf::new("y", y, d.lens[2], b)?;
+    let bias = bias
+        .map(|h| Buf::new("bias", h, geo.c_out, b))
+        .transpose()?;
+    if geo.groups == 1 && geo.is_pointwise() {
+        // y[n] = W . x[n] for every batch entry at once.
+        let mut spec = GemmSpec::new(geo.c_out, d.pixels, geo.c_in);
+        spec.batch = geo.n;
+        spec.strides = (0, d.per_x, d.per_y);
+        launch_gemm::<R, F>(client, w, x, None, y, spec)?;
+        if let Some(bias) = &bias {
+            let (count, dim) = grid_1d(client, d.lens[2])?;
+            // SAFETY: `bias` holds `c_out` values and `y` its length (checked `Buf`s); units
+            // past `y.len()` return and the channel index is `% c_out` (`pixels` nonzero:
+            // `lens[2]` is).
+            unsafe {
+                channel_bias_kernel::launch_unchecked::<F, R>(
+                    client,
+                    count,
+                    dim,
+                    bias.arg(),
+                    yb.arg(),
+                    geo.c_out,
+                    d.pixels,
+                );
+            }
+        }
+        return Ok(());
+    }
+    let tile = tile_pixels(d.k_all, d.pixels);
+    let taps = geo.taps(client)?;
+    let col = Buf::new(
+        "col",
+        &client.empty(extent("col bytes", &[d.k_all, tile, b])?),
+        d.k_all * tile,
+        b,
+    )?;
+    let out = Buf::new(
+        "out",
+        &client.empty(extent("out bytes", &[geo.c_out, tile, b])?),
+        geo.c_out * tile,
+        b,
+    )?;
+    for n in 0..geo.n {
+        for p0 in (0..d.pixels).step_by(tile) {
+            let len = tile.min(d.pixels - p0);
+            im2col::<R, F>(client, (&xb, &taps), &col, n * d.per_x, (p0, len), d.k_all)?;
+            let mut spec = GemmSpec::new(d.cg_out, len, d.k);
+            spec.batch = geo.groups;
+            spec.strides = (d.cg_out * d.k, d.k * len, d.cg_out * len);
+            launch_gemm::<R, F>(client, w, &col.handle(), None, &out.handle(), spec)?;
+            let src = out.prefix(geo.c_out * len);
+            let (count, dim) = grid_1d(client, geo.c_out * len)?;
+            let has_bias = bias.is_some();
+            let bias = wb.stand_in_for(bias.as_ref());
+            // SAFETY: `src` holds `c_out * len` values (a prefix of a checked buffer);
+            // each unit writes `y[n per_y + c pixels + p0 + t]` with `c < c_out`,
+            // `p0 + t < pixels`, inside `y`'s checked `n per_y` elements; the bias is read
+            // only when bound with `c_out` values.
+            unsafe {
+                place_tile_kernel::launch_unchecked::<F, R>(
+                    client,
+                    count,
+                    dim,
+                    src.arg(),
+                    bias.arg(),
+                    yb.arg(),
+                    n * d.per_y,
+                    d.pixels,
+                    p0,
+                    len,
+                    has_bias,
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Gathers the patches of output pixels `p0..p0 + len` of the batch entry at `x_base` into
+/// the first `k_all * len` elements of `col`.
+fn im2col<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    (x, taps): (&Buf, &Buf),
+    col: &Buf,
+    x_base: usize,
+    (p0, len): (usize, usize),
+    k_all: usize,
+) -> Result<(), LaunchError> {
+    let col = col.prefix(k_all * len);
+    let (count, dim) = grid_1d(client, k_all * len)?;
+    // SAFETY: `col` holds `k_all * len` values (a checked prefix); each unit reads the input
+    // pixel `x_base + (ci H + iy) W + ix` with `ci < C_in`, `iy < H`, `ix < W` (guarded), inside
+    // the batch entry at `x_base`, which the caller's checked `x` holds.
+    unsafe {
+        im2col_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            x.arg(),
+            col.arg(),
+            x_base,
+            p0,
+            len,
+            taps.arg(),
+        );
+    }
+    Ok(())
+}
+
+/// `dx = conv2d_backward_input(w, dy)` (the transposed convolution), overwriting `dx`; with
+/// `bias` (`c_in` values), `dx += bias` per channel after (a transposed convolution's bias).
+pub fn launch_conv2d_backward_input<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    (w, dy, bias): (&Handle, &Handle, Option<&Handle>),
+    dx: &Handle,
+    geo: ConvGeometry,
+) -> Result<(), LaunchError> {
+    let d = geo.dims()?;
+    if d.lens[0] == 0 {
+        return Ok(());
+    }
+    let b = core::mem::size_of::<F>();
+    let dxb = Buf::new("dx", dx, d.lens[0], b)?;
+    Buf::new("w", w, d.lens[1], b)?;
+    let dyb = Buf::new("dy", dy, d.lens[2], b)?;
+    let bias = bias.map(|h| Buf::new("bias", h, geo.c_in, b)).transpose()?;
+    if geo.groups == 1 && geo.is_pointwise() {
+        // dx[n] = W^T . dy[n] for every batch entry at once.
+        let mut spec = GemmSpec::new(geo.c_in, d.pixels, geo.c_out);
+        spec.trans_a = true;
+        spec.batch = geo.n;
+        spec.strides = (0, d.per_y, d.per_x);
+        launch_gemm::<R, F>(client, w, dy, None, dx, spec)?;
+    } else if d.per_y == 0 {
+        // No output channels or pixels: no tap reads any input pixel.
+        crate::elementwise::launch_fill::<R, F>(client, dx, d.lens[0], 0.0)?;
+    } else {
+        let tile = tile_pixels(d.k_all, d.pixels);
+        let taps = geo.taps(client)?;
+        let col = Buf::new(
+            "col",
+            &client.empty(extent("col bytes", &[d.k_all, tile, b])?),
+            d.k_all * tile,
+            b,
+        )?;
+        let part = Buf::new(
+            "dy tile",
+            &client.empty(extent("dy tile bytes", &[geo.c_out, tile, b])?),
+            geo.c_out * tile,
+            b,
+        )?;
+        for n in 0..geo.n {
+            for p0 in (0..d.pixels).step_by(tile) {
+                let len = tile.min(d.pixels - p0);
+                take_tile::<R, F>(
+                    client,
+                    &dyb,
+                    &part,
+                    (n * d.per_y, d.pixels),
+                    (p0, len),
+                    geo.c_out,
+                )?;
+                let mut spec = GemmSpec::new(d.k, len, d.cg_out);
+                spec.trans_a = true;
+                spec.batch = geo.groups;
+                spec.strides = (d.cg_out * d.k, d.cg_out * len, d.k * len);
+                launch_gemm::<R, F>(client, w, &part.handle(), None, &col.handle(), spec)?;
+                let (count, dim) = grid_1d(client, d.per_x)?;
+                let col = col.prefix(d.k_all * len);
+                let first = u32::from(p0 == 0);
+                // SAFETY: units below `per_x` write `dx[n per_x + j]`, inside the checked
+                // `dx`; each reads `col[r len + p - p0]` with `r < k_all` and
+                // `p0 <= p < p0 + len` (guarded), inside the checked `k_all * len` prefix.
+                unsafe {
+                    col2im_kernel::launch_unchecked::<F, R>(
+                        client,
+                        count,
+                        dim,
+                        col.arg(),
+                        dxb.arg(),
+                        n * d.per_x,
+                        d.per_x,
+                        p0,
+                        len,
+                        first,
+                        taps.arg(),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(bias) = &bias {
+        let (count, dim) = grid_1d(client, d.lens[0])?;
+        // SAFETY: `bias` holds `c_in` values, `dx` its length (checked `Buf`s); the channel
+        // index is `% c_in` (`plane` nonzero: `lens[0]` is).
+        unsafe {
+            channel_bias_kernel::launch_unchecked::<F, R>(
+                client,
+                count,
+                dim,
+                bias.arg(),
+                dxb.arg(),
+                geo.c_in,
+                d.plane,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `dw += conv2d_backward_weight(x, dy)`, accumulated in `dw`'s dtype once per batch entry
+/// and tile (FP32 within each product).
+pub fn launch_conv2d_backward_weight<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    (x, dy): (&Handle, &Handle),
+    dw: &Handle,
+    geo: ConvGeometry,
+) -> Result<(), LaunchError> {
+    let d = geo.dims()?;
+    if d.lens[1] == 0 || d.lens[2] == 0 {
+        return Ok(());
+    }
+    let b = core::mem::size_of::<F>();
+    let xb = Buf::new("x", x, d.lens[0], b)?;
+    Buf::new("dw", dw, d.lens[1], b)?;
+    let dyb = Buf::new("dy", dy, d.lens[2], b)?;
+    let tile = tile_pixels(d.k_all, d.pixels);
+    let taps = geo.taps(client)?;
+    let col = Buf::new(
+        "col",
+        &client.empty(extent("col bytes", &[d.k_all, tile, b])?),
+        d.k_all * tile,
+        b,
+    )?;
+    let part = Buf::new(
+        "dy tile",
+        &client.empty(extent("dy tile bytes", &[geo.c_out, tile, b])?),
+        geo.c_out * tile,
+        b,
+    )?;
+    for n in 0..geo.n {
+        for p0 in (0..d.pixels).step_by(tile) {
+            let len = tile.min(d.pixels - p0);
+            im2col::<R, F>(client, (&xb, &taps), &col, n * d.per_x, (p0, len), d.k_all)?;
+            take_tile::<R, F>(
+                client,
+                &dyb,
+                &part,
+                (n * d.per_y, d.pixels),
+                (p0, len),
+                geo.c_out,
+            )?;
+            let mut spec = GemmSpec::new(d.cg_out, d.k, len);
+            spec.trans_b = true;
+            spec.accumulate = true;
+            spec.batch = geo.groups;
+            spec.strides = (d.cg_out * len, d.k * len, d.cg_out * d.k);
+            launch_gemm::<R, F>(client, &part.handle(), &col.handle(), None, dw, spec)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies pixels `p0..p0 + len` of the `channels` planes (of `pixels` each) of the batch
+/// entry at `base` into the first `channels * len` elements of `dst`.
+fn take_tile<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    src: &Buf,
+    dst: &Buf,
+    (base, pixels): (usize, usize),
+    (p0, len): (usize, usize),
+    channels: usize,
+) -> Result<(), LaunchError> {
+    let dst = dst.prefix(channels * len);
+    let (count, dim) = grid_1d(client, channels * len)?;
+    // SAFETY: `dst` holds `channels * len` values (a checked prefix); each unit reads
+    // `src[base + c pixels + p0 + t]` with `c < channels`, `p0 + t < pixels`, inside the batch
+    // entry at `base` that the caller's checked `src` holds.
+    unsafe {
+        take_tile_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            src.arg(),
+            dst.arg(),
+            base,
+            pixels,
+            p0,
+            len,
+        );
+    }
+    Ok(())
+}
+
+/// `db[c] += sum over the batch and pixels of dy[n, c, :]` (`dy` of `n * c * pixels`
+/// values), summed in FP32.
+pub fn launch_conv2d_backward_bias<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    dy: &Handle,
+    db: &Handle,
+    (n, c, pixels): (usize, usize, usize),
+) -> Result<(), LaunchError> {
+    let len = extent("dy", &[n, c, pixels])?;
+    if len == 0 {
+        return Ok(());
+    }
+    let b = core::mem::size_of::<F>();
+    let dy = Buf::new("dy", dy, len, b)?;
+    let db = Buf::new("db", db, c, b)?;
+    let (count, dim) = row_grid(client, c)?;
+    // SAFETY: one cube per channel below `c`; every index read is below `n c pixels`, the
+    // checked length of `dy`, and `db` holds `c` values.
+    unsafe {
+        bias_grad_kernel::launch_unchecked::<F, R>(
+            client,
+            count,
+            dim,
+            dy.arg(),
+            db.arg(),
+            c,
+            n,
+            pixels,
+        );
+    }
+    Ok(())
+}
+
+/// Every kernel of this file in every specialisation the library can launch, lowered to
+/// CUDA C++ (see `crate::cuda_lowering`).
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
+    let c = l.client.clone();
+    let a = L::array;
+    for_floats!(|F| {
+        l.lower(im2col_kernel::Im2colKernel::<F, Rt>::new(
+            L::settings_1d(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+            a(),
+        ));
+        l.lower(col2im_kernel::Col2imKernel::<F, Rt>::new(
+            L::settings_1d(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+            (),
+            (),
+            a(),
+        ));
+        l.lower(take_tile_kernel::TakeTileKernel::<F, Rt>::new(
+            L::settings_1d(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+            (),
+        ));
+        for has_bias in [false, true] {
+            l.lower(place_tile_kernel::PlaceTileKernel::<F, Rt>::new(
+                L::settings_1d(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                (),
+                (),
+                has_bias,
+            ));
+        }
+        l.lower(channel_bias_kernel::ChannelBiasKernel::<F, Rt>::new(
+            L::settings_1d(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+        ));
+        l.lower(bias_grad_kernel::BiasGradKernel::<F, Rt>::new(
+            L::settings(CubeDim::new_1d(REDUCE_UNITS)),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+        ));
+    });
+}

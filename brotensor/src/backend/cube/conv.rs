@@ -1,0 +1,203 @@
+//! GPU glue of the convolution ops: the geometry in the kernel crate's terms, then the
+//! launches of `brotensor_kernels::conv` (im2col tiles and the tiled GEMM) and
+//! `brotensor_kernels::conv1d`.
+
+use brotensor_kernels::conv::{self as kc, ConvGeometry};
+use brotensor_kernels::conv1d as k1;
+use cubecl::prelude::*;
+
+use super::{float_launch, out_handle, CubeBackend};
+use crate::backend::{Conv2d, ConvOps, PadMode};
+use crate::{Result, Tensor};
+
+/// The kernel crate's geometry of a checked [`Conv2d`].
+fn geometry(conv: &Conv2d) -> ConvGeometry {
+    let s = conv.spec;
+    ConvGeometry {
+        n: conv.x.n,
+        c_in: conv.x.c,
+        h: conv.x.h,
+        w: conv.x.w,
+        c_out: conv.c_out,
+        out: conv.out,
+        kernel: s.kernel,
+        stride: s.stride,
+        padding: s.padding,
+        dilation: s.dilation,
+        groups: s.groups,
+    }
+}
+
+/// The kernel's code of a padding mode.
+fn pad_code(mode: PadMode) -> u32 {
+    match mode {
+        PadMode::Zero => k1::PAD_ZERO,
+        PadMode::Reflect => k1::PAD_REFLECT,
+        PadMode::Replicate => k1::PAD_REPLICATE,
+    }
+}
+
+impl<R: Runtime> ConvOps for CubeBackend<R> {
+    fn conv2d_forward(
+        &self,
+        name: &'static str,
+        conv: &Conv2d,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let (xh, wh, yh) = (out_handle(x), out_handle(w), out_handle(y));
+        let bh = bias.map(out_handle);
+        let geo = geometry(conv);
+        let inputs: Vec<&Tensor> = [x, w].into_iter().chain(bias).collect();
+        self.float_op(name, x.dtype())
+            .inputs(&inputs)
+            .written(&mut [y])
+            .run(
+                |i, o| self.conv2d_forward(name, conv, &i[0], &i[1], i.get(2), &mut o[0]),
+                float_launch!(|F| kc::launch_conv2d_forward::<R, F>(
+                    &self.client,
+                    (&xh, &wh, bh.as_ref()),
+                    &yh,
+                    geo
+                )),
+            )
+    }
+
+    fn conv2d_backward_input(
+        &self,
+        name: &'static str,
+        conv: &Conv2d,
+        w: &Tensor,
+        dy: &Tensor,
+        bias: Option<&Tensor>,
+        dx: &mut Tensor,
+    ) -> Result<()> {
+        let (wh, dyh, dxh) = (out_handle(w), out_handle(dy), out_handle(dx));
+        let bh = bias.map(out_handle);
+        let geo = geometry(conv);
+        let inputs: Vec<&Tensor> = [w, dy].into_iter().chain(bias).collect();
+        self.float_op(name, dy.dtype())
+            .inputs(&inputs)
+            .written(&mut [dx])
+            .run(
+                |i, o| self.conv2d_backward_input(name, conv, &i[0], &i[1], i.get(2), &mut o[0]),
+                float_launch!(|F| kc::launch_conv2d_backward_input::<R, F>(
+                    &self.client,
+                    (&wh, &dyh, bh.as_ref()),
+                    &dxh,
+                    geo
+                )),
+            )
+    }
+
+    fn conv2d_backward_weight(
+        &self,
+        name: &'static str,
+        conv: &Conv2d,
+        x: &Tensor,
+        dy: &Tensor,
+        dw: &mut Tensor,
+    ) -> Result<()> {
+        let (xh, dyh, dwh) = (out_handle(x), out_handle(dy), out_handle(dw));
+        let geo = geometry(conv);
+        self.float_op(name, x.dtype())
+            .inputs(&[x, dy])
+            .updated(&mut [dw])
+            .run(
+                |i, o| self.conv2d_backward_weight(name, conv, &i[0], &i[1], &mut o[0]),
+                float_launch!(|F| kc::launch_conv2d_backward_weight::<R, F>(
+                    &self.client,
+                    (&xh, &dyh),
+                    &dwh,
+                    geo
+                )),
+            )
+    }
+
+    fn conv2d_backward_bias(
+        &self,
+        name: &'static str,
+        sizes: (usize, usize, usize),
+        dy: &Tensor,
+        db: &mut Tensor,
+    ) -> Result<()> {
+        let (dyh, dbh) = (out_handle(dy), out_handle(db));
+        self.float_op(name, dy.dtype())
+            .inputs(&[dy])
+            .updated(&mut [db])
+            .run(
+                |i, o| self.conv2d_backward_bias(name, sizes, &i[0], &mut o[0]),
+                float_launch!(|F| kc::launch_conv2d_backward_bias::<R, F>(
+                    &self.client,
+                    &dyh,
+                    &dbh,
+                    sizes
+                )),
+            )
+    }
+
+    fn pad1d(
+        &self,
+        name: &'static str,
+        sizes: (usize, usize, usize, usize),
+        mode: PadMode,
+        backward: bool,
+        src: &Tensor,
+        dst: &mut Tensor,
+    ) -> Result<()> {
+        let (sh, dh) = (out_handle(src), out_handle(dst));
+        self.float_op(name, src.dtype())
+            .inputs(&[src])
+            .written(&mut [dst])
+            .run(
+                |i, o| self.pad1d(name, sizes, mode, backward, &i[0], &mut o[0]),
+                float_launch!(|F| k1::launch_pad1d::<R, F>(
+                    &self.client,
+                    &sh,
+                    &dh,
+                    sizes,
+                    pad_code(mode),
+                    backward
+                )),
+            )
+    }
+
+    fn causal_conv1d_update(
+        &self,
+        name: &'static str,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        sizes: (usize, usize, usize, usize, usize),
+        state: &mut Tensor,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let (xh, wh, sh, yh) = (
+            out_handle(x),
+            out_handle(w),
+            out_handle(state),
+            out_handle(y),
+        );
+        let bh = bias.map(out_handle);
+        let inputs: Vec<&Tensor> = [x, w].into_iter().chain(bias).collect();
+        self.float_op(name, x.dtype())
+            .inputs(&inputs)
+            .written(&mut [y])
+            .updated(&mut [state])
+            .run(
+                |i, o| {
+                    let (y, state) = o.split_at_mut(1);
+                    let (y, state) = (&mut y[0], &mut state[0]);
+                    self.causal_conv1d_update(name, &i[0], &i[1], i.get(2), sizes, state, y)
+                },
+                float_launch!(|F| k1::launch_causal_conv1d_update::<R, F>(
+                    &self.client,
+                    (&xh, &wh, bh.as_ref()),
+                    (&sh, &yh),
+                    sizes
+                )),
+            )
+    }
+}

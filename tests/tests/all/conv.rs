@@ -1,0 +1,979 @@
+//! The convolution family against float64 loops written here from the definitions (direct
+//! sums over the taps; the transposed convolution from its scatter formula, not as an
+//! adjoint), on every device and float dtype, plus the adjoint identity, the accumulation
+//! rules, zero-size batches and the error cases.
+
+use brotensor::ops::{self, Conv1dSpec, Conv2dSpec, PadMode};
+use brotensor::{Device, Dtype, Error, Tensor};
+use brotensor_tests::{reference_with, Check, Input};
+
+/// One 2-D convolution case: input dims, output channels, spec.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    n: usize,
+    c_in: usize,
+    h: usize,
+    w: usize,
+    c_out: usize,
+    spec: Conv2dSpec,
+}
+
+impl Case {
+    fn out(&self) -> [usize; 2] {
+        let s = &self.spec;
+        let size = |a: usize, i: usize| {
+            (i + 2 * s.padding[a] - s.dilation[a] * (s.kernel[a] - 1) - 1) / s.stride[a] + 1
+        };
+        [size(0, self.h), size(1, self.w)]
+    }
+    fn x_len(&self) -> usize {
+        self.c_in * self.h * self.w
+    }
+    fn y_len(&self) -> usize {
+        let [ho, wo] = self.out();
+        self.c_out * ho * wo
+    }
+    fn w_row(&self) -> usize {
+        self.c_in / self.spec.groups * self.spec.kernel[0] * self.spec.kernel[1]
+    }
+    fn dims(&self) -> (usize, usize, usize, usize) {
+        (self.n, self.c_in, self.h, self.w)
+    }
+
+    /// Calls `f(xi, wi, yi)` for every tap of every output element that reads an input pixel
+    /// inside the image: `y[yi] += x[xi] w[wi]` is the convolution.
+    fn taps(&self, mut f: impl FnMut(usize, usize, usize)) {
+        let s = &self.spec;
+        let [ho, wo] = self.out();
+        let (cg_in, cg_out) = (self.c_in / s.groups, self.c_out / s.groups);
+        for n in 0..self.n {
+            for o in 0..self.c_out {
+                let g = o / cg_out;
+                for oy in 0..ho {
+                    for ox in 0..wo {
+                        let yi = ((n * self.c_out + o) * ho + oy) * wo + ox;
+                        for ci in 0..cg_in {
+                            for ky in 0..s.kernel[0] {
+                                for kx in 0..s.kernel[1] {
+                                    let iy = (oy * s.stride[0] + ky * s.dilation[0]) as isize
+                                        - s.padding[0] as isize;
+                                    let ix = (ox * s.stride[1] + kx * s.dilation[1]) as isize
+                                        - s.padding[1] as isize;
+                                    if iy < 0
+                                        || ix < 0
+                                        || iy >= self.h as isize
+                                        || ix >= self.w as isize
+                                    {
+                                        continue;
+                                    }
+                                    let c = g * cg_in + ci;
+                                    let xi = ((n * self.c_in + c) * self.h + iy as usize) * self.w
+                                        + ix as usize;
+                                    let wi =
+                                        ((o * cg_in + ci) * s.kernel[0] + ky) * s.kernel[1] + kx;
+                                    f(xi, wi, yi);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn forward(&self, x: &[f64], w: &[f64], b: Option<&[f64]>) -> Vec<f64> {
+        let [ho, wo] = self.out();
+        let mut y = vec![0.0; self.n * self.y_len()];
+        if let Some(b) = b {
+            for (i, v) in y.iter_mut().enumerate() {
+                *v = b[(i / (ho * wo)) % self.c_out];
+            }
+        }
+        self.taps(|xi, wi, yi| y[yi] += x[xi] * w[wi]);
+        y
+    }
+
+    fn backward_input(&self, w: &[f64], dy: &[f64]) -> Vec<f64> {
+        let mut dx = vec![0.0; self.n * self.x_len()];
+        self.taps(|xi, wi, yi| dx[xi] += dy[yi] * w[wi]);
+        dx
+    }
+
+    fn backward_weight(&self, x: &[f64], dy: &[f64], dw0: &[f64]) -> Vec<f64> {
+        let mut dw = dw0.to_vec();
+        self.taps(|xi, wi, yi| dw[wi] += x[xi] * dy[yi]);
+        dw
+    }
+}
+
+/// `db0[c] + sum over n and pixels of dy[n, c]`.
+fn bias_grad(dy: &[f64], (n, c, pixels): (usize, usize, usize), db0: &[f64]) -> Vec<f64> {
+    let mut db = db0.to_vec();
+    for b in 0..n {
+        for (ch, d) in db.iter_mut().enumerate() {
+            *d += dy[(b * c + ch) * pixels..][..pixels].iter().sum::<f64>();
+        }
+    }
+    db
+}
+
+fn spec(
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    groups: usize,
+) -> Conv2dSpec {
+    Conv2dSpec {
+        kernel,
+        stride,
+        padding,
+        dilation,
+        groups,
+    }
+}
+
+/// Ragged cases: per-axis stride, padding and dilation with two groups; depthwise; a 1x1
+/// (the batched-product path); a kernel larger than its input, reached through padding.
+fn cases() -> Vec<(&'static str, Case)> {
+    vec![
+        (
+            "grouped ragged",
+            Case {
+                n: 2,
+                c_in: 4,
+                h: 5,
+                w: 6,
+                c_out: 6,
+                spec: spec([3, 2], [2, 1], [1, 0], [1, 2], 2),
+            },
+        ),
+        (
+            "depthwise",
+            Case {
+                n: 1,
+                c_in: 3,
+                h: 4,
+                w: 5,
+                c_out: 3,
+                spec: spec([3, 3], [1, 1], [1, 1], [1, 1], 3),
+            },
+        ),
+        (
+            "1x1",
+            Case {
+                n: 2,
+                c_in: 3,
+                h: 3,
+                w: 4,
+                c_out: 5,
+                spec: spec([1, 1], [1, 1], [0, 0], [1, 1], 1),
+            },
+        ),
+        (
+            "kernel over the input",
+            Case {
+                n: 2,
+                c_in: 2,
+                h: 2,
+                w: 3,
+                c_out: 3,
+                spec: spec([3, 4], [1, 2], [2, 2], [1, 1], 1),
+            },
+        ),
+    ]
+}
+
+#[test]
+fn conv2d_forward_against_float64() {
+    for (name, c) in cases() {
+        let inputs = [
+            Input::new(c.n, c.x_len(), -1.0, 1.0),
+            Input::new(c.c_out, c.w_row(), -1.0, 1.0),
+            Input::new(c.c_out, 1, -1.0, 1.0),
+        ];
+        reference_with(
+            &format!("conv2d_forward {name}"),
+            11,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut y = Tensor::default();
+                ops::conv2d_forward(
+                    &t[0],
+                    &t[1],
+                    Some(&t[2]),
+                    c.dims(),
+                    c.c_out,
+                    &c.spec,
+                    &mut y,
+                )?;
+                Ok(y)
+            },
+            |v| c.forward(&v[0], &v[1], Some(&v[2])),
+        );
+    }
+}
+
+#[test]
+fn conv2d_backward_input_against_float64() {
+    for (name, c) in cases() {
+        let inputs = [
+            Input::new(c.c_out, c.w_row(), -1.0, 1.0),
+            Input::new(c.n, c.y_len(), -1.0, 1.0),
+        ];
+        reference_with(
+            &format!("conv2d_backward_input {name}"),
+            12,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut dx = Tensor::default();
+                ops::conv2d_backward_input(&t[0], &t[1], c.dims(), c.c_out, &c.spec, &mut dx)?;
+                Ok(dx)
+            },
+            |v| c.backward_input(&v[0], &v[1]),
+        );
+    }
+}
+
+#[test]
+fn conv2d_backward_weight_and_bias_accumulate_against_float64() {
+    for (name, c) in cases() {
+        let [ho, wo] = c.out();
+        let inputs = [
+            Input::new(c.n, c.x_len(), -1.0, 1.0),
+            Input::new(c.n, c.y_len(), -1.0, 1.0),
+            // Non-zero starting gradients: the passes add to them.
+            Input::new(c.c_out, c.w_row(), -1.0, 1.0),
+            Input::new(c.c_out, 1, -1.0, 1.0),
+        ];
+        reference_with(
+            &format!("conv2d_backward_weight {name}"),
+            13,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut dw = t[2].try_clone()?;
+                ops::conv2d_backward_weight(&t[0], &t[1], c.dims(), c.c_out, &c.spec, &mut dw)?;
+                Ok(dw)
+            },
+            |v| c.backward_weight(&v[0], &v[1], &v[2]),
+        );
+        reference_with(
+            &format!("conv2d_backward_bias {name}"),
+            14,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut db = t[3].try_clone()?;
+                ops::conv2d_backward_bias(&t[1], (c.n, c.c_out, ho, wo), &mut db)?;
+                Ok(db)
+            },
+            |v| bias_grad(&v[1], (c.n, c.c_out, ho * wo), &v[3]),
+        );
+    }
+}
+
+/// `<conv(x), y> = <x, conv_backward_input(y)>` and `<conv(x), y> = <w, dW(x, y)>` in
+/// float64 for the library's FP32 results on the CPU, and the reference's own passes agree
+/// with each other the same way.
+#[test]
+fn conv2d_passes_are_adjoint() {
+    for (name, c) in cases() {
+        let mut rng = brotensor_tests::SplitMix64::new(5);
+        let x = rng.uniform(c.n * c.x_len(), -1.0, 1.0);
+        let w = rng.uniform(c.c_out * c.w_row(), -1.0, 1.0);
+        let y = rng.uniform(c.n * c.y_len(), -1.0, 1.0);
+        let dot = |a: &[f32], b: &[f32]| -> f64 {
+            a.iter()
+                .zip(b)
+                .map(|(&p, &q)| f64::from(p) * f64::from(q))
+                .sum()
+        };
+        let xt = Tensor::from_slice(&x, c.n, c.x_len()).unwrap();
+        let wt = Tensor::from_slice(&w, c.c_out, c.w_row()).unwrap();
+        let yt = Tensor::from_slice(&y, c.n, c.y_len()).unwrap();
+        let (mut cx, mut aty) = (Tensor::default(), Tensor::default());
+        ops::conv2d_forward(&xt, &wt, None, c.dims(), c.c_out, &c.spec, &mut cx).unwrap();
+        ops::conv2d_backward_input(&wt, &yt, c.dims(), c.c_out, &c.spec, &mut aty).unwrap();
+        let mut dw = Tensor::zeros(c.c_out, c.w_row(), Dtype::F32).unwrap();
+        ops::conv2d_backward_weight(&xt, &yt, c.dims(), c.c_out, &c.spec, &mut dw).unwrap();
+        let (cx, aty, dw) = (
+            cx.to_vec::<f32>().unwrap(),
+            aty.to_vec::<f32>().unwrap(),
+            dw.to_vec::<f32>().unwrap(),
+        );
+        let lhs = dot(&cx, &y);
+        let scale = cx.iter().map(|v| v.abs() as f64).sum::<f64>().max(1.0);
+        for (what, rhs) in [("input", dot(&x, &aty)), ("weight", dot(&w, &dw))] {
+            assert!(
+                (lhs - rhs).abs() <= 1e-5 * scale,
+                "{name}: <conv x, y> = {lhs} but <.., {what} gradient> = {rhs}"
+            );
+        }
+        // The float64 reference passes are adjoint too.
+        let wide = |v: &[f32]| v.iter().map(|&p| f64::from(p)).collect::<Vec<_>>();
+        let (x64, w64, y64) = (wide(&x), wide(&w), wide(&y));
+        let f: f64 = c
+            .forward(&x64, &w64, None)
+            .iter()
+            .zip(&y64)
+            .map(|(a, b)| a * b)
+            .sum();
+        let b: f64 = c
+            .backward_input(&w64, &y64)
+            .iter()
+            .zip(&x64)
+            .map(|(a, b)| a * b)
+            .sum();
+        assert!(
+            (f - b).abs() <= 1e-9 * scale,
+            "{name}: reference adjoint {f} vs {b}"
+        );
+    }
+}
+
+/// A transposed 2-D convolution case: input dims, output channels, spec, output padding.
+struct TCase {
+    n: usize,
+    c_in: usize,
+    h: usize,
+    w: usize,
+    c_out: usize,
+    spec: Conv2dSpec,
+    output_padding: [usize; 2],
+}
+
+impl TCase {
+    fn out(&self) -> [usize; 2] {
+        let s = &self.spec;
+        let size = |a: usize, i: usize| {
+            (i - 1) * s.stride[a] + s.dilation[a] * (s.kernel[a] - 1) + self.output_padding[a] + 1
+                - 2 * s.padding[a]
+        };
+        [size(0, self.h), size(1, self.w)]
+    }
+    fn w_row(&self) -> usize {
+        self.c_out / self.spec.groups * self.spec.kernel[0] * self.spec.kernel[1]
+    }
+    fn y_len(&self) -> usize {
+        let [ho, wo] = self.out();
+        self.c_out * ho * wo
+    }
+    fn dims(&self) -> (usize, usize, usize, usize) {
+        (self.n, self.c_in, self.h, self.w)
+    }
+
+    /// The C++ scatter: `x[n, ci, i, j]` adds `x w[ci, o_local, ky, kx]` into output pixel
+    /// `(i s - p + ky d, j s - p + kx d)` of channel `g C_out/groups + o_local`, where
+    /// inside the output; `f(xi, wi, yi)` for each such term.
+    fn scatter(&self, mut f: impl FnMut(usize, usize, usize)) {
+        let s = &self.spec;
+        let [ho, wo] = self.out();
+        let (cg_in, cg_out) = (self.c_in / s.groups, self.c_out / s.groups);
+        for n in 0..self.n {
+            for ci in 0..self.c_in {
+                let g = ci / cg_in;
+                for i in 0..self.h {
+                    for j in 0..self.w {
+                        let xi = ((n * self.c_in + ci) * self.h + i) * self.w + j;
+                        for ol in 0..cg_out {
+                            for ky in 0..s.kernel[0] {
+                                for kx in 0..s.kernel[1] {
+                                    let oy = (i * s.stride[0] + ky * s.dilation[0]) as isize
+                                        - s.padding[0] as isize;
+                                    let ox = (j * s.stride[1] + kx * s.dilation[1]) as isize
+                                        - s.padding[1] as isize;
+                                    if oy < 0 || ox < 0 || oy >= ho as isize || ox >= wo as isize {
+                                        continue;
+                                    }
+                                    let o = g * cg_out + ol;
+                                    let yi = ((n * self.c_out + o) * ho + oy as usize) * wo
+                                        + ox as usize;
+                                    let wi =
+                                        ((ci * cg_out + ol) * s.kernel[0] + ky) * s.kernel[1] + kx;
+                                    f(xi, wi, yi);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn transposed_cases() -> Vec<(&'static str, TCase)> {
+    vec![
+        (
+            "grouped strided",
+            TCase {
+                n: 2,
+                c_in: 4,
+                h: 3,
+                w: 2,
+                c_out: 6,
+                spec: spec([3, 2], [2, 2], [1, 0], [1, 1], 2),
+                output_padding: [1, 1],
+            },
+        ),
+        (
+            // output_padding >= stride, allowed below the dilation (as torch).
+            "output padding below the dilation",
+            TCase {
+                n: 1,
+                c_in: 2,
+                h: 3,
+                w: 4,
+                c_out: 3,
+                spec: spec([2, 2], [1, 1], [0, 1], [3, 2], 1),
+                output_padding: [2, 1],
+            },
+        ),
+    ]
+}
+
+#[test]
+fn conv_transpose2d_passes_against_float64() {
+    for (name, c) in transposed_cases() {
+        let [ho, wo] = c.out();
+        let x_len = c.c_in * c.h * c.w;
+        let inputs = [
+            Input::new(c.n, x_len, -1.0, 1.0),
+            Input::new(c.c_in, c.w_row(), -1.0, 1.0),
+            Input::new(c.c_out, 1, -1.0, 1.0),
+            Input::new(c.n, c.y_len(), -1.0, 1.0),
+            Input::new(c.c_in, c.w_row(), -1.0, 1.0),
+        ];
+        let op = c.output_padding;
+        reference_with(
+            &format!("conv_transpose2d_forward {name}"),
+            21,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut y = Tensor::default();
+                ops::conv_transpose2d_forward(
+                    &t[0],
+                    &t[1],
+                    Some(&t[2]),
+                    c.dims(),
+                    c.c_out,
+                    &c.spec,
+                    op,
+                    &mut y,
+                )?;
+                Ok(y)
+            },
+            |v| {
+                let mut y: Vec<f64> = (0..c.n * c.y_len())
+                    .map(|i| v[2][(i / (ho * wo)) % c.c_out])
+                    .collect();
+                c.scatter(|xi, wi, yi| y[yi] += v[0][xi] * v[1][wi]);
+                y
+            },
+        );
+        reference_with(
+            &format!("conv_transpose2d_backward_input {name}"),
+            22,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut dx = Tensor::default();
+                ops::conv_transpose2d_backward_input(
+                    &t[1],
+                    &t[3],
+                    c.dims(),
+                    c.c_out,
+                    &c.spec,
+                    op,
+                    &mut dx,
+                )?;
+                Ok(dx)
+            },
+            |v| {
+                let mut dx = vec![0.0; c.n * x_len];
+                c.scatter(|xi, wi, yi| dx[xi] += v[3][yi] * v[1][wi]);
+                dx
+            },
+        );
+        reference_with(
+            &format!("conv_transpose2d_backward_weight {name}"),
+            23,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut dw = t[4].try_clone()?;
+                ops::conv_transpose2d_backward_weight(
+                    &t[0],
+                    &t[3],
+                    c.dims(),
+                    c.c_out,
+                    &c.spec,
+                    op,
+                    &mut dw,
+                )?;
+                Ok(dw)
+            },
+            |v| {
+                let mut dw = v[4].clone();
+                c.scatter(|xi, wi, yi| dw[wi] += v[0][xi] * v[3][yi]);
+                dw
+            },
+        );
+        reference_with(
+            &format!("conv_transpose2d_backward_bias {name}"),
+            24,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut db = t[2].try_clone()?;
+                ops::conv_transpose2d_backward_bias(&t[3], (c.n, c.c_out, ho, wo), &mut db)?;
+                Ok(db)
+            },
+            |v| bias_grad(&v[3], (c.n, c.c_out, ho * wo), &v[2]),
+        );
+    }
+}
+
+/// The 1-D forms are the 2-D ones with one row: each against the 2-D float64 reference of
+/// that case, and `conv_transpose1d` against its scatter formula.
+#[test]
+fn conv1d_family_against_float64() {
+    let (n, c_in, l, c_out) = (2, 4, 9, 6);
+    let s1 = Conv1dSpec {
+        kernel: [3],
+        stride: [2],
+        padding: [2],
+        dilation: [2],
+        groups: 2,
+    };
+    let c = Case {
+        n,
+        c_in,
+        h: 1,
+        w: l,
+        c_out,
+        spec: spec([1, 3], [1, 2], [0, 2], [1, 2], 2),
+    };
+    let l_out = c.out()[1];
+    let inputs = [
+        Input::new(n, c_in * l, -1.0, 1.0),
+        Input::new(c_out, c.w_row(), -1.0, 1.0),
+        Input::new(c_out, 1, -1.0, 1.0),
+        Input::new(n, c_out * l_out, -1.0, 1.0),
+        Input::new(c_out, c.w_row(), -1.0, 1.0),
+    ];
+    let dims = (n, c_in, l);
+    reference_with(
+        "conv1d_forward",
+        31,
+        &inputs,
+        Check::default(),
+        |t| {
+            let mut y = Tensor::default();
+            ops::conv1d_forward(&t[0], &t[1], Some(&t[2]), dims, c_out, &s1, &mut y)?;
+            Ok(y)
+        },
+        |v| c.forward(&v[0], &v[1], Some(&v[2])),
+    );
+    reference_with(
+        "conv1d_backward_input",
+        32,
+        &inputs,
+        Check::default(),
+        |t| {
+            let mut dx = Tensor::default();
+            ops::conv1d_backward_input(&t[1], &t[3], dims, c_out, &s1, &mut dx)?;
+            Ok(dx)
+        },
+        |v| c.backward_input(&v[1], &v[3]),
+    );
+    reference_with(
+        "conv1d_backward_weight",
+        33,
+        &inputs,
+        Check::default(),
+        |t| {
+            let mut dw = t[4].try_clone()?;
+            ops::conv1d_backward_weight(&t[0], &t[3], dims, c_out, &s1, &mut dw)?;
+            Ok(dw)
+        },
+        |v| c.backward_weight(&v[0], &v[3], &v[4]),
+    );
+    reference_with(
+        "conv1d_backward_bias",
+        34,
+        &inputs,
+        Check::default(),
+        |t| {
+            let mut db = t[2].try_clone()?;
+            ops::conv1d_backward_bias(&t[3], (n, c_out, l_out), &mut db)?;
+            Ok(db)
+        },
+        |v| bias_grad(&v[3], (n, c_out, l_out), &v[2]),
+    );
+
+    // conv_transpose1d: l_out = l stride - padding + kl dilation, scattered.
+    let t = TCase {
+        n,
+        c_in,
+        h: 1,
+        w: l,
+        c_out,
+        spec: spec([1, 3], [1, 2], [0, 2], [1, 2], 2),
+        output_padding: [0, 1],
+    };
+    let lt = t.out()[1];
+    let tin = [
+        Input::new(n, c_in * l, -1.0, 1.0),
+        Input::new(c_in, t.w_row(), -1.0, 1.0),
+        Input::new(c_out, 1, -1.0, 1.0),
+        Input::new(n, c_out * lt, -1.0, 1.0),
+        Input::new(c_in, t.w_row(), -1.0, 1.0),
+    ];
+    reference_with(
+        "conv_transpose1d_forward",
+        35,
+        &tin,
+        Check::default(),
+        |v| {
+            let mut y = Tensor::default();
+            ops::conv_transpose1d_forward(&v[0], &v[1], Some(&v[2]), dims, c_out, &s1, 1, &mut y)?;
+            Ok(y)
+        },
+        |v| {
+            let mut y: Vec<f64> = (0..n * c_out * lt)
+                .map(|i| v[2][(i / lt) % c_out])
+                .collect();
+            t.scatter(|xi, wi, yi| y[yi] += v[0][xi] * v[1][wi]);
+            y
+        },
+    );
+    reference_with(
+        "conv_transpose1d_backward_input",
+        36,
+        &tin,
+        Check::default(),
+        |v| {
+            let mut dx = Tensor::default();
+            ops::conv_transpose1d_backward_input(&v[1], &v[3], dims, c_out, &s1, 1, &mut dx)?;
+            Ok(dx)
+        },
+        |v| {
+            let mut dx = vec![0.0; n * c_in * l];
+            t.scatter(|xi, wi, yi| dx[xi] += v[3][yi] * v[1][wi]);
+            dx
+        },
+    );
+    reference_with(
+        "conv_transpose1d_backward_weight",
+        37,
+        &tin,
+        Check::default(),
+        |v| {
+            let mut dw = v[4].try_clone()?;
+            ops::conv_transpose1d_backward_weight(&v[0], &v[3], dims, c_out, &s1, 1, &mut dw)?;
+            Ok(dw)
+        },
+        |v| {
+            let mut dw = v[4].clone();
+            t.scatter(|xi, wi, yi| dw[wi] += v[0][xi] * v[3][yi]);
+            dw
+        },
+    );
+    reference_with(
+        "conv_transpose1d_backward_bias",
+        38,
+        &tin,
+        Check::default(),
+        |v| {
+            let mut db = v[2].try_clone()?;
+            ops::conv_transpose1d_backward_bias(&v[3], (n, c_out, lt), &mut db)?;
+            Ok(db)
+        },
+        |v| bias_grad(&v[3], (n, c_out, lt), &v[2]),
+    );
+}
+
+/// The padded sample `j` of a row of `len` padded by `left` reads, or `None` for a zero:
+/// written from the mode definitions.
+fn pad_source(mode: PadMode, j: isize, len: isize) -> Option<usize> {
+    let i = match mode {
+        PadMode::Zero => j,
+        PadMode::Reflect if j < 0 => -j,
+        PadMode::Reflect if j >= len => 2 * (len - 1) - j,
+        PadMode::Reflect => j,
+        PadMode::Replicate => j.clamp(0, len - 1),
+    };
+    (0..len).contains(&i).then_some(i as usize)
+}
+
+#[test]
+fn pad1d_forward_and_backward_against_float64() {
+    let (n, c, l) = (2, 3, 5);
+    for (mode, (left, right)) in [
+        (PadMode::Zero, (3, 1)),
+        (PadMode::Reflect, (4, 2)),
+        (PadMode::Replicate, (3, 4)),
+    ] {
+        let out_len = l + left + right;
+        let inputs = [
+            Input::new(n, c * l, -1.0, 1.0),
+            Input::new(n, c * out_len, -1.0, 1.0),
+        ];
+        let dims = (n, c, l);
+        reference_with(
+            &format!("pad1d_forward {mode:?}"),
+            41,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut y = Tensor::default();
+                ops::pad1d_forward(&t[0], dims, (left, right), mode, &mut y)?;
+                Ok(y)
+            },
+            |v| {
+                (0..n * c * out_len)
+                    .map(|i| {
+                        let (r, j) = (i / out_len, i % out_len);
+                        pad_source(mode, j as isize - left as isize, l as isize)
+                            .map_or(0.0, |s| v[0][r * l + s])
+                    })
+                    .collect()
+            },
+        );
+        reference_with(
+            &format!("pad1d_backward {mode:?}"),
+            42,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut dx = Tensor::default();
+                ops::pad1d_backward(&t[1], dims, (left, right), mode, &mut dx)?;
+                Ok(dx)
+            },
+            |v| {
+                let mut dx = vec![0.0; n * c * l];
+                for r in 0..n * c {
+                    for j in 0..out_len {
+                        if let Some(s) = pad_source(mode, j as isize - left as isize, l as isize) {
+                            dx[r * l + s] += v[1][r * out_len + j];
+                        }
+                    }
+                }
+                dx
+            },
+        );
+    }
+}
+
+/// Two streaming steps against one causal convolution over the concatenated input (zero
+/// history), computed in float64 here; the state after the steps is checked too.
+#[test]
+fn causal_conv1d_update_against_float64() {
+    let (n, c, k, dil) = (2, 3, 3, 2);
+    let s = (k - 1) * dil;
+    let steps = [4usize, 1];
+    let total: usize = steps.iter().sum();
+    let inputs = [
+        Input::new(n, c * total, -1.0, 1.0),
+        Input::new(c, k, -1.0, 1.0),
+        Input::new(c, 1, -1.0, 1.0),
+    ];
+    // Output: the two steps' outputs then the final state, row (n, c) by row.
+    let want = |v: &[Vec<f64>]| -> Vec<f64> {
+        let mut out = Vec::new();
+        let mut states = Vec::new();
+        for r in 0..n * c {
+            let ch = r % c;
+            let sig = |t: isize| {
+                if t < 0 {
+                    0.0
+                } else {
+                    v[0][r * total + t as usize]
+                }
+            };
+            for t in 0..total as isize {
+                let mut acc = v[2][ch];
+                for kl in 0..k {
+                    acc += v[1][ch * k + kl] * sig(t - ((k - 1 - kl) * dil) as isize);
+                }
+                out.push(acc);
+            }
+            states.extend((0..s).map(|i| sig((total - s + i) as isize)));
+        }
+        // Reorder to the test's layout: step 1 (rows of 4), step 2 (rows of 1), state.
+        let mut y = Vec::new();
+        let mut first = 0;
+        for &len in &steps {
+            for r in 0..n * c {
+                y.extend_from_slice(&out[r * total + first..][..len]);
+            }
+            first += len;
+        }
+        y.extend(states);
+        y
+    };
+    reference_with(
+        "causal_conv1d_update",
+        51,
+        &inputs,
+        Check::default(),
+        |t| {
+            let dev = t[0].device();
+            let dtype = t[0].dtype();
+            let mut state = Tensor::zeros_on(dev, n, c * s, Dtype::F32)?.to_dtype(dtype)?;
+            let host = t[0].to_dtype(Dtype::F32)?.to_vec::<f32>()?;
+            let mut parts = Vec::new();
+            let mut first = 0;
+            for &len in &steps {
+                let chunk: Vec<f32> = (0..n * c)
+                    .flat_map(|r| host[r * total + first..][..len].to_vec())
+                    .collect();
+                let xs = Tensor::from_slice_on(dev, &chunk, n, c * len)?.to_dtype(dtype)?;
+                let mut y = Tensor::default();
+                ops::causal_conv1d_update(
+                    &xs,
+                    &t[1],
+                    Some(&t[2]),
+                    (n, c, len),
+                    k,
+                    dil,
+                    &mut state,
+                    &mut y,
+                )?;
+                parts.extend(y.to_dtype(Dtype::F32)?.to_vec::<f32>()?);
+                first += len;
+            }
+            parts.extend(state.to_dtype(Dtype::F32)?.to_vec::<f32>()?);
+            Tensor::from_slice_on(dev, &parts, 1, parts.len())?.to_dtype(dtype)
+        },
+        want,
+    );
+}
+
+#[test]
+fn zero_size_batches_give_empty_outputs_and_leave_gradients() {
+    for dev in std::iter::once(Device::Cpu).chain(brotensor_tests::gpu_devices()) {
+        let c = spec([3, 3], [1, 1], [1, 1], [1, 1], 1);
+        let x = Tensor::zeros_on(dev, 0, 2 * 4 * 4, Dtype::F32).unwrap();
+        let w = Tensor::from_slice_on(dev, &[0.5f32; 3 * 18], 3, 18).unwrap();
+        let mut y = Tensor::default();
+        ops::conv2d_forward(&x, &w, None, (0, 2, 4, 4), 3, &c, &mut y).unwrap();
+        assert_eq!(y.dims(), [0, 3 * 16], "{dev}");
+        let mut dw = Tensor::from_slice_on(dev, &[1.5f32; 3 * 18], 3, 18).unwrap();
+        ops::conv2d_backward_weight(&x, &y, (0, 2, 4, 4), 3, &c, &mut dw).unwrap();
+        assert!(
+            dw.to_vec::<f32>().unwrap().iter().all(|&v| v == 1.5),
+            "{dev}: dw kept"
+        );
+        let mut dx = Tensor::default();
+        ops::conv2d_backward_input(&w, &y, (0, 2, 4, 4), 3, &c, &mut dx).unwrap();
+        assert_eq!(dx.dims(), [0, 32], "{dev}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_errors_naming_the_operand() {
+    let x = Tensor::zeros(1, 3 * 5 * 5, Dtype::F32).unwrap();
+    let w = Tensor::zeros(4, 3 * 9, Dtype::F32).unwrap();
+    let mut y = Tensor::default();
+    let s = spec([3, 3], [1, 1], [0, 0], [1, 1], 1);
+    let msg = |e: &Error| e.to_string();
+    // Channels not divisible by groups.
+    let e = ops::conv2d_forward(
+        &x,
+        &w,
+        None,
+        (1, 3, 5, 5),
+        4,
+        &Conv2dSpec { groups: 2, ..s },
+        &mut y,
+    )
+    .unwrap_err();
+    assert!(msg(&e).contains("groups = 2 must divide"), "groups");
+    // An output size below 1.
+    let e = ops::conv2d_forward(&x, &w, None, (1, 3, 2, 2), 4, &s, &mut y).unwrap_err();
+    assert!(msg(&e).contains("conv2d_forward"), "output size");
+    // A weight of the wrong shape.
+    let bad_w = Tensor::zeros(4, 3 * 8, Dtype::F32).unwrap();
+    let e = ops::conv2d_forward(&x, &bad_w, None, (1, 3, 5, 5), 4, &s, &mut y).unwrap_err();
+    assert!(
+        msg(&e).contains("`w` must be shaped (4, 27)"),
+        "weight shape: {}",
+        msg(&e)
+    );
+    // An input that does not match its dims.
+    let e = ops::conv2d_forward(&x, &w, None, (1, 3, 5, 4), 4, &s, &mut y).unwrap_err();
+    assert!(msg(&e).contains("`x` must be shaped"), "input shape");
+    // A bias of the wrong length.
+    let b = Tensor::zeros(3, 1, Dtype::F32).unwrap();
+    let e = ops::conv2d_forward(&x, &w, Some(&b), (1, 3, 5, 5), 4, &s, &mut y).unwrap_err();
+    assert!(msg(&e).contains("`bias` must hold C_out = 4"), "bias");
+    // Output padding not below the stride or the dilation.
+    let tw = Tensor::zeros(3, 4 * 9, Dtype::F32).unwrap();
+    let e = ops::conv_transpose2d_forward(&x, &tw, None, (1, 3, 5, 5), 4, &s, [1, 0], &mut y)
+        .unwrap_err();
+    assert!(
+        msg(&e).contains("output_padding 1 must be smaller"),
+        "output padding"
+    );
+    // A reflect pad not below the length.
+    let sig = Tensor::zeros(2, 3 * 4, Dtype::F32).unwrap();
+    let e = ops::pad1d_forward(&sig, (2, 3, 4), (4, 0), PadMode::Reflect, &mut y).unwrap_err();
+    assert!(
+        msg(&e).contains("reflect padding needs each pad below the length"),
+        "reflect"
+    );
+    // An accumulated gradient that is not pre-sized.
+    let dy = Tensor::zeros(1, 4 * 9, Dtype::F32).unwrap();
+    let mut dw = Tensor::default();
+    let e = ops::conv2d_backward_weight(&x, &dy, (1, 3, 5, 5), 4, &s, &mut dw).unwrap_err();
+    assert!(msg(&e).contains("`dw` must be pre-sized to 108"), "dw");
+    // A state of the wrong size.
+    let xs = Tensor::zeros(2, 3, Dtype::F32).unwrap();
+    let kw = Tensor::zeros(3, 4, Dtype::F32).unwrap();
+    let mut state = Tensor::zeros(2, 3 * 2, Dtype::F32).unwrap();
+    let e =
+        ops::causal_conv1d_update(&xs, &kw, None, (2, 3, 1), 4, 1, &mut state, &mut y).unwrap_err();
+    assert!(msg(&e).contains("`state` must be pre-sized to 18"), "state");
+}
+
+/// The methods take and give N-D tensors and check the kernel against the spec.
+#[test]
+fn methods_give_nd_outputs() {
+    let x = Tensor::from_slice_nd(&[1.0f32; 2 * 3 * 4 * 4], &[2, 3, 4, 4]).unwrap();
+    let w = Tensor::from_slice_nd(&[0.5f32; 5 * 3 * 9], &[5, 3, 3, 3]).unwrap();
+    let s = spec([3, 3], [1, 1], [1, 1], [1, 1], 1);
+    let y = x.conv2d(&w, None, &s).unwrap();
+    assert_eq!(y.dims(), [2, 5, 4, 4]);
+    // A centre pixel sees all 27 taps of ones times 0.5; a corner 12 of them.
+    let v = y.to_vec::<f32>().unwrap();
+    assert_eq!((v[5], v[0]), (13.5, 6.0));
+    assert!(x
+        .conv2d(&w, None, &spec([3, 2], [1, 1], [1, 1], [1, 1], 1))
+        .is_err());
+    let tw = Tensor::from_slice_nd(&[1.0f32; 3 * 2 * 4], &[3, 2, 2, 2]).unwrap();
+    let t = x
+        .conv_transpose2d(&tw, None, &spec([2, 2], [2, 2], [0, 0], [1, 1], 1), [0, 0])
+        .unwrap();
+    assert_eq!(t.dims(), [2, 2, 8, 8]);
+    assert!(
+        t.to_vec::<f32>().unwrap().iter().all(|&v| v == 3.0),
+        "each output gets 3 channels of one tap"
+    );
+    let sig = Tensor::from_slice_nd(&[1.0f32; 2 * 3 * 7], &[2, 3, 7]).unwrap();
+    let w1 = Tensor::from_slice_nd(&[1.0f32; 4 * 3 * 3], &[4, 3, 3]).unwrap();
+    let s1 = Conv1dSpec {
+        kernel: [3],
+        stride: [1],
+        padding: [0],
+        dilation: [1],
+        groups: 1,
+    };
+    let y1 = sig.conv1d(&w1, None, &s1).unwrap();
+    assert_eq!(y1.dims(), [2, 4, 5]);
+    assert!(y1.to_vec::<f32>().unwrap().iter().all(|&v| v == 9.0));
+}
