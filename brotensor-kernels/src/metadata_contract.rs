@@ -31,6 +31,10 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     ("kind", "GGUF block type selector of the quantized decoders"),
     (
+        "mode",
+        "padding mode selector, zero / reflect / replicate (conv1d.rs pad1d)",
+    ),
+    (
         "op",
         "reduction selector (sum, prod, max, min) of algebra/reduce.rs",
     ),

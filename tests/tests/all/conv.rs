@@ -932,6 +932,14 @@ fn bad_arguments_are_errors_naming_the_operand() {
     let mut dw = Tensor::default();
     let e = ops::conv2d_backward_weight(&x, &dy, (1, 3, 5, 5), 4, &s, &mut dw).unwrap_err();
     assert!(msg(&e).contains("`dw` must be pre-sized to 108"), "dw");
+    // Sizes whose products overflow.
+    for dims in [(usize::MAX, 3, 5, 5), (1, 3, usize::MAX, 2), (1, 3, 1 << 40, 1 << 40)] {
+        let e = ops::conv2d_forward(&x, &w, None, dims, 4, &s, &mut y).unwrap_err();
+        assert!(matches!(e, Error::Shape { .. }), "{dims:?}: {e}");
+    }
+    let e = ops::pad1d_forward(&sig, (2, 3, 4), (usize::MAX, 1), PadMode::Zero, &mut y)
+        .unwrap_err();
+    assert!(matches!(e, Error::Shape { .. }), "pad overflow: {e}");
     // A state of the wrong size.
     let xs = Tensor::zeros(2, 3, Dtype::F32).unwrap();
     let kw = Tensor::zeros(3, 4, Dtype::F32).unwrap();
