@@ -12,6 +12,7 @@ pub mod cast;
 pub mod concat;
 pub mod conv;
 pub mod conv1d;
+pub mod conv3d;
 pub mod elementwise;
 pub mod embedding;
 pub mod flash;

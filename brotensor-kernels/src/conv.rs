@@ -1,4 +1,4 @@
-//! 2-D convolution over NCHW rows, forward and backward, as im2col tiles and the tiled GEMM
+//! 2-D (and 3-D) convolution over NCHW (NCDHW) rows, forward and backward, as im2col tiles and the tiled GEMM
 //! ([`crate::matmul::launch_gemm`], tensor cores where the device has them), plus the
 //! 1-D padding and the streaming causal step of the conv1d family.
 //!
@@ -27,32 +27,31 @@ use crate::primitives::{cube_sum, row_grid, REDUCE_UNITS};
 /// The most elements of gathered patches one tile holds (64 MiB in FP32).
 pub const COL_BUDGET: usize = 1 << 24;
 
-/// The sizes of one 2-D convolution, all nonzero but the batch (the caller checked them and
-/// their products): input `(n, c_in, h, w)`, `c_out` channels of `out` pixels, and the
-/// kernel, stride, padding and dilation per axis (height, width).
+/// The sizes of one convolution over up to three spatial axes (depth, height, width; a 2-D
+/// convolution has a depth of 1 with a one-deep kernel), all nonzero but the batch and the
+/// channels (the caller checked them and their products): input `(n, c_in, D, H, W)`,
+/// `c_out` channels of `out` voxels, and the kernel, stride, padding and dilation per axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvGeometry {
     /// Batch entries.
     pub n: usize,
     /// Input channels.
     pub c_in: usize,
-    /// Input height and width.
-    pub h: usize,
-    /// Input width.
-    pub w: usize,
+    /// Input depth, height and width.
+    pub input: [usize; 3],
     /// Output channels.
     pub c_out: usize,
-    /// Output height and width (at most what the spec gives: a transposed convolution
-    /// may use fewer).
-    pub out: [usize; 2],
-    /// Kernel height and width.
-    pub kernel: [usize; 2],
+    /// Output depth, height and width (at most what the spec gives: a transposed
+    /// convolution may use fewer).
+    pub out: [usize; 3],
+    /// Kernel depth, height and width.
+    pub kernel: [usize; 3],
     /// Stride per axis.
-    pub stride: [usize; 2],
+    pub stride: [usize; 3],
     /// Zero padding per axis.
-    pub padding: [usize; 2],
+    pub padding: [usize; 3],
     /// Dilation per axis.
-    pub dilation: [usize; 2],
+    pub dilation: [usize; 3],
     /// Channel groups.
     pub groups: usize,
 }
@@ -78,25 +77,26 @@ impl ConvGeometry {
     fn dims(&self) -> Result<Dims, LaunchError> {
         check_divisors(&[
             ("groups", self.groups),
-            ("kernel height", self.kernel[0]),
-            ("kernel width", self.kernel[1]),
-            ("stride height", self.stride[0]),
-            ("stride width", self.stride[1]),
-            ("dilation height", self.dilation[0]),
-            ("dilation width", self.dilation[1]),
+            ("kernel depth", self.kernel[0]),
+            ("kernel height", self.kernel[1]),
+            ("kernel width", self.kernel[2]),
+            ("stride depth", self.stride[0]),
+            ("stride height", self.stride[1]),
+            ("stride width", self.stride[2]),
+            ("dilation depth", self.dilation[0]),
+            ("dilation height", self.dilation[1]),
+            ("dilation width", self.dilation[2]),
         ])?;
         if !self.c_in.is_multiple_of(self.groups) || !self.c_out.is_multiple_of(self.groups) {
             return Err(LaunchError::Invalid {
                 what: "groups must divide both channel counts",
             });
         }
-        let plane = extent("H*W", &[self.h, self.w])?;
-        let pixels = extent("H_out*W_out", &[self.out[0], self.out[1]])?;
+        let plane = extent("D*H*W", &self.input)?;
+        let pixels = extent("D_out*H_out*W_out", &self.out)?;
         let (cg_in, cg_out) = (self.c_in / self.groups, self.c_out / self.groups);
-        let k = extent(
-            "C_in/groups*kH*kW",
-            &[cg_in, self.kernel[0], self.kernel[1]],
-        )?;
+        let [kd, kh, kw] = self.kernel;
+        let k = extent("C_in/groups*kD*kH*kW", &[cg_in, kd, kh, kw])?;
         let per_x = extent("C_in*H*W", &[self.c_in, plane])?;
         let per_y = extent("C_out*H_out*W_out", &[self.c_out, pixels])?;
         let lens = [
@@ -127,10 +127,10 @@ impl ConvGeometry {
     /// Whether the output grid is the input grid read one pixel per tap (1x1, stride 1, no
     /// padding, as many output pixels as input ones).
     fn is_pointwise(&self) -> bool {
-        self.kernel == [1, 1]
-            && self.stride == [1, 1]
-            && self.padding == [0, 0]
-            && self.out == [self.h, self.w]
+        self.kernel == [1, 1, 1]
+            && self.stride == [1, 1, 1]
+            && self.padding == [0, 0, 0]
+            && self.out == self.input
     }
 }
 
@@ -142,42 +142,48 @@ fn tile_pixels(k_all: usize, pixels: usize) -> usize {
 }
 
 impl ConvGeometry {
-    /// The geometry words the gather kernels read ([`Taps`]): `[H, W, W_out, H_out, kH, kW,
-    /// sH, sW, pH, pW, dH, dW]`, each checked to fit in 32 bits.
+    /// The geometry words the gather kernels read ([`Taps`]): the input, output and kernel
+    /// sizes, strides, paddings and dilations, each `[depth, height, width]`, each checked to
+    /// fit in 32 bits.
     fn taps<R: Runtime>(&self, client: &ComputeClient<R>) -> Result<Buf, LaunchError> {
-        let words = [
-            ("H", self.h),
-            ("W", self.w),
-            ("W_out", self.out[1]),
-            ("H_out", self.out[0]),
-            ("kH", self.kernel[0]),
-            ("kW", self.kernel[1]),
-            ("stride height", self.stride[0]),
-            ("stride width", self.stride[1]),
-            ("padding height", self.padding[0]),
-            ("padding width", self.padding[1]),
-            ("dilation height", self.dilation[0]),
-            ("dilation width", self.dilation[1]),
+        let groups = [
+            ("input size", self.input),
+            ("output size", self.out),
+            ("kernel size", self.kernel),
+            ("stride", self.stride),
+            ("padding", self.padding),
+            ("dilation", self.dilation),
         ];
-        check_u32(&words)?;
-        let words: Vec<u32> = words.iter().map(|&(_, v)| v as u32).collect();
+        let named: Vec<(&'static str, usize)> = groups
+            .iter()
+            .flat_map(|&(what, v)| v.map(|x| (what, x)))
+            .collect();
+        check_u32(&named)?;
+        let words: Vec<u32> = named.iter().map(|&(_, v)| v as u32).collect();
         Ok(Buf::upload(client, &words))
     }
 }
 
-/// The geometry of [`ConvGeometry::taps`], read from its words.
+/// The geometry of [`ConvGeometry::taps`], read from its words: per axis (depth `z`, height
+/// `y`, width `x`) the input size, output size, kernel, stride, padding and dilation.
 #[derive(CubeType)]
 struct Taps {
+    d: usize,
     h: usize,
     w: usize,
-    wo: usize,
-    ho: usize,
+    od: usize,
+    oh: usize,
+    ow: usize,
+    kd: usize,
     kh: usize,
     kw: usize,
+    sd: usize,
     sh: usize,
     sw: usize,
+    pd: usize,
     ph: usize,
     pw: usize,
+    dd: usize,
     dh: usize,
     dw: usize,
 }
@@ -185,24 +191,56 @@ struct Taps {
 #[cube]
 fn read_taps(g: &Array<u32>) -> Taps {
     Taps {
-        h: usize::cast_from(g[0]),
-        w: usize::cast_from(g[1]),
-        wo: usize::cast_from(g[2]),
-        ho: usize::cast_from(g[3]),
-        kh: usize::cast_from(g[4]),
-        kw: usize::cast_from(g[5]),
-        sh: usize::cast_from(g[6]),
-        sw: usize::cast_from(g[7]),
-        ph: usize::cast_from(g[8]),
-        pw: usize::cast_from(g[9]),
-        dh: usize::cast_from(g[10]),
-        dw: usize::cast_from(g[11]),
+        d: usize::cast_from(g[0]),
+        h: usize::cast_from(g[1]),
+        w: usize::cast_from(g[2]),
+        od: usize::cast_from(g[3]),
+        oh: usize::cast_from(g[4]),
+        ow: usize::cast_from(g[5]),
+        kd: usize::cast_from(g[6]),
+        kh: usize::cast_from(g[7]),
+        kw: usize::cast_from(g[8]),
+        sd: usize::cast_from(g[9]),
+        sh: usize::cast_from(g[10]),
+        sw: usize::cast_from(g[11]),
+        pd: usize::cast_from(g[12]),
+        ph: usize::cast_from(g[13]),
+        pw: usize::cast_from(g[14]),
+        dd: usize::cast_from(g[15]),
+        dh: usize::cast_from(g[16]),
+        dw: usize::cast_from(g[17]),
     }
 }
 
-/// `col[r, t]` (`r = (ci kH + ky) kW + kx`, `t < tile`) = the input pixel that tap `(ky, kx)`
-/// of output pixel `p0 + t` reads in channel `ci` of the batch entry at `x_base`, zero in the
+/// The input index one output coordinate `o` reads through kernel tap `k` on an axis of
+/// input size `n`, stride `s`, padding `p` and dilation `d`, or `n` when it falls in the
 /// padding.
+#[cube]
+fn tap_source(o: usize, k: usize, n: usize, s: usize, p: usize, d: usize) -> usize {
+    let i = o * s + k * d;
+    let mut src = n;
+    if i >= p && i - p < n {
+        src = i - p;
+    }
+    src
+}
+
+/// The output coordinate whose tap `k` reads input coordinate `i` on an axis (output size
+/// `n`, stride `s`, padding `p`, dilation `d`), or `n` when none does.
+#[cube]
+fn tap_reader(i: usize, k: usize, n: usize, s: usize, p: usize, d: usize) -> usize {
+    let t = i + p;
+    let off = k * d;
+    let mut o = n;
+    if t >= off && (t - off) % s == 0 && (t - off) / s < n {
+        o = (t - off) / s;
+    }
+    o
+}
+
+/// `col[r, t]` (`r = ((ci kD + kz) kH + ky) kW + kx`, `t < tile`) = the input voxel that tap
+/// `(kz, ky, kx)` of output voxel `p0 + t` reads in channel `ci` of the batch entry at
+/// `x_base`, zero in the padding.
 #[cube(launch_unchecked)]
 fn im2col_kernel<F: Float>(
     x: &Array<F>,
@@ -219,20 +257,22 @@ fn im2col_kernel<F: Float>(
         let r = i / tile;
         let kx = r % g.kw;
         let ky = (r / g.kw) % g.kh;
-        let ci = r / (g.kw * g.kh);
+        let kz = (r / (g.kw * g.kh)) % g.kd;
+        let ci = r / (g.kw * g.kh * g.kd);
         let p = p0 + t;
-        let iy = (p / g.wo) * g.sh + ky * g.dh;
-        let ix = (p % g.wo) * g.sw + kx * g.dw;
+        let ix = tap_source(p % g.ow, kx, g.w, g.sw, g.pw, g.dw);
+        let iy = tap_source((p / g.ow) % g.oh, ky, g.h, g.sh, g.ph, g.dh);
+        let iz = tap_source(p / (g.ow * g.oh), kz, g.d, g.sd, g.pd, g.dd);
         let mut v = F::new(0.0);
-        if iy >= g.ph && ix >= g.pw && iy - g.ph < g.h && ix - g.pw < g.w {
-            v = x[x_base + (ci * g.h + iy - g.ph) * g.w + ix - g.pw];
+        if ix < g.w && iy < g.h && iz < g.d {
+            v = x[x_base + ((ci * g.d + iz) * g.h + iy) * g.w + ix];
         }
         col[i] = v;
     }
 }
 
-/// The adjoint of [`im2col_kernel`] for one tile: each input pixel of the batch entry at
-/// `x_base` sums, over its taps, the patch gradients `col` of the tile's output pixels that
+/// The adjoint of [`im2col_kernel`] for one tile: each input voxel of the batch entry at
+/// `x_base` sums, over its taps, the patch gradients `col` of the tile's output voxels that
 /// read it, in FP32; it overwrites `dx` for the first tile (`first` = 1) and adds after.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
@@ -251,21 +291,22 @@ fn col2im_kernel<F: Float>(
         let g = read_taps(taps);
         let ix = j % g.w;
         let iy = (j / g.w) % g.h;
-        let ci = j / (g.w * g.h);
+        let iz = (j / (g.w * g.h)) % g.d;
+        let ci = j / (g.w * g.h * g.d);
         let mut acc = 0.0f32;
-        for ky in 0..g.kh {
-            let ty = iy + g.ph;
-            let off_y = ky * g.dh;
-            if ty >= off_y && (ty - off_y) % g.sh == 0 && (ty - off_y) / g.sh < g.ho {
-                let oy = (ty - off_y) / g.sh;
-                for kx in 0..g.kw {
-                    let tx = ix + g.pw;
-                    let off_x = kx * g.dw;
-                    if tx >= off_x && (tx - off_x) % g.sw == 0 && (tx - off_x) / g.sw < g.wo {
-                        let p = oy * g.wo + (tx - off_x) / g.sw;
-                        if p >= p0 && p < p0 + tile {
-                            let r = (ci * g.kh + ky) * g.kw + kx;
-                            acc += f32::cast_from(col[r * tile + p - p0]);
+        for kz in 0..g.kd {
+            let oz = tap_reader(iz, kz, g.od, g.sd, g.pd, g.dd);
+            if oz < g.od {
+                for ky in 0..g.kh {
+                    let oy = tap_reader(iy, ky, g.oh, g.sh, g.ph, g.dh);
+                    if oy < g.oh {
+                        for kx in 0..g.kw {
+                            let ox = tap_reader(ix, kx, g.ow, g.sw, g.pw, g.dw);
+                            let p = (oz * g.oh + oy) * g.ow + ox;
+                            if ox < g.ow && p >= p0 && p < p0 + tile {
+                                let r = ((ci * g.kd + kz) * g.kh + ky) * g.kw + kx;
+                                acc += f32::cast_from(col[r * tile + p - p0]);
+                            }
                         }
                     }
                 }

@@ -689,14 +689,13 @@ fn conv_lengths_past_memory_are_refused() {
     let geo = ConvGeometry {
         n: 1,
         c_in: 2,
-        h: 3,
-        w: 3,
+        input: [1, 3, 3],
         c_out: 2,
-        out: [3, 3],
-        kernel: [3, 3],
-        stride: [1, 1],
-        padding: [1, 1],
-        dilation: [1, 1],
+        out: [1, 3, 3],
+        kernel: [1, 3, 3],
+        stride: [1, 1, 1],
+        padding: [0, 1, 1],
+        dilation: [1, 1, 1],
         groups: 1,
     };
     // x needs 18 floats, the buffer holds 8.

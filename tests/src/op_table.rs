@@ -7,9 +7,9 @@
 //! (`fuzz/fuzz_targets/api.rs`) both draw their ops from this table.
 
 use brotensor::ops::{
-    self, AbtSpec, Act, AttentionCaches, BiasGrads, Comparison, Conv1dSpec, Conv2dSpec, GatherDims,
-    Int8Projections, MropeTables, PadMode, ProjectionBiases, ProjectionGrads, Projections,
-    QkvoGrads, RopeLayout, RopeParams, ScatterDims,
+    self, AbtSpec, Act, AttentionCaches, BiasGrads, Comparison, Conv1dSpec, Conv2dSpec, Conv3dSpec,
+    GatherDims, Int8Projections, MropeTables, PadMode, ProjectionBiases, ProjectionGrads,
+    Projections, QkvoGrads, RopeLayout, RopeParams, ScatterDims,
 };
 use brotensor::{Dtype, Error, Result, Tensor};
 
@@ -94,6 +94,16 @@ pub trait Params {
             stride: [self.usize(), self.usize()],
             padding: [self.usize(), self.usize()],
             dilation: [self.usize(), self.usize()],
+            groups: self.usize(),
+        }
+    }
+    /// A 3-D convolution's geometry.
+    fn conv3d_spec(&mut self) -> Conv3dSpec {
+        Conv3dSpec {
+            kernel: [self.usize(), self.usize(), self.usize()],
+            stride: [self.usize(), self.usize(), self.usize()],
+            padding: [self.usize(), self.usize(), self.usize()],
+            dilation: [self.usize(), self.usize(), self.usize()],
             groups: self.usize(),
         }
     }
@@ -375,6 +385,19 @@ pub static OP_TABLE: &[OpEntry] = &[
             &p.conv2d_spec(),
             t3,
         )
+    }),
+    op!("conv2d_int8w_fp16_forward", |[t0, t1, t2, t3, t4], p| {
+        let (dims, c_out, spec) = (p.nchw(), p.usize(), p.conv2d_spec());
+        ops::conv2d_int8w_fp16_forward(t0, t1, t2, Some(&*t3), dims, c_out, &spec, t4)
+    }),
+    op!("conv3d_forward", |[t0, t1, t2, t3], p| {
+        let dims = (p.usize(), p.usize(), p.usize(), p.usize(), p.usize());
+        ops::conv3d_forward(t0, t1, Some(&*t2), dims, p.usize(), &p.conv3d_spec(), t3)
+    }),
+    op!("conv3d_int8w_fp16_forward", |[t0, t1, t2, t3, t4], p| {
+        let dims = (p.usize(), p.usize(), p.usize(), p.usize(), p.usize());
+        let (c_out, spec) = (p.usize(), p.conv3d_spec());
+        ops::conv3d_int8w_fp16_forward(t0, t1, t2, Some(&*t3), dims, c_out, &spec, t4)
     }),
     op!("conv_transpose1d_backward_bias", |[t0, t1], p| {
         ops::conv_transpose1d_backward_bias(t0, p.ncl(), t1)

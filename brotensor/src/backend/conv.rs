@@ -6,6 +6,7 @@ use super::OnDevice;
 use crate::{Error, Result, Tensor};
 pub(crate) use brotensor_cpu::conv::Conv2d;
 pub(crate) use brotensor_cpu::conv1d::PadMode;
+pub(crate) use brotensor_cpu::conv3d::Conv3d;
 
 fn missing(op: &'static str, be: &(impl OnDevice + ?Sized)) -> Error {
     Error::NotImplemented {
@@ -23,6 +24,19 @@ pub(crate) trait ConvOps: OnDevice {
         &self,
         name: &'static str,
         _conv: &Conv2d,
+        _x: &Tensor,
+        _w: &Tensor,
+        _bias: Option<&Tensor>,
+        _y: &mut Tensor,
+    ) -> Result<()> {
+        Err(missing(name, self))
+    }
+
+    /// `y = conv3d(x, w) (+ bias[c_out])` over NCDHW, overwritten.
+    fn conv3d_forward(
+        &self,
+        name: &'static str,
+        _conv: &Conv3d,
         _x: &Tensor,
         _w: &Tensor,
         _bias: Option<&Tensor>,

@@ -34,7 +34,7 @@ pub(crate) use activation::{ActivationOps, Glu, SnakeGrads};
 pub(crate) use algebra::{AlgebraOps, ComplexMap, FloatMap, IndexMap, PadSpec, ReduceOp};
 pub(crate) use attention::AttentionOps;
 pub(crate) use concat::ConcatOps;
-pub(crate) use conv::{Conv2d, ConvOps, PadMode};
+pub(crate) use conv::{Conv2d, Conv3d, ConvOps, PadMode};
 pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 pub(crate) use embedding::EmbeddingOps;
 pub(crate) use flash::{FlashAttentionOps, FlashSpec, SeqLens};

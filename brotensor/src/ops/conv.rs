@@ -17,11 +17,11 @@
 
 use super::{
     check_dtypes_match, check_on_device, checked_product, dispatch, input, input_opt, updated,
-    written, Conv1dSpec, Conv2dSpec, Dispatched, Nchw,
+    written, Conv1dSpec, Conv2dSpec, Conv3dSpec, Dispatched, Nchw,
 };
 pub use brotensor_cpu::conv1d::PadMode;
 
-use crate::backend::Conv2d;
+use crate::backend::{Conv2d, Conv3d};
 use crate::{Error, Result, Tensor};
 
 /// The forward convolution of `x` dims into `c_out` channels by `spec`, checked.
@@ -483,6 +483,178 @@ pub fn conv_transpose2d_backward_bias(
     db: &mut Tensor,
 ) -> Result<()> {
     bias_grad("conv_transpose2d_backward_bias", dy, out.into(), db)
+}
+
+/// W8A16 2-D convolution (C++ `conv2d_int8w_fp16_forward`): [`conv2d_forward`] with an I8
+/// OIHW weight `w_int8 (C_out, C_in/groups*kH*kW)` and F32 per-output-channel `scales`
+/// `(C_out, 1)`, dequantized on the device into `x`'s dtype; `x`, `bias` and `y` are F16 or
+/// BF16; FP32 accumulation. Sizes as [`conv2d_forward`].
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_int8w_fp16_forward(
+    x: &Tensor,
+    w_int8: &Tensor,
+    scales: &Tensor,
+    bias: Option<&Tensor>,
+    dims: impl Into<Nchw>,
+    c_out: usize,
+    spec: &Conv2dSpec,
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "conv2d_int8w_fp16_forward";
+    let be = dispatch(
+        op,
+        &[
+            input("x", x).float(),
+            input("w_int8", w_int8),
+            input("scales", scales),
+            input_opt("bias", bias),
+            written("y", y),
+        ],
+    )?;
+    let conv = forward_geometry(op, dims.into(), c_out, spec)?;
+    let [kh, kw] = conv.spec.kernel;
+    check_weight(op, w_int8, c_out, [conv.group_in(), kh, kw])?;
+    let flat = w_int8.reshaped(conv.c_out, conv.group_in() * kh * kw)?;
+    let w16 = super::quant::int8_weight_as(op, be, &flat, scales, x)?;
+    forward(op, &be, &conv, (x, &w16, bias), ("x", "y"), y)
+}
+
+/// Checks a 3-D convolution's operands: `x (N, C_in*D*H*W)` or 5-D, the weight `(C_out,
+/// C_in/groups*kD*kH*kW)` or 5-D, the bias.
+fn check_3d(
+    op: &'static str,
+    conv: &Conv3d,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+) -> Result<()> {
+    let [d, h, wd] = conv.input;
+    let (n, c) = (conv.n, conv.c_in);
+    let per = checked_product(op, "C*D*H*W", &[c, d, h, wd])?;
+    if x.dims() != [n, per] && x.dims() != [n, c, d, h, wd] {
+        return Err(Error::shape(
+            op,
+            format!(
+                "`x` must be shaped (N, C*D*H*W) or [N, C, D, H, W] = {:?}, got {:?}",
+                [n, c, d, h, wd],
+                x.dims()
+            ),
+        ));
+    }
+    let [kd, kh, kw] = conv.spec.kernel;
+    let cg = c / conv.spec.groups;
+    let row = checked_product(op, "C_in/groups*kD*kH*kW", &[cg, kd, kh, kw])?;
+    if w.dims() != [conv.c_out, row] && w.dims() != [conv.c_out, cg, kd, kh, kw] {
+        return Err(Error::shape(
+            op,
+            format!(
+                "`w` must be shaped ({}, {row}) or {:?}, got {:?}",
+                conv.c_out,
+                [conv.c_out, cg, kd, kh, kw],
+                w.dims()
+            ),
+        ));
+    }
+    check_bias(op, bias, conv.c_out, x)
+}
+
+/// The dims of a 3-D convolution's output in `x`'s layout (5-D for a 5-D `x`).
+fn output_dims_3d(x: &Tensor, conv: &Conv3d) -> Vec<usize> {
+    let [d, h, w] = conv.out;
+    if x.dims().len() == 5 {
+        vec![conv.n, conv.c_out, d, h, w]
+    } else {
+        vec![conv.n, conv.c_out * d * h * w]
+    }
+}
+
+/// 3-D convolution over NCDHW (C++ `conv3d_forward`), forward only: `y[n, o] = bias[o] + sum
+/// over the group's input channels and the taps of x * w`, per-axis stride, zero padding and
+/// dilation of `spec` (depth, height, width), and `groups`. `x`: `(N, C_in*D*H*W)` (or 5-D)
+/// for `dims = (N, C_in, D, H, W)`; `w`: `(C_out, C_in/groups*kD*kH*kW)`; `bias`: `C_out`
+/// values or `None`; `y` is resized to `(N, C_out*D_out*H_out*W_out)` (5-D for a 5-D `x`)
+/// and overwritten.
+pub fn conv3d_forward(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    dims: (usize, usize, usize, usize, usize),
+    c_out: usize,
+    spec: &Conv3dSpec,
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "conv3d_forward";
+    let be = dispatch(
+        op,
+        &[
+            input("x", x).float(),
+            input("w", w).float(),
+            input_opt("bias", bias),
+            written("y", y),
+        ],
+    )?;
+    let conv = conv3d_geometry(op, dims, c_out, spec)?;
+    check_dtypes_match(op, ("x", x), &[("w", w)])?;
+    forward_3d(op, &be, &conv, (x, w, bias), y)
+}
+
+fn conv3d_geometry(
+    op: &'static str,
+    (n, c, d, h, w): (usize, usize, usize, usize, usize),
+    c_out: usize,
+    spec: &Conv3dSpec,
+) -> Result<Conv3d> {
+    Conv3d::new(n, c, [d, h, w], c_out, *spec).map_err(|e| Error::shape(op, e))
+}
+
+fn forward_3d(
+    op: &'static str,
+    be: &Dispatched,
+    conv: &Conv3d,
+    (x, w, bias): (&Tensor, &Tensor, Option<&Tensor>),
+    y: &mut Tensor,
+) -> Result<()> {
+    check_3d(op, conv, x, w, bias)?;
+    be.out("y", y, &output_dims_3d(x, conv), x.dtype())?;
+    if conv.lens[2] == 0 {
+        return Ok(());
+    }
+    be.conv3d_forward(op, conv, x, w, bias, y)
+}
+
+/// W8A16 3-D convolution (C++ `conv3d_int8w_fp16_forward`, the Qwen-VL patch embedding):
+/// [`conv3d_forward`] with an I8 weight `w_int8 (C_out, C_in/groups*kD*kH*kW)` and F32
+/// per-output-channel `scales`, dequantized on the device into `x`'s dtype; `x`, `bias`, `y`
+/// F16 or BF16; FP32 accumulation.
+#[allow(clippy::too_many_arguments)]
+pub fn conv3d_int8w_fp16_forward(
+    x: &Tensor,
+    w_int8: &Tensor,
+    scales: &Tensor,
+    bias: Option<&Tensor>,
+    dims: (usize, usize, usize, usize, usize),
+    c_out: usize,
+    spec: &Conv3dSpec,
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "conv3d_int8w_fp16_forward";
+    let be = dispatch(
+        op,
+        &[
+            input("x", x).float(),
+            input("w_int8", w_int8),
+            input("scales", scales),
+            input_opt("bias", bias),
+            written("y", y),
+        ],
+    )?;
+    let conv = conv3d_geometry(op, dims, c_out, spec)?;
+    check_3d(op, &conv, x, w_int8, None)?;
+    let [kd, kh, kw] = conv.spec.kernel;
+    let row = conv.c_in / conv.spec.groups * kd * kh * kw;
+    let flat = w_int8.reshaped(conv.c_out, row)?;
+    let w16 = super::quant::int8_weight_as(op, be, &flat, scales, x)?;
+    forward_3d(op, &be, &conv, (x, &w16, bias), y)
 }
 
 /// NCL dims `(n, c, l)` as NCHW with one row.

@@ -304,7 +304,7 @@ pub fn linear_forward_batched_int8w_fp16(
 
 /// The I8 weight `w (out, in)` times its F32 per-row `scales`, in `x`'s 16-bit dtype (checked
 /// here), dequantized on the device.
-fn int8_weight_as(
+pub(crate) fn int8_weight_as(
     op: &'static str,
     be: Dispatched,
     w: &Tensor,

@@ -933,12 +933,16 @@ fn bad_arguments_are_errors_naming_the_operand() {
     let e = ops::conv2d_backward_weight(&x, &dy, (1, 3, 5, 5), 4, &s, &mut dw).unwrap_err();
     assert!(msg(&e).contains("`dw` must be pre-sized to 108"), "dw");
     // Sizes whose products overflow.
-    for dims in [(usize::MAX, 3, 5, 5), (1, 3, usize::MAX, 2), (1, 3, 1 << 40, 1 << 40)] {
+    for dims in [
+        (usize::MAX, 3, 5, 5),
+        (1, 3, usize::MAX, 2),
+        (1, 3, 1 << 40, 1 << 40),
+    ] {
         let e = ops::conv2d_forward(&x, &w, None, dims, 4, &s, &mut y).unwrap_err();
         assert!(matches!(e, Error::Shape { .. }), "{dims:?}: {e}");
     }
-    let e = ops::pad1d_forward(&sig, (2, 3, 4), (usize::MAX, 1), PadMode::Zero, &mut y)
-        .unwrap_err();
+    let e =
+        ops::pad1d_forward(&sig, (2, 3, 4), (usize::MAX, 1), PadMode::Zero, &mut y).unwrap_err();
     assert!(matches!(e, Error::Shape { .. }), "pad overflow: {e}");
     // A state of the wrong size.
     let xs = Tensor::zeros(2, 3, Dtype::F32).unwrap();
@@ -984,4 +988,194 @@ fn methods_give_nd_outputs() {
     let y1 = sig.conv1d(&w1, None, &s1).unwrap();
     assert_eq!(y1.dims(), [2, 4, 5]);
     assert!(y1.to_vec::<f32>().unwrap().iter().all(|&v| v == 9.0));
+}
+
+/// The W8A16 convolution against float64 of the dequantized weight (rounded to the
+/// activations' dtype, as the device holds it) on every device, in F16 and BF16.
+#[test]
+fn conv2d_int8w_fp16_forward_against_float64() {
+    use brotensor_tests::{assert_close_rows, round_through, tensor, tolerance};
+    let (name, c) = cases()[0];
+    let mut rng = brotensor_tests::SplitMix64::new(61);
+    let q: Vec<i8> = (0..c.c_out * c.w_row())
+        .map(|i| ((i * 37 + 11) % 255) as i32 - 127)
+        .map(|v| v as i8)
+        .collect();
+    let scales = rng.uniform(c.c_out, 0.001, 0.02);
+    let x = rng.uniform(c.n * c.x_len(), -1.0, 1.0);
+    let b = rng.uniform(c.c_out, -0.5, 0.5);
+    let wide = |v: &[f32]| v.iter().map(|&p| f64::from(p)).collect::<Vec<_>>();
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        let w: Vec<f32> = q
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (f64::from(v) * f64::from(scales[i / c.w_row()])) as f32)
+            .collect();
+        let want: Vec<f32> = c
+            .forward(
+                &wide(&round_through(dtype, &x)),
+                &wide(&round_through(dtype, &w)),
+                Some(&wide(&round_through(dtype, &b))),
+            )
+            .into_iter()
+            .map(|v| v as f32)
+            .collect();
+        for dev in std::iter::once(Device::Cpu).chain(brotensor_tests::gpu_devices()) {
+            let xt = tensor(dev, &x, c.n, c.x_len(), dtype).unwrap();
+            let bt = tensor(dev, &b, c.c_out, 1, dtype).unwrap();
+            let wt = Tensor::from_slice_on(dev, &q, c.c_out, c.w_row()).unwrap();
+            let st = Tensor::from_slice_on(dev, &scales, c.c_out, 1).unwrap();
+            let mut y = Tensor::default();
+            ops::conv2d_int8w_fp16_forward(
+                &xt,
+                &wt,
+                &st,
+                Some(&bt),
+                c.dims(),
+                c.c_out,
+                &c.spec,
+                &mut y,
+            )
+            .unwrap();
+            assert_eq!(y.dtype(), dtype);
+            let got = y.to_dtype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
+            let tag = format!("conv2d_int8w_fp16_forward {name} on {dev} {dtype}");
+            assert_close_rows(&tag, &want, &got, c.y_len(), tolerance(dtype));
+        }
+    }
+    // An F32 activation or a float weight is refused, naming the operand.
+    let xt = Tensor::from_slice(&x, c.n, c.x_len()).unwrap();
+    let wt = Tensor::from_slice(&q, c.c_out, c.w_row()).unwrap();
+    let st = Tensor::from_slice(&scales, c.c_out, 1).unwrap();
+    let mut y = Tensor::default();
+    let e = ops::conv2d_int8w_fp16_forward(&xt, &wt, &st, None, c.dims(), c.c_out, &c.spec, &mut y)
+        .unwrap_err();
+    assert!(e.to_string().contains("x"), "{e}");
+    let wf = Tensor::zeros(c.c_out, c.w_row(), Dtype::F16).unwrap();
+    let x16 = xt.to_dtype(Dtype::F16).unwrap();
+    let e =
+        ops::conv2d_int8w_fp16_forward(&x16, &wf, &st, None, c.dims(), c.c_out, &c.spec, &mut y)
+            .unwrap_err();
+    assert!(e.to_string().contains("must be I8"), "{e}");
+}
+
+/// `conv3d_forward` (and its W8A16 form) against float64 loops over the taps, with per-axis
+/// stride, padding and dilation and two groups.
+#[test]
+fn conv3d_forward_against_float64() {
+    use brotensor::ops::Conv3dSpec;
+    use brotensor_tests::{assert_close_rows, round_through, tensor, tolerance};
+    let (n, c_in, [d, h, w], c_out) = (2, 4, [3, 4, 5], 6);
+    let spec = Conv3dSpec {
+        kernel: [2, 3, 2],
+        stride: [1, 2, 1],
+        padding: [1, 1, 0],
+        dilation: [2, 1, 2],
+        groups: 2,
+    };
+    let size = |a: usize, i: usize| {
+        (i + 2 * spec.padding[a] - spec.dilation[a] * (spec.kernel[a] - 1) - 1) / spec.stride[a] + 1
+    };
+    let out = [size(0, d), size(1, h), size(2, w)];
+    let (cg_in, cg_out) = (c_in / 2, c_out / 2);
+    let row = cg_in * spec.kernel.iter().product::<usize>();
+    let voxels: usize = out.iter().product();
+    let reference = |x: &[f64], wt: &[f64], b: &[f64]| -> Vec<f64> {
+        let mut y = vec![0.0; n * c_out * voxels];
+        for (i, v) in y.iter_mut().enumerate() {
+            let (nb, o, p) = (i / (c_out * voxels), (i / voxels) % c_out, i % voxels);
+            let (oz, oy, ox) = (p / (out[1] * out[2]), (p / out[2]) % out[1], p % out[2]);
+            let g = o / cg_out;
+            let mut acc = b[o];
+            for ci in 0..cg_in {
+                for kz in 0..spec.kernel[0] {
+                    for ky in 0..spec.kernel[1] {
+                        for kx in 0..spec.kernel[2] {
+                            let at = |a: usize, o: usize, k: usize, n: usize| {
+                                let i = (o * spec.stride[a] + k * spec.dilation[a]) as isize
+                                    - spec.padding[a] as isize;
+                                (0..n as isize).contains(&i).then_some(i as usize)
+                            };
+                            let (Some(iz), Some(iy), Some(ix)) =
+                                (at(0, oz, kz, d), at(1, oy, ky, h), at(2, ox, kx, w))
+                            else {
+                                continue;
+                            };
+                            let c = g * cg_in + ci;
+                            let xv = x[(((nb * c_in + c) * d + iz) * h + iy) * w + ix];
+                            let wi = (((o * cg_in + ci) * spec.kernel[0] + kz) * spec.kernel[1]
+                                + ky)
+                                * spec.kernel[2]
+                                + kx;
+                            acc += xv * wt[wi];
+                        }
+                    }
+                }
+            }
+            *v = acc;
+        }
+        y
+    };
+    let dims = (n, c_in, d, h, w);
+    let inputs = [
+        Input::new(n, c_in * d * h * w, -1.0, 1.0),
+        Input::new(c_out, row, -1.0, 1.0),
+        Input::new(c_out, 1, -1.0, 1.0),
+    ];
+    reference_with(
+        "conv3d_forward",
+        71,
+        &inputs,
+        Check::default(),
+        |t| {
+            let mut y = Tensor::default();
+            ops::conv3d_forward(&t[0], &t[1], Some(&t[2]), dims, c_out, &spec, &mut y)?;
+            Ok(y)
+        },
+        |v| reference(&v[0], &v[1], &v[2]),
+    );
+
+    let mut rng = brotensor_tests::SplitMix64::new(72);
+    let q: Vec<i8> = (0..c_out * row)
+        .map(|i| (((i * 53 + 7) % 255) as i32 - 127) as i8)
+        .collect();
+    let scales = rng.uniform(c_out, 0.001, 0.02);
+    let x = rng.uniform(n * c_in * d * h * w, -1.0, 1.0);
+    let b = rng.uniform(c_out, -0.5, 0.5);
+    let wide = |v: &[f32]| v.iter().map(|&p| f64::from(p)).collect::<Vec<_>>();
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        let wq: Vec<f32> = q
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (f64::from(v) * f64::from(scales[i / row])) as f32)
+            .collect();
+        let want: Vec<f32> = reference(
+            &wide(&round_through(dtype, &x)),
+            &wide(&round_through(dtype, &wq)),
+            &wide(&round_through(dtype, &b)),
+        )
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+        for dev in std::iter::once(Device::Cpu).chain(brotensor_tests::gpu_devices()) {
+            let xt = tensor(dev, &x, n, c_in * d * h * w, dtype).unwrap();
+            let bt = tensor(dev, &b, c_out, 1, dtype).unwrap();
+            let wt = Tensor::from_slice_on(dev, &q, c_out, row).unwrap();
+            let st = Tensor::from_slice_on(dev, &scales, c_out, 1).unwrap();
+            let mut y = Tensor::default();
+            ops::conv3d_int8w_fp16_forward(&xt, &wt, &st, Some(&bt), dims, c_out, &spec, &mut y)
+                .unwrap();
+            let got = y.to_dtype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
+            let tag = format!("conv3d_int8w_fp16_forward on {dev} {dtype}");
+            assert_close_rows(&tag, &want, &got, c_out * voxels, tolerance(dtype));
+        }
+    }
+    // A 5-D input gives a 5-D output; a bad weight names `w`.
+    let x5 = Tensor::from_slice_nd(&x, &[n, c_in, d, h, w]).unwrap();
+    let w5 = Tensor::from_slice_nd(&vec![0.5f32; c_out * row], &[c_out, cg_in, 2, 3, 2]).unwrap();
+    let mut y = Tensor::default();
+    ops::conv3d_forward(&x5, &w5, None, dims, c_out, &spec, &mut y).unwrap();
+    assert_eq!(y.dims(), [n, c_out, out[0], out[1], out[2]]);
+    let e = ops::conv3d_forward(&x5, &x5, None, dims, c_out, &spec, &mut y).unwrap_err();
+    assert!(e.to_string().contains("`w` must be shaped"), "{e}");
 }

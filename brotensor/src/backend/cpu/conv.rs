@@ -2,11 +2,11 @@
 //! narrow the output once (`dtype_policy::through_f32`): the convolutions are products, and
 //! the padding and streaming ops are rare enough on 16-bit data not to need their own path.
 
-use brotensor_cpu::{conv as cv, conv1d as c1};
+use brotensor_cpu::{conv as cv, conv1d as c1, conv3d as c3};
 
 use super::dtype_policy::{is_half, through_f32, Narrowed};
 use super::CpuBackend;
-use crate::backend::{Conv2d, ConvOps, PadMode};
+use crate::backend::{Conv2d, Conv3d, ConvOps, PadMode};
 use crate::{Result, Tensor};
 
 /// Runs `f` on the F32 tensors as they are, or on FP32 copies of 16-bit ones with each
@@ -58,6 +58,22 @@ impl ConvOps for CpuBackend {
         in_f32(&[Some(x), Some(w), bias], &mut [y], &mut [], |i, o| {
             let bias = i[2].map(|b| b.host());
             cv::conv2d_forward(conv, host(i[0]), host(i[1]), bias, o[0].host_mut());
+            Ok(())
+        })
+    }
+
+    fn conv3d_forward(
+        &self,
+        _name: &'static str,
+        conv: &Conv3d,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        in_f32(&[Some(x), Some(w), bias], &mut [y], &mut [], |i, o| {
+            let bias = i[2].map(|b| b.host());
+            c3::conv3d_forward(conv, host(i[0]), host(i[1]), bias, o[0].host_mut());
             Ok(())
         })
     }

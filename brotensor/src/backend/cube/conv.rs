@@ -7,17 +7,34 @@ use brotensor_kernels::conv1d as k1;
 use cubecl::prelude::*;
 
 use super::{float_launch, out_handle, CubeBackend};
-use crate::backend::{Conv2d, ConvOps, PadMode};
+use crate::backend::{Conv2d, Conv3d, ConvOps, PadMode};
 use crate::{Result, Tensor};
 
 /// The kernel crate's geometry of a checked [`Conv2d`].
 fn geometry(conv: &Conv2d) -> ConvGeometry {
     let s = conv.spec;
+    let deep = |[a, b]: [usize; 2], one: usize| [one, a, b];
     ConvGeometry {
         n: conv.x.n,
         c_in: conv.x.c,
-        h: conv.x.h,
-        w: conv.x.w,
+        input: [1, conv.x.h, conv.x.w],
+        c_out: conv.c_out,
+        out: deep(conv.out, 1),
+        kernel: deep(s.kernel, 1),
+        stride: deep(s.stride, 1),
+        padding: deep(s.padding, 0),
+        dilation: deep(s.dilation, 1),
+        groups: s.groups,
+    }
+}
+
+/// The kernel crate's geometry of a checked [`Conv3d`].
+fn geometry_3d(conv: &Conv3d) -> ConvGeometry {
+    let s = conv.spec;
+    ConvGeometry {
+        n: conv.n,
+        c_in: conv.c_in,
+        input: conv.input,
         c_out: conv.c_out,
         out: conv.out,
         kernel: s.kernel,
@@ -56,6 +73,33 @@ impl<R: Runtime> ConvOps for CubeBackend<R> {
             .written(&mut [y])
             .run(
                 |i, o| self.conv2d_forward(name, conv, &i[0], &i[1], i.get(2), &mut o[0]),
+                float_launch!(|F| kc::launch_conv2d_forward::<R, F>(
+                    &self.client,
+                    (&xh, &wh, bh.as_ref()),
+                    &yh,
+                    geo
+                )),
+            )
+    }
+
+    fn conv3d_forward(
+        &self,
+        name: &'static str,
+        conv: &Conv3d,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let (xh, wh, yh) = (out_handle(x), out_handle(w), out_handle(y));
+        let bh = bias.map(out_handle);
+        let geo = geometry_3d(conv);
+        let inputs: Vec<&Tensor> = [x, w].into_iter().chain(bias).collect();
+        self.float_op(name, x.dtype())
+            .inputs(&inputs)
+            .written(&mut [y])
+            .run(
+                |i, o| self.conv3d_forward(name, conv, &i[0], &i[1], i.get(2), &mut o[0]),
                 float_launch!(|F| kc::launch_conv2d_forward::<R, F>(
                     &self.client,
                     (&xh, &wh, bh.as_ref()),
