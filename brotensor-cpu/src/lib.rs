@@ -13,6 +13,7 @@ pub mod concat;
 pub mod conv;
 pub mod conv1d;
 pub mod conv3d;
+pub mod deform;
 pub mod elementwise;
 pub mod embedding;
 pub mod flash;

@@ -436,8 +436,26 @@ pub fn launch_conv2d_forward<R: Runtime, F: Float + CubeElement>(
         }
         return Ok(());
     }
-    let tile = tile_pixels(d.k_all, d.pixels);
     let taps = geo.taps(client)?;
+    let gather = |n: usize, (p0, len): (usize, usize), col: &Buf| {
+        im2col::<R, F>(client, (&xb, &taps), col, n * d.per_x, (p0, len), d.k_all)
+    };
+    forward_tiles::<R, F>(client, &geo, &d, (&wb, bias.as_ref()), &yb, gather)
+}
+
+/// The tiled forward pass: for each batch entry and tile of output pixels, `gather` fills
+/// the tile's patch matrix `col (C_in kH kW, len)`, one product per group gives the tile's
+/// outputs, and they are stored into `y` with the bias.
+fn forward_tiles<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    geo: &ConvGeometry,
+    d: &Dims,
+    (wb, bias): (&Buf, Option<&Buf>),
+    yb: &Buf,
+    mut gather: impl FnMut(usize, (usize, usize), &Buf) -> Result<(), LaunchError>,
+) -> Result<(), LaunchError> {
+    let b = core::mem::size_of::<F>();
+    let tile = tile_pixels(d.k_all, d.pixels);
     let col = Buf::new(
         "col",
         &client.empty(extent("col bytes", &[d.k_all, tile, b])?),
@@ -453,15 +471,22 @@ pub fn launch_conv2d_forward<R: Runtime, F: Float + CubeElement>(
     for n in 0..geo.n {
         for p0 in (0..d.pixels).step_by(tile) {
             let len = tile.min(d.pixels - p0);
-            im2col::<R, F>(client, (&xb, &taps), &col, n * d.per_x, (p0, len), d.k_all)?;
+            gather(n, (p0, len), &col)?;
             let mut spec = GemmSpec::new(d.cg_out, len, d.k);
             spec.batch = geo.groups;
             spec.strides = (d.cg_out * d.k, d.k * len, d.cg_out * len);
-            launch_gemm::<R, F>(client, w, &col.handle(), None, &out.handle(), spec)?;
+            launch_gemm::<R, F>(
+                client,
+                &wb.handle(),
+                &col.handle(),
+                None,
+                &out.handle(),
+                spec,
+            )?;
             let src = out.prefix(geo.c_out * len);
             let (count, dim) = grid_1d(client, geo.c_out * len)?;
             let has_bias = bias.is_some();
-            let bias = wb.stand_in_for(bias.as_ref());
+            let bias = wb.stand_in_for(bias);
             // SAFETY: `src` holds `c_out * len` values (a prefix of a checked buffer);
             // each unit writes `y[n per_y + c pixels + p0 + t]` with `c < c_out`,
             // `p0 + t < pixels`, inside `y`'s checked `n per_y` elements; the bias is read
@@ -484,6 +509,166 @@ pub fn launch_conv2d_forward<R: Runtime, F: Float + CubeElement>(
         }
     }
     Ok(())
+}
+
+/// `col[r, t]` of a deformable convolution (`r = (ci kH + ky) kW + kx`): the input plane of
+/// channel `ci` of the batch entry at `x_base` sampled bilinearly (zero outside, torchvision's
+/// rule) at tap `(ky, kx)`'s grid point of output pixel `p = p0 + t` moved by its offsets
+/// (`off[off_base + ((dg 2 kk + 2 tap) pixels + p]` the row, the next channel the column,
+/// `dg = ci / (C_in / deform_groups)`), times its mask when `has_mask`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn deform_im2col_kernel<F: Float>(
+    x: &Array<F>,
+    off: &Array<F>,
+    mask: &Array<F>,
+    col: &mut Array<F>,
+    bases: &Array<u32>,
+    p0: usize,
+    tile: usize,
+    taps: &Array<u32>,
+    #[comptime] has_mask: bool,
+) {
+    let i = ABSOLUTE_POS;
+    if i < col.len() {
+        let g = read_taps(taps);
+        // `bases`: x, offset and mask starts of the batch entry, channels per deform group.
+        let x_base = usize::cast_from(bases[0]);
+        let off_base = usize::cast_from(bases[1]);
+        let mask_base = usize::cast_from(bases[2]);
+        let per_group = usize::cast_from(bases[3]);
+        let t = i % tile;
+        let r = i / tile;
+        let kk = g.kh * g.kw;
+        let tap = r % kk;
+        let ci = r / kk;
+        let dg = ci / per_group;
+        let pixels = g.oh * g.ow;
+        let p = p0 + t;
+        let oy = p / g.ow;
+        let ox = p % g.ow;
+        let ky = tap / g.kw;
+        let kx = tap % g.kw;
+        let oy_at = off_base + (dg * 2 * kk + 2 * tap) * pixels + p;
+        let sy = f32::cast_from(oy * g.sh + ky * g.dh) - f32::cast_from(g.ph)
+            + f32::cast_from(off[oy_at]);
+        let sx = f32::cast_from(ox * g.sw + kx * g.dw) - f32::cast_from(g.pw)
+            + f32::cast_from(off[oy_at + pixels]);
+        let hf = f32::cast_from(g.h);
+        let wf = f32::cast_from(g.w);
+        let mut v = 0.0f32;
+        if sy > -1.0f32 && sy < hf && sx > -1.0f32 && sx < wf {
+            let fy = f32::floor(sy);
+            let fx = f32::floor(sx);
+            let ly = sy - fy;
+            let lx = sx - fx;
+            let plane = x_base + ci * g.h * g.w;
+            // Corners as signed offsets from -1: `y0 + 1` and `x0 + 1` are in [0, H] / [0, W].
+            let y1 = usize::cast_from(fy + 1.0f32);
+            let x1 = usize::cast_from(fx + 1.0f32);
+            let mut c00 = 0.0f32;
+            let mut c01 = 0.0f32;
+            let mut c10 = 0.0f32;
+            let mut c11 = 0.0f32;
+            if y1 >= 1 && x1 >= 1 {
+                c00 = f32::cast_from(x[plane + (y1 - 1) * g.w + x1 - 1]);
+            }
+            if y1 >= 1 && x1 < g.w {
+                c01 = f32::cast_from(x[plane + (y1 - 1) * g.w + x1]);
+            }
+            if y1 < g.h && x1 >= 1 {
+                c10 = f32::cast_from(x[plane + y1 * g.w + x1 - 1]);
+            }
+            if y1 < g.h && x1 < g.w {
+                c11 = f32::cast_from(x[plane + y1 * g.w + x1]);
+            }
+            v = (1.0f32 - ly) * (1.0f32 - lx) * c00
+                + (1.0f32 - ly) * lx * c01
+                + ly * (1.0f32 - lx) * c10
+                + ly * lx * c11;
+        }
+        if comptime!(has_mask) {
+            v *= f32::cast_from(mask[mask_base + (dg * kk + tap) * pixels + p]);
+        }
+        col[i] = F::cast_from(v);
+    }
+}
+
+/// `y = deform_conv2d(x, offset, mask, w) (+ bias)` (DCNv2) over `deform_groups` offset
+/// groups, overwriting `y`: `geo` is 2-D (depth 1); `offset` holds `N * deform_groups * 2 kH
+/// kW * H_out W_out` values, `mask` (optional) half as many, the bias `c_out`.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_deform_conv2d_forward<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    (x, offset, mask): (&Handle, &Handle, Option<&Handle>),
+    (w, bias): (&Handle, Option<&Handle>),
+    y: &Handle,
+    geo: ConvGeometry,
+    deform_groups: usize,
+) -> Result<(), LaunchError> {
+    let d = geo.dims()?;
+    check_divisors(&[("deform_groups", deform_groups)])?;
+    if geo.input[0] != 1 || geo.kernel[0] != 1 || !geo.c_in.is_multiple_of(deform_groups) {
+        return Err(LaunchError::Invalid {
+            what: "deform_conv2d is 2-D and deform_groups must divide C_in",
+        });
+    }
+    if d.lens[2] == 0 {
+        return Ok(());
+    }
+    let taps_per_item = extent(
+        "deform_groups*kH*kW*H_out*W_out",
+        &[deform_groups, geo.kernel[1], geo.kernel[2], d.pixels],
+    )?;
+    let off_len = extent("offset", &[geo.n, taps_per_item, 2])?;
+    let mask_len = extent("mask", &[geo.n, taps_per_item])?;
+    check_u32(&[("offset", off_len)])?;
+    let b = core::mem::size_of::<F>();
+    let xb = Buf::new("x", x, d.lens[0], b)?;
+    let wb = Buf::new("w", w, d.lens[1], b)?;
+    let yb = Buf::new("y", y, d.lens[2], b)?;
+    let offb = Buf::new("offset", offset, off_len, b)?;
+    let maskb = mask.map(|h| Buf::new("mask", h, mask_len, b)).transpose()?;
+    let bias = bias
+        .map(|h| Buf::new("bias", h, geo.c_out, b))
+        .transpose()?;
+    let taps = geo.taps(client)?;
+    let has_mask = maskb.is_some();
+    let maskb = offb.stand_in_for(maskb.as_ref());
+    let gather = |n: usize, (p0, len): (usize, usize), col: &Buf| {
+        let col = col.prefix(d.k_all * len);
+        let bases = [
+            n * d.per_x,
+            n * 2 * taps_per_item,
+            n * taps_per_item,
+            geo.c_in / deform_groups,
+        ];
+        let bases: Vec<u32> = bases.iter().map(|&v| v as u32).collect();
+        let bases = Buf::upload(client, &bases);
+        let (count, dim) = grid_1d(client, d.k_all * len)?;
+        // SAFETY: `col` holds `k_all * len` values (a checked prefix); a unit reads `x` in
+        // channel `ci < C_in` of batch entry `n` at a corner inside the plane (each corner
+        // guarded), `offset` and, when bound, `mask` at tap and pixel indices of entry `n`
+        // (inside their checked lengths); all indices fit in 32 bits (checked).
+        unsafe {
+            deform_im2col_kernel::launch_unchecked::<F, R>(
+                client,
+                count,
+                dim,
+                xb.arg(),
+                offb.arg(),
+                maskb.arg(),
+                col.arg(),
+                bases.arg(),
+                p0,
+                len,
+                taps.arg(),
+                has_mask,
+            );
+        }
+        Ok(())
+    };
+    forward_tiles::<R, F>(client, &geo, &d, (&wb, bias.as_ref()), &yb, gather)
 }
 
 /// Gathers the patches of output pixels `p0..p0 + len` of the batch entry at `x_base` into
@@ -787,6 +972,21 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
                 (),
                 (),
                 has_bias,
+            ));
+        }
+        for has_mask in [false, true] {
+            l.lower(deform_im2col_kernel::DeformIm2colKernel::<F, Rt>::new(
+                L::settings_1d(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                a(),
+                has_mask,
             ));
         }
         l.lower(channel_bias_kernel::ChannelBiasKernel::<F, Rt>::new(

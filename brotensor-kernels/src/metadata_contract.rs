@@ -98,6 +98,10 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     ("accumulate", "flag: add the product to C"),
     ("has_bias", "flag: add a bias in the epilogue"),
+    (
+        "has_mask",
+        "flag: scale deformable samples by a mask (conv.rs)",
+    ),
     ("masked", "flag: an additive mask is read"),
     ("causal", "flag: causal masking"),
     ("split", "flag: split-K flash attention writes partials"),

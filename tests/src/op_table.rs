@@ -528,6 +528,22 @@ pub static OP_TABLE: &[OpEntry] = &[
             t9
         )
     ),
+    op!("deform_conv2d_forward", |[t0, t1, t2, t3, t4, t5], p| {
+        let (dims, c_out, spec) = (p.nchw(), p.usize(), p.conv2d_spec());
+        let g = p.usize();
+        ops::deform_conv2d_forward(
+            t0,
+            t1,
+            Some(&*t2),
+            t3,
+            Some(&*t4),
+            dims,
+            c_out,
+            &spec,
+            g,
+            t5,
+        )
+    }),
     op!("dequant_q4k_to_fp16", |[t0, t1], p| {
         ops::dequant_q4k_to_fp16(t0, t1)
     }),

@@ -45,6 +45,25 @@ pub(crate) trait ConvOps: OnDevice {
         Err(missing(name, self))
     }
 
+    /// `y = deform_conv2d(x, offset, mask, w) (+ bias)` (DCNv2) over `deform_groups` offset
+    /// groups, overwritten; `offset` `(N, G*2*kH*kW*H_out*W_out)`, `mask` `(N,
+    /// G*kH*kW*H_out*W_out)`.
+    #[allow(clippy::too_many_arguments)]
+    fn deform_conv2d_forward(
+        &self,
+        name: &'static str,
+        _conv: &Conv2d,
+        _deform_groups: usize,
+        _x: &Tensor,
+        _offset: &Tensor,
+        _mask: Option<&Tensor>,
+        _w: &Tensor,
+        _bias: Option<&Tensor>,
+        _y: &mut Tensor,
+    ) -> Result<()> {
+        Err(missing(name, self))
+    }
+
     /// `dx = conv^T(dy)` (the input gradient, and a transposed convolution's forward pass),
     /// overwritten, then `+ bias[c]` per input channel when a bias (`conv.x.c` values) is given.
     fn conv2d_backward_input(

@@ -519,6 +519,86 @@ pub fn conv2d_int8w_fp16_forward(
     forward(op, &be, &conv, (x, &w16, bias), ("x", "y"), y)
 }
 
+/// Deformable 2-D convolution, DCNv2 (C++ `deform_conv2d_forward`, torchvision's
+/// `deform_conv2d`), forward only: tap `(ky, kx)` of output pixel `(oy, ox)` samples input
+/// channel `ci` bilinearly (zero outside the image) at `(oy s - pad + ky dil + dy, ox s - pad
+/// + kx dil + dx)`, with `(dy, dx)` the offsets of `ci`'s deform group for that tap and
+/// pixel, times the tap's `mask` value when given; the samples reduce as a convolution's
+/// patches. `x`: `(N, C_in*H*W)` for `dims = (N, C_in, H, W)`; `offset`: `(N,
+/// deform_groups*2*kH*kW*H_out*W_out)`, channel `g*2*kH*kW + 2*(ky*kW + kx)` the row offset,
+/// the next the column offset; `mask`: `(N, deform_groups*kH*kW*H_out*W_out)` or `None`;
+/// `w`: `(C_out, C_in/groups*kH*kW)`; `bias`: `C_out` values or `None`; `y` resized to `(N,
+/// C_out*H_out*W_out)` (the conv2d formula) and overwritten. `deform_groups` divides `C_in`.
+#[allow(clippy::too_many_arguments)]
+pub fn deform_conv2d_forward(
+    x: &Tensor,
+    offset: &Tensor,
+    mask: Option<&Tensor>,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    dims: impl Into<Nchw>,
+    c_out: usize,
+    spec: &Conv2dSpec,
+    deform_groups: usize,
+    y: &mut Tensor,
+) -> Result<()> {
+    let op = "deform_conv2d_forward";
+    let be = dispatch(
+        op,
+        &[
+            input("x", x).float(),
+            input("offset", offset).float(),
+            input_opt("mask", mask),
+            input("w", w).float(),
+            input_opt("bias", bias),
+            written("y", y),
+        ],
+    )?;
+    let conv = forward_geometry(op, dims.into(), c_out, spec)?;
+    if deform_groups == 0 || !conv.x.c.is_multiple_of(deform_groups) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "deform_groups = {deform_groups} must divide C_in = {}",
+                conv.x.c
+            ),
+        ));
+    }
+    let [kh, kw] = conv.spec.kernel;
+    check_activation(op, "x", x, conv.x)?;
+    check_weight(op, w, conv.c_out, [conv.group_in(), kh, kw])?;
+    check_bias(op, bias, conv.c_out, x)?;
+    let taps = checked_product(op, "deform_groups*kH*kW", &[deform_groups, kh, kw])?;
+    for (name, t, per_tap) in [("offset", Some(offset), 2), ("mask", mask, 1)] {
+        let Some(t) = t else { continue };
+        let channels = checked_product(op, "offset channels", &[taps, per_tap])?;
+        check_activation(
+            op,
+            name,
+            t,
+            Nchw::new(conv.x.n, channels, conv.out[0], conv.out[1]),
+        )
+        .map_err(|_| {
+            Error::shape(
+                op,
+                format!(
+                    "`{name}` must hold deform_groups*{}kH*kW = {channels} channels of H_out*W_out = {:?} per batch entry, got {:?}",
+                    if per_tap == 2 { "2*" } else { "" },
+                    conv.out,
+                    t.dims()
+                ),
+            )
+        })?;
+        check_dtypes_match(op, ("x", x), &[(name, t)])?;
+    }
+    check_dtypes_match(op, ("x", x), &[("w", w)])?;
+    be.out("y", y, &output_dims(x, y_dims(&conv)), x.dtype())?;
+    if conv.lens[2] == 0 {
+        return Ok(());
+    }
+    be.deform_conv2d_forward(op, &conv, deform_groups, x, offset, mask, w, bias, y)
+}
+
 /// Checks a 3-D convolution's operands: `x (N, C_in*D*H*W)` or 5-D, the weight `(C_out,
 /// C_in/groups*kD*kH*kW)` or 5-D, the bias.
 fn check_3d(

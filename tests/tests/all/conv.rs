@@ -1179,3 +1179,142 @@ fn conv3d_forward_against_float64() {
     let e = ops::conv3d_forward(&x5, &x5, None, dims, c_out, &spec, &mut y).unwrap_err();
     assert!(e.to_string().contains("`w` must be shaped"), "{e}");
 }
+
+/// DCNv2 against float64 written here from torchvision's definition (bilinear samples, zero
+/// outside, corner by corner), with two groups, two offset groups, offsets that push samples
+/// out of the image, with and without a mask.
+#[test]
+fn deform_conv2d_forward_against_float64() {
+    let c = Case {
+        n: 2,
+        c_in: 4,
+        h: 4,
+        w: 5,
+        c_out: 6,
+        spec: spec([2, 3], [1, 2], [1, 1], [2, 1], 2),
+    };
+    let dg = 2;
+    let [ho, wo] = c.out();
+    let [kh, kw] = c.spec.kernel;
+    let (taps, pixels) = (kh * kw, ho * wo);
+    let sample = |plane: &[f64], y: f64, x: f64| -> f64 {
+        if y <= -1.0 || y >= c.h as f64 || x <= -1.0 || x >= c.w as f64 {
+            return 0.0;
+        }
+        let (y0, x0) = (y.floor(), x.floor());
+        let mut acc = 0.0;
+        for (dy, wy) in [(0.0, 1.0 - (y - y0)), (1.0, y - y0)] {
+            for (dx, wx) in [(0.0, 1.0 - (x - x0)), (1.0, x - x0)] {
+                let (yy, xx) = (y0 + dy, x0 + dx);
+                if yy >= 0.0 && xx >= 0.0 && yy < c.h as f64 && xx < c.w as f64 {
+                    acc += wy * wx * plane[yy as usize * c.w + xx as usize];
+                }
+            }
+        }
+        acc
+    };
+    let reference = |v: &[Vec<f64>], with_mask: bool| -> Vec<f64> {
+        let (x, off, mask, w, b) = (&v[0], &v[1], &v[2], &v[3], &v[4]);
+        let (cg_in, cg_out) = (c.c_in / 2, c.c_out / 2);
+        let mut y = vec![0.0; c.n * c.y_len()];
+        for (i, out) in y.iter_mut().enumerate() {
+            let (n, o, p) = (i / c.y_len(), (i / pixels) % c.c_out, i % pixels);
+            let (oy, ox) = (p / wo, p % wo);
+            let g = o / cg_out;
+            let mut acc = b[o];
+            for cl in 0..cg_in {
+                let ci = g * cg_in + cl;
+                let d = ci / (c.c_in / dg);
+                let plane = &x[(n * c.c_in + ci) * c.h * c.w..][..c.h * c.w];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let tap = ky * kw + kx;
+                        let oc = n * dg * 2 * taps + d * 2 * taps + 2 * tap;
+                        let sy = (oy * c.spec.stride[0] + ky * c.spec.dilation[0]) as f64
+                            - c.spec.padding[0] as f64
+                            + off[oc * pixels + p];
+                        let sx = (ox * c.spec.stride[1] + kx * c.spec.dilation[1]) as f64
+                            - c.spec.padding[1] as f64
+                            + off[(oc + 1) * pixels + p];
+                        let mut s = sample(plane, sy, sx);
+                        if with_mask {
+                            s *= mask[((n * dg + d) * taps + tap) * pixels + p];
+                        }
+                        acc += s * w[(o * cg_in + cl) * taps + tap];
+                    }
+                }
+            }
+            *out = acc;
+        }
+        y
+    };
+    let inputs = [
+        Input::new(c.n, c.x_len(), -1.0, 1.0),
+        Input::new(c.n, dg * 2 * taps * pixels, -2.5, 2.5),
+        Input::new(c.n, dg * taps * pixels, 0.0, 1.0),
+        Input::new(c.c_out, c.w_row(), -1.0, 1.0),
+        Input::new(c.c_out, 1, -1.0, 1.0),
+    ];
+    for with_mask in [true, false] {
+        reference_with(
+            &format!("deform_conv2d_forward mask={with_mask}"),
+            81,
+            &inputs,
+            Check::default(),
+            |t| {
+                let mut y = Tensor::default();
+                let mask = with_mask.then_some(&t[2]);
+                ops::deform_conv2d_forward(
+                    &t[0],
+                    &t[1],
+                    mask,
+                    &t[3],
+                    Some(&t[4]),
+                    c.dims(),
+                    c.c_out,
+                    &c.spec,
+                    dg,
+                    &mut y,
+                )?;
+                Ok(y)
+            },
+            |v| reference(v, with_mask),
+        );
+    }
+    // Offsets of the wrong channel count and offset groups that do not divide C_in.
+    let x = Tensor::zeros(c.n, c.x_len(), Dtype::F32).unwrap();
+    let w = Tensor::zeros(c.c_out, c.w_row(), Dtype::F32).unwrap();
+    let bad = Tensor::zeros(c.n, taps * pixels, Dtype::F32).unwrap();
+    let mut y = Tensor::default();
+    let e = ops::deform_conv2d_forward(
+        &x,
+        &bad,
+        None,
+        &w,
+        None,
+        c.dims(),
+        c.c_out,
+        &c.spec,
+        dg,
+        &mut y,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("`offset` must hold"), "{e}");
+    let e = ops::deform_conv2d_forward(
+        &x,
+        &bad,
+        None,
+        &w,
+        None,
+        c.dims(),
+        c.c_out,
+        &c.spec,
+        3,
+        &mut y,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("deform_groups = 3 must divide"),
+        "{e}"
+    );
+}

@@ -2,7 +2,7 @@
 //! narrow the output once (`dtype_policy::through_f32`): the convolutions are products, and
 //! the padding and streaming ops are rare enough on 16-bit data not to need their own path.
 
-use brotensor_cpu::{conv as cv, conv1d as c1, conv3d as c3};
+use brotensor_cpu::{conv as cv, conv1d as c1, conv3d as c3, deform as df};
 
 use super::dtype_policy::{is_half, through_f32, Narrowed};
 use super::CpuBackend;
@@ -74,6 +74,34 @@ impl ConvOps for CpuBackend {
         in_f32(&[Some(x), Some(w), bias], &mut [y], &mut [], |i, o| {
             let bias = i[2].map(|b| b.host());
             c3::conv3d_forward(conv, host(i[0]), host(i[1]), bias, o[0].host_mut());
+            Ok(())
+        })
+    }
+
+    fn deform_conv2d_forward(
+        &self,
+        _name: &'static str,
+        conv: &Conv2d,
+        deform_groups: usize,
+        x: &Tensor,
+        offset: &Tensor,
+        mask: Option<&Tensor>,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let inputs = [Some(x), Some(offset), mask, Some(w), bias];
+        in_f32(&inputs, &mut [y], &mut [], |i, o| {
+            df::deform_conv2d_forward(
+                conv,
+                deform_groups,
+                host(i[0]),
+                host(i[1]),
+                i[2].map(|m| m.host()),
+                host(i[3]),
+                i[4].map(|b| b.host()),
+                o[0].host_mut(),
+            );
             Ok(())
         })
     }

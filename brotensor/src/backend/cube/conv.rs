@@ -109,6 +109,66 @@ impl<R: Runtime> ConvOps for CubeBackend<R> {
             )
     }
 
+    fn deform_conv2d_forward(
+        &self,
+        name: &'static str,
+        conv: &Conv2d,
+        deform_groups: usize,
+        x: &Tensor,
+        offset: &Tensor,
+        mask: Option<&Tensor>,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let (xh, oh, wh, yh) = (
+            out_handle(x),
+            out_handle(offset),
+            out_handle(w),
+            out_handle(y),
+        );
+        let (mh, bh) = (mask.map(out_handle), bias.map(out_handle));
+        let geo = geometry(conv);
+        // The F32 path's inputs in order, the optional ones where given.
+        let inputs: Vec<&Tensor> = [Some(x), Some(offset), mask, Some(w), bias]
+            .into_iter()
+            .flatten()
+            .collect();
+        self.float_op(name, x.dtype())
+            .inputs(&inputs)
+            .written(&mut [y])
+            .run(
+                |i, o| {
+                    let mut next = i.iter();
+                    let mut take = |t: Option<&Tensor>| t.and_then(|_| next.next());
+                    let (xw, ow) = (take(Some(x)), take(Some(offset)));
+                    let (mw, ww, bw) = (take(mask), take(Some(w)), take(bias));
+                    let (Some(xw), Some(ow), Some(ww)) = (xw, ow, ww) else {
+                        unreachable!("the F32 copies of the given inputs");
+                    };
+                    self.deform_conv2d_forward(
+                        name,
+                        conv,
+                        deform_groups,
+                        xw,
+                        ow,
+                        mw,
+                        ww,
+                        bw,
+                        &mut o[0],
+                    )
+                },
+                float_launch!(|F| kc::launch_deform_conv2d_forward::<R, F>(
+                    &self.client,
+                    (&xh, &oh, mh.as_ref()),
+                    (&wh, bh.as_ref()),
+                    &yh,
+                    geo,
+                    deform_groups
+                )),
+            )
+    }
+
     fn conv2d_backward_input(
         &self,
         name: &'static str,
