@@ -227,6 +227,8 @@ fn tap_source(o: usize, k: usize, n: usize, s: usize, p: usize, d: usize) -> usi
 
 /// The output coordinate whose tap `k` reads input coordinate `i` on an axis (output size
 /// `n`, stride `s`, padding `p`, dilation `d`), or `n` when none does.
+// `%` stays: the kernel language has no `is_multiple_of`.
+#[allow(clippy::manual_is_multiple_of)]
 #[cube]
 fn tap_reader(i: usize, k: usize, n: usize, s: usize, p: usize, d: usize) -> usize {
     let t = i + p;
@@ -719,16 +721,16 @@ pub fn launch_conv2d_backward_input<R: Runtime, F: Float + CubeElement>(
     Buf::new("w", w, d.lens[1], b)?;
     let dyb = Buf::new("dy", dy, d.lens[2], b)?;
     let bias = bias.map(|h| Buf::new("bias", h, geo.c_in, b)).transpose()?;
-    if geo.groups == 1 && geo.is_pointwise() {
+    if d.per_y == 0 {
+        // No output channels: no tap reads any input pixel.
+        crate::elementwise::launch_fill::<R, F>(client, dx, d.lens[0], 0.0)?;
+    } else if geo.groups == 1 && geo.is_pointwise() {
         // dx[n] = W^T . dy[n] for every batch entry at once.
         let mut spec = GemmSpec::new(geo.c_in, d.pixels, geo.c_out);
         spec.trans_a = true;
         spec.batch = geo.n;
         spec.strides = (0, d.per_y, d.per_x);
         launch_gemm::<R, F>(client, w, dy, None, dx, spec)?;
-    } else if d.per_y == 0 {
-        // No output channels or pixels: no tap reads any input pixel.
-        crate::elementwise::launch_fill::<R, F>(client, dx, d.lens[0], 0.0)?;
     } else {
         let tile = tile_pixels(d.k_all, d.pixels);
         let taps = geo.taps(client)?;

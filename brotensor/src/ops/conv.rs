@@ -521,14 +521,17 @@ pub fn conv2d_int8w_fp16_forward(
 
 /// Deformable 2-D convolution, DCNv2 (C++ `deform_conv2d_forward`, torchvision's
 /// `deform_conv2d`), forward only: tap `(ky, kx)` of output pixel `(oy, ox)` samples input
-/// channel `ci` bilinearly (zero outside the image) at `(oy s - pad + ky dil + dy, ox s - pad
-/// + kx dil + dx)`, with `(dy, dx)` the offsets of `ci`'s deform group for that tap and
-/// pixel, times the tap's `mask` value when given; the samples reduce as a convolution's
-/// patches. `x`: `(N, C_in*H*W)` for `dims = (N, C_in, H, W)`; `offset`: `(N,
-/// deform_groups*2*kH*kW*H_out*W_out)`, channel `g*2*kH*kW + 2*(ky*kW + kx)` the row offset,
-/// the next the column offset; `mask`: `(N, deform_groups*kH*kW*H_out*W_out)` or `None`;
-/// `w`: `(C_out, C_in/groups*kH*kW)`; `bias`: `C_out` values or `None`; `y` resized to `(N,
-/// C_out*H_out*W_out)` (the conv2d formula) and overwritten. `deform_groups` divides `C_in`.
+/// channel `ci` bilinearly (zero outside the image) at row `oy s - pad + ky dil + dy` and
+/// column `ox s - pad + kx dil + dx`, with `(dy, dx)` the offsets of `ci`'s deform group for
+/// that tap and pixel, times the tap's `mask` value when given; the samples reduce as a
+/// convolution's patches.
+///
+/// `x`: `(N, C_in*H*W)` for `dims = (N, C_in, H, W)`; `offset`: `(N,
+/// deform_groups*2*kH*kW*H_out*W_out)`, channel `g*2*kH*kW + 2*(ky*kW + kx)` the row
+/// offset, the next the column offset; `mask`: `(N, deform_groups*kH*kW*H_out*W_out)` or
+/// `None`; `w`: `(C_out, C_in/groups*kH*kW)`; `bias`: `C_out` values or `None`; `y` resized
+/// to `(N, C_out*H_out*W_out)` (the conv2d formula) and overwritten. `deform_groups` divides
+/// `C_in`.
 #[allow(clippy::too_many_arguments)]
 pub fn deform_conv2d_forward(
     x: &Tensor,

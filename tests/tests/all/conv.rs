@@ -872,6 +872,16 @@ fn zero_size_batches_give_empty_outputs_and_leave_gradients() {
         let mut dx = Tensor::default();
         ops::conv2d_backward_input(&w, &y, (0, 2, 4, 4), 3, &c, &mut dx).unwrap();
         assert_eq!(dx.dims(), [0, 32], "{dev}");
+        // No output channels: the input gradient is zero, over any old contents.
+        let w0 = Tensor::zeros_on(dev, 0, 18, Dtype::F32).unwrap();
+        let dy0 = Tensor::zeros_on(dev, 1, 0, Dtype::F32).unwrap();
+        let mut dx = Tensor::from_slice_on(dev, &[3.0f32; 32], 1, 32).unwrap();
+        ops::conv2d_backward_input(&w0, &dy0, (1, 2, 4, 4), 0, &c, &mut dx).unwrap();
+        assert_eq!(
+            dx.to_vec::<f32>().unwrap(),
+            vec![0.0; 32],
+            "{dev}: dx zeroed"
+        );
     }
 }
 

@@ -29,8 +29,8 @@ fn in_f32<'t>(
     let present: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
     let mut outs: Vec<Narrowed<'_>> = written
         .iter_mut()
-        .map(|t| Narrowed::written(&mut **t))
-        .chain(updated.iter_mut().map(|t| Narrowed::updated(&mut **t)))
+        .map(|t| Narrowed::written(t))
+        .chain(updated.iter_mut().map(|t| Narrowed::updated(t)))
         .collect();
     through_f32(&present, &mut outs, |wide, wide_out| {
         let mut next = wide.iter();
