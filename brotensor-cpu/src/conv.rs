@@ -76,9 +76,10 @@ impl Conv2d {
             .into_iter()
             .try_fold(c_out, usize::checked_mul)
             .ok_or_else(|| overflow("weight"))?;
-        let y_len = [c_out, out[0], out[1]]
+        // Per batch entry first: an empty batch must not hide an entry size that overflows.
+        let y_len = [out[0], out[1], x.n]
             .into_iter()
-            .try_fold(x.n, usize::checked_mul)
+            .try_fold(c_out, usize::checked_mul)
             .ok_or_else(|| overflow("output"))?;
         // The passes slice by the output plane and the im2col rows even when the batch or
         // the output channels are empty (the products above are then 0 whatever follows).

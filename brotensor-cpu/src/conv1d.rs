@@ -35,7 +35,7 @@ impl PadMode {
             PadMode::Reflect if left >= len || right >= len => Err(format!(
                 "reflect padding needs each pad below the length: pads {left} and {right}, length {len}"
             )),
-            PadMode::Replicate if len == 0 && left + right > 0 => {
+            PadMode::Replicate if len == 0 && (left > 0 || right > 0) => {
                 Err("replicate padding of an empty signal has no sample to repeat".into())
             }
             _ => Ok(()),

@@ -53,10 +53,13 @@ impl Conv3d {
         let [kd, kh, kw] = spec.kernel;
         product("patch (C_in/groups*kD*kH*kW)", &[cg_in, kd, kh, kw])?;
         product("output volume", &out)?;
+        product("input volume", &input)?;
+        product("kernel volume", &spec.kernel)?;
+        // Per batch entry first: an empty batch must not hide an entry size that overflows.
         let lens = [
-            product("input", &[n, c_in, input[0], input[1], input[2]])?,
+            product("input", &[c_in, input[0], input[1], input[2], n])?,
             product("weight", &[c_out, cg_in, kd, kh, kw])?,
-            product("output", &[n, c_out, out[0], out[1], out[2]])?,
+            product("output", &[c_out, out[0], out[1], out[2], n])?,
         ];
         Ok(Conv3d {
             n,

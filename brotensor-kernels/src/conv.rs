@@ -159,6 +159,12 @@ impl ConvGeometry {
             .flat_map(|&(what, v)| v.map(|x| (what, x)))
             .collect();
         check_u32(&named)?;
+        // Tap coordinates reach `in + 2 pad - 1` before the padding is taken off.
+        for a in 0..3 {
+            let padded = extent("2 * padding", &[self.padding[a], 2])
+                .and_then(|p| crate::launch::sum("input + 2 * padding", p, self.input[a]))?;
+            check_u32(&[("input + 2 * padding", padded)])?;
+        }
         let words: Vec<u32> = named.iter().map(|&(_, v)| v as u32).collect();
         Ok(Buf::upload(client, &words))
     }
@@ -901,6 +907,7 @@ pub fn launch_conv2d_backward_bias<R: Runtime, F: Float + CubeElement>(
     if len == 0 {
         return Ok(());
     }
+    check_u32(&[("dy", len)])?;
     let b = core::mem::size_of::<F>();
     let dy = Buf::new("dy", dy, len, b)?;
     let db = Buf::new("db", db, c, b)?;

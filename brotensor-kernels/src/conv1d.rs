@@ -233,7 +233,12 @@ pub fn launch_causal_conv1d_update<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let (w_len, state_len) = (extent("C*k", &[channels, k])?, extent("N*C*S", &[rows, s])?);
-    check_u32(&[("x", len), ("w", w_len), ("state", state_len)])?;
+    check_u32(&[
+        ("x", len),
+        ("w", w_len),
+        ("state", state_len),
+        ("dilation", dilation),
+    ])?;
     let b = core::mem::size_of::<F>();
     let x = Buf::new("x", x, len, b)?;
     let yb = Buf::new("y", y, len, b)?;

@@ -898,6 +898,7 @@ fn pad_sizes(
         .checked_add(left)
         .and_then(|v| v.checked_add(right))
         .ok_or_else(|| Error::shape(op, "L + pad_left + pad_right overflows"))?;
+    checked_product(op, "C*(L + pads)", &[c, out_len])?;
     checked_product(op, "N*C*(L + pads)", &[n, c, out_len])?;
     Ok((checked_product(op, "N*C", &[n, c])?, out_len))
 }

@@ -1328,3 +1328,59 @@ fn deform_conv2d_forward_against_float64() {
         "{e}"
     );
 }
+
+/// Geometry whose products or coordinates pass 32 (or 64) bits: an empty batch must not hide
+/// an entry size that overflows, and a tap coordinate past 32 bits must never wrap into the
+/// image on a GPU (either the right answer or an error, never a wrong one).
+#[test]
+fn huge_geometry_is_an_error_or_right() {
+    let x = Tensor::zeros(0, 0, Dtype::F32).unwrap();
+    let w = Tensor::zeros(1 << 40, 0, Dtype::F32).unwrap();
+    let mut y = Tensor::default();
+    let s = spec([1, 1], [1, 1], [0, 0], [1, 1], 1);
+    let e = ops::conv2d_forward(&x, &w, None, (0, 0, 1 << 16, 1 << 16), 1 << 40, &s, &mut y)
+        .unwrap_err();
+    assert!(matches!(e, Error::Shape { .. }), "{e}");
+    let sig = Tensor::zeros(0, 1 << 62, Dtype::F32).unwrap();
+    let e = ops::pad1d_forward(
+        &sig,
+        (0, 1 << 32, 1 << 30),
+        (1 << 40, 0),
+        PadMode::Zero,
+        &mut y,
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Shape { .. }), "{e}");
+    let e = ops::pad1d_forward(&sig, (0, 0, 0), (usize::MAX, 1), PadMode::Replicate, &mut y)
+        .unwrap_err();
+    assert!(matches!(e, Error::Shape { .. }), "{e}");
+
+    // One row of 10 pixels, a 1x2 kernel whose taps land 2^31 apart far into the padding.
+    let (stride, pad, dil) = (1usize << 31, 4_294_967_287usize, 2_147_483_639usize);
+    let s = spec([1, 2], [1, stride], [0, pad], [1, dil], 1);
+    let xs: Vec<f32> = (0..10).map(|i| i as f32 + 1.0).collect();
+    let ws = [0.5f32, -2.0];
+    let want: Vec<f32> = (0..4i128)
+        .map(|ox| {
+            (0..2i128)
+                .map(|kx| {
+                    let ix = ox * stride as i128 + kx * dil as i128 - pad as i128;
+                    if (0..10).contains(&ix) {
+                        xs[ix as usize] * ws[kx as usize]
+                    } else {
+                        0.0
+                    }
+                })
+                .sum()
+        })
+        .collect();
+    for dev in std::iter::once(Device::Cpu).chain(brotensor_tests::gpu_devices()) {
+        let xt = Tensor::from_slice_on(dev, &xs, 1, 10).unwrap();
+        let wt = Tensor::from_slice_on(dev, &ws, 1, 2).unwrap();
+        let mut y = Tensor::default();
+        match ops::conv2d_forward(&xt, &wt, None, (1, 1, 1, 10), 1, &s, &mut y) {
+            Ok(()) => assert_eq!(y.to_vec::<f32>().unwrap(), want, "{dev}"),
+            Err(e) => assert!(dev != Device::Cpu, "the CPU has no 32-bit limit: {e}"),
+        }
+    }
+}
