@@ -21,7 +21,7 @@ cargo build --release -p brotensor --example tour
 cargo build --release -p brotensor-models --bin tour
 cp target/release/tour "$out/models_tour"
 cargo build --release -p brotensor-benches --bin bench_elementwise --bin bench_dense --bin bench_ops \
-  --bin bench_attention_gpu --bin bench_quant_gpu --bin bench_quant_gemm_gpu --bin bench_models
+  --bin bench_attention_gpu --bin bench_quant_gpu --bin bench_quant_gemm_gpu --bin bench_models --bin bench_conv
 
 cp "$tests_exe" "$out/brotensor-tests"
 cp target/release/examples/tour "$out/tour"
@@ -32,8 +32,9 @@ cp target/release/bench_attention_gpu "$out/bench_attention_gpu"
 cp target/release/bench_quant_gpu "$out/bench_quant_gpu"
 cp target/release/bench_quant_gemm_gpu "$out/bench_quant_gemm_gpu"
 cp target/release/bench_models "$out/bench_models"
+cp target/release/bench_conv "$out/bench_conv"
 kit_bins=(brotensor-tests brotensor-tests-spirv tour bench_elementwise bench_dense bench_ops
-  bench_attention_gpu bench_quant_gpu bench_quant_gemm_gpu models_tour bench_models)
+  bench_attention_gpu bench_quant_gpu bench_quant_gemm_gpu models_tour bench_models bench_conv)
 for b in "${kit_bins[@]}"; do
   strip "$out/$b"
   gzip -9 "$out/$b"

@@ -73,6 +73,8 @@ else
 fi
 step bench_dense_tiled env BROTENSOR_CMMA=0 BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_dense"
 step bench_attention_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_attention_gpu"
+# The convolution shapes of issue 25 in F32/F16/BF16 (torch_peer.py times cuDNN on them).
+step bench_conv_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_conv"
 step torch_peer python3 "$here/torch_peer.py"
 
 echo

@@ -5,7 +5,8 @@ B=1, H=16, L=1024/4096, hd=64/128, causal and not, in TFLOP/s; decode with 32 qu
 heads, hd 128, one query against caches of 512/4096/16384 rows, in GB/s of K/V read), and the
 tensor-algebra ops `bench_ops` times (F32 4096 x 4096: transpose made contiguous, sum over
 axis 0 and 1, amax over axis 1, a shuffled row gather, a concatenation of four row blocks; GB/s
-of the bytes each must read and write once, as `bench_ops` counts them). Prints a markdown
+of the bytes each must read and write once, as `bench_ops` counts them), and cuDNN's
+convolutions at the shapes of `bench_conv` in F32/F16/BF16 (TFLOP/s). Prints a markdown
 table; skips cleanly without CUDA or torch."""
 import sys
 
@@ -87,3 +88,29 @@ for dtype in (torch.float16, torch.bfloat16):
             ms = best_ms(lambda: F.scaled_dot_product_attention(q, kr, vr))
         kv_bytes = 2 * k.numel() * k.element_size()
         print(f"| sdpa decode 32q/8kv | {str(dtype)[6:]} | cache {cache} hd128 | {ms:.4f} | {kv_bytes / ms / 1e6:.1f} GB/s |")
+
+# The convolution shapes of `bench_conv` (issue 25), cuDNN through F.conv2d /
+# F.conv_transpose2d, in TFLOP/s (the multiply-adds times two, as bench_conv counts them).
+CONV_SHAPES = (
+    # name, transposed, n, c_in, h, w, c_out, k, stride, pad, groups
+    ("3x3 320->320, 64x64, b1", False, 1, 320, 64, 64, 320, 3, 1, 1, 1),
+    ("1x1 640->320, 64x64, b1", False, 1, 640, 64, 64, 320, 1, 1, 0, 1),
+    ("7x7 s2 3->64, 224x224, b8", False, 8, 3, 224, 224, 64, 7, 2, 3, 1),
+    ("3x3 64->64, 56x56, b8", False, 8, 64, 56, 56, 64, 3, 1, 1, 1),
+    ("depthwise 3x3 C=256, 56x56, b8", False, 8, 256, 56, 56, 256, 3, 1, 1, 256),
+    ("transposed 4x4 s2 256->128, 16->32, b8", True, 8, 256, 16, 16, 128, 4, 2, 1, 1),
+)
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    for name, transposed, n, c_in, h, w, c_out, k, stride, pad, groups in CONV_SHAPES:
+        x = torch.randn(n, c_in, h, w, device="cuda", dtype=dtype)
+        if transposed:
+            wt = torch.randn(c_in, c_out // groups, k, k, device="cuda", dtype=dtype)
+            ms = best_ms(lambda: F.conv_transpose2d(x, wt, stride=stride, padding=pad, groups=groups))
+            flop = 2 * n * c_in * h * w * (c_out // groups) * k * k
+        else:
+            wt = torch.randn(c_out, c_in // groups, k, k, device="cuda", dtype=dtype)
+            ms = best_ms(lambda: F.conv2d(x, wt, stride=stride, padding=pad, groups=groups))
+            ho = (h + 2 * pad - k) // stride + 1
+            wo = (w + 2 * pad - k) // stride + 1
+            flop = 2 * n * c_out * ho * wo * (c_in // groups) * k * k
+        print(f"| F.conv2d {name} | {str(dtype)[6:]} | cuDNN | {ms:.3f} | {flop / ms / 1e9:.2f} TFLOP/s |")

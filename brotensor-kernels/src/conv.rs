@@ -1,14 +1,14 @@
-//! 2-D (and 3-D) convolution over NCHW (NCDHW) rows, forward and backward, as im2col tiles and the tiled GEMM
-//! ([`crate::matmul::launch_gemm`], tensor cores where the device has them), plus the
-//! 1-D padding and the streaming causal step of the conv1d family.
+//! 2-D (and 3-D) convolution over NCHW (NCDHW) rows, forward and backward, as im2col tiles
+//! and the tiled GEMM ([`crate::matmul::launch_gemm`], tensor cores where the device has
+//! them), and the deformable convolution's bilinear gather.
 //!
 //! Layouts (the C++ contract): `x (N, C_in*H*W)`, the weight OIHW `(C_out, C_in/groups*kH*kW)`,
 //! `y (N, C_out*H_out*W_out)`. For each batch entry and tile of output pixels:
 //! - forward: the tile's input patches are gathered into `col (C_in*kH*kW, tile)`
-//!   ([`im2col_kernel`]), one product per group turns them into `(C_out, tile)` outputs, and
-//!   [`place_tile_kernel`] stores them into `y` with the bias;
+//!   (`im2col_kernel`), one product per group turns them into `(C_out, tile)` outputs, and
+//!   `place_tile_kernel` stores them into `y` with the bias;
 //! - input gradient: the tile of `dy` times each group's transposed weight gives the
-//!   patch gradients in `col`, which [`col2im_kernel`] gathers back per input pixel (each
+//!   patch gradients in `col`, which `col2im_kernel` gathers back per input pixel (each
 //!   input pixel sums the taps that read it: no scatter, no atomics);
 //! - weight gradient: the tile of `dy` times the transposed patches, accumulated into `dw`
 //!   per group.

@@ -5,13 +5,16 @@
 //! convolutions, the ResNet stem, a ResNet block, a depthwise 3x3 (also against the copy
 //! bandwidth: it is memory-bound) and a 4x4 stride-2 transposed convolution.
 //!
+//! On GPU devices (those `BROTENSOR_BENCH_DEVICES` selects, e.g. `cuda`), the same shapes in
+//! F32, F16 and BF16 in TFLOP/s; the GPU kit's `torch_peer.py` times cuDNN on them.
+//!
 //! `cargo run --release -p brotensor-benches --features candle --bin bench_conv -- --ort`
 
 use std::process::Command;
 
 use brotensor::ops::{self, Conv2dSpec};
-use brotensor::{Device, Tensor};
-use brotensor_benches::{best_secs, best_secs_paired, cpu_fp32_peak_gflops};
+use brotensor::{Device, Dtype, Tensor};
+use brotensor_benches::{best_secs, best_secs_paired, cpu_fp32_peak_gflops, selected_devices};
 
 /// One benchmark shape: `x (n, c_in, h, w)`, `c_out` channels, a square kernel `k`.
 #[derive(Clone, Copy)]
@@ -237,7 +240,58 @@ mod peer {
     }
 }
 
+/// Runs shape `s` once on the tensors `x` and `w` into `y`.
+fn run(s: &Shape, x: &Tensor, w: &Tensor, y: &mut Tensor) {
+    let (dims, spec) = ((s.n, s.c_in, s.h, s.w), s.spec());
+    if s.transposed {
+        ops::conv_transpose2d_forward(x, w, None, dims, s.c_out, &spec, [0, 0], y)
+            .expect("conv_transpose2d_forward");
+    } else {
+        ops::conv2d_forward(x, w, None, dims, s.c_out, &spec, y).expect("conv2d_forward");
+    }
+}
+
+/// The shapes on a GPU device in each float dtype, in TFLOP/s.
+fn gpu_table(dev: Device) {
+    println!();
+    println!(
+        "## {}",
+        brotensor::device_name(dev).unwrap_or_else(|_| dev.to_string())
+    );
+    println!();
+    println!("| shape | dtype | ms | TFLOP/s |");
+    println!("|---|---|---:|---:|");
+    for s in SHAPES {
+        let xd = [s.n, s.c_in, s.h, s.w];
+        let wd = s.weight_dims();
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+            let load = |v: Vec<f32>, d: &[usize]| {
+                Tensor::from_slice_nd_on(dev, &v, d)
+                    .and_then(|t| t.to_dtype(dtype))
+                    .expect("upload")
+            };
+            let x = load(values(xd.iter().product(), 1), &xd);
+            let w = load(values(wd.iter().product(), 2), &wd);
+            let mut y = Tensor::default();
+            let secs = best_secs(dev, 5, || run(&s, &x, &w, &mut y));
+            println!(
+                "| {} | {dtype} | {:.3} | {:.2} |",
+                s.name,
+                secs * 1e3,
+                s.flops() / secs / 1e12
+            );
+        }
+    }
+}
+
 fn main() {
+    let devices = selected_devices();
+    for dev in devices.iter().filter(|d| **d != Device::Cpu) {
+        gpu_table(*dev);
+    }
+    if !devices.contains(&Device::Cpu) {
+        return;
+    }
     let peak = cpu_fp32_peak_gflops();
     let with_ort = arg_flag("--ort");
     println!(
@@ -264,26 +318,8 @@ fn main() {
         );
         let x = Tensor::from_slice_nd(&xv, &xd).expect("x");
         let w = Tensor::from_slice_nd(&wv, &wd).expect("w");
-        let spec = s.spec();
         let mut y = Tensor::default();
-        let mut ours = || {
-            if s.transposed {
-                let dims = (s.n, s.c_in, s.h, s.w);
-                ops::conv_transpose2d_forward(&x, &w, None, dims, s.c_out, &spec, [0, 0], &mut y)
-                    .expect("conv_transpose2d_forward");
-            } else {
-                ops::conv2d_forward(
-                    &x,
-                    &w,
-                    None,
-                    (s.n, s.c_in, s.h, s.w),
-                    s.c_out,
-                    &spec,
-                    &mut y,
-                )
-                .expect("conv2d_forward");
-            }
-        };
+        let mut ours = || run(&s, &x, &w, &mut y);
         #[cfg(feature = "candle")]
         let (secs, secs_c, diff) = {
             let c = peer::Conv::new(&xv, xd, &wv, wd);
