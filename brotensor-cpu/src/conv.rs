@@ -6,7 +6,7 @@
 //! overwrite their output; the weight and bias gradients accumulate into theirs.
 //!
 //! The products are implicit GEMMs through [`matmul`]: for each batch entry and group, tiles
-//! of up to [`TILE_PIXELS`] output pixels have their input patches gathered into a
+//! of [`tile_pixels`] output pixels have their input patches gathered into a
 //! `(C_in/groups*kH*kW) x tile` matrix in cache (im2col one tile at a time, never the whole
 //! matrix), which one product with the group's weight rows turns into the tile's outputs. A
 //! 1x1 convolution with stride 1 and no padding needs no gather (NCHW rows are already the
@@ -19,9 +19,16 @@ use crate::linear::{matmul, Mat};
 use crate::simd::wide;
 use crate::spatial::{Conv2dSpec, Nchw};
 
-/// Output pixels per im2col tile: enough columns for the product to run at speed, few enough
-/// that a tile of a 3x3 convolution over 320 channels (2880 rows) stays within the L2/L3.
+/// The fewest output pixels per im2col tile: enough columns for the product to run at speed
+/// (a 3x3 convolution over 320 channels, 2880 patch rows, takes tiles of this size).
 pub const TILE_PIXELS: usize = 512;
+
+/// Output pixels per im2col tile for patches of `k` rows: about 1 MiB of patches (the
+/// product then sees wide right operands where `k` is small, a stem's 147 rows say), at
+/// least [`TILE_PIXELS`] and at most 8 times that, in multiples of 64.
+pub fn tile_pixels(k: usize) -> usize {
+    ((1usize << 18) / k.max(1) / 64 * 64).clamp(TILE_PIXELS, 8 * TILE_PIXELS)
+}
 
 /// One 2-D convolution: the input dims, the output channels and the spec, with every derived
 /// size checked ([`Conv2d::new`]).
@@ -276,10 +283,8 @@ impl Conv2d {
 
     /// The tiles of the output pixels.
     fn tiles(&self) -> impl Iterator<Item = std::ops::Range<usize>> {
-        let n = self.out_pixels();
-        (0..n)
-            .step_by(TILE_PIXELS)
-            .map(move |p| p..(p + TILE_PIXELS).min(n))
+        let (n, tile) = (self.out_pixels(), tile_pixels(self.patch()));
+        (0..n).step_by(tile).map(move |p| p..(p + tile).min(n))
     }
 }
 

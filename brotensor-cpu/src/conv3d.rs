@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use crate::conv::TILE_PIXELS;
+use crate::conv::tile_pixels;
 use crate::linear::{matmul, Mat};
 use crate::spatial::Conv3dSpec;
 
@@ -139,8 +139,8 @@ pub fn conv3d_forward(conv: &Conv3d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
             let xg = &xn[g * cg_in * volume..][..cg_in * volume];
             let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
             let yg = &mut yn[g * cg_out * voxels..][..cg_out * voxels];
-            for t0 in (0..voxels).step_by(TILE_PIXELS) {
-                let tile = t0..(t0 + TILE_PIXELS).min(voxels);
+            for t0 in (0..voxels).step_by(tile_pixels(k)) {
+                let tile = t0..(t0 + tile_pixels(k)).min(voxels);
                 col.resize(k * tile.len(), 0.0);
                 out.resize(cg_out * tile.len(), 0.0);
                 conv.im2col(xg, tile.clone(), &mut col);

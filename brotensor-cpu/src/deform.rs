@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use crate::conv::{Conv2d, TILE_PIXELS};
+use crate::conv::{tile_pixels, Conv2d};
 use crate::linear::{matmul, Mat};
 
 /// The bilinear sample of the `h x w` plane `p` at `(y, x)`, zero outside `(-1, h) x (-1,
@@ -95,8 +95,8 @@ pub fn deform_conv2d_forward(
         for g in 0..groups {
             let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
             let yg = &mut yn[g * cg_out * pixels..][..cg_out * pixels];
-            for t0 in (0..pixels).step_by(TILE_PIXELS) {
-                let tile = t0..(t0 + TILE_PIXELS).min(pixels);
+            for t0 in (0..pixels).step_by(tile_pixels(k)) {
+                let tile = t0..(t0 + tile_pixels(k)).min(pixels);
                 col.resize(k * tile.len(), 0.0);
                 out.resize(cg_out * tile.len(), 0.0);
                 // Row `(ci, ky, kx)` of the tile's deformed patches.

@@ -171,6 +171,18 @@ fn cases() -> Vec<(&'static str, Case)> {
             },
         ),
         (
+            // 576 patch rows over 576 pixels: the CPU takes two tiles of pixels.
+            "two CPU tiles",
+            Case {
+                n: 1,
+                c_in: 64,
+                h: 24,
+                w: 24,
+                c_out: 2,
+                spec: spec([3, 3], [1, 1], [1, 1], [1, 1], 1),
+            },
+        ),
+        (
             "kernel over the input",
             Case {
                 n: 2,
