@@ -327,6 +327,19 @@ fn col2im_kernel<F: Float>(
     }
 }
 
+/// A device buffer of `rows * tile` elements of `F` for the tiles of a pass, contents
+/// undefined.
+fn scratch<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    name: &'static str,
+    rows: usize,
+    tile: usize,
+) -> Result<Buf, LaunchError> {
+    let b = core::mem::size_of::<F>();
+    let len = extent(name, &[rows, tile])?;
+    Buf::new(name, &client.empty(extent(name, &[len, b])?), len, b)
+}
+
 /// `dst[c, t] = src[base + c * pixels + p0 + t]`: a tile of a batch entry's channel planes.
 #[cube(launch_unchecked)]
 fn take_tile_kernel<F: Float>(
@@ -401,8 +414,9 @@ fn bias_grad_kernel<F: Float>(dy: &Array<F>, db: &mut Array<F>, c: usize, n: usi
     }
 }
 
-/// `y = conv2d(x, w) (+ bias)`, overwriting `y`; the bias holds `c_out` values.
-pub fn launch_conv2d_forward<R: Runtime, F: Float + CubeElement>(
+/// `y = conv(x, w) (+ bias)` over 2 or 3 spatial axes, overwriting `y`; the bias holds
+/// `c_out` values.
+pub fn launch_conv_forward<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     (x, w, bias): (&Handle, &Handle, Option<&Handle>),
     y: &Handle,
@@ -462,20 +476,9 @@ fn forward_tiles<R: Runtime, F: Float + CubeElement>(
     yb: &Buf,
     mut gather: impl FnMut(usize, (usize, usize), &Buf) -> Result<(), LaunchError>,
 ) -> Result<(), LaunchError> {
-    let b = core::mem::size_of::<F>();
     let tile = tile_pixels(d.k_all, d.pixels);
-    let col = Buf::new(
-        "col",
-        &client.empty(extent("col bytes", &[d.k_all, tile, b])?),
-        d.k_all * tile,
-        b,
-    )?;
-    let out = Buf::new(
-        "out",
-        &client.empty(extent("out bytes", &[geo.c_out, tile, b])?),
-        geo.c_out * tile,
-        b,
-    )?;
+    let col = scratch::<R, F>(client, "col", d.k_all, tile)?;
+    let out = scratch::<R, F>(client, "out", geo.c_out, tile)?;
     for n in 0..geo.n {
         for p0 in (0..d.pixels).step_by(tile) {
             let len = tile.min(d.pixels - p0);
@@ -740,18 +743,8 @@ pub fn launch_conv2d_backward_input<R: Runtime, F: Float + CubeElement>(
     } else {
         let tile = tile_pixels(d.k_all, d.pixels);
         let taps = geo.taps(client)?;
-        let col = Buf::new(
-            "col",
-            &client.empty(extent("col bytes", &[d.k_all, tile, b])?),
-            d.k_all * tile,
-            b,
-        )?;
-        let part = Buf::new(
-            "dy tile",
-            &client.empty(extent("dy tile bytes", &[geo.c_out, tile, b])?),
-            geo.c_out * tile,
-            b,
-        )?;
+        let col = scratch::<R, F>(client, "col", d.k_all, tile)?;
+        let part = scratch::<R, F>(client, "dy tile", geo.c_out, tile)?;
         for n in 0..geo.n {
             for p0 in (0..d.pixels).step_by(tile) {
                 let len = tile.min(d.pixels - p0);
@@ -829,18 +822,8 @@ pub fn launch_conv2d_backward_weight<R: Runtime, F: Float + CubeElement>(
     let dyb = Buf::new("dy", dy, d.lens[2], b)?;
     let tile = tile_pixels(d.k_all, d.pixels);
     let taps = geo.taps(client)?;
-    let col = Buf::new(
-        "col",
-        &client.empty(extent("col bytes", &[d.k_all, tile, b])?),
-        d.k_all * tile,
-        b,
-    )?;
-    let part = Buf::new(
-        "dy tile",
-        &client.empty(extent("dy tile bytes", &[geo.c_out, tile, b])?),
-        geo.c_out * tile,
-        b,
-    )?;
+    let col = scratch::<R, F>(client, "col", d.k_all, tile)?;
+    let part = scratch::<R, F>(client, "dy tile", geo.c_out, tile)?;
     for n in 0..geo.n {
         for p0 in (0..d.pixels).step_by(tile) {
             let len = tile.min(d.pixels - p0);

@@ -700,7 +700,7 @@ fn conv_lengths_past_memory_are_refused() {
     };
     // x needs 18 floats, the buffer holds 8.
     assert!(matches!(
-        conv::launch_conv2d_forward::<_, f32>(&c, (&x, &w, None), &y, geo),
+        conv::launch_conv_forward::<_, f32>(&c, (&x, &w, None), &y, geo),
         Err(LaunchError::BufferTooSmall { arg: "x", .. })
     ));
     let huge = ConvGeometry {
@@ -708,7 +708,7 @@ fn conv_lengths_past_memory_are_refused() {
         ..geo
     };
     for r in [
-        conv::launch_conv2d_forward::<_, f32>(&c, (&x, &w, None), &y, huge),
+        conv::launch_conv_forward::<_, f32>(&c, (&x, &w, None), &y, huge),
         conv::launch_conv2d_backward_input::<_, f32>(&c, (&w, &y, None), &x, huge),
         conv::launch_conv2d_backward_weight::<_, f32>(&c, (&x, &y), &w, huge),
     ] {
@@ -718,7 +718,7 @@ fn conv_lengths_past_memory_are_refused() {
         );
     }
     assert!(matches!(
-        conv::launch_conv2d_forward::<_, f32>(
+        conv::launch_conv_forward::<_, f32>(
             &c,
             (&x, &w, None),
             &y,

@@ -54,6 +54,34 @@ fn pad_code(mode: PadMode) -> u32 {
     }
 }
 
+impl<R: Runtime> CubeBackend<R> {
+    /// A forward convolution of `geo` (2-D or 3-D), `in_f32` its run on F32 copies.
+    fn convolve(
+        &self,
+        name: &'static str,
+        geo: ConvGeometry,
+        (x, w, bias): (&Tensor, &Tensor, Option<&Tensor>),
+        y: &mut Tensor,
+        in_f32: impl FnOnce(&[Tensor], &mut [Tensor]) -> Result<()>,
+    ) -> Result<()> {
+        let (xh, wh, yh) = (out_handle(x), out_handle(w), out_handle(y));
+        let bh = bias.map(out_handle);
+        let inputs: Vec<&Tensor> = [x, w].into_iter().chain(bias).collect();
+        self.float_op(name, x.dtype())
+            .inputs(&inputs)
+            .written(&mut [y])
+            .run(
+                in_f32,
+                float_launch!(|F| kc::launch_conv_forward::<R, F>(
+                    &self.client,
+                    (&xh, &wh, bh.as_ref()),
+                    &yh,
+                    geo
+                )),
+            )
+    }
+}
+
 impl<R: Runtime> ConvOps for CubeBackend<R> {
     fn conv2d_forward(
         &self,
@@ -64,22 +92,9 @@ impl<R: Runtime> ConvOps for CubeBackend<R> {
         bias: Option<&Tensor>,
         y: &mut Tensor,
     ) -> Result<()> {
-        let (xh, wh, yh) = (out_handle(x), out_handle(w), out_handle(y));
-        let bh = bias.map(out_handle);
-        let geo = geometry(conv);
-        let inputs: Vec<&Tensor> = [x, w].into_iter().chain(bias).collect();
-        self.float_op(name, x.dtype())
-            .inputs(&inputs)
-            .written(&mut [y])
-            .run(
-                |i, o| self.conv2d_forward(name, conv, &i[0], &i[1], i.get(2), &mut o[0]),
-                float_launch!(|F| kc::launch_conv2d_forward::<R, F>(
-                    &self.client,
-                    (&xh, &wh, bh.as_ref()),
-                    &yh,
-                    geo
-                )),
-            )
+        self.convolve(name, geometry(conv), (x, w, bias), y, |i, o| {
+            self.conv2d_forward(name, conv, &i[0], &i[1], i.get(2), &mut o[0])
+        })
     }
 
     fn conv3d_forward(
@@ -91,22 +106,9 @@ impl<R: Runtime> ConvOps for CubeBackend<R> {
         bias: Option<&Tensor>,
         y: &mut Tensor,
     ) -> Result<()> {
-        let (xh, wh, yh) = (out_handle(x), out_handle(w), out_handle(y));
-        let bh = bias.map(out_handle);
-        let geo = geometry_3d(conv);
-        let inputs: Vec<&Tensor> = [x, w].into_iter().chain(bias).collect();
-        self.float_op(name, x.dtype())
-            .inputs(&inputs)
-            .written(&mut [y])
-            .run(
-                |i, o| self.conv3d_forward(name, conv, &i[0], &i[1], i.get(2), &mut o[0]),
-                float_launch!(|F| kc::launch_conv2d_forward::<R, F>(
-                    &self.client,
-                    (&xh, &wh, bh.as_ref()),
-                    &yh,
-                    geo
-                )),
-            )
+        self.convolve(name, geometry_3d(conv), (x, w, bias), y, |i, o| {
+            self.conv3d_forward(name, conv, &i[0], &i[1], i.get(2), &mut o[0])
+        })
     }
 
     fn deform_conv2d_forward(
