@@ -208,7 +208,9 @@ pub struct PoolSpec<const D: usize> {
     pub kernel: [usize; D],
     /// Stride per axis (at least 1; PyTorch's default is the window).
     pub stride: [usize; D],
-    /// Padding on both sides, per axis: at most half the window.
+    /// Padding on both sides, per axis. PyTorch allows at most half the window; the C++
+    /// library allows more, and a window entirely in the padding then gives -inf and
+    /// index -1 in max pooling.
     pub padding: [usize; D],
     /// Dilation per axis (at least 1).
     pub dilation: [usize; D],
@@ -235,18 +237,13 @@ impl<const D: usize> PoolSpec<D> {
     /// The output size per axis: `(in + 2 pad - dilation (kernel - 1) - 1) / stride + 1`,
     /// rounded down, or up with `ceil_mode` (then one less when the last window would start
     /// past the input and its left padding). Errors when a stride, window or dilation is 0,
-    /// a padding exceeds half the window, a size overflows, or the window does not fit.
+    /// a size overflows, or the window does not fit.
     pub fn out_size(&self, input: [usize; D]) -> Result<[usize; D], String> {
         let mut out = [0; D];
         for a in 0..D {
             let (k, s, p) = (self.kernel[a], self.stride[a], self.padding[a]);
             if s == 0 {
                 return Err(format!("axis {a}: stride must be at least 1"));
-            }
-            if p > k / 2 {
-                return Err(format!(
-                    "axis {a}: padding {p} must be at most half the window {k}"
-                ));
             }
             let padded = padded(a, input[a], p)?;
             let span = span(a, k, self.dilation[a])?;
@@ -438,13 +435,13 @@ mod tests {
         assert_eq!(p.out_size([5]).unwrap(), [3]);
         assert_eq!(p.out_size([4]).unwrap(), [3]);
         assert_eq!(PoolSpec::new([2, 2]).out_size([5, 6]).unwrap(), [2, 3]);
-        // Padding past half the window, a zero stride, a window larger than the input.
-        assert!(PoolSpec {
+        // Padding past half the window is allowed (the C++ contract): (9 + 4 - 3) / 3 + 1 = 4.
+        let wide = PoolSpec {
             padding: [2],
             ..PoolSpec::new([3])
-        }
-        .out_size([9])
-        .is_err());
+        };
+        assert_eq!(wide.out_size([9]).unwrap(), [4]);
+        // A zero stride, a window larger than the input.
         assert!(PoolSpec {
             stride: [0],
             ..PoolSpec::new([3])

@@ -431,12 +431,16 @@ fn lower_all(target: Target) -> Option<Lowering> {
     crate::flash::lower_for_cuda(&mut l);
     crate::flash_grad::lower_for_cuda(&mut l);
     crate::glu::lower_for_cuda(&mut l);
+    crate::image::lower_for_cuda(&mut l);
     crate::loss::lower_for_cuda(&mut l);
     crate::matmul::lower_for_cuda(&mut l);
     crate::quant::lower_for_cuda(&mut l);
     crate::reduce::lower_for_cuda(&mut l);
     crate::rope::lower_for_cuda(&mut l);
     crate::norm::lower_for_cuda(&mut l);
+    crate::pad::lower_for_cuda(&mut l);
+    crate::pooling::lower_for_cuda(&mut l);
+    crate::resize::lower_for_cuda(&mut l);
     crate::softmax::lower_for_cuda(&mut l);
     crate::sampling::lower_for_cuda(&mut l);
     crate::snake::lower_for_cuda(&mut l);

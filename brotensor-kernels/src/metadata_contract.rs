@@ -32,7 +32,7 @@ const ALLOWED: &[(&str, &str)] = &[
     ("kind", "GGUF block type selector of the quantized decoders"),
     (
         "mode",
-        "padding mode selector, zero / reflect / replicate (conv1d.rs pad1d)",
+        "padding mode selector, zero / reflect / replicate (pad.rs)",
     ),
     (
         "op",

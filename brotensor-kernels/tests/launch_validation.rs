@@ -731,15 +731,6 @@ fn conv_lengths_past_memory_are_refused() {
         Err(LaunchError::Overflow { .. })
     ));
     assert!(matches!(
-        conv1d::launch_pad1d::<_, f32>(&c, &x, &y, (usize::MAX, 2, 1, 1), conv1d::PAD_ZERO, false),
-        Err(LaunchError::Overflow { .. })
-    ));
-    // Reflect padding as long as the signal would read before it.
-    assert!(matches!(
-        conv1d::launch_pad1d::<_, f32>(&c, &x, &y, (2, 2, 2, 0), conv1d::PAD_REFLECT, false),
-        Err(LaunchError::Invalid { .. })
-    ));
-    assert!(matches!(
         conv1d::launch_causal_conv1d_update::<_, f32>(
             &c,
             (&x, &w, None),
@@ -752,4 +743,119 @@ fn conv_lengths_past_memory_are_refused() {
         read(&c, y.clone(), 8).iter().all(|&v| v == SENTINEL),
         "y written"
     );
+}
+
+#[test]
+fn image_space_lengths_past_memory_are_refused() {
+    use brotensor_kernels::image;
+    use brotensor_kernels::pad::{self, Window2d, PAD_REFLECT, PAD_ZERO};
+    use brotensor_kernels::pooling::{self, PoolWindow};
+    use brotensor_kernels::resize::{self, AxisGather, AxisTaps};
+    let Some(c) = client() else { return };
+    let (x, y, i) = (sentinels(&c, 8), sentinels(&c, 8), sentinels(&c, 8));
+    let win = Window2d {
+        input: [3, 3],
+        kernel: [1, 1],
+        stride: [1, 1],
+        before: [1, 1],
+        after: [1, 1],
+        out: [5, 5],
+    };
+    // y needs 25 floats, the buffer holds 8.
+    assert!(matches!(
+        pad::launch_unfold2d::<_, f32>(&c, &x, &y, 1, &win, PAD_ZERO),
+        Err(LaunchError::BufferTooSmall { .. })
+    ));
+    assert!(matches!(
+        pad::launch_unfold2d::<_, f32>(&c, &x, &y, usize::MAX, &win, PAD_ZERO),
+        Err(LaunchError::Overflow { .. })
+    ));
+    // Reflect padding as long as the axis would read before it; windows past the input.
+    let wide = Window2d {
+        before: [3, 1],
+        out: [7, 5],
+        ..win
+    };
+    assert!(matches!(
+        pad::launch_unfold2d::<_, f32>(&c, &x, &y, 1, &wide, PAD_REFLECT),
+        Err(LaunchError::Invalid { .. })
+    ));
+    let past = Window2d { out: [6, 5], ..win };
+    assert!(matches!(
+        pad::launch_unfold2d::<_, f32>(&c, &x, &y, 1, &past, PAD_ZERO),
+        Err(LaunchError::Invalid { .. })
+    ));
+    assert!(matches!(
+        pad::launch_pad2d_backward::<_, f32>(&c, &x, &y, 1, &win, PAD_ZERO),
+        Err(LaunchError::BufferTooSmall { .. })
+    ));
+    // A resample table that reads past its input is refused before any launch.
+    let bad = AxisTaps {
+        len_in: 2,
+        len_out: 2,
+        taps: 1,
+        index: &[0, 2],
+        weight: &[1.0, 1.0],
+    };
+    let ok = AxisTaps {
+        len_in: 2,
+        len_out: 2,
+        taps: 1,
+        index: &[0, 1],
+        weight: &[1.0, 1.0],
+    };
+    assert!(matches!(
+        resize::launch_resample_forward::<_, f32>(&c, &x, &y, 1, (&bad, &ok)),
+        Err(LaunchError::Invalid { .. })
+    ));
+    assert!(matches!(
+        resize::launch_resample_forward::<_, f32>(&c, &x, &y, 3, (&ok, &ok)),
+        Err(LaunchError::BufferTooSmall { .. })
+    ));
+    let gather = AxisGather {
+        len_out: 2,
+        start: &[0, 1, 3],
+        index: &[0, 1],
+        weight: &[1.0, 1.0],
+    };
+    assert!(matches!(
+        resize::launch_resample_backward::<_, f32>(&c, &x, &y, 1, (&gather, &gather)),
+        Err(LaunchError::Invalid { .. })
+    ));
+    assert!(matches!(
+        resize::launch_convex_upsample::<_, f32>(&c, (&x, &x, &y), (1, 1, 2, 2), 2),
+        Err(LaunchError::BufferTooSmall { .. })
+    ));
+    assert!(matches!(
+        resize::launch_pixel_shuffle_upsample_2x::<_, f32>(&c, &x, &y, (1, 3, 2, 2), 2),
+        Err(LaunchError::Invalid { .. })
+    ));
+    let pool = PoolWindow {
+        input: [4, 4],
+        out: [2, 2],
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [0, 0],
+        dilation: [1, 1],
+    };
+    assert!(matches!(
+        pooling::launch_max_pool2d::<_, f32>(&c, (&x, &y, &i), 1, &pool),
+        Err(LaunchError::BufferTooSmall { arg: "x", .. })
+    ));
+    assert!(matches!(
+        pooling::launch_max_pool2d_backward::<_, f32>(&c, (&y, &i, &x), usize::MAX, &pool),
+        Err(LaunchError::Overflow { .. })
+    ));
+    assert!(matches!(
+        pooling::launch_masked_mean_pool::<_, f32>(&c, (&x, Some(&i), &y), (3, 4), false),
+        Err(LaunchError::BufferTooSmall { arg: "x", .. })
+    ));
+    assert!(matches!(
+        image::launch_image_normalize::<_, f32>(&c, (&x, &i, &i, &y), 16, (2, 8)),
+        Err(LaunchError::BufferTooSmall { .. })
+    ));
+    assert!(matches!(
+        image::launch_image_u8_to_nchw(&c, &[0u8; 7], &y, (1, 2, 4), (1.0, 0.0)),
+        Err(LaunchError::Invalid { .. })
+    ));
 }

@@ -8,8 +8,8 @@
 
 use brotensor::ops::{
     self, AbtSpec, Act, AttentionCaches, BiasGrads, Comparison, Conv1dSpec, Conv2dSpec, Conv3dSpec,
-    GatherDims, Int8Projections, MropeTables, PadMode, ProjectionBiases, ProjectionGrads,
-    Projections, QkvoGrads, RopeLayout, RopeParams, ScatterDims,
+    GatherDims, Int8Projections, MropeTables, PadMode, Pool2dSpec, ProjectionBiases,
+    ProjectionGrads, Projections, QkvoGrads, ResizeMode, RopeLayout, RopeParams, ScatterDims,
 };
 use brotensor::{Dtype, Error, Result, Tensor};
 
@@ -117,6 +117,29 @@ pub trait Params {
             groups: self.usize(),
         }
     }
+    /// A pooling window.
+    fn pool2d_spec(&mut self) -> Pool2dSpec {
+        Pool2dSpec {
+            kernel: [self.usize(), self.usize()],
+            stride: [self.usize(), self.usize()],
+            padding: [self.usize(), self.usize()],
+            dilation: [self.usize(), self.usize()],
+            ceil_mode: self.bool(),
+        }
+    }
+    /// A resize mode.
+    fn resize_mode(&mut self) -> ResizeMode {
+        [
+            ResizeMode::Nearest,
+            ResizeMode::Bilinear,
+            ResizeMode::BicubicPillow,
+            ResizeMode::BicubicTorch,
+        ][self.usize() % 4]
+    }
+    /// Four pads (top, bottom, left, right).
+    fn pads4(&mut self) -> [usize; 4] {
+        [self.usize(), self.usize(), self.usize(), self.usize()]
+    }
     /// A padding mode.
     fn pad_mode(&mut self) -> PadMode {
         [PadMode::Zero, PadMode::Reflect, PadMode::Replicate][self.usize() % 3]
@@ -193,6 +216,12 @@ macro_rules! op {
 pub static OP_TABLE: &[OpEntry] = &[
     op!("abs", |[t0], p| ops::abs(t0).map(drop)),
     op!("abs_out", |[t0, t1], p| ops::abs_out(t0, t1)),
+    op!("adaptive_avg_pool2d_backward", |[t0, t1], p| {
+        ops::adaptive_avg_pool2d_backward(t0, p.nchw(), (p.usize(), p.usize()), t1)
+    }),
+    op!("adaptive_avg_pool2d_forward", |[t0, t1], p| {
+        ops::adaptive_avg_pool2d_forward(t0, p.nchw(), (p.usize(), p.usize()), t1)
+    }),
     op!("add", |[t0, t1], p| ops::add(t0, t1).map(drop)),
     op!("add_channel_bias_inplace", |[t0, t1], p| {
         ops::add_channel_bias_inplace(t0, t1, p.usize(), p.usize())
@@ -433,6 +462,9 @@ pub static OP_TABLE: &[OpEntry] = &[
         ops::conv_transpose2d_forward(t0, t1, Some(&*t2), dims, c_out, &spec, op, t3)
     }),
     op!("convert", |[t0], p| ops::convert(t0, p.dtype()).map(drop)),
+    op!("convex_upsample_forward", |[t0, t1, t2], p| {
+        ops::convex_upsample_forward(t0, t1, p.nchw(), p.usize(), t2)
+    }),
     op!("copy_d2d_strided", |[t0, t1], p| ops::copy_d2d_strided(
         t0,
         p.usize(),
@@ -567,6 +599,14 @@ pub static OP_TABLE: &[OpEntry] = &[
         p.f32(),
         t1
     )),
+    op!("downsample_avg_2x", |[t0, t1], p| ops::downsample_avg_2x(
+        t0,
+        p.nchw(),
+        t1
+    )),
+    op!("downsample_avg_2x_backward", |[t0, t1], p| {
+        ops::downsample_avg_2x_backward(t0, p.nchw(), t1)
+    }),
     op!("dynamic_slice", |[t0, t1], p| ops::dynamic_slice(
         t0,
         t1,
@@ -864,6 +904,32 @@ pub static OP_TABLE: &[OpEntry] = &[
     op!("group_norm_forward", |[t0, t1, t2, t3], p| {
         ops::group_norm_forward(t0, t1, t2, p.nchw(), p.usize(), p.f32(), t3)
     }),
+    op!("image_normalize", |[t0, t1, t2, t3], p| {
+        ops::image_normalize(t0, t1, t2, p.nchw(), t3)
+    }),
+    op!("image_u8_to_f32_nhwc_to_nchw", |[t0], p| {
+        let dims = p.nchw();
+        let len = [dims.1, dims.2, dims.3]
+            .iter()
+            .fold(dims.0, |a, &b| a.saturating_mul(b));
+        let src = vec![0u8; len.min(1 << 16)];
+        ops::image_u8_to_f32_nhwc_to_nchw(&src, dims, p.f32(), p.f32(), t0)
+    }),
+    op!("interp2d_align_corners_forward", |[t0, t1], p| {
+        ops::interp2d_align_corners_forward(
+            t0,
+            p.nchw(),
+            (p.usize(), p.usize()),
+            p.resize_mode(),
+            t1,
+        )
+    }),
+    op!("interp2d_backward", |[t0, t1], p| {
+        ops::interp2d_backward(t0, p.nchw(), (p.usize(), p.usize()), p.resize_mode(), t1)
+    }),
+    op!("interp2d_forward", |[t0, t1], p| {
+        ops::interp2d_forward(t0, p.nchw(), (p.usize(), p.usize()), p.resize_mode(), t1)
+    }),
     op!("kv_cache_append", |[t0, t1, t2, t3], p| {
         ops::kv_cache_append(t0, t1, p.usize(), t2, t3)
     }),
@@ -985,6 +1051,12 @@ pub static OP_TABLE: &[OpEntry] = &[
         t0, t1, t2
     )),
     op!("log_forward", |[t0, t1], p| ops::log_forward(t0, t1)),
+    op!("masked_mean_pool_backward", |[t0, t1, t2], p| {
+        ops::masked_mean_pool_backward(t0, Some(&*t1), p.usize(), t2)
+    }),
+    op!("masked_mean_pool_forward", |[t0, t1, t2], p| {
+        ops::masked_mean_pool_forward(t0, Some(&*t1), t2)
+    }),
     op!("matmul", |[t0, t1, t2], p| ops::matmul(t0, t1, t2)),
     op!("matmul_abt", |[t0, t1, t2, t3], p| ops::matmul_abt(
         t0,
@@ -999,6 +1071,12 @@ pub static OP_TABLE: &[OpEntry] = &[
     }),
     op!("matmul_int8w_fp16", |[t0, t1, t2, t3], p| {
         ops::matmul_int8w_fp16(t0, t1, t2, t3)
+    }),
+    op!("max_pool2d_backward", |[t0, t1, t2], p| {
+        ops::max_pool2d_backward(t0, t1, p.nchw(), &p.pool2d_spec(), t2)
+    }),
+    op!("max_pool2d_forward", |[t0, t1, t2], p| {
+        ops::max_pool2d_forward(t0, p.nchw(), &p.pool2d_spec(), t1, t2)
     }),
     op!("maximum", |[t0, t1], p| ops::maximum(t0, t1).map(drop)),
     op!("maximum_out", |[t0, t1, t2], p| ops::maximum_out(
@@ -1082,6 +1160,11 @@ pub static OP_TABLE: &[OpEntry] = &[
         p.f32(),
         t1
     )),
+    op!("nchw_to_sequence", |[t0, t1], p| ops::nchw_to_sequence(
+        t0,
+        p.nchw(),
+        t1
+    )),
     op!("neg", |[t0], p| ops::neg(t0).map(drop)),
     op!("neg_out", |[t0, t1], p| ops::neg_out(t0, t1)),
     op!("pad", |[t0], p| ops::pad(
@@ -1097,6 +1180,22 @@ pub static OP_TABLE: &[OpEntry] = &[
     op!("pad1d_forward", |[t0, t1], p| {
         ops::pad1d_forward(t0, p.ncl(), (p.usize(), p.usize()), p.pad_mode(), t1)
     }),
+    op!("pad2d_backward", |[t0, t1], p| {
+        ops::pad2d_backward(t0, p.nchw(), p.pads4(), p.pad_mode(), t1)
+    }),
+    op!("pad2d_forward", |[t0, t1], p| {
+        ops::pad2d_forward(t0, p.nchw(), p.pads4(), p.pad_mode(), t1)
+    }),
+    op!("patch_unpack_forward", |[t0, t1], p| {
+        ops::patch_unpack_forward(
+            t0,
+            (p.usize(), p.usize()),
+            p.usize(),
+            (p.usize(), p.usize()),
+            p.bool(),
+            t1,
+        )
+    }),
     op!("pixel_norm_backward", |[t0, t1, t2], p| {
         ops::pixel_norm_backward(t0, t1, p.f32(), t2)
     }),
@@ -1105,6 +1204,9 @@ pub static OP_TABLE: &[OpEntry] = &[
         p.f32(),
         t1
     )),
+    op!("pixel_shuffle_upsample_2x_forward", |[t0, t1], p| {
+        ops::pixel_shuffle_upsample_2x_forward(t0, p.nchw(), p.usize(), t1)
+    }),
     op!("pow", |[t0, t1], p| ops::pow(t0, t1).map(drop)),
     op!("pow_out", |[t0, t1, t2], p| ops::pow_out(t0, t1, t2)),
     op!("quant_linear", |[t0, t1, t2, t3], p| ops::quant_linear(
@@ -1178,6 +1280,12 @@ pub static OP_TABLE: &[OpEntry] = &[
     op!("relu_forward", |[t0, t1], p| ops::relu_forward(t0, t1)),
     op!("relu_forward_batched", |[t0, t1], p| {
         ops::relu_forward_batched(t0, t1)
+    }),
+    op!("resample1d_backward", |[t0, t1], p| {
+        ops::resample1d_backward(t0, p.ncl(), p.usize(), p.resize_mode(), t1)
+    }),
+    op!("resample1d_forward", |[t0, t1], p| {
+        ops::resample1d_forward(t0, p.ncl(), p.usize(), p.resize_mode(), t1)
     }),
     op!("reverse", |[t0], p| ops::reverse(t0, &p.usizes()).map(drop)),
     op!("rms_norm_backward", |[t0, t1, t2, t3, t4], p| {
@@ -1438,6 +1546,11 @@ pub static OP_TABLE: &[OpEntry] = &[
             t11
         )
     ),
+    op!("sequence_to_nchw", |[t0, t1], p| ops::sequence_to_nchw(
+        t0,
+        p.nchw(),
+        t1
+    )),
     op!("sigmoid", |[t0], p| ops::sigmoid(t0).map(drop)),
     op!("sigmoid_backward", |[t0, t1, t2], p| ops::sigmoid_backward(
         t0, t1, t2
@@ -1464,6 +1577,24 @@ pub static OP_TABLE: &[OpEntry] = &[
         &p.usizes()
     )
     .map(drop)),
+    op!("slice2d_backward", |[t0, t1], p| {
+        ops::slice2d_backward(
+            t0,
+            p.nchw(),
+            (p.usize(), p.usize()),
+            (p.usize(), p.usize()),
+            t1,
+        )
+    }),
+    op!("slice2d_forward", |[t0, t1], p| {
+        ops::slice2d_forward(
+            t0,
+            p.nchw(),
+            (p.usize(), p.usize()),
+            (p.usize(), p.usize()),
+            t1,
+        )
+    }),
     op!("snake_backward", |[t0, t1, t2, t3, t4, t5, t6], p| {
         ops::snake_backward(
             t0,
@@ -1518,6 +1649,9 @@ pub static OP_TABLE: &[OpEntry] = &[
             t5
         )
     ),
+    op!("spatial_merge_2x2_forward", |[t0, t1], p| {
+        ops::spatial_merge_2x2_forward(t0, p.nchw(), p.bool(), t1)
+    }),
     op!("split_rows", |[t0, t1, t2], p| ops::split_rows(
         t0,
         &mut [t1, t2]
@@ -1565,4 +1699,33 @@ pub static OP_TABLE: &[OpEntry] = &[
         .map(drop)),
     op!("tril", |[t0], p| ops::tril(t0, p.i64()).map(drop)),
     op!("triu", |[t0], p| ops::triu(t0, p.i64()).map(drop)),
+    op!("unfold2d_forward", |[t0, t1], p| {
+        ops::unfold2d_forward(
+            t0,
+            p.nchw(),
+            [p.usize(), p.usize()],
+            [p.usize(), p.usize()],
+            p.pads4(),
+            p.pad_mode(),
+            t1,
+        )
+    }),
+    op!("upsample_bilinear_2x", |[t0, t1], p| {
+        ops::upsample_bilinear_2x(t0, p.nchw(), t1)
+    }),
+    op!("upsample_bilinear_2x_backward", |[t0, t1], p| {
+        ops::upsample_bilinear_2x_backward(t0, p.nchw(), t1)
+    }),
+    op!("upsample_nearest_2x", |[t0, t1], p| {
+        ops::upsample_nearest_2x(t0, p.nchw(), t1)
+    }),
+    op!("upsample_nearest_2x_backward", |[t0, t1], p| {
+        ops::upsample_nearest_2x_backward(t0, p.nchw(), t1)
+    }),
+    op!("window_partition_forward", |[t0, t1], p| {
+        ops::window_partition_forward(t0, p.nchw(), p.usize(), t1)
+    }),
+    op!("window_reverse_forward", |[t0, t1], p| {
+        ops::window_reverse_forward(t0, p.nchw(), p.usize(), t1)
+    }),
 ];

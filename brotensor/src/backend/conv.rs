@@ -5,7 +5,6 @@
 use super::OnDevice;
 use crate::{Error, Result, Tensor};
 pub(crate) use brotensor_cpu::conv::Conv2d;
-pub(crate) use brotensor_cpu::conv1d::PadMode;
 pub(crate) use brotensor_cpu::conv3d::Conv3d;
 
 fn missing(op: &'static str, be: &(impl OnDevice + ?Sized)) -> Error {
@@ -97,21 +96,6 @@ pub(crate) trait ConvOps: OnDevice {
         _sizes: (usize, usize, usize),
         _dy: &Tensor,
         _db: &mut Tensor,
-    ) -> Result<()> {
-        Err(missing(name, self))
-    }
-
-    /// `dst` = `src`'s rows of `len` padded by `left` and `right` in `mode`, or with
-    /// `backward`, `src`'s padded rows folded back (each sample summing the outputs that read
-    /// it); overwritten. `sizes` is `(rows, len, left, right)`, checked against the mode.
-    fn pad1d(
-        &self,
-        name: &'static str,
-        _sizes: (usize, usize, usize, usize),
-        _mode: PadMode,
-        _backward: bool,
-        _src: &Tensor,
-        _dst: &mut Tensor,
     ) -> Result<()> {
         Err(missing(name, self))
     }

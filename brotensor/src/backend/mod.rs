@@ -19,6 +19,7 @@ mod embedding;
 mod flash;
 mod flash_grad;
 mod host_pool;
+mod image_space;
 mod linear;
 mod loss;
 mod norm;
@@ -34,11 +35,12 @@ pub(crate) use activation::{ActivationOps, Glu, SnakeGrads};
 pub(crate) use algebra::{AlgebraOps, ComplexMap, FloatMap, IndexMap, PadSpec, ReduceOp};
 pub(crate) use attention::AttentionOps;
 pub(crate) use concat::ConcatOps;
-pub(crate) use conv::{Conv2d, Conv3d, ConvOps, PadMode};
+pub(crate) use conv::{Conv2d, Conv3d, ConvOps};
 pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 pub(crate) use embedding::EmbeddingOps;
 pub(crate) use flash::{FlashAttentionOps, FlashSpec, SeqLens};
 pub(crate) use flash_grad::FlashAttentionGradOps;
+pub(crate) use image_space::{AxisAdjoint, AxisTable, ImageSpaceOps, MaxPool2d, PadMode, Unfold2d};
 pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use loss::{LossIo, LossOps};
 pub(crate) use norm::{BatchNormStats, LayerNormCaches, NormOps};
@@ -87,6 +89,7 @@ pub(crate) trait Backend:
     + QuantOps
     + AlgebraOps
     + ConvOps
+    + ImageSpaceOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

@@ -1,4 +1,5 @@
-//! Model files: safetensors (reader and writer) and GGUF (reader).
+//! Model files: safetensors (reader and writer) and GGUF (reader); and image files (PNG and
+//! JPEG in, PNG out: [`image`], the `image` feature).
 //!
 //! # Mapped or copied
 //!
@@ -28,6 +29,8 @@ use std::path::Path;
 use crate::{Error, Result};
 
 pub mod gguf;
+#[cfg(feature = "image")]
+pub mod image;
 pub mod safetensors;
 
 /// A model file's bytes: a read-only memory map of the file, or an owned copy. The parsers

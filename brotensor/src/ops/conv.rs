@@ -19,9 +19,9 @@ use super::{
     check_dtypes_match, check_on_device, checked_product, dispatch, input, input_opt, updated,
     written, Conv1dSpec, Conv2dSpec, Conv3dSpec, Dispatched, Nchw,
 };
-pub use brotensor_cpu::conv1d::PadMode;
+pub use brotensor_cpu::pad::PadMode;
 
-use crate::backend::{Conv2d, Conv3d};
+use crate::backend::{Conv2d, Conv3d, Unfold2d};
 use crate::{Error, Result, Tensor};
 
 /// The forward convolution of `x` dims into `c_out` channels by `spec`, checked.
@@ -50,7 +50,12 @@ fn transposed_geometry(
 
 /// Checks that `t` holds an activation of `dims`: shaped `(N, C*H*W)` or `[N, C, H, W]`,
 /// or with one row (`H = 1`, NCL) `[N, C, W]`.
-fn check_activation(op: &'static str, name: &'static str, t: &Tensor, dims: Nchw) -> Result<()> {
+pub(super) fn check_activation(
+    op: &'static str,
+    name: &'static str,
+    t: &Tensor,
+    dims: Nchw,
+) -> Result<()> {
     let flat = dims.per_item().map_err(|e| Error::shape(op, e))?;
     let full = dims.dims();
     let ok = t.dims() == [dims.n, flat]
@@ -137,7 +142,7 @@ fn check_accumulated(
 
 /// The dims of an output of `dims` in the layout of `like`: 4-D and 3-D (NCL) as `like`,
 /// else `(N, C*H*W)`. The products were checked by the geometry.
-fn output_dims(like: &Tensor, d: Nchw) -> Vec<usize> {
+pub(super) fn output_dims(like: &Tensor, d: Nchw) -> Vec<usize> {
     match like.dims().len() {
         4 => d.dims().to_vec(),
         3 => vec![d.n, d.c, d.w],
@@ -928,7 +933,9 @@ pub fn pad1d_forward(
     if y.numel() == 0 {
         return Ok(());
     }
-    be.pad1d(op, (rows, dims.2, pad_left, pad_right), mode, false, x, y)
+    let g = Unfold2d::padding([1, dims.2], [0, pad_left], [0, pad_right], mode);
+    debug_assert_eq!(rows * out_len, y.numel());
+    be.unfold2d(op, &g, [1, out_len], x, y)
 }
 
 /// The adjoint of [`pad1d_forward`] (C++ `pad1d_backward`): each input sample sums the
@@ -949,7 +956,9 @@ pub fn pad1d_backward(
     if dx.numel() == 0 {
         return Ok(());
     }
-    be.pad1d(op, (rows, dims.2, pad_left, pad_right), mode, true, dy, dx)
+    let g = Unfold2d::padding([1, dims.2], [0, pad_left], [0, pad_right], mode);
+    debug_assert_eq!(rows * out_len, dy.numel());
+    be.pad2d_backward(op, &g, dy, dx)
 }
 
 /// One streaming step of a causal depthwise 1-D convolution (C++ `causal_conv1d_update`):
@@ -1003,7 +1012,7 @@ pub fn causal_conv1d_update(
 }
 
 /// The four dims of a 4-D tensor, or an error naming it.
-fn dims4(op: &'static str, name: &'static str, t: &Tensor) -> Result<[usize; 4]> {
+pub(super) fn dims4(op: &'static str, name: &'static str, t: &Tensor) -> Result<[usize; 4]> {
     <[usize; 4]>::try_from(t.dims())
         .map_err(|_| Error::shape(op, format!("`{name}` must be 4-D, got {:?}", t.dims())))
 }

@@ -37,14 +37,18 @@ pub mod conv;
 pub mod embedding;
 pub mod flash_attention;
 pub mod flash_grad;
+pub mod image;
 pub mod layout;
 pub mod linear;
 pub mod loss;
 pub mod norm;
+pub mod pooling;
 pub mod quant;
 pub mod reduction;
+pub mod resize;
 pub mod rope;
 pub mod sampling;
+pub mod spatial;
 
 pub use activation::*;
 pub use algebra::*;
@@ -55,14 +59,18 @@ pub use elementwise::*;
 pub use embedding::*;
 pub use flash_attention::*;
 pub use flash_grad::*;
+pub use image::*;
 pub use layout::*;
 pub use linear::*;
 pub use loss::*;
 pub use norm::*;
+pub use pooling::*;
 pub use quant::*;
 pub use reduction::*;
+pub use resize::*;
 pub use rope::*;
 pub use sampling::*;
+pub use spatial::*;
 
 /// The spatial ops' shape and geometry types (defined with the CPU reference, as [`Act`] and
 /// the GEMM spec are).

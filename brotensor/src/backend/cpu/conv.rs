@@ -6,12 +6,12 @@ use brotensor_cpu::{conv as cv, conv1d as c1, conv3d as c3, deform as df};
 
 use super::dtype_policy::{is_half, through_f32, Narrowed};
 use super::CpuBackend;
-use crate::backend::{Conv2d, Conv3d, ConvOps, PadMode};
+use crate::backend::{Conv2d, Conv3d, ConvOps};
 use crate::{Result, Tensor};
 
 /// Runs `f` on the F32 tensors as they are, or on FP32 copies of 16-bit ones with each
 /// output narrowed back once (`written` outputs start undefined, `updated` ones widened).
-fn in_f32<'t>(
+pub(super) fn in_f32<'t>(
     inputs: &[Option<&Tensor>],
     written: &mut [&'t mut Tensor],
     updated: &mut [&'t mut Tensor],
@@ -41,7 +41,7 @@ fn in_f32<'t>(
     })
 }
 
-fn host(t: Option<&Tensor>) -> &[f32] {
+pub(super) fn host(t: Option<&Tensor>) -> &[f32] {
     t.map_or(&[], |t| t.host())
 }
 
@@ -148,26 +148,6 @@ impl ConvOps for CpuBackend {
     ) -> Result<()> {
         in_f32(&[Some(dy)], &mut [], &mut [db], |i, o| {
             cv::conv2d_backward_bias(host(i[0]), sizes, o[0].host_mut());
-            Ok(())
-        })
-    }
-
-    fn pad1d(
-        &self,
-        _name: &'static str,
-        (_, len, left, right): (usize, usize, usize, usize),
-        mode: PadMode,
-        backward: bool,
-        src: &Tensor,
-        dst: &mut Tensor,
-    ) -> Result<()> {
-        in_f32(&[Some(src)], &mut [dst], &mut [], |i, o| {
-            let (src, dst) = (host(i[0]), o[0].host_mut());
-            if backward {
-                c1::pad1d_backward(src, len, left, right, mode, dst);
-            } else {
-                c1::pad1d_forward(src, len, left, right, mode, dst);
-            }
             Ok(())
         })
     }

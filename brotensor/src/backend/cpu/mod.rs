@@ -13,6 +13,7 @@ mod elementwise;
 mod embedding;
 mod flash;
 mod flash_grad;
+mod image_space;
 mod layout;
 mod linear;
 mod loss;

@@ -7,7 +7,7 @@ use brotensor_kernels::conv1d as k1;
 use cubecl::prelude::*;
 
 use super::{float_launch, out_handle, CubeBackend};
-use crate::backend::{Conv2d, Conv3d, ConvOps, PadMode};
+use crate::backend::{Conv2d, Conv3d, ConvOps};
 use crate::{Result, Tensor};
 
 /// The kernel crate's geometry of a checked [`Conv2d`].
@@ -42,15 +42,6 @@ fn geometry_3d(conv: &Conv3d) -> ConvGeometry {
         padding: s.padding,
         dilation: s.dilation,
         groups: s.groups,
-    }
-}
-
-/// The kernel's code of a padding mode.
-fn pad_code(mode: PadMode) -> u32 {
-    match mode {
-        PadMode::Zero => k1::PAD_ZERO,
-        PadMode::Reflect => k1::PAD_REFLECT,
-        PadMode::Replicate => k1::PAD_REPLICATE,
     }
 }
 
@@ -240,32 +231,6 @@ impl<R: Runtime> ConvOps for CubeBackend<R> {
                     &dyh,
                     &dbh,
                     sizes
-                )),
-            )
-    }
-
-    fn pad1d(
-        &self,
-        name: &'static str,
-        sizes: (usize, usize, usize, usize),
-        mode: PadMode,
-        backward: bool,
-        src: &Tensor,
-        dst: &mut Tensor,
-    ) -> Result<()> {
-        let (sh, dh) = (out_handle(src), out_handle(dst));
-        self.float_op(name, src.dtype())
-            .inputs(&[src])
-            .written(&mut [dst])
-            .run(
-                |i, o| self.pad1d(name, sizes, mode, backward, &i[0], &mut o[0]),
-                float_launch!(|F| k1::launch_pad1d::<R, F>(
-                    &self.client,
-                    &sh,
-                    &dh,
-                    sizes,
-                    pad_code(mode),
-                    backward
                 )),
             )
     }

@@ -1,0 +1,440 @@
+//! Separable resampling of NCHW planes: every resize and average pool of the image-space
+//! families (`interp2d` in its four modes with either coordinate mapping, the fixed 2x
+//! up- and down-samplers, `resample1d`, `adaptive_avg_pool2d`) is `Y = A_h X A_w^T` per
+//! plane, with one small matrix per axis. [`AxisTable`] holds such a matrix by output row
+//! (`taps` entries of input index and weight each), built in float64 from the op's
+//! definition; [`AxisAdjoint`] holds its transpose by input row (CSR), which the backward
+//! passes gather through, so they write each gradient element once, in a fixed order, with
+//! no scatter. The GPU kernels read the same tables, uploaded.
+//!
+//! Also here: the RAFT convex upsampler and the DC-AE channel-to-space upsampler, the two
+//! resizes that are not separable.
+
+use rayon::prelude::*;
+
+use crate::spatial::ResizeMode;
+
+/// How one axis maps output positions to input positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AxisMap {
+    /// Interpolation in `mode`; `align_corners` maps the end pixels' centres onto each other
+    /// (`src = o (in - 1) / (out - 1)`), else half-pixel centres (`src = (o + 1/2) in / out -
+    /// 1/2`).
+    Interp {
+        /// The interpolation.
+        mode: ResizeMode,
+        /// The coordinate mapping.
+        align_corners: bool,
+    },
+    /// PyTorch's adaptive average pool: output `o` averages inputs `floor(o in / out)` up to
+    /// `ceil((o + 1) in / out)` (exclusive).
+    AdaptiveAverage,
+}
+
+/// One axis of a separable resample, by output position: output `o` is `sum_t
+/// weight[o taps + t] x[index[o taps + t]]` (unused taps have weight 0 and a valid index).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AxisTable {
+    /// Input length.
+    pub len_in: usize,
+    /// Output length.
+    pub len_out: usize,
+    /// Entries per output position.
+    pub taps: usize,
+    /// Input positions, `len_out * taps`.
+    pub index: Vec<u32>,
+    /// Weights, `len_out * taps`.
+    pub weight: Vec<f32>,
+}
+
+/// The transpose of an [`AxisTable`], by input position: input `i`'s entries are
+/// `start[i]..start[i + 1]` of `index` (output positions, ascending) and `weight`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AxisAdjoint {
+    /// Row starts, `len_in + 1` values.
+    pub start: Vec<u32>,
+    /// Output positions.
+    pub index: Vec<u32>,
+    /// Weights.
+    pub weight: Vec<f32>,
+}
+
+/// `x` rounded to the nearest integer, ties to the even one.
+fn round_half_even(x: f64) -> f64 {
+    let r = x.round();
+    if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
+        r - x.signum()
+    } else {
+        r
+    }
+}
+
+/// The cubic convolution kernel with parameter `a` at distance `d`.
+fn cubic(d: f64, a: f64) -> f64 {
+    let d = d.abs();
+    if d <= 1.0 {
+        ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+    } else if d < 2.0 {
+        ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
+    } else {
+        0.0
+    }
+}
+
+impl AxisTable {
+    /// The table of `map` from `len_in` to `len_out` positions. Errors when exactly one of
+    /// the lengths is 0 or an index does not fit in 32 bits.
+    pub fn new(map: AxisMap, len_in: usize, len_out: usize) -> Result<Self, String> {
+        if (len_in == 0) != (len_out == 0) {
+            return Err(format!(
+                "cannot resample {len_in} positions to {len_out} (an empty side stays empty)"
+            ));
+        }
+        if u32::try_from(len_in.max(len_out)).is_err() {
+            return Err(format!(
+                "{} positions do not fit the 32-bit tables",
+                len_in.max(len_out)
+            ));
+        }
+        let (fi, fo) = (len_in as f64, len_out as f64);
+        let last = len_in.saturating_sub(1) as f64;
+        let clamp = |i: f64| i.clamp(0.0, last) as u32;
+        let source = |o: usize, align: bool| {
+            if align {
+                if len_out > 1 {
+                    o as f64 * last / (fo - 1.0)
+                } else {
+                    0.0
+                }
+            } else {
+                (o as f64 + 0.5) * fi / fo - 0.5
+            }
+        };
+        let taps = match map {
+            AxisMap::Interp { mode, .. } => match mode {
+                ResizeMode::Nearest => 1,
+                ResizeMode::Bilinear => 2,
+                ResizeMode::BicubicPillow | ResizeMode::BicubicTorch => 4,
+            },
+            // The longest region: ceil(in / out) + 1 bounds every region's length.
+            AxisMap::AdaptiveAverage => (0..len_out)
+                .map(|o| (((o + 1) * len_in).div_ceil(len_out)) - (o * len_in / len_out))
+                .max()
+                .unwrap_or(1),
+        };
+        let mut index = Vec::with_capacity(len_out * taps);
+        let mut weight = Vec::with_capacity(len_out * taps);
+        for o in 0..len_out {
+            match map {
+                AxisMap::Interp {
+                    mode,
+                    align_corners,
+                } => {
+                    let src = source(o, align_corners);
+                    match mode {
+                        ResizeMode::Nearest => {
+                            index.push(clamp(round_half_even(src)));
+                            weight.push(1.0);
+                        }
+                        ResizeMode::Bilinear => {
+                            let s = src.clamp(0.0, last);
+                            let i0 = s.floor();
+                            let f = s - i0;
+                            index.extend([clamp(i0), clamp(i0 + 1.0)]);
+                            weight.extend([(1.0 - f) as f32, f as f32]);
+                        }
+                        ResizeMode::BicubicPillow | ResizeMode::BicubicTorch => {
+                            let a = if mode == ResizeMode::BicubicPillow {
+                                -0.5
+                            } else {
+                                -0.75
+                            };
+                            let i0 = src.floor();
+                            let t = src - i0;
+                            for k in -1..3 {
+                                index.push(clamp(i0 + k as f64));
+                                weight.push(cubic(t - k as f64, a) as f32);
+                            }
+                        }
+                    }
+                }
+                AxisMap::AdaptiveAverage => {
+                    let (start, end) = (o * len_in / len_out, ((o + 1) * len_in).div_ceil(len_out));
+                    let w = 1.0 / (end - start) as f64;
+                    for t in 0..taps {
+                        let inside = start + t < end;
+                        index.push(if inside { start + t } else { start } as u32);
+                        weight.push(if inside { w as f32 } else { 0.0 });
+                    }
+                }
+            }
+        }
+        Ok(AxisTable {
+            len_in,
+            len_out,
+            taps,
+            index,
+            weight,
+        })
+    }
+
+    /// The transpose, by input position; entries of one input keep the outputs' order, and
+    /// repeated (output, input) pairs (clamped taps) are merged into one weight.
+    pub fn adjoint(&self) -> AxisAdjoint {
+        let mut rows: Vec<Vec<(u32, f32)>> = vec![Vec::new(); self.len_in];
+        for o in 0..self.len_out {
+            for t in 0..self.taps {
+                let k = o * self.taps + t;
+                let w = self.weight[k];
+                if w == 0.0 {
+                    continue;
+                }
+                let row = &mut rows[self.index[k] as usize];
+                match row.last_mut() {
+                    Some((last, acc)) if *last == o as u32 => *acc += w,
+                    _ => row.push((o as u32, w)),
+                }
+            }
+        }
+        let mut start = Vec::with_capacity(self.len_in + 1);
+        let (mut index, mut weight) = (Vec::new(), Vec::new());
+        start.push(0);
+        for row in rows {
+            for (o, w) in row {
+                index.push(o);
+                weight.push(w);
+            }
+            start.push(index.len() as u32);
+        }
+        AxisAdjoint {
+            start,
+            index,
+            weight,
+        }
+    }
+}
+
+/// `y = A_h x A_w^T` for each of the planes of `x` (`rows.len_in x cols.len_in` each) into
+/// `y` (`rows.len_out x cols.len_out` each), overwritten, FP32-accumulated.
+///
+/// # Panics
+/// If the lengths of `x` and `y` do not hold the same number of such planes.
+pub fn resample_forward(x: &[f32], rows: &AxisTable, cols: &AxisTable, y: &mut [f32]) {
+    let (plane_in, plane_out) = (rows.len_in * cols.len_in, rows.len_out * cols.len_out);
+    if plane_out == 0 {
+        return;
+    }
+    let planes = y.len() / plane_out;
+    assert!(
+        y.len() == planes * plane_out && x.len() == planes * plane_in,
+        "resample_forward: lengths"
+    );
+    let (w_in, w_out) = (cols.len_in, cols.len_out);
+    y.par_chunks_mut(w_out).enumerate().for_each_init(
+        || vec![0.0f32; w_in],
+        |line, (r, out)| {
+            let (p, oh) = (r / rows.len_out, r % rows.len_out);
+            let src = &x[p * plane_in..][..plane_in];
+            // The input rows blended into one line, then the line resampled along W.
+            line.fill(0.0);
+            for t in 0..rows.taps {
+                let w = rows.weight[oh * rows.taps + t];
+                if w != 0.0 {
+                    let row = &src[rows.index[oh * rows.taps + t] as usize * w_in..][..w_in];
+                    for (l, &v) in line.iter_mut().zip(row) {
+                        *l += w * v;
+                    }
+                }
+            }
+            for (ow, o) in out.iter_mut().enumerate() {
+                let mut acc = 0.0f32;
+                for t in 0..cols.taps {
+                    let k = ow * cols.taps + t;
+                    acc += cols.weight[k] * line[cols.index[k] as usize];
+                }
+                *o = acc;
+            }
+        },
+    );
+}
+
+/// `dx = A_h^T dy A_w` per plane (the adjoint of [`resample_forward`] with the same
+/// tables' transposes), overwritten; each element a gather in a fixed order.
+///
+/// # Panics
+/// If the lengths of `dy` and `dx` do not hold the same number of planes.
+pub fn resample_backward(
+    dy: &[f32],
+    (rows, cols): (&AxisAdjoint, &AxisAdjoint),
+    (h_out, w_out): (usize, usize),
+    dx: &mut [f32],
+) {
+    let (h_in, w_in) = (rows.start.len() - 1, cols.start.len() - 1);
+    let (plane_in, plane_out) = (h_in * w_in, h_out * w_out);
+    if plane_in == 0 {
+        return;
+    }
+    let planes = dx.len() / plane_in;
+    assert!(
+        dx.len() == planes * plane_in && dy.len() == planes * plane_out,
+        "resample_backward: lengths"
+    );
+    dx.par_chunks_mut(w_in).enumerate().for_each_init(
+        || vec![0.0f32; w_out],
+        |line, (r, out)| {
+            let (p, i) = (r / h_in, r % h_in);
+            let src = &dy[p * plane_out..][..plane_out];
+            line.fill(0.0);
+            for e in rows.start[i] as usize..rows.start[i + 1] as usize {
+                let w = rows.weight[e];
+                let row = &src[rows.index[e] as usize * w_out..][..w_out];
+                for (l, &v) in line.iter_mut().zip(row) {
+                    *l += w * v;
+                }
+            }
+            for (j, o) in out.iter_mut().enumerate() {
+                let mut acc = 0.0f32;
+                for e in cols.start[j] as usize..cols.start[j + 1] as usize {
+                    acc += cols.weight[e] * line[cols.index[e] as usize];
+                }
+                *o = acc;
+            }
+        },
+    );
+}
+
+/// RAFT's convex upsampler: `y[n, c, k y + sy, k x + sx] = sum_m softmax_m(mask[n, m k^2 +
+/// sy k + sx, y, x]) x[n, c, y - 1 + m / 3, x - 1 + m % 3]` over the 3x3 neighbourhood `m`
+/// (coordinates clamped to the image). `x`: `(n, c, h, w)`; `mask`: `(n, 9 k^2, h, w)`;
+/// `y`: `(n, c, k h, k w)`, overwritten. The softmax runs in float64.
+///
+/// # Panics
+/// If a length does not match those shapes.
+pub fn convex_upsample(
+    x: &[f32],
+    mask: &[f32],
+    (n, c, h, w): (usize, usize, usize, usize),
+    k: usize,
+    y: &mut [f32],
+) {
+    let (plane, kk) = (h * w, k * k);
+    assert!(
+        x.len() == n * c * plane && mask.len() == n * 9 * kk * plane && y.len() == x.len() * kk,
+        "convex_upsample: lengths"
+    );
+    if y.is_empty() {
+        return;
+    }
+    let wide = k * w;
+    y.par_chunks_mut(wide).enumerate().for_each(|(r, out)| {
+        // Row `r` of the output: image (n, ch), fine row fy.
+        let (img, fy) = (r / (k * h), r % (k * h));
+        let (b, ch) = (img / c, img % c);
+        let (cy, sy) = (fy / k, fy % k);
+        let src = &x[(b * c + ch) * plane..][..plane];
+        let m_base = &mask[b * 9 * kk * plane..][..9 * kk * plane];
+        for (fx, o) in out.iter_mut().enumerate() {
+            let (cx, sx) = (fx / k, fx % k);
+            let logit = |m: usize| f64::from(m_base[(m * kk + sy * k + sx) * plane + cy * w + cx]);
+            let top = (0..9).map(logit).fold(f64::NEG_INFINITY, f64::max);
+            let (mut num, mut den) = (0.0f64, 0.0f64);
+            for m in 0..9 {
+                let e = (logit(m) - top).exp();
+                let ny = (cy + m / 3).saturating_sub(1).min(h - 1);
+                let nx = (cx + m % 3).saturating_sub(1).min(w - 1);
+                num += e * f64::from(src[ny * w + nx]);
+                den += e;
+            }
+            *o = (num / den) as f32;
+        }
+    });
+}
+
+/// The DC-AE up-shortcut: channels repeated `repeats = 4 c_out / c_in` times, then a 2x
+/// pixel shuffle: `y[n, co, 2h + i, 2w + j] = x[n, (4 co + 2 i + j) / repeats, h, w]`. `x`:
+/// `(n, c_in, h, w)`; `y`: `(n, c_out, 2h, 2w)`, overwritten. `c_in` divides `4 c_out`.
+///
+/// # Panics
+/// If a length does not match those shapes or `c_in` does not divide `4 c_out`.
+pub fn pixel_shuffle_upsample_2x(
+    x: &[f32],
+    (n, c_in, h, w): (usize, usize, usize, usize),
+    c_out: usize,
+    y: &mut [f32],
+) {
+    assert!(
+        c_in > 0 && (4 * c_out) % c_in == 0,
+        "pixel_shuffle_upsample_2x: channels"
+    );
+    let plane = h * w;
+    assert!(
+        x.len() == n * c_in * plane && y.len() == n * c_out * 4 * plane,
+        "pixel_shuffle_upsample_2x: lengths"
+    );
+    if y.is_empty() {
+        return;
+    }
+    let repeats = 4 * c_out / c_in;
+    y.par_chunks_mut(2 * w).enumerate().for_each(|(r, out)| {
+        let (img, fy) = (r / (2 * h), r % (2 * h));
+        let (b, co) = (img / c_out, img % c_out);
+        let (hy, i) = (fy / 2, fy % 2);
+        for (fx, o) in out.iter_mut().enumerate() {
+            let src_c = (4 * co + 2 * i + fx % 2) / repeats;
+            *o = x[(b * c_in + src_c) * plane + hy * w + fx / 2];
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ties_round_to_even() {
+        let got: Vec<f64> = [-0.5, 0.5, 1.5, 2.5, 2.4, -1.5, 3.0]
+            .into_iter()
+            .map(round_half_even)
+            .collect();
+        assert_eq!(got, [0.0, 0.0, 2.0, 2.0, 2.0, -2.0, 3.0]);
+    }
+
+    #[test]
+    fn tables_sum_to_one_and_adjoints_transpose() {
+        for map in [
+            AxisMap::AdaptiveAverage,
+            AxisMap::Interp {
+                mode: ResizeMode::BicubicTorch,
+                align_corners: false,
+            },
+            AxisMap::Interp {
+                mode: ResizeMode::Bilinear,
+                align_corners: true,
+            },
+        ] {
+            for (i, o) in [(5, 3), (3, 7), (1, 4), (6, 6)] {
+                let t = AxisTable::new(map, i, o).unwrap();
+                for r in 0..o {
+                    let s: f32 = t.weight[r * t.taps..][..t.taps].iter().sum();
+                    assert!((s - 1.0).abs() < 1e-6, "{map:?} {i}->{o} row {r}: {s}");
+                }
+                let adj = t.adjoint();
+                let mut dense = vec![0.0f32; i * o];
+                for r in 0..o {
+                    for k in 0..t.taps {
+                        dense[r * i + t.index[r * t.taps + k] as usize] += t.weight[r * t.taps + k];
+                    }
+                }
+                for c in 0..i {
+                    for e in adj.start[c] as usize..adj.start[c + 1] as usize {
+                        let r = adj.index[e] as usize;
+                        assert_eq!(dense[r * i + c], adj.weight[e]);
+                        dense[r * i + c] = 0.0;
+                    }
+                }
+                assert!(dense.iter().all(|&v| v == 0.0), "{map:?}: entries missed");
+            }
+        }
+        assert!(AxisTable::new(AxisMap::AdaptiveAverage, 0, 3).is_err());
+    }
+}
