@@ -75,6 +75,8 @@ step bench_dense_tiled env BROTENSOR_CMMA=0 BROTENSOR_BENCH_DEVICES=cuda "$bin/b
 step bench_attention_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_attention_gpu"
 # The convolution shapes of issue 25 in F32/F16/BF16 (torch_peer.py times cuDNN on them).
 step bench_conv_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_conv"
+# The image-space ops of issue 26 in F32/F16 (torch_peer.py times torch on the same ops).
+step bench_image_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_image"
 step torch_peer python3 "$here/torch_peer.py"
 
 echo

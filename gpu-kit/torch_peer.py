@@ -6,7 +6,8 @@ heads, hd 128, one query against caches of 512/4096/16384 rows, in GB/s of K/V r
 tensor-algebra ops `bench_ops` times (F32 4096 x 4096: transpose made contiguous, sum over
 axis 0 and 1, amax over axis 1, a shuffled row gather, a concatenation of four row blocks; GB/s
 of the bytes each must read and write once, as `bench_ops` counts them), and cuDNN's
-convolutions at the shapes of `bench_conv` in F32/F16/BF16 (TFLOP/s). Prints a markdown
+convolutions at the shapes of `bench_conv` in F32/F16/BF16 (TFLOP/s), and torch's image-space ops
+at the tensor of `bench_image` (GB/s). Prints a markdown
 table; skips cleanly without CUDA or torch."""
 import sys
 
@@ -114,3 +115,29 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
             wo = (w + 2 * pad - k) // stride + 1
             flop = 2 * n * c_out * ho * wo * (c_in // groups) * k * k
         print(f"| F.conv2d {name} | {str(dtype)[6:]} | cuDNN | {ms:.3f} | {flop / ms / 1e9:.2f} TFLOP/s |")
+
+# The image-space ops of `bench_image` (issue 26) on 8 x 64 x 512 x 512, in GB/s of the bytes
+# each must read and write once (counted as bench_image counts them), and the device copy.
+n, c, h, w = 8, 64, 512, 512
+for dtype in (torch.float32, torch.float16):
+    x = torch.randn(n, c, h, w, device="cuda", dtype=dtype)
+    up = torch.randn(n, c, 2 * h, 2 * w, device="cuda", dtype=dtype)
+    es, numel = x.element_size(), x.numel()
+    padded = n * c * (h * w + (h + 2) * (w + 2)) * es
+    rows = (
+        ("copy", lambda: x.clone(), 2 * numel * es),
+        ("upsample_nearest_2x", lambda: F.interpolate(x, scale_factor=2, mode="nearest"), 5 * numel * es),
+        ("upsample_bilinear_2x", lambda: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False), 5 * numel * es),
+        ("upsample_nearest_2x_backward", lambda: F.avg_pool2d(up, 2, divisor_override=1), 5 * numel * es),
+        ("max_pool2d 2x2 s2 (+ indices)", lambda: F.max_pool2d(x, 2, return_indices=True), numel * es * 6 // 4),
+        ("downsample_avg_2x", lambda: F.avg_pool2d(x, 2), numel * es * 5 // 4),
+        ("adaptive_avg_pool2d to 7x7", lambda: F.adaptive_avg_pool2d(x, 7), numel * es),
+        ("pad2d zero 1 px", lambda: F.pad(x, (1, 1, 1, 1)), padded),
+        ("pad2d replicate 1 px", lambda: F.pad(x, (1, 1, 1, 1), mode="replicate"), padded),
+        ("pad2d reflect 1 px", lambda: F.pad(x, (1, 1, 1, 1), mode="reflect"), padded),
+        ("pixel_shuffle(2)", lambda: F.pixel_shuffle(x, 2), 2 * numel * es),
+        ("nchw_to_sequence", lambda: x.flatten(2).transpose(1, 2).contiguous(), 2 * numel * es),
+    )
+    for name, fn, nbytes in rows:
+        ms = best_ms(fn, reps=5)
+        print(f"| {name} 8x64x512x512 | {str(dtype)[6:]} | torch | {ms:.3f} | {nbytes / ms / 1e6:.1f} GB/s |")

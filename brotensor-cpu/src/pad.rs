@@ -5,6 +5,9 @@
 
 use rayon::prelude::*;
 
+use crate::simd::wide;
+use crate::stream::{streaming, write_blocks, StreamedIter};
+
 /// How padding fills the positions outside the signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PadMode {
@@ -161,20 +164,65 @@ pub fn unfold2d_forward(x: &[f32], g: &Unfold2d, out: [usize; 2], y: &mut [f32])
         "unfold2d_forward: lengths"
     );
     let (rows, cols) = (g.sources(0, ho), g.sources(1, wo));
-    y.par_chunks_mut(wo).enumerate().for_each(|(r, line)| {
-        // Row r: plane p, tap (ky, kx), output row oy.
-        let (pk, oy) = (r / ho, r % ho);
-        let (p, k) = (pk / (kh * kw), pk % (kh * kw));
-        let (ky, kx) = (k / kw, k % kw);
-        let src_row = rows[ky * ho + oy];
-        if src_row == u32::MAX {
-            line.fill(0.0);
-            return;
-        }
-        let row = &x[p * plane_in + src_row as usize * w..][..w];
-        for (o, &c) in line.iter_mut().zip(&cols[kx * wo..][..wo]) {
-            *o = if c == u32::MAX { 0.0 } else { row[c as usize] };
-        }
+    streaming(y.len(), 4, |streaming| {
+        y.par_chunks_mut(wo)
+            .enumerate()
+            .for_each_streamed(streaming, |stream, (r, line)| {
+                // Row r: plane p, tap (ky, kx), output row oy.
+                let (pk, oy) = (r / ho, r % ho);
+                let (p, k) = (pk / (kh * kw), pk % (kh * kw));
+                let (ky, kx) = (k / kw, k % kw);
+                let src_row = rows[ky * ho + oy];
+                let row =
+                    (src_row != u32::MAX).then(|| &x[p * plane_in + src_row as usize * w..][..w]);
+                let map = &cols[kx * wo..][..wo];
+                // With stride 1 the outputs that read inside the row read a contiguous run
+                // of it: one copy; the border outputs go through the map.
+                let inside = match (row, g.stride[1]) {
+                    (Some(_), 1) => {
+                        let lo = g.before[1].saturating_sub(kx).min(wo);
+                        lo..(g.before[1] + w).saturating_sub(kx).min(wo).max(lo)
+                    }
+                    _ => 0..0,
+                };
+                wide(
+                    #[inline(always)]
+                    |_| {
+                        write_blocks(
+                            stream,
+                            line,
+                            #[inline(always)]
+                            |at, out| {
+                                let end = at + out.len();
+                                let Some(row) = row else {
+                                    out.fill(0.0);
+                                    return;
+                                };
+                                let lo = inside.start.clamp(at, end);
+                                let hi = inside.end.clamp(lo, end);
+                                let border = |o: usize| {
+                                    let c = map[o];
+                                    if c == u32::MAX {
+                                        0.0
+                                    } else {
+                                        row[c as usize]
+                                    }
+                                };
+                                for o in at..lo {
+                                    out[o - at] = border(o);
+                                }
+                                if hi > lo {
+                                    let s0 = lo + kx - g.before[1];
+                                    out[lo - at..hi - at].copy_from_slice(&row[s0..s0 + hi - lo]);
+                                }
+                                for o in hi..end {
+                                    out[o - at] = border(o);
+                                }
+                            },
+                        )
+                    },
+                )
+            })
     });
 }
 
@@ -207,9 +255,29 @@ pub fn pad2d_backward(dy: &[f32], g: &Unfold2d, dx: &mut [f32]) {
         r
     };
     let (rows, cols) = (readers(0, h, hp), readers(1, w, wp));
+    // The columns read only by their own padded column: a run in the middle of the row.
+    let single = |j: usize| cols[j].len() == 1;
+    let first = (0..w).find(|&j| single(j)).unwrap_or(w);
+    let end = (first..w).find(|&j| !single(j)).unwrap_or(w);
+    let simple = if (end..w).all(|j| !single(j)) {
+        first..end
+    } else {
+        0..0
+    };
     dx.par_chunks_mut(w).enumerate().for_each(|(r, line)| {
         let (p, i) = (r / h, r % h);
         let src = &dy[p * plane_out..][..plane_out];
+        if let [a] = rows[i][..] {
+            let row = &src[a * wp..][..wp];
+            let left = g.before[1];
+            line[simple.clone()].copy_from_slice(&row[simple.start + left..simple.end + left]);
+            for (j, o) in line.iter_mut().enumerate() {
+                if !simple.contains(&j) {
+                    *o = cols[j].iter().map(|&b| row[b]).sum();
+                }
+            }
+            return;
+        }
         for (o, readers) in line.iter_mut().zip(&cols) {
             let mut acc = 0.0f32;
             for &a in &rows[i] {
@@ -298,6 +366,28 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// A padding past the streaming threshold (streamed stores) against the definition.
+    #[test]
+    fn streamed_padding_matches_the_definition() {
+        let (planes, h, w) = (5, 1024, 1000);
+        let x: Vec<f32> = (0..planes * h * w).map(|i| (i % 1009) as f32).collect();
+        for mode in [PadMode::Zero, PadMode::Reflect, PadMode::Replicate] {
+            let g = Unfold2d::padding([h, w], [2, 3], [1, 5], mode);
+            let out = g.out_size().unwrap();
+            let mut y = vec![f32::NAN; planes * out[0] * out[1]];
+            assert!(crate::stream::should_stream(y.len(), 4));
+            unfold2d_forward(&x, &g, out, &mut y);
+            for (i, &v) in y.iter().enumerate().step_by(31) {
+                let (p, r, c) = (i / (out[0] * out[1]), i / out[1] % out[0], i % out[1]);
+                let want = match (mode.source(r, h, 2), mode.source(c, w, 3)) {
+                    (Some(a), Some(b)) => x[(p * h + a) * w + b],
+                    _ => 0.0,
+                };
+                assert_eq!(v, want, "{mode:?} at {i}");
             }
         }
     }

@@ -12,7 +12,9 @@
 
 use rayon::prelude::*;
 
+use crate::simd::wide;
 use crate::spatial::ResizeMode;
+use crate::stream::{streaming, write_blocks, StreamedIter};
 
 /// How one axis maps output positions to input positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,8 +216,92 @@ impl AxisTable {
     }
 }
 
+/// How a column pass reads its line: the shapes the common tables take, each with a loop
+/// the compiler vectorises, and the general gather.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Columns {
+    /// Output `o` copies `line[o / 2]` (nearest, twice the size).
+    Spread2,
+    /// Output `o` sums `weight[o T + t] line[o T + t]` over `t < T` (consecutive blocks:
+    /// the 2x average pool, the 2x nearest gradient).
+    Blocks(usize),
+    /// Anything else.
+    Gather,
+}
+
+impl Columns {
+    /// The shape of a pass whose output `o` reads `(index, weight)` entries `entries(o)`.
+    fn of(len_out: usize, entries: impl Fn(usize) -> Vec<(u32, f32)>) -> Self {
+        let table: Vec<Vec<(u32, f32)>> = (0..len_out).map(entries).collect();
+        let spread = table
+            .iter()
+            .enumerate()
+            .all(|(o, e)| e.len() == 1 && e[0] == ((o / 2) as u32, 1.0));
+        if spread {
+            return Columns::Spread2;
+        }
+        let t = table.first().map_or(1, |e| e.len().max(1));
+        let blocks = table.iter().enumerate().all(|(o, e)| {
+            e.len() == t
+                && e.iter()
+                    .enumerate()
+                    .all(|(k, &(i, _))| i as usize == o * t + k)
+        });
+        if blocks {
+            return Columns::Blocks(t);
+        }
+        Columns::Gather
+    }
+}
+
+/// `out[k] = sum over entries of (at + k) of weight * line[index]` for the outputs `at..`.
+#[inline(always)]
+fn column_pass(
+    kind: Columns,
+    line: &[f32],
+    at: usize,
+    out: &mut [f32],
+    entries: &dyn Fn(usize, &mut dyn FnMut(u32, f32)),
+    weights: &[f32],
+) {
+    match kind {
+        Columns::Spread2 => {
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = line[(at + k) / 2];
+            }
+        }
+        Columns::Blocks(t) => {
+            let src = &line[at * t..(at + out.len()) * t];
+            let w = &weights[at * t..(at + out.len()) * t];
+            for ((o, s), w) in out
+                .iter_mut()
+                .zip(src.chunks_exact(t))
+                .zip(w.chunks_exact(t))
+            {
+                *o = s.iter().zip(w).map(|(a, b)| a * b).sum();
+            }
+        }
+        Columns::Gather => {
+            for (k, o) in out.iter_mut().enumerate() {
+                let mut acc = 0.0f32;
+                entries(at + k, &mut |i, w| acc += w * line[i as usize]);
+                *o = acc;
+            }
+        }
+    }
+}
+
+/// `line += w * row`.
+#[inline(always)]
+fn blend(line: &mut [f32], w: f32, row: &[f32]) {
+    for (l, &v) in line.iter_mut().zip(row) {
+        *l += w * v;
+    }
+}
+
 /// `y = A_h x A_w^T` for each of the planes of `x` (`rows.len_in x cols.len_in` each) into
-/// `y` (`rows.len_out x cols.len_out` each), overwritten, FP32-accumulated.
+/// `y` (`rows.len_out x cols.len_out` each), overwritten, FP32-accumulated. Large outputs are
+/// written with streaming stores.
 ///
 /// # Panics
 /// If the lengths of `x` and `y` do not hold the same number of such planes.
@@ -229,33 +315,54 @@ pub fn resample_forward(x: &[f32], rows: &AxisTable, cols: &AxisTable, y: &mut [
         y.len() == planes * plane_out && x.len() == planes * plane_in,
         "resample_forward: lengths"
     );
-    let (w_in, w_out) = (cols.len_in, cols.len_out);
-    y.par_chunks_mut(w_out).enumerate().for_each_init(
-        || vec![0.0f32; w_in],
-        |line, (r, out)| {
-            let (p, oh) = (r / rows.len_out, r % rows.len_out);
-            let src = &x[p * plane_in..][..plane_in];
-            // The input rows blended into one line, then the line resampled along W.
-            line.fill(0.0);
-            for t in 0..rows.taps {
-                let w = rows.weight[oh * rows.taps + t];
-                if w != 0.0 {
-                    let row = &src[rows.index[oh * rows.taps + t] as usize * w_in..][..w_in];
-                    for (l, &v) in line.iter_mut().zip(row) {
-                        *l += w * v;
-                    }
-                }
-            }
-            for (ow, o) in out.iter_mut().enumerate() {
-                let mut acc = 0.0f32;
-                for t in 0..cols.taps {
-                    let k = ow * cols.taps + t;
-                    acc += cols.weight[k] * line[cols.index[k] as usize];
-                }
-                *o = acc;
-            }
-        },
-    );
+    let (w_in, w_out, ct) = (cols.len_in, cols.len_out, cols.taps);
+    let entries = |o: usize| -> Vec<(u32, f32)> {
+        (0..ct)
+            .map(|t| (cols.index[o * ct + t], cols.weight[o * ct + t]))
+            .filter(|e| e.1 != 0.0)
+            .collect()
+    };
+    // The block shape reads the weights with the table's own stride: only when no tap was
+    // dropped as a zero.
+    let kind = match Columns::of(w_out, entries) {
+        Columns::Blocks(t) if t != ct => Columns::Gather,
+        k => k,
+    };
+    let gather = |o: usize, f: &mut dyn FnMut(u32, f32)| {
+        for t in 0..ct {
+            f(cols.index[o * ct + t], cols.weight[o * ct + t]);
+        }
+    };
+    streaming(y.len(), 4, |streaming| {
+        y.par_chunks_mut(w_out).enumerate().for_each_streamed_init(
+            streaming,
+            || vec![0.0f32; w_in],
+            |stream, line, (r, out)| {
+                let (p, oh) = (r / rows.len_out, r % rows.len_out);
+                let src = &x[p * plane_in..][..plane_in];
+                wide(
+                    #[inline(always)]
+                    |_| {
+                        // The input rows blended into one line, then resampled along W.
+                        line.fill(0.0);
+                        for t in 0..rows.taps {
+                            let w = rows.weight[oh * rows.taps + t];
+                            if w != 0.0 {
+                                let i = rows.index[oh * rows.taps + t] as usize;
+                                blend(line, w, &src[i * w_in..][..w_in]);
+                            }
+                        }
+                        write_blocks(
+                            stream,
+                            out,
+                            #[inline(always)]
+                            |at, o| column_pass(kind, line, at, o, &gather, &cols.weight),
+                        );
+                    },
+                )
+            },
+        )
+    });
 }
 
 /// `dx = A_h^T dy A_w` per plane (the adjoint of [`resample_forward`] with the same
@@ -279,28 +386,47 @@ pub fn resample_backward(
         dx.len() == planes * plane_in && dy.len() == planes * plane_out,
         "resample_backward: lengths"
     );
-    dx.par_chunks_mut(w_in).enumerate().for_each_init(
-        || vec![0.0f32; w_out],
-        |line, (r, out)| {
-            let (p, i) = (r / h_in, r % h_in);
-            let src = &dy[p * plane_out..][..plane_out];
-            line.fill(0.0);
-            for e in rows.start[i] as usize..rows.start[i + 1] as usize {
-                let w = rows.weight[e];
-                let row = &src[rows.index[e] as usize * w_out..][..w_out];
-                for (l, &v) in line.iter_mut().zip(row) {
-                    *l += w * v;
-                }
-            }
-            for (j, o) in out.iter_mut().enumerate() {
-                let mut acc = 0.0f32;
-                for e in cols.start[j] as usize..cols.start[j + 1] as usize {
-                    acc += cols.weight[e] * line[cols.index[e] as usize];
-                }
-                *o = acc;
-            }
-        },
-    );
+    let range = |j: usize| cols.start[j] as usize..cols.start[j + 1] as usize;
+    let entries = |j: usize| -> Vec<(u32, f32)> {
+        range(j).map(|e| (cols.index[e], cols.weight[e])).collect()
+    };
+    // The block shape reads weights by output position: valid only when every row holds the
+    // same count (then entry e of input j is at j T + e).
+    let kind = match Columns::of(w_in, entries) {
+        Columns::Spread2 => Columns::Gather,
+        k => k,
+    };
+    let gather = |j: usize, f: &mut dyn FnMut(u32, f32)| {
+        for e in range(j) {
+            f(cols.index[e], cols.weight[e]);
+        }
+    };
+    streaming(dx.len(), 4, |streaming| {
+        dx.par_chunks_mut(w_in).enumerate().for_each_streamed_init(
+            streaming,
+            || vec![0.0f32; w_out],
+            |stream, line, (r, out)| {
+                let (p, i) = (r / h_in, r % h_in);
+                let src = &dy[p * plane_out..][..plane_out];
+                wide(
+                    #[inline(always)]
+                    |_| {
+                        line.fill(0.0);
+                        for e in rows.start[i] as usize..rows.start[i + 1] as usize {
+                            let o = rows.index[e] as usize;
+                            blend(line, rows.weight[e], &src[o * w_out..][..w_out]);
+                        }
+                        write_blocks(
+                            stream,
+                            out,
+                            #[inline(always)]
+                            |at, o| column_pass(kind, line, at, o, &gather, &cols.weight),
+                        );
+                    },
+                )
+            },
+        )
+    });
 }
 
 /// RAFT's convex upsampler: `y[n, c, k y + sy, k x + sx] = sum_m softmax_m(mask[n, m k^2 +
@@ -389,6 +515,57 @@ pub fn pixel_shuffle_upsample_2x(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Outputs past the streaming threshold take the streamed path: its lines must land
+    /// where the plain path puts them (nearest 2x exactly; bilinear 2x against the tables).
+    #[test]
+    fn streamed_outputs_match_the_definition() {
+        let (planes, h, w) = (4, 512, 1024);
+        let x: Vec<f32> = (0..planes * h * w).map(|i| (i % 977) as f32).collect();
+        let near = AxisMap::Interp {
+            mode: ResizeMode::Nearest,
+            align_corners: false,
+        };
+        let (rows, cols) = (
+            AxisTable::new(near, h, 2 * h).unwrap(),
+            AxisTable::new(near, w, 2 * w).unwrap(),
+        );
+        let mut y = vec![f32::NAN; 4 * x.len()];
+        assert!(crate::stream::should_stream(y.len(), 4));
+        resample_forward(&x, &rows, &cols, &mut y);
+        for (i, &v) in y.iter().enumerate().step_by(97) {
+            let (p, r, c) = (i / (4 * h * w), i / (2 * w) % (2 * h), i % (2 * w));
+            assert_eq!(v, x[(p * h + r / 2) * w + c / 2], "nearest at {i}");
+        }
+        let lin = AxisMap::Interp {
+            mode: ResizeMode::Bilinear,
+            align_corners: false,
+        };
+        let (rows, cols) = (
+            AxisTable::new(lin, h, 2 * h).unwrap(),
+            AxisTable::new(lin, w, 2 * w).unwrap(),
+        );
+        resample_forward(&x, &rows, &cols, &mut y);
+        for (i, &v) in y.iter().enumerate().step_by(101) {
+            let (p, r, c) = (i / (4 * h * w), i / (2 * w) % (2 * h), i % (2 * w));
+            let mut want = 0.0f64;
+            for a in 0..2 {
+                for b in 0..2 {
+                    let (ri, ci) = (
+                        rows.index[2 * r + a] as usize,
+                        cols.index[2 * c + b] as usize,
+                    );
+                    want += f64::from(rows.weight[2 * r + a])
+                        * f64::from(cols.weight[2 * c + b])
+                        * f64::from(x[(p * h + ri) * w + ci]);
+                }
+            }
+            assert!(
+                (f64::from(v) - want).abs() <= 1e-3,
+                "bilinear at {i}: {v} vs {want}"
+            );
+        }
+    }
 
     #[test]
     fn ties_round_to_even() {

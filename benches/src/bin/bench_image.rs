@@ -2,7 +2,9 @@
 //! bytes each must move (its input read and its output written once) against the copy
 //! bandwidth measured in the same run, and against candle 0.11's CPU ops where candle has
 //! the op (feature `candle`; timed interleaved round by round with ours), on the two
-//! tensors of issue 26: 64 x 256 x 256 and 8 x 64 x 512 x 512 (NCHW).
+//! tensors of issue 26: 64 x 256 x 256 and 8 x 64 x 512 x 512 (NCHW). On GPU devices (those
+//! `BROTENSOR_BENCH_DEVICES` selects, e.g. `cuda`), every row in F32 and F16 in GB/s; the GPU
+//! kit's `torch_peer.py` times torch on the same ops.
 //!
 //! `cargo run --release -p brotensor-benches --features candle --bin bench_image`
 //! (`--small` runs only the first tensor). numpy's times come from `benches/image_numpy.py`
@@ -12,10 +14,10 @@ use std::collections::HashMap;
 use std::process::Command;
 
 use brotensor::ops::{self, PadMode, Pool2dSpec, ResizeMode};
-use brotensor::{Device, Tensor};
-use brotensor_benches::best_secs;
+use brotensor::{Device, Dtype, Tensor};
 #[cfg(feature = "candle")]
 use brotensor_benches::best_secs_paired;
+use brotensor_benches::{best_secs, selected_devices};
 
 /// `(N, C, H, W)`.
 type Dims = (usize, usize, usize, usize);
@@ -229,7 +231,9 @@ fn rows() -> Vec<Row> {
             |d| B * 2 * numel(d),
             Base,
             |x, (n, c, h, w), y| {
-                let m = Tensor::from_slice(&vec![0.5f32; c], 1, c).unwrap();
+                let m = Tensor::from_slice_on(x.device(), &vec![0.5f32; c], 1, c)
+                    .and_then(|m| m.to_dtype(x.dtype()))
+                    .unwrap();
                 ops::image_normalize(x, &m, &m, (n, c, h, w), y).unwrap()
             },
             None
@@ -273,8 +277,74 @@ fn numpy_ms((n, c, h, w): Dims) -> HashMap<String, f64> {
     }
 }
 
+/// The inputs of the rows for `dims` on `device` in `dtype`, by [`Src`].
+fn inputs(device: Device, dtype: Dtype, (n, c, h, w): Dims) -> [Tensor; 4] {
+    let make = |len: usize| {
+        Tensor::from_slice_on(device, &values(len), n, len / n)
+            .and_then(|t| t.to_dtype(dtype))
+            .expect("input")
+    };
+    let base = n * c * h * w;
+    [
+        make(base),
+        make(4 * base),
+        make(base / 4),
+        make(n * c * (h + 2) * (w + 2)),
+    ]
+}
+
+fn pick(inputs: &[Tensor; 4], src: Src) -> &Tensor {
+    &inputs[match src {
+        Src::Base => 0,
+        Src::Up => 1,
+        Src::Down => 2,
+        Src::Padded => 3,
+    }]
+}
+
+/// Every row on a GPU device in F32 and F16, in GB/s of the bytes each moves.
+fn gpu_table(dev: Device, dims: Dims) {
+    let (n, c, h, w) = dims;
+    let name = brotensor::device_name(dev).unwrap_or_else(|_| dev.to_string());
+    println!();
+    println!("## {name}: {n} x {c} x {h} x {w}");
+    println!();
+    println!("| op | dtype | ms | GB/s |");
+    println!("|---|---|---:|---:|");
+    for dtype in [Dtype::F32, Dtype::F16] {
+        let ins = inputs(dev, dtype, dims);
+        for r in rows() {
+            let mut y = Tensor::default();
+            let src = pick(&ins, r.src);
+            let secs = best_secs(dev, 3, || (r.ours)(src, dims, &mut y));
+            let bytes = (r.bytes)(dims) as f64 * dtype.size_bytes().unwrap_or(4) as f64 / 4.0;
+            println!(
+                "| {} | {dtype} | {:.3} | {:.1} |",
+                r.name,
+                secs * 1e3,
+                bytes / secs / 1e9
+            );
+        }
+    }
+}
+
 fn main() {
+    let devices = selected_devices();
     let small_only = std::env::args().any(|a| a == "--small");
+    let all_shapes: &[Dims] = &[(1, 64, 256, 256), (8, 64, 512, 512)];
+    let shapes = if small_only {
+        &all_shapes[..1]
+    } else {
+        all_shapes
+    };
+    for dev in devices.iter().filter(|d| **d != Device::Cpu) {
+        for &dims in shapes {
+            gpu_table(*dev, dims);
+        }
+    }
+    if !devices.contains(&Device::Cpu) {
+        return;
+    }
     println!(
         "# bench_image: {} rayon threads, F32",
         rayon::current_num_threads()
@@ -285,11 +355,6 @@ fn main() {
     let copy_gbs = 2.0 * copy_len as f64 / copy_secs / 1e9;
     drop((src, dst));
     println!("# copy bandwidth {copy_gbs:.1} GB/s (read + write)");
-    let shapes: &[Dims] = if small_only {
-        &[(1, 64, 256, 256)]
-    } else {
-        &[(1, 64, 256, 256), (8, 64, 512, 512)]
-    };
     for &dims in shapes {
         let (n, c, h, w) = dims;
         println!();
@@ -298,11 +363,7 @@ fn main() {
         let numpy = numpy_ms(dims);
         println!("| op | ms | GB/s | of copy | candle ms | vs candle | numpy ms | vs numpy |");
         println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-        let make = |len: usize| Tensor::from_slice(&values(len), n, len / n).expect("input");
-        let base = make(numel(dims));
-        let up = make(4 * numel(dims));
-        let down = make(numel(dims) / 4);
-        let padded = make(n * c * (h + 2) * (w + 2));
+        let ins = inputs(Device::Cpu, Dtype::F32, dims);
         #[cfg(feature = "candle")]
         let cx = candle_core::Tensor::from_vec(
             values(numel(dims)),
@@ -312,12 +373,7 @@ fn main() {
         .expect("candle x");
         for r in rows() {
             let mut y = Tensor::default();
-            let src = match r.src {
-                Src::Base => &base,
-                Src::Up => &up,
-                Src::Down => &down,
-                Src::Padded => &padded,
-            };
+            let src = pick(&ins, r.src);
             let ours = || (r.ours)(src, dims, &mut y);
             #[cfg(feature = "candle")]
             let (secs, secs_c) = match r.candle {
