@@ -254,38 +254,79 @@ impl Columns {
     }
 }
 
-/// `out[k] = sum over entries of (at + k) of weight * line[index]` for the outputs `at..`.
+/// Where a column pass finds each output's entries: `taps` per output at `o taps` (a
+/// forward table), or between row starts (a transposed one).
+#[derive(Clone, Copy)]
+enum Entries<'a> {
+    Taps {
+        taps: usize,
+        index: &'a [u32],
+        weight: &'a [f32],
+    },
+    Rows {
+        start: &'a [u32],
+        index: &'a [u32],
+        weight: &'a [f32],
+    },
+}
+
+/// `sum_t weight[o T + t] line[index[o T + t]]` with `T` known at compile time.
 #[inline(always)]
-fn column_pass(
-    kind: Columns,
-    line: &[f32],
-    at: usize,
-    out: &mut [f32],
-    entries: &dyn Fn(usize, &mut dyn FnMut(u32, f32)),
-    weights: &[f32],
-) {
-    match kind {
-        Columns::Spread2 => {
+fn gather_fixed<const T: usize>(line: &[f32], o: usize, index: &[u32], weight: &[f32]) -> f32 {
+    let (i, w) = (&index[o * T..o * T + T], &weight[o * T..o * T + T]);
+    let mut acc = 0.0f32;
+    for t in 0..T {
+        acc += w[t] * line[i[t] as usize];
+    }
+    acc
+}
+
+/// `out[k]` = output `at + k` of the column pass: its entries' weights times `line`.
+#[inline(always)]
+fn column_pass(kind: Columns, line: &[f32], at: usize, out: &mut [f32], entries: Entries) {
+    match (kind, entries) {
+        (Columns::Spread2, _) => {
             for (k, o) in out.iter_mut().enumerate() {
                 *o = line[(at + k) / 2];
             }
         }
-        Columns::Blocks(t) => {
+        (Columns::Blocks(t), Entries::Taps { weight, .. } | Entries::Rows { weight, .. }) => {
             let src = &line[at * t..(at + out.len()) * t];
-            let w = &weights[at * t..(at + out.len()) * t];
-            for ((o, s), w) in out
-                .iter_mut()
-                .zip(src.chunks_exact(t))
-                .zip(w.chunks_exact(t))
-            {
+            let w = &weight[at * t..(at + out.len()) * t];
+            for ((o, s), w) in out.iter_mut().zip(src.chunks_exact(t)).zip(w.chunks_exact(t)) {
                 *o = s.iter().zip(w).map(|(a, b)| a * b).sum();
             }
         }
-        Columns::Gather => {
+        (Columns::Gather, Entries::Taps { taps, index, weight }) => {
+            let each = |f: fn(&[f32], usize, &[u32], &[f32]) -> f32, out: &mut [f32]| {
+                for (k, o) in out.iter_mut().enumerate() {
+                    *o = f(line, at + k, index, weight);
+                }
+            };
+            match taps {
+                1 => each(gather_fixed::<1>, out),
+                2 => each(gather_fixed::<2>, out),
+                4 => each(gather_fixed::<4>, out),
+                _ => {
+                    for (k, o) in out.iter_mut().enumerate() {
+                        let e = (at + k) * taps..(at + k + 1) * taps;
+                        *o = index[e.clone()]
+                            .iter()
+                            .zip(&weight[e])
+                            .map(|(&i, &w)| w * line[i as usize])
+                            .sum();
+                    }
+                }
+            }
+        }
+        (Columns::Gather, Entries::Rows { start, index, weight }) => {
             for (k, o) in out.iter_mut().enumerate() {
-                let mut acc = 0.0f32;
-                entries(at + k, &mut |i, w| acc += w * line[i as usize]);
-                *o = acc;
+                let e = start[at + k] as usize..start[at + k + 1] as usize;
+                *o = index[e.clone()]
+                    .iter()
+                    .zip(&weight[e])
+                    .map(|(&i, &w)| w * line[i as usize])
+                    .sum();
             }
         }
     }
@@ -328,10 +369,10 @@ pub fn resample_forward(x: &[f32], rows: &AxisTable, cols: &AxisTable, y: &mut [
         Columns::Blocks(t) if t != ct => Columns::Gather,
         k => k,
     };
-    let gather = |o: usize, f: &mut dyn FnMut(u32, f32)| {
-        for t in 0..ct {
-            f(cols.index[o * ct + t], cols.weight[o * ct + t]);
-        }
+    let table = Entries::Taps {
+        taps: ct,
+        index: &cols.index,
+        weight: &cols.weight,
     };
     streaming(y.len(), 4, |streaming| {
         y.par_chunks_mut(w_out).enumerate().for_each_streamed_init(
@@ -356,7 +397,7 @@ pub fn resample_forward(x: &[f32], rows: &AxisTable, cols: &AxisTable, y: &mut [
                             stream,
                             out,
                             #[inline(always)]
-                            |at, o| column_pass(kind, line, at, o, &gather, &cols.weight),
+                            |at, o| column_pass(kind, line, at, o, table),
                         );
                     },
                 )
@@ -396,10 +437,10 @@ pub fn resample_backward(
         Columns::Spread2 => Columns::Gather,
         k => k,
     };
-    let gather = |j: usize, f: &mut dyn FnMut(u32, f32)| {
-        for e in range(j) {
-            f(cols.index[e], cols.weight[e]);
-        }
+    let table = Entries::Rows {
+        start: &cols.start,
+        index: &cols.index,
+        weight: &cols.weight,
     };
     streaming(dx.len(), 4, |streaming| {
         dx.par_chunks_mut(w_in).enumerate().for_each_streamed_init(
@@ -420,7 +461,7 @@ pub fn resample_backward(
                             stream,
                             out,
                             #[inline(always)]
-                            |at, o| column_pass(kind, line, at, o, &gather, &cols.weight),
+                            |at, o| column_pass(kind, line, at, o, table),
                         );
                     },
                 )
