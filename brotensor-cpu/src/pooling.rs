@@ -37,6 +37,16 @@ impl MaxPool2d {
     }
 }
 
+/// Keeps `(v, i)` in `(best, at)` when `v > best`, without a branch (random data would
+/// mispredict half the comparisons).
+#[inline(always)]
+fn take(best: &mut f32, at: &mut usize, v: f32, i: usize) {
+    let gt = v > *best;
+    let keep = (gt as usize).wrapping_neg();
+    *at = (i & keep) | (*at & !keep);
+    *best = if gt { v } else { *best };
+}
+
 /// `y[p, oh, ow]` = the largest input in the window of `(oh, ow)` (padding is -inf), and
 /// `idx` = its position `h W + w` in the plane (the first of equal values in row-major window
 /// order), or -1 with `y = -inf` for a window that lies entirely in the padding. NaN is
@@ -75,10 +85,7 @@ pub fn max_pool2d_forward(x: &[f32], g: &MaxPool2d, y: &mut [f32], idx: &mut [i3
                     for kh in 0..g.kernel[0] {
                         let base = (top + kh) * w + left;
                         for (kw, &v) in src[base..base + g.kernel[1]].iter().enumerate() {
-                            if v > best {
-                                best = v;
-                                at = base + kw;
-                            }
+                            take(&mut best, &mut at, v, base + kw);
                         }
                     }
                     *yv = best;
@@ -138,9 +145,9 @@ pub fn max_pool2d_backward(dy: &[f32], idx: &[i32], g: &MaxPool2d, dx: &mut [f32
             let mut acc = 0.0f32;
             for oh in g.covering(0, ih) {
                 for ow in g.covering(1, iw) {
-                    if g_idx[oh * wo + ow] == me {
-                        acc += g_dy[oh * wo + ow];
-                    }
+                    let o = oh * wo + ow;
+                    // A select, not a branch: which outputs picked this pixel is data.
+                    acc += if g_idx[o] == me { g_dy[o] } else { 0.0 };
                 }
             }
             *o = acc;

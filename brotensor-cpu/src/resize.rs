@@ -218,10 +218,11 @@ impl AxisTable {
 
 /// How a column pass reads its line: the shapes the common tables take, each with a loop
 /// the compiler vectorises, and the general gather.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Columns {
-    /// Output `o` copies `line[o / 2]` (nearest, twice the size).
-    Spread2,
+    /// Output `o` is `w line[o / 2]` (nearest at twice the size; the 2x average pool's
+    /// gradient, with `w = 1/2`).
+    Spread2(f32),
     /// Output `o` sums `weight[o T + t] line[o T + t]` over `t < T` (consecutive blocks:
     /// the 2x average pool, the 2x nearest gradient).
     Blocks(usize),
@@ -233,12 +234,13 @@ impl Columns {
     /// The shape of a pass whose output `o` reads `(index, weight)` entries `entries(o)`.
     fn of(len_out: usize, entries: impl Fn(usize) -> Vec<(u32, f32)>) -> Self {
         let table: Vec<Vec<(u32, f32)>> = (0..len_out).map(entries).collect();
+        let w = table.first().and_then(|e| e.first()).map_or(1.0, |e| e.1);
         let spread = table
             .iter()
             .enumerate()
-            .all(|(o, e)| e.len() == 1 && e[0] == ((o / 2) as u32, 1.0));
+            .all(|(o, e)| e.len() == 1 && e[0] == ((o / 2) as u32, w));
         if spread {
-            return Columns::Spread2;
+            return Columns::Spread2(w);
         }
         let t = table.first().map_or(1, |e| e.len().max(1));
         let blocks = table.iter().enumerate().all(|(o, e)| {
@@ -285,19 +287,30 @@ fn gather_fixed<const T: usize>(line: &[f32], o: usize, index: &[u32], weight: &
 #[inline(always)]
 fn column_pass(kind: Columns, line: &[f32], at: usize, out: &mut [f32], entries: Entries) {
     match (kind, entries) {
-        (Columns::Spread2, _) => {
+        (Columns::Spread2(w), _) => {
             for (k, o) in out.iter_mut().enumerate() {
-                *o = line[(at + k) / 2];
+                *o = w * line[(at + k) / 2];
             }
         }
         (Columns::Blocks(t), Entries::Taps { weight, .. } | Entries::Rows { weight, .. }) => {
             let src = &line[at * t..(at + out.len()) * t];
             let w = &weight[at * t..(at + out.len()) * t];
-            for ((o, s), w) in out.iter_mut().zip(src.chunks_exact(t)).zip(w.chunks_exact(t)) {
+            for ((o, s), w) in out
+                .iter_mut()
+                .zip(src.chunks_exact(t))
+                .zip(w.chunks_exact(t))
+            {
                 *o = s.iter().zip(w).map(|(a, b)| a * b).sum();
             }
         }
-        (Columns::Gather, Entries::Taps { taps, index, weight }) => {
+        (
+            Columns::Gather,
+            Entries::Taps {
+                taps,
+                index,
+                weight,
+            },
+        ) => {
             let each = |f: fn(&[f32], usize, &[u32], &[f32]) -> f32, out: &mut [f32]| {
                 for (k, o) in out.iter_mut().enumerate() {
                     *o = f(line, at + k, index, weight);
@@ -319,7 +332,14 @@ fn column_pass(kind: Columns, line: &[f32], at: usize, out: &mut [f32], entries:
                 }
             }
         }
-        (Columns::Gather, Entries::Rows { start, index, weight }) => {
+        (
+            Columns::Gather,
+            Entries::Rows {
+                start,
+                index,
+                weight,
+            },
+        ) => {
             for (k, o) in out.iter_mut().enumerate() {
                 let e = start[at + k] as usize..start[at + k + 1] as usize;
                 *o = index[e.clone()]
@@ -431,12 +451,9 @@ pub fn resample_backward(
     let entries = |j: usize| -> Vec<(u32, f32)> {
         range(j).map(|e| (cols.index[e], cols.weight[e])).collect()
     };
-    // The block shape reads weights by output position: valid only when every row holds the
-    // same count (then entry e of input j is at j T + e).
-    let kind = match Columns::of(w_in, entries) {
-        Columns::Spread2 => Columns::Gather,
-        k => k,
-    };
+    // The block shape reads weights by position: valid when every row holds the same count
+    // (then entry e of input j is at j T + e), which `Columns::of` checks.
+    let kind = Columns::of(w_in, entries);
     let table = Entries::Rows {
         start: &cols.start,
         index: &cols.index,
