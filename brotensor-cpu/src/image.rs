@@ -13,7 +13,7 @@ pub fn image_normalize(x: &[f32], mean: &[f32], std: &[f32], plane: usize, y: &m
     assert!(
         std.len() == c
             && y.len() == x.len()
-            && (c == 0 || plane == 0 || x.len() % (c * plane) == 0),
+            && (c == 0 || plane == 0 || x.len().is_multiple_of(c * plane)),
         "image_normalize: lengths"
     );
     if plane == 0 || c == 0 {
@@ -37,7 +37,7 @@ pub fn image_normalize(x: &[f32], mean: &[f32], std: &[f32], plane: usize, y: &m
 /// If the lengths differ or `src` is not whole pixels.
 pub fn image_u8_to_nchw(src: &[u8], c: usize, pixels: usize, scale: f32, bias: f32, y: &mut [f32]) {
     assert!(
-        y.len() == src.len() && (c == 0 || pixels == 0 || src.len() % (c * pixels) == 0),
+        y.len() == src.len() && (c == 0 || pixels == 0 || src.len().is_multiple_of(c * pixels)),
         "image_u8_to_nchw: lengths"
     );
     if y.is_empty() {

@@ -106,7 +106,7 @@ impl Unfold2d {
     /// or the window does not fit the padded input.
     pub fn out_size(&self) -> Result<[usize; 2], String> {
         let mut out = [0; 2];
-        for a in 0..2 {
+        for (a, out) in out.iter_mut().enumerate() {
             let (k, s) = (self.kernel[a], self.stride[a]);
             if k == 0 || s == 0 {
                 return Err(format!("axis {a}: window and stride must be at least 1"));
@@ -123,7 +123,7 @@ impl Unfold2d {
                     "axis {a}: the window {k} is larger than the padded input {padded}"
                 ));
             }
-            out[a] = (padded - k) / s + 1;
+            *out = (padded - k) / s + 1;
         }
         Ok(out)
     }

@@ -547,7 +547,7 @@ pub fn pixel_shuffle_upsample_2x(
     y: &mut [f32],
 ) {
     assert!(
-        c_in > 0 && (4 * c_out) % c_in == 0,
+        c_in > 0 && (4 * c_out).is_multiple_of(c_in),
         "pixel_shuffle_upsample_2x: channels"
     );
     let plane = h * w;

@@ -42,12 +42,12 @@ impl Window2d {
     fn check(&self, mode: u32) -> Result<[usize; 2], LaunchError> {
         let refused = |what| Err(LaunchError::Invalid { what });
         let mut padded = [0; 2];
-        for a in 0..2 {
+        for (a, size) in padded.iter_mut().enumerate() {
             let (len, k, s) = (self.input[a], self.kernel[a], self.stride[a]);
             if k == 0 || s == 0 {
                 return refused("window and stride must be at least 1");
             }
-            padded[a] = sum(
+            *size = sum(
                 "padded size",
                 sum("padded size", len, self.before[a])?,
                 self.after[a],
@@ -58,7 +58,7 @@ impl Window2d {
                     extent("window reach", &[self.out[a] - 1, s])?,
                     k,
                 )?;
-                if reach > padded[a] {
+                if reach > *size {
                     return refused("the windows reach past the padded input");
                 }
             }
@@ -66,7 +66,7 @@ impl Window2d {
                 PAD_REFLECT if self.before[a] >= len || self.after[a] >= len => {
                     return refused("reflect padding needs each pad below the size")
                 }
-                PAD_REPLICATE if len == 0 && padded[a] > 0 => {
+                PAD_REPLICATE if len == 0 && *size > 0 => {
                     return refused("replicate padding needs a nonempty axis")
                 }
                 PAD_ZERO | PAD_REFLECT | PAD_REPLICATE => {}

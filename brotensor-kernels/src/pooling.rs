@@ -105,7 +105,7 @@ fn max_pool2d_kernel<F: Float>(
 }
 
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
 fn max_pool2d_backward_kernel<F: Float>(
     dy: &Array<F>,
     idx: &Array<i32>,

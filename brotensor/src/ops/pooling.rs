@@ -137,7 +137,7 @@ pub fn adaptive_avg_pool2d_backward(
 
 /// Half of even `H` and `W`, or the error naming the odd one.
 fn halved(op: &'static str, dims: Nchw) -> Result<[usize; 2]> {
-    if dims.h % 2 != 0 || dims.w % 2 != 0 {
+    if !dims.h.is_multiple_of(2) || !dims.w.is_multiple_of(2) {
         return Err(Error::shape(
             op,
             format!("H and W must be even, got {} x {}", dims.h, dims.w),
@@ -156,8 +156,8 @@ pub fn downsample_avg_2x(x: &Tensor, dims: impl Into<Nchw>, y: &mut Tensor) -> R
     resample(op, x, d, out, [AxisMap::AdaptiveAverage; 2], y)
 }
 
-/// The gradient of [`downsample_avg_2x`] (C++ `downsample_avg_2x_backward`): `dx[n, c, 2i
-/// + a, 2j + b] = dy[n, c, i, j] / 4`. `dims` are the input's; `dx` is resized to `(N,
+/// The gradient of [`downsample_avg_2x`] (C++ `downsample_avg_2x_backward`): each pixel of
+/// the 2x2 block `(i, j)` gets a quarter of `dy[n, c, i, j]`. `dims` are the input's; `dx` is resized to `(N,
 /// C*H*W)` and overwritten.
 pub fn downsample_avg_2x_backward(
     dy: &Tensor,

@@ -142,8 +142,8 @@ pub fn slice2d_backward(
 
 /// Neighbourhood unfold that keeps the spatial grid (C++ `unfold2d_forward`; not
 /// `torch.nn.Unfold`'s column layout): `y[n, c, ky kW + kx, oy, ox] = x[n, c, oy sh - top +
-/// ky, ox sw - left + kx]`, positions outside the image filled by `mode`. `H_out = (H + top
-/// + bottom - kH) / sh + 1` (and `W_out` alike). `x`: `(N, C*H*W)` for `dims = (N, C, H,
+/// ky, ox sw - left + kx]`, positions outside the image filled by `mode`. The output height
+/// is `(H + top + bottom - kH) / sh + 1` (and the width alike). `x`: `(N, C*H*W)` for `dims = (N, C, H,
 /// W)`; `pads = [top, bottom, left, right]`; `y` is resized to `(N, C*kH*kW*H_out*W_out)`.
 /// Forward only.
 pub fn unfold2d_forward(
@@ -184,7 +184,7 @@ pub fn unfold2d_forward(
 
 /// Windows per axis of `dims` by `window`, or the error when they do not tile it.
 fn windows(op: &'static str, dims: Nchw, window: usize) -> Result<[usize; 2]> {
-    if window == 0 || dims.h % window != 0 || dims.w % window != 0 {
+    if window == 0 || !dims.h.is_multiple_of(window) || !dims.w.is_multiple_of(window) {
         return Err(Error::shape(
             op,
             format!(
@@ -320,7 +320,7 @@ pub fn spatial_merge_2x2_forward(
     declare(op, &[input("x", x), written("y", y)])?;
     let d: Nchw = dims.into();
     check_activation(op, "x", x, d)?;
-    if d.h % 2 != 0 || d.w % 2 != 0 {
+    if !d.h.is_multiple_of(2) || !d.w.is_multiple_of(2) {
         return Err(Error::shape(
             op,
             format!("H and W must be even, got {} x {}", d.h, d.w),

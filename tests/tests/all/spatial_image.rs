@@ -112,7 +112,9 @@ fn pad2d_and_its_gradient_against_float64() {
 
 #[test]
 fn unfold2d_against_float64() {
-    let cases: [(Dims, [usize; 2], [usize; 2], [usize; 4], PadMode); 3] = [
+    // (dims, window, stride, pads, mode)
+    type Case = (Dims, [usize; 2], [usize; 2], [usize; 4], PadMode);
+    let cases: [Case; 3] = [
         ((2, 2, 5, 6), [3, 3], [1, 1], [1, 1, 1, 1], PadMode::Zero),
         ((1, 3, 6, 5), [2, 3], [2, 1], [1, 0, 2, 1], PadMode::Reflect),
         (
