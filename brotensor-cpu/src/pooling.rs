@@ -77,6 +77,22 @@ pub fn max_pool2d_forward(x: &[f32], g: &MaxPool2d, y: &mut [f32], idx: &mut [i3
         .for_each(|(r, (yr, ir))| {
             let (p, oh) = (r / ho, r % ho);
             let src = &x[p * plane_in..][..plane_in];
+            if inside && g.kernel == [2, 2] {
+                // The common 2x2 window: two rows, four loads per output.
+                let top = oh * g.stride[0];
+                let (r0, r1) = (&src[top * w..][..w], &src[(top + 1) * w..][..w]);
+                for (ow, (yv, iv)) in yr.iter_mut().zip(ir.iter_mut()).enumerate() {
+                    let l = ow * g.stride[1];
+                    let at0 = top * w + l;
+                    let (mut best, mut at) = (r0[l], at0);
+                    take(&mut best, &mut at, r0[l + 1], at0 + 1);
+                    take(&mut best, &mut at, r1[l], at0 + w);
+                    take(&mut best, &mut at, r1[l + 1], at0 + w + 1);
+                    *yv = best;
+                    *iv = at as i32;
+                }
+                return;
+            }
             if inside {
                 let top = oh * g.stride[0];
                 for (ow, (yv, iv)) in yr.iter_mut().zip(ir.iter_mut()).enumerate() {

@@ -288,8 +288,19 @@ fn gather_fixed<const T: usize>(line: &[f32], o: usize, index: &[u32], weight: &
 fn column_pass(kind: Columns, line: &[f32], at: usize, out: &mut [f32], entries: Entries) {
     match (kind, entries) {
         (Columns::Spread2(w), _) => {
-            for (k, o) in out.iter_mut().enumerate() {
-                *o = w * line[(at + k) / 2];
+            // Whole pairs from an even position: each source value written twice.
+            let (head, rest) = out.split_at_mut((at % 2).min(out.len()));
+            if let Some(o) = head.first_mut() {
+                *o = w * line[at / 2];
+            }
+            let first = at.div_ceil(2);
+            let (pairs, tail) = rest.split_at_mut(rest.len() / 2 * 2);
+            for (pair, &v) in pairs.chunks_exact_mut(2).zip(&line[first..]) {
+                pair[0] = w * v;
+                pair[1] = w * v;
+            }
+            if let Some(o) = tail.first_mut() {
+                *o = w * line[first + pairs.len() / 2];
             }
         }
         (Columns::Blocks(t), Entries::Taps { weight, .. } | Entries::Rows { weight, .. }) => {
@@ -622,6 +633,26 @@ mod tests {
                 (f64::from(v) - want).abs() <= 1e-3,
                 "bilinear at {i}: {v} vs {want}"
             );
+        }
+    }
+
+    /// The spread pass from every start and length (streamed lines start anywhere).
+    #[test]
+    fn spread_pass_from_any_position() {
+        let line: Vec<f32> = (0..20).map(|v| v as f32).collect();
+        let t = Entries::Taps {
+            taps: 1,
+            index: &[],
+            weight: &[],
+        };
+        for at in 0..12 {
+            for len in 0..(40 - 2 * at).min(17) {
+                let mut out = vec![f32::NAN; len];
+                column_pass(Columns::Spread2(0.5), &line, at, &mut out, t);
+                for (k, &v) in out.iter().enumerate() {
+                    assert_eq!(v, 0.5 * line[(at + k) / 2], "at {at} len {len} k {k}");
+                }
+            }
         }
     }
 

@@ -283,6 +283,14 @@ fn resizes_give_pytorchs_values() {
             "bicubic row 0: {bicubic:?}"
         );
     }
+    // F.max_pool2d(x, 2) keeps the 4; F.adaptive_avg_pool2d(x, 1) is the global mean.
+    let max = x.max_pool2d(&Pool2dSpec::new([2, 2])).unwrap();
+    assert_eq!(max.to_vec::<f32>().unwrap(), [4.0]);
+    let global = x.adaptive_avg_pool2d([1, 1]).unwrap();
+    assert_eq!(
+        (global.dims(), global.to_vec::<f32>().unwrap()),
+        ([1, 1, 1, 1].as_slice(), vec![2.5])
+    );
     let nearest = x.upsample_nearest2d(3).unwrap().to_vec::<f32>().unwrap();
     assert_eq!(&nearest[..6], [1.0, 1.0, 1.0, 2.0, 2.0, 2.0]);
     assert_eq!(nearest.len(), 36);
@@ -711,4 +719,69 @@ fn empty_batches_give_empty_outputs() {
         (y.dims(), idx.dims()),
         ([0, 3].as_slice(), [0, 3].as_slice())
     );
+}
+
+/// `<A x, dy> = <x, A^T dy>` in float64 over the outputs of the devices themselves: each
+/// gradient op is the adjoint of its forward op (F32, every device).
+#[test]
+fn gradients_are_adjoint_to_their_forward_passes() {
+    let dims = (2, 3, 5, 7);
+    let (n, c, h, w) = dims;
+    let dot = |a: &[f32], b: &[f32]| -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|(&p, &q)| f64::from(p) * f64::from(q))
+            .sum()
+    };
+    let x: Vec<f32> = (0..n * c * h * w)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+        .collect();
+    type Pass = Box<dyn Fn(&Tensor, &mut Tensor) -> brotensor::Result<()>>;
+    let cases: Vec<(&str, usize, Pass, Pass)> = vec![
+        (
+            "interp2d bilinear 5x7 -> 8x4",
+            8 * 4,
+            Box::new(move |x, y| ops::interp2d_forward(x, dims, (8, 4), ResizeMode::Bilinear, y)),
+            Box::new(move |dy, dx| {
+                ops::interp2d_backward(dy, dims, (8, 4), ResizeMode::Bilinear, dx)
+            }),
+        ),
+        (
+            "adaptive_avg_pool2d 5x7 -> 3x2",
+            3 * 2,
+            Box::new(move |x, y| ops::adaptive_avg_pool2d_forward(x, dims, (3, 2), y)),
+            Box::new(move |dy, dx| ops::adaptive_avg_pool2d_backward(dy, dims, (3, 2), dx)),
+        ),
+        (
+            "pad2d reflect",
+            (h + 5) * (w + 4),
+            Box::new(move |x, y| {
+                ops::pad2d_forward(x, dims, [3, 2, 1, 3], ops::PadMode::Reflect, y)
+            }),
+            Box::new(move |dy, dx| {
+                ops::pad2d_backward(dy, dims, [3, 2, 1, 3], ops::PadMode::Reflect, dx)
+            }),
+        ),
+    ];
+    for device in std::iter::once(Device::Cpu).chain(brotensor_tests::gpu_devices()) {
+        let xt = Tensor::from_slice_on(device, &x, n, c * h * w).unwrap();
+        for (name, plane_out, fwd, bwd) in &cases {
+            let len = n * c * plane_out;
+            let dy: Vec<f32> = (0..len)
+                .map(|i| ((i * 53 % 29) as f32 - 14.0) / 9.0)
+                .collect();
+            let dyt = Tensor::from_slice_on(device, &dy, n, len / n).unwrap();
+            let (mut y, mut dx) = (Tensor::default(), Tensor::default());
+            fwd(&xt, &mut y).unwrap();
+            bwd(&dyt, &mut dx).unwrap();
+            let (lhs, rhs) = (
+                dot(&y.to_vec::<f32>().unwrap(), &dy),
+                dot(&x, &dx.to_vec::<f32>().unwrap()),
+            );
+            assert!(
+                (lhs - rhs).abs() <= 1e-4 * lhs.abs().max(1.0),
+                "{name} on {device}: <Ax, dy> = {lhs}, <x, A^T dy> = {rhs}"
+            );
+        }
+    }
 }

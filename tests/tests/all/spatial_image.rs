@@ -441,6 +441,15 @@ fn png_written_by_pillow_round_trips_bit_for_bit() {
         let half = x.to_dtype(Dtype::BF16).unwrap();
         assert!(image::encode_png(&half).unwrap().starts_with(b"\x89PNG"));
     }
+    // Through files: save, then load.
+    let path = std::env::temp_dir().join(format!("brotensor-image-{}.png", std::process::id()));
+    let x = image::decode_rgb(&png, Device::Cpu).unwrap();
+    image::save_png(&x, &path).unwrap();
+    let back = image::load_rgb(&path, Device::Cpu).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    let e = image::load_rgb(dir.join("missing.png"), Device::Cpu).unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
     let e = image::decode_rgb(b"not an image", Device::Cpu).unwrap_err();
     assert!(matches!(e, Error::Format { .. }), "{e}");
     let two = Tensor::zeros_nd_on(Device::Cpu, &[2, 5, 7], Dtype::F32).unwrap();
