@@ -226,8 +226,26 @@ enum Columns {
     /// Output `o` sums `weight[o T + t] line[o T + t]` over `t < T` (consecutive blocks:
     /// the 2x average pool, the 2x nearest gradient).
     Blocks(usize),
+    /// Bilinear at twice the size (half-pixel): output `2j` is `l[j-1] / 4 + 3 l[j] / 4`,
+    /// `2j + 1` is `3 l[j] / 4 + l[j+1] / 4`, the two ends copy the end values.
+    Linear2,
     /// Anything else.
     Gather,
+}
+
+/// Output `o` of [`Columns::Linear2`] over `line` (at least 2 values).
+#[inline(always)]
+fn linear2(line: &[f32], o: usize) -> f32 {
+    let (n, j) = (line.len(), o / 2);
+    if o == 0 {
+        line[0]
+    } else if o == 2 * n - 1 {
+        line[n - 1]
+    } else if o.is_multiple_of(2) {
+        0.25 * line[j - 1] + 0.75 * line[j]
+    } else {
+        0.75 * line[j] + 0.25 * line[j + 1]
+    }
 }
 
 impl Columns {
@@ -251,6 +269,25 @@ impl Columns {
         });
         if blocks {
             return Columns::Blocks(t);
+        }
+        let n = len_out / 2;
+        let linear = len_out.is_multiple_of(2)
+            && n >= 2
+            && table.iter().enumerate().all(|(o, e)| {
+                let j = (o / 2) as u32;
+                let want: &[(u32, f32)] = if o == 0 {
+                    &[(0, 1.0)]
+                } else if o == len_out - 1 {
+                    &[(n as u32 - 1, 1.0)]
+                } else if o % 2 == 0 {
+                    &[(j - 1, 0.25), (j, 0.75)]
+                } else {
+                    &[(j, 0.75), (j + 1, 0.25)]
+                };
+                e[..] == *want
+            });
+        if linear {
+            return Columns::Linear2;
         }
         Columns::Gather
     }
@@ -301,6 +338,30 @@ fn column_pass(kind: Columns, line: &[f32], at: usize, out: &mut [f32], entries:
             }
             if let Some(o) = tail.first_mut() {
                 *o = w * line[first + pairs.len() / 2];
+            }
+        }
+        (Columns::Linear2, _) => {
+            // Whole interior pairs (2j, 2j + 1), 1 <= j <= n - 2, vectorised; the rest one
+            // by one.
+            let (n, end) = (line.len(), at + out.len());
+            let (j_lo, j_hi) = (at.div_ceil(2).max(1), (end / 2).min(n - 1));
+            let (p_lo, p_hi) = if j_lo < j_hi {
+                (2 * j_lo, 2 * j_hi)
+            } else {
+                (end, end)
+            };
+            for o in at..p_lo.min(end) {
+                out[o - at] = linear2(line, o);
+            }
+            if p_lo < p_hi {
+                let pairs = &mut out[p_lo - at..p_hi - at];
+                for (pair, win) in pairs.chunks_exact_mut(2).zip(line[j_lo - 1..].windows(3)) {
+                    pair[0] = 0.25 * win[0] + 0.75 * win[1];
+                    pair[1] = 0.75 * win[1] + 0.25 * win[2];
+                }
+            }
+            for o in p_hi.max(at)..end {
+                out[o - at] = linear2(line, o);
             }
         }
         (Columns::Blocks(t), Entries::Taps { weight, .. } | Entries::Rows { weight, .. }) => {
@@ -633,6 +694,39 @@ mod tests {
                 (f64::from(v) - want).abs() <= 1e-3,
                 "bilinear at {i}: {v} vs {want}"
             );
+        }
+    }
+
+    /// The 2x bilinear pass from every start and length against the table's gather.
+    #[test]
+    fn linear2_pass_matches_the_gather_from_any_position() {
+        let lin = AxisMap::Interp {
+            mode: ResizeMode::Bilinear,
+            align_corners: false,
+        };
+        for n in 2..9 {
+            let t = AxisTable::new(lin, n, 2 * n).unwrap();
+            let entries = |o: usize| -> Vec<(u32, f32)> {
+                (0..2)
+                    .map(|k| (t.index[2 * o + k], t.weight[2 * o + k]))
+                    .filter(|e| e.1 != 0.0)
+                    .collect()
+            };
+            assert_eq!(Columns::of(2 * n, entries), Columns::Linear2, "n = {n}");
+            let line: Vec<f32> = (0..n).map(|v| (v * v) as f32 - 3.5).collect();
+            let table = Entries::Taps {
+                taps: 2,
+                index: &t.index,
+                weight: &t.weight,
+            };
+            for at in 0..2 * n {
+                for len in 0..=2 * n - at {
+                    let (mut fast, mut slow) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+                    column_pass(Columns::Linear2, &line, at, &mut fast, table);
+                    column_pass(Columns::Gather, &line, at, &mut slow, table);
+                    assert_eq!(fast, slow, "n {n} at {at} len {len}");
+                }
+            }
         }
     }
 
