@@ -101,9 +101,9 @@ impl Unfold2d {
         }
     }
 
-    /// The output `[H_out, W_out]`: `(in + before + after - k) / stride + 1` per axis.
-    /// Errors when a window or stride is 0, the mode cannot pad an axis, a sum overflows
-    /// or the window does not fit the padded input.
+    /// The output `[H_out, W_out]`: `(in + before + after - k) / stride + 1` per axis (0
+    /// for an axis that is empty even padded). Errors when a window or stride is 0, the
+    /// mode cannot pad an axis, a sum overflows or the window does not fit the padded input.
     pub fn out_size(&self) -> Result<[usize; 2], String> {
         let mut out = [0; 2];
         for (a, out) in out.iter_mut().enumerate() {
@@ -118,6 +118,11 @@ impl Unfold2d {
                 .checked_add(self.before[a])
                 .and_then(|v| v.checked_add(self.after[a]))
                 .ok_or_else(|| format!("axis {a}: the padded size overflows"))?;
+            if padded == 0 {
+                // An empty axis stays empty (a padding of nothing by nothing).
+                *out = 0;
+                continue;
+            }
             if padded < k {
                 return Err(format!(
                     "axis {a}: the window {k} is larger than the padded input {padded}"

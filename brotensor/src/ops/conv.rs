@@ -21,7 +21,7 @@ use super::{
 };
 pub use brotensor_cpu::pad::PadMode;
 
-use crate::backend::{Conv2d, Conv3d, Unfold2d};
+use crate::backend::{Conv2d, Conv3d};
 use crate::{Error, Result, Tensor};
 
 /// The forward convolution of `x` dims into `c_out` channels by `spec`, checked.
@@ -46,6 +46,12 @@ fn transposed_geometry(
         .map_err(shape)?;
     let out = Nchw::new(dims.n, c_out, ho, wo);
     Conv2d::with_out(out, dims.c, *spec, [dims.h, dims.w]).map_err(shape)
+}
+
+/// Checks that an activation of `dims` has a size: `C*H*W` first, then the batch (an empty
+/// batch must not hide an overflowing entry, whose row length the 2-D layout holds).
+pub(super) fn check_nchw(op: &'static str, dims: Nchw) -> Result<usize> {
+    dims.numel().map_err(|e| Error::shape(op, e))
 }
 
 /// Checks that `t` holds an activation of `dims`: shaped `(N, C*H*W)` or `[N, C, H, W]`,
@@ -890,24 +896,6 @@ pub fn conv_transpose1d_backward_bias(
     bias_grad("conv_transpose1d_backward_bias", dy, ncl(out), db)
 }
 
-/// Checks the sizes of a pad1d call and returns the padded length.
-fn pad_sizes(
-    op: &'static str,
-    (n, c, l): (usize, usize, usize),
-    (left, right): (usize, usize),
-    mode: PadMode,
-) -> Result<(usize, usize)> {
-    mode.check(l, left, right)
-        .map_err(|e| Error::shape(op, e))?;
-    let out_len = l
-        .checked_add(left)
-        .and_then(|v| v.checked_add(right))
-        .ok_or_else(|| Error::shape(op, "L + pad_left + pad_right overflows"))?;
-    checked_product(op, "C*(L + pads)", &[c, out_len])?;
-    checked_product(op, "N*C*(L + pads)", &[n, c, out_len])?;
-    Ok((checked_product(op, "N*C", &[n, c])?, out_len))
-}
-
 /// Pads the length axis of NCL rows (C++ `pad1d_forward`): `y[n, c]` is `x[n, c]` with
 /// `pad_left` samples before and `pad_right` after, filled by `mode` (zeros; reflect, the
 /// edge not repeated, each pad below `L`; replicate, the edge sample repeated). `x`: `(N,
@@ -920,22 +908,8 @@ pub fn pad1d_forward(
     mode: PadMode,
     y: &mut Tensor,
 ) -> Result<()> {
-    let op = "pad1d_forward";
-    let be = dispatch(op, &[input("x", x).float(), written("y", y)])?;
-    let (rows, out_len) = pad_sizes(op, dims, (pad_left, pad_right), mode)?;
-    check_activation(op, "x", x, ncl(dims))?;
-    be.out(
-        "y",
-        y,
-        &output_dims(x, ncl((dims.0, dims.1, out_len))),
-        x.dtype(),
-    )?;
-    if y.numel() == 0 {
-        return Ok(());
-    }
-    let g = Unfold2d::padding([1, dims.2], [0, pad_left], [0, pad_right], mode);
-    debug_assert_eq!(rows * out_len, y.numel());
-    be.unfold2d(op, &g, [1, out_len], x, y)
+    let pads = [0, 0, pad_left, pad_right];
+    super::spatial::pad_planes("pad1d_forward", x, ncl(dims), pads, mode, y)
 }
 
 /// The adjoint of [`pad1d_forward`] (C++ `pad1d_backward`): each input sample sums the
@@ -948,17 +922,8 @@ pub fn pad1d_backward(
     mode: PadMode,
     dx: &mut Tensor,
 ) -> Result<()> {
-    let op = "pad1d_backward";
-    let be = dispatch(op, &[input("dy", dy).float(), written("dx", dx)])?;
-    let (rows, out_len) = pad_sizes(op, dims, (pad_left, pad_right), mode)?;
-    check_activation(op, "dy", dy, ncl((dims.0, dims.1, out_len)))?;
-    be.out("dx", dx, &output_dims(dy, ncl(dims)), dy.dtype())?;
-    if dx.numel() == 0 {
-        return Ok(());
-    }
-    let g = Unfold2d::padding([1, dims.2], [0, pad_left], [0, pad_right], mode);
-    debug_assert_eq!(rows * out_len, dy.numel());
-    be.pad2d_backward(op, &g, dy, dx)
+    let pads = [0, 0, pad_left, pad_right];
+    super::spatial::pad_planes_backward("pad1d_backward", dy, ncl(dims), pads, mode, dx)
 }
 
 /// One streaming step of a causal depthwise 1-D convolution (C++ `causal_conv1d_update`):

@@ -8,7 +8,7 @@
 //! (deterministic, no atomics) and overwrites its output. F32, F16 and BF16 on every device,
 //! FP32 compares and sums; max-pool indices are I32.
 
-use super::conv::{check_activation, dims4, output_dims};
+use super::conv::{check_activation, check_nchw, dims4, output_dims};
 use super::resize::{resample, resample_backward};
 use super::{checked_product, dispatch, input, input_opt, written, Nchw, Pool2dSpec};
 use crate::backend::MaxPool2d;
@@ -20,7 +20,7 @@ fn max_pool_geometry(op: &'static str, dims: Nchw, spec: &Pool2dSpec) -> Result<
     let out = spec
         .out_size([dims.h, dims.w])
         .map_err(|e| Error::shape(op, e))?;
-    checked_product(op, "N*C*H_out*W_out", &[dims.n, dims.c, out[0], out[1]])?;
+    check_nchw(op, Nchw::new(dims.n, dims.c, out[0], out[1]))?;
     Ok(MaxPool2d {
         input: [dims.h, dims.w],
         out,
@@ -98,7 +98,7 @@ pub fn max_pool2d_backward(
     let out = Nchw::new(d.n, d.c, g.out[0], g.out[1]);
     check_activation(op, "dy", dy, out)?;
     check_activation(op, "idx", idx, out)?;
-    checked_product(op, "N*C*H*W", &d.dims())?;
+    check_nchw(op, d)?;
     be.out("dx", dx, &output_dims(dy, d), dy.dtype())?;
     if dx.numel() == 0 {
         return Ok(());
@@ -136,7 +136,7 @@ pub fn adaptive_avg_pool2d_backward(
 }
 
 /// Half of even `H` and `W`, or the error naming the odd one.
-fn halved(op: &'static str, dims: Nchw) -> Result<[usize; 2]> {
+pub(super) fn halved(op: &'static str, dims: Nchw) -> Result<[usize; 2]> {
     if !dims.h.is_multiple_of(2) || !dims.w.is_multiple_of(2) {
         return Err(Error::shape(
             op,

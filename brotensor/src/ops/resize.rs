@@ -16,7 +16,7 @@
 //! (PyTorch's and OpenCV's) on the unclamped `src`, its four taps clamped to the image, as
 //! PyTorch does.
 
-use super::conv::{check_activation, dims4, output_dims};
+use super::conv::{check_activation, check_nchw, dims4, output_dims};
 use super::{
     check_dtypes_match, checked_product, declare, dispatch, input, written, Nchw, ResizeMode,
     ResizeSpec,
@@ -50,7 +50,7 @@ pub(super) fn resample(
     let be = dispatch(op, &[input("x", x).float(), written("y", y)])?;
     check_activation(op, "x", x, dims)?;
     let out_dims = Nchw::new(dims.n, dims.c, out[0], out[1]);
-    checked_product(op, "N*C*H_out*W_out", &out_dims.dims())?;
+    check_nchw(op, out_dims)?;
     let (rows, cols) = tables(op, dims, out, maps)?;
     be.out("y", y, &output_dims(x, out_dims), x.dtype())?;
     if y.numel() == 0 {
@@ -72,7 +72,7 @@ pub(super) fn resample_backward(
     let be = dispatch(op, &[input("dy", dy).float(), written("dx", dx)])?;
     let out_dims = Nchw::new(dims.n, dims.c, out[0], out[1]);
     check_activation(op, "dy", dy, out_dims)?;
-    checked_product(op, "N*C*H*W", &dims.dims())?;
+    check_nchw(op, dims)?;
     let (rows, cols) = tables(op, dims, out, maps)?;
     be.out("dx", dx, &output_dims(dy, dims), dy.dtype())?;
     if dx.numel() == 0 {
@@ -287,9 +287,10 @@ pub fn convex_upsample_forward(
     }
     let d: Nchw = dims.into();
     check_activation(op, "x", x, d)?;
-    let per_item = checked_product(op, "9*k*k*H*W", &[9, scale, scale, d.h, d.w])?;
+    let logits = checked_product(op, "9*k*k", &[9, scale, scale])?;
+    let per_item = check_nchw(op, Nchw::new(1, logits, d.h, d.w))?;
     checked_product(op, "N*9*k*k*H*W", &[d.n, per_item])?;
-    if mask.dims() != [d.n, per_item] && mask.dims() != [d.n, 9 * scale * scale, d.h, d.w] {
+    if mask.dims() != [d.n, per_item] && mask.dims() != [d.n, logits, d.h, d.w] {
         return Err(Error::shape(
             op,
             format!(
@@ -305,7 +306,7 @@ pub fn convex_upsample_forward(
         checked_product(op, "k*H", &[scale, d.h])?,
         checked_product(op, "k*W", &[scale, d.w])?,
     );
-    checked_product(op, "N*C*kH*kW", &out.dims())?;
+    check_nchw(op, out)?;
     be.out("y", y, &output_dims(x, out), x.dtype())?;
     if y.numel() == 0 {
         return Ok(());

@@ -8,7 +8,8 @@
 //! patch merge, unpatchify) are views of the input (`reshape`, `permute`, `narrow`)
 //! materialised by the one strided copy ([`super::copy_into`]), on every device and dtype.
 
-use super::conv::{check_activation, dims4, output_dims};
+use super::conv::{check_activation, check_nchw, dims4, output_dims};
+use super::pooling::halved;
 use super::{checked_product, copy_into, declare, dispatch, input, written, Nchw, PadMode};
 use crate::backend::Unfold2d;
 use crate::{Error, Result, Tensor};
@@ -29,7 +30,7 @@ fn padding(
     let g = Unfold2d::padding([dims.h, dims.w], before, after, mode);
     let [hp, wp] = g.out_size().map_err(|e| Error::shape(op, e))?;
     let out = Nchw::new(dims.n, dims.c, hp, wp);
-    checked_product(op, "N*C*H_p*W_p", &out.dims())?;
+    check_nchw(op, out)?;
     Ok((g, out))
 }
 
@@ -44,11 +45,22 @@ pub fn pad2d_forward(
     mode: PadMode,
     y: &mut Tensor,
 ) -> Result<()> {
-    let op = "pad2d_forward";
+    pad_planes("pad2d_forward", x, dims.into(), pads, mode, y)
+}
+
+/// `y` = the planes of `x` (`d`) padded by `pads` in `mode`, named `op` in errors: the 2-D
+/// padding, and the 1-D one on one-row planes (`ops::pad1d_forward`).
+pub(super) fn pad_planes(
+    op: &'static str,
+    x: &Tensor,
+    d: Nchw,
+    pads: [usize; 4],
+    mode: PadMode,
+    y: &mut Tensor,
+) -> Result<()> {
     let be = dispatch(op, &[input("x", x).float(), written("y", y)])?;
-    let d: Nchw = dims.into();
-    check_activation(op, "x", x, d)?;
     let (g, out) = padding(op, d, pads, mode)?;
+    check_activation(op, "x", x, d)?;
     be.out("y", y, &output_dims(x, out), x.dtype())?;
     if y.numel() == 0 {
         return Ok(());
@@ -66,12 +78,22 @@ pub fn pad2d_backward(
     mode: PadMode,
     dx: &mut Tensor,
 ) -> Result<()> {
-    let op = "pad2d_backward";
+    pad_planes_backward("pad2d_backward", dy, dims.into(), pads, mode, dx)
+}
+
+/// The adjoint of [`pad_planes`]: `dx` from the padded `dy`, overwritten.
+pub(super) fn pad_planes_backward(
+    op: &'static str,
+    dy: &Tensor,
+    d: Nchw,
+    pads: [usize; 4],
+    mode: PadMode,
+    dx: &mut Tensor,
+) -> Result<()> {
     let be = dispatch(op, &[input("dy", dy).float(), written("dx", dx)])?;
-    let d: Nchw = dims.into();
     let (g, out) = padding(op, d, pads, mode)?;
     check_activation(op, "dy", dy, out)?;
-    checked_product(op, "N*C*H*W", &d.dims())?;
+    check_nchw(op, d)?;
     be.out("dx", dx, &output_dims(dy, d), dy.dtype())?;
     if dx.numel() == 0 {
         return Ok(());
@@ -93,7 +115,7 @@ fn crop(op: &'static str, dims: Nchw, origin: [usize; 2], out: [usize; 2]) -> Re
             ));
         }
     }
-    checked_product(op, "N*C*H_out*W_out", &[dims.n, dims.c, out[0], out[1]])?;
+    check_nchw(op, Nchw::new(dims.n, dims.c, out[0], out[1]))?;
     Ok(())
 }
 
@@ -320,12 +342,7 @@ pub fn spatial_merge_2x2_forward(
     declare(op, &[input("x", x), written("y", y)])?;
     let d: Nchw = dims.into();
     check_activation(op, "x", x, d)?;
-    if !d.h.is_multiple_of(2) || !d.w.is_multiple_of(2) {
-        return Err(Error::shape(
-            op,
-            format!("H and W must be even, got {} x {}", d.h, d.w),
-        ));
-    }
+    let [ho, wo] = halved(op, d)?;
     let perm: [usize; 6] = if channel_major {
         [0, 1, 3, 5, 2, 4]
     } else {
@@ -333,9 +350,9 @@ pub fn spatial_merge_2x2_forward(
     };
     let view = x
         .contiguous()?
-        .reshape(&[d.n, d.c, d.h / 2, 2, d.w / 2, 2])?
+        .reshape(&[d.n, d.c, ho, 2, wo, 2])?
         .permute(&perm)?;
-    let out = Nchw::new(d.n, 4 * d.c, d.h / 2, d.w / 2);
+    let out = Nchw::new(d.n, checked_product(op, "4*C", &[4, d.c])?, ho, wo);
     materialise(&view, &output_dims(x, out), y)
 }
 
@@ -366,7 +383,7 @@ pub fn pixel_shuffle_upsample_2x_forward(
         checked_product(op, "2H", &[2, d.h])?,
         checked_product(op, "2W", &[2, d.w])?,
     );
-    checked_product(op, "N*C_out*2H*2W", &out.dims())?;
+    check_nchw(op, out)?;
     be.out("y", y, &output_dims(x, out), x.dtype())?;
     if y.numel() == 0 {
         return Ok(());

@@ -711,7 +711,7 @@ fn conv1d_family_against_float64() {
 
 /// The padded sample `j` of a row of `len` padded by `left` reads, or `None` for a zero:
 /// written from the mode definitions.
-fn pad_source(mode: PadMode, j: isize, len: isize) -> Option<usize> {
+pub(crate) fn pad_source(mode: PadMode, j: isize, len: isize) -> Option<usize> {
     let i = match mode {
         PadMode::Zero => j,
         PadMode::Reflect if j < 0 => -j,

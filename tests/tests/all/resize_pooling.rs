@@ -694,6 +694,34 @@ fn bad_resize_and_pool_arguments_are_errors_naming_the_problem() {
     )
     .unwrap_err();
     assert!(shape(e));
+    // An empty batch does not hide an entry whose size overflows.
+    let empty = Tensor::zeros_on(Device::Cpu, 0, 0, Dtype::F32).unwrap();
+    let e = ops::interp2d_forward(
+        &empty,
+        (0, 1 << 4, 0, 0),
+        (0, 0),
+        ResizeMode::Nearest,
+        &mut y,
+    );
+    assert!(e.is_ok(), "an empty image resizes to an empty one: {e:?}");
+    let e = ops::interp2d_forward(
+        &empty,
+        (0, 1 << 4, 1, 1),
+        (1 << 31, 1 << 31),
+        ResizeMode::Nearest,
+        &mut y,
+    )
+    .unwrap_err();
+    assert!(shape(e));
+    let e = ops::max_pool2d_forward(
+        &empty,
+        (0, 1 << 40, 1 << 20, 1 << 20),
+        &Pool2dSpec::new([1, 1]),
+        &mut y,
+        &mut Tensor::default(),
+    )
+    .unwrap_err();
+    assert!(shape(e));
     // Indices must be I32; a mask must be F32 of K values.
     let f = Tensor::zeros_on(Device::Cpu, 2, 3 * 2 * 2, Dtype::F32).unwrap();
     let e = ops::max_pool2d_backward(&f, &f, (2, 3, 4, 4), &Pool2dSpec::new([2, 2]), &mut y)

@@ -7,21 +7,10 @@ use brotensor::ops::{self, PadMode};
 use brotensor::{Device, Dtype, Error, Tensor};
 use brotensor_tests::{gpu_devices, reference_with, Check, Input};
 
+use crate::conv::pad_source;
+
 /// `(N, C, H, W)`.
 type Dims = (usize, usize, usize, usize);
-
-/// The input position padded position `j` (signed, relative to the signal) reads, by the
-/// numpy `pad` modes' definitions, or `None` for a zero.
-fn source(mode: PadMode, j: i64, len: i64) -> Option<usize> {
-    let i = match mode {
-        PadMode::Zero => j,
-        PadMode::Reflect if j < 0 => -j,
-        PadMode::Reflect if j >= len => 2 * (len - 1) - j,
-        PadMode::Reflect => j,
-        PadMode::Replicate => j.clamp(0, len - 1),
-    };
-    (0..len).contains(&i).then_some(i as usize)
-}
 
 /// The unfold by definition: `y[p, ky kW + kx, oy, ox] = x[p, src(oy s - top + ky), src(ox s
 /// - left + kx)]`, calling `f(y index, x index)` for every element that reads the input.
@@ -43,8 +32,10 @@ fn unfold_map(
                 for oy in 0..ho {
                     for ox in 0..wo {
                         let yi = p * per_plane + ((ky * k[1] + kx) * ho + oy) * wo + ox;
-                        let sy = source(mode, (oy * s[0] + ky) as i64 - top as i64, h as i64);
-                        let sx = source(mode, (ox * s[1] + kx) as i64 - left as i64, w as i64);
+                        let sy =
+                            pad_source(mode, (oy * s[0] + ky) as isize - top as isize, h as isize);
+                        let sx =
+                            pad_source(mode, (ox * s[1] + kx) as isize - left as isize, w as isize);
                         if let (Some(sy), Some(sx)) = (sy, sx) {
                             f(yi, (p * h + sy) * w + sx);
                         }
