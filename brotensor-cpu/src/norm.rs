@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use crate::activation::silu_with;
 use crate::elementwise::exp_with;
 use crate::reduction::{
     max_with_floor, piece_sum, rows_with_column_sums, sum, sum_map, sum_zip, sum_zip3, PIECE,
@@ -469,7 +470,8 @@ pub fn layernorm_rows(
 
 /// GroupNorm of `x (N, C*HW)` (NCHW samples): each sample holds `groups` contiguous groups of
 /// `C / groups` channels (`m = C / groups * HW` elements each), normalized with a two-pass
-/// biased variance, then `y = xhat gamma[c] + beta[c]`. `gamma`, `beta` hold `C` values.
+/// biased variance, then `y = xhat gamma[c] + beta[c]`, passed through SiLU when `silu` (the
+/// diffusion resblock's norm + activation in one pass). `gamma`, `beta` hold `C` values.
 /// Panics unless the lengths agree.
 pub fn group_norm_rows(
     x: &[f32],
@@ -477,6 +479,7 @@ pub fn group_norm_rows(
     beta: &[f32],
     (groups, hw): (usize, usize),
     eps: f32,
+    silu: bool,
     y: &mut [f32],
 ) {
     let cpg = gamma.len() / groups.max(1);
@@ -496,8 +499,14 @@ pub fn group_norm_rows(
                     let (mean, r) = mean_rstd(x, eps);
                     for (ch, (y, x)) in y.chunks_mut(hw).zip(x.chunks(hw)).enumerate() {
                         let (g, b) = (gamma[c0 + ch] * r, beta[c0 + ch]);
-                        for (y, &v) in y.iter_mut().zip(x) {
-                            *y = madd.apply(v - mean, g, b);
+                        if silu {
+                            for (y, &v) in y.iter_mut().zip(x) {
+                                *y = silu_with(madd, madd.apply(v - mean, g, b));
+                            }
+                        } else {
+                            for (y, &v) in y.iter_mut().zip(x) {
+                                *y = madd.apply(v - mean, g, b);
+                            }
                         }
                     }
                 },

@@ -426,6 +426,7 @@ fn lower_all(target: Target) -> Option<Lowering> {
     crate::concat::lower_for_cuda(&mut l);
     crate::conv::lower_for_cuda(&mut l);
     crate::conv1d::lower_for_cuda(&mut l);
+    crate::diffusion::lower_for_cuda(&mut l);
     crate::elementwise::lower_for_cuda(&mut l);
     crate::embedding::lower_for_cuda(&mut l);
     crate::flash::lower_for_cuda(&mut l);
@@ -445,6 +446,7 @@ fn lower_all(target: Target) -> Option<Lowering> {
     crate::sampling::lower_for_cuda(&mut l);
     crate::snake::lower_for_cuda(&mut l);
     crate::strided::lower_for_cuda(&mut l);
+    crate::stylegan::lower_for_cuda(&mut l);
     assert!(
         l.failures.is_empty(),
         "kernels CubeCL cannot lower to {} ({} of {}):\n{}",

@@ -33,6 +33,7 @@ pub mod conv;
 pub mod conv1d;
 #[cfg(test)]
 mod cuda_lowering;
+pub mod diffusion;
 pub mod elementwise;
 pub mod embedding;
 pub mod flash;
@@ -56,5 +57,6 @@ pub mod sampling;
 pub mod snake;
 pub mod softmax;
 pub mod strided;
+pub mod stylegan;
 
 pub use launch::{LaunchError, MAX_VECTOR_SIZE};

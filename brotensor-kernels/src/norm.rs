@@ -136,7 +136,7 @@ fn layernorm_backward_kernel<F: Float>(
 
 /// GroupNorm per group row of `m = cpg * hw` elements (row `r` is group `r % groups` of its
 /// sample): two-pass statistics, then `y = (x - mean) rstd gamma[c] + beta[c]` with channel
-/// `c = (r % groups) cpg + j / hw`.
+/// `c = (r % groups) cpg + j / hw`, passed through SiLU when `silu`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn group_norm_kernel<F: Float>(
@@ -149,6 +149,7 @@ fn group_norm_kernel<F: Float>(
     cpg: usize,
     hw: usize,
     eps: f32,
+    #[comptime] silu: bool,
 ) {
     let row = CUBE_POS;
     if row < rows {
@@ -165,7 +166,12 @@ fn group_norm_kernel<F: Float>(
             }
             let ch = c0 + j / hw;
             let xh = (f32::cast_from(x[base + j]) - mu) * r;
-            y[base + j] = F::cast_from(xh * f32::cast_from(gamma[ch]) + f32::cast_from(beta[ch]));
+            let v = xh * f32::cast_from(gamma[ch]) + f32::cast_from(beta[ch]);
+            if silu {
+                y[base + j] = F::cast_from(v / (1.0f32 + (-1.0f32 * v).exp()));
+            } else {
+                y[base + j] = F::cast_from(v);
+            }
             j += REDUCE_UNITS as usize;
         }
     }
@@ -506,14 +512,15 @@ pub fn launch_rms_norm_backward<R: Runtime, F: Float + CubeElement>(
     Ok(())
 }
 
-/// GroupNorm of `rows = N * groups` group rows of `cpg * hw` elements; `gamma`, `beta` hold
-/// `groups * cpg` values.
+/// GroupNorm of `rows = N * groups` group rows of `cpg * hw` elements, then SiLU when
+/// `silu`; `gamma`, `beta` hold `groups * cpg` values.
 pub fn launch_group_norm<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     (x, gamma, beta, y): (&Handle, &Handle, &Handle, &Handle),
     rows: usize,
     (groups, cpg, hw): (usize, usize, usize),
     eps: f32,
+    silu: bool,
 ) -> Result<(), LaunchError> {
     let len = extent("rows * cpg * hw", &[rows, cpg, hw])?;
     if len == 0 || groups == 0 {
@@ -541,6 +548,7 @@ pub fn launch_group_norm<R: Runtime, F: Float + CubeElement>(
             cpg,
             hw,
             eps,
+            silu,
         );
     }
     Ok(())
@@ -645,19 +653,22 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
                 (),
             ),
         );
-        l.lower(group_norm_kernel::GroupNormKernel::<F, Rt>::new(
-            s(),
-            c.clone(),
-            a(),
-            a(),
-            a(),
-            a(),
-            (),
-            (),
-            (),
-            (),
-            (),
-        ));
+        for silu in [false, true] {
+            l.lower(group_norm_kernel::GroupNormKernel::<F, Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                (),
+                (),
+                (),
+                silu,
+            ));
+        }
         l.lower(
             group_norm_backward_kernel::GroupNormBackwardKernel::<F, Rt>::new(
                 s(),

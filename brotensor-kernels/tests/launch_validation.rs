@@ -396,13 +396,13 @@ fn row_op_sizes_that_overflow_are_refused() {
     overflow_refused(
         &c,
         "group_norm (rows * cpg * hw)",
-        rows::launch_group_norm::<_, f32>(&c, (&x, &g, &g, &y), 2, (1, 1, hw), 1e-5),
+        rows::launch_group_norm::<_, f32>(&c, (&x, &g, &g, &y), 2, (1, 1, hw), 1e-5, false),
         &[&y],
     );
     overflow_refused(
         &c,
         "group_norm (groups * cpg)",
-        rows::launch_group_norm::<_, f32>(&c, (&x, &g, &g, &y), 1, (1 << 63, 2, 1), 1e-5),
+        rows::launch_group_norm::<_, f32>(&c, (&x, &g, &g, &y), 1, (1 << 63, 2, 1), 1e-5, true),
         &[&y],
     );
     overflow_refused(

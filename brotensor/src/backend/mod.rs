@@ -14,6 +14,7 @@ mod conv;
 pub(crate) mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;
+mod diffusion;
 mod elementwise;
 mod embedding;
 mod flash;
@@ -30,12 +31,14 @@ mod reduction;
 mod rope;
 mod sampling;
 pub(crate) mod storage;
+mod stylegan;
 
 pub(crate) use activation::{ActivationOps, Glu, SnakeGrads};
 pub(crate) use algebra::{AlgebraOps, ComplexMap, FloatMap, IndexMap, PadSpec, ReduceOp};
 pub(crate) use attention::AttentionOps;
 pub(crate) use concat::ConcatOps;
 pub(crate) use conv::{Conv2d, Conv3d, ConvOps};
+pub(crate) use diffusion::{DiffusionOps, StepCoefficients};
 pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 pub(crate) use embedding::EmbeddingOps;
 pub(crate) use flash::{FlashAttentionOps, FlashSpec, SeqLens};
@@ -49,6 +52,7 @@ pub(crate) use reduction::ReductionOps;
 pub(crate) use rope::RopeOps;
 pub(crate) use sampling::{Draw, SamplingOps};
 pub(crate) use storage::Storage;
+pub(crate) use stylegan::{BiasAct, Modulation, StyleganOps, Upfirdn2d};
 
 use crate::layout::Layout;
 use crate::{Device, Dtype, Error, Result};
@@ -90,6 +94,8 @@ pub(crate) trait Backend:
     + AlgebraOps
     + ConvOps
     + ImageSpaceOps
+    + DiffusionOps
+    + StyleganOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

@@ -72,7 +72,8 @@ pub(crate) trait NormOps: OnDevice {
         Err(missing("layernorm_backward", self))
     }
     /// GroupNorm of `x (N, C*HW)` in `groups` groups per sample (`gamma`, `beta`: `C`
-    /// elements, `C = groups * cpg`); `y` sized like `x`.
+    /// elements, `C = groups * cpg`), then SiLU when `silu`; `y` sized like `x`.
+    #[allow(clippy::too_many_arguments)]
     fn group_norm(
         &self,
         _x: &Tensor,
@@ -80,6 +81,7 @@ pub(crate) trait NormOps: OnDevice {
         _beta: &Tensor,
         _groups_hw: (usize, usize),
         _eps: f32,
+        _silu: bool,
         _y: &mut Tensor,
     ) -> Result<()> {
         Err(missing("group_norm_forward", self))

@@ -25,7 +25,12 @@ use crate::backend::{Conv2d, Conv3d};
 use crate::{Error, Result, Tensor};
 
 /// The forward convolution of `x` dims into `c_out` channels by `spec`, checked.
-fn forward_geometry(op: &'static str, x: Nchw, c_out: usize, spec: &Conv2dSpec) -> Result<Conv2d> {
+pub(super) fn forward_geometry(
+    op: &'static str,
+    x: Nchw,
+    c_out: usize,
+    spec: &Conv2dSpec,
+) -> Result<Conv2d> {
     Conv2d::new(x, c_out, *spec).map_err(|e| Error::shape(op, e))
 }
 
@@ -90,8 +95,9 @@ pub(super) fn check_activation(
 
 /// Checks a weight of `rows` rows of `channels * kH * kW`: shaped `(rows, per_row)` or
 /// `[rows, channels, kH, kW]`, or with a one-row kernel `[rows, channels, kW]`.
-fn check_weight(
+pub(super) fn check_weight(
     op: &'static str,
+    name: &'static str,
     w: &Tensor,
     rows: usize,
     [channels, kh, kw]: [usize; 3],
@@ -104,7 +110,7 @@ fn check_weight(
         return Err(Error::shape(
             op,
             format!(
-                "`w` must be shaped ({rows}, {per_row}) or [{rows}, {channels}, {kh}, {kw}], \
+                "`{name}` must be shaped ({rows}, {per_row}) or [{rows}, {channels}, {kh}, {kw}], \
                  got {:?}",
                 w.dims()
             ),
@@ -126,7 +132,7 @@ fn check_bias(op: &'static str, bias: Option<&Tensor>, c: usize, like: &Tensor) 
 }
 
 /// Checks an accumulated gradient: committed, of `like`'s dtype and of `dims`' element count.
-fn check_accumulated(
+pub(super) fn check_accumulated(
     op: &'static str,
     name: &'static str,
     g: &Tensor,
@@ -195,7 +201,7 @@ fn forward(
 ) -> Result<()> {
     let [kh, kw] = conv.spec.kernel;
     check_activation(op, names.0, x, conv.x)?;
-    check_weight(op, w, conv.c_out, [conv.group_in(), kh, kw])?;
+    check_weight(op, "w", w, conv.c_out, [conv.group_in(), kh, kw])?;
     check_dtypes_match(op, (names.0, x), &[("w", w)])?;
     check_bias(op, bias, conv.c_out, x)?;
     be.out(names.1, y, &output_dims(x, y_dims(conv)), x.dtype())?;
@@ -236,7 +242,7 @@ fn adjoint(
 ) -> Result<()> {
     let [kh, kw] = conv.spec.kernel;
     check_activation(op, names.0, dy, y_dims(conv))?;
-    check_weight(op, w, conv.c_out, [conv.group_in(), kh, kw])?;
+    check_weight(op, "w", w, conv.c_out, [conv.group_in(), kh, kw])?;
     check_dtypes_match(op, (names.0, dy), &[("w", w)])?;
     check_bias(op, bias, conv.x.c, dy)?;
     be.out(names.1, dx, &output_dims(dy, conv.x), dy.dtype())?;
@@ -524,7 +530,7 @@ pub fn conv2d_int8w_fp16_forward(
     )?;
     let conv = forward_geometry(op, dims.into(), c_out, spec)?;
     let [kh, kw] = conv.spec.kernel;
-    check_weight(op, w_int8, c_out, [conv.group_in(), kh, kw])?;
+    check_weight(op, "w_int8", w_int8, c_out, [conv.group_in(), kh, kw])?;
     let flat = w_int8.reshaped(conv.c_out, conv.group_in() * kh * kw)?;
     let w16 = super::quant::int8_weight_as(op, be, &flat, scales, x)?;
     forward(op, &be, &conv, (x, &w16, bias), ("x", "y"), y)
@@ -580,7 +586,7 @@ pub fn deform_conv2d_forward(
     }
     let [kh, kw] = conv.spec.kernel;
     check_activation(op, "x", x, conv.x)?;
-    check_weight(op, w, conv.c_out, [conv.group_in(), kh, kw])?;
+    check_weight(op, "w", w, conv.c_out, [conv.group_in(), kh, kw])?;
     check_bias(op, bias, conv.c_out, x)?;
     let taps = checked_product(op, "deform_groups*kH*kW", &[deform_groups, kh, kw])?;
     for (name, t, per_tap) in [("offset", Some(offset), 2), ("mask", mask, 1)] {
@@ -964,7 +970,7 @@ pub fn causal_conv1d_update(
     }
     let s = checked_product(op, "(kL - 1) * dilation", &[kernel - 1, dilation])?;
     check_activation(op, "x", x, ncl(dims))?;
-    check_weight(op, w, c, [1, 1, kernel])?;
+    check_weight(op, "w", w, c, [1, 1, kernel])?;
     check_dtypes_match(op, ("x", x), &[("w", w)])?;
     check_bias(op, bias, c, x)?;
     let state_len = checked_product(op, "N*C*(kL-1)*dilation", &[n, c, s])?;

@@ -34,6 +34,7 @@ pub mod algebra;
 pub mod attention;
 pub mod concat;
 pub mod conv;
+pub mod diffusion;
 pub mod embedding;
 pub mod flash_attention;
 pub mod flash_grad;
@@ -49,12 +50,14 @@ pub mod resize;
 pub mod rope;
 pub mod sampling;
 pub mod spatial;
+pub mod stylegan;
 
 pub use activation::*;
 pub use algebra::*;
 pub use attention::*;
 pub use concat::*;
 pub use conv::*;
+pub use diffusion::*;
 pub use elementwise::*;
 pub use embedding::*;
 pub use flash_attention::*;
@@ -71,6 +74,7 @@ pub use resize::*;
 pub use rope::*;
 pub use sampling::*;
 pub use spatial::*;
+pub use stylegan::*;
 
 /// The spatial ops' shape and geometry types (defined with the CPU reference, as [`Act`] and
 /// the GEMM spec are).

@@ -495,7 +495,7 @@ pub fn group_norm_forward(
         return Ok(());
     }
     let _ = n;
-    be.group_norm(x, gamma, beta, (num_groups, hw), eps, y)
+    be.group_norm(x, gamma, beta, (num_groups, hw), eps, false, y)
 }
 
 /// Gradients of [`group_norm_forward`] (statistics recomputed from `X`): `dX` overwritten,

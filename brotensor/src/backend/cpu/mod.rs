@@ -8,6 +8,7 @@ mod algebra;
 mod attention;
 mod concat;
 mod conv;
+mod diffusion;
 mod dtype_policy;
 mod elementwise;
 mod embedding;
@@ -22,6 +23,7 @@ mod quant;
 mod reduction;
 mod rope;
 mod sampling;
+mod stylegan;
 
 use brotensor_cpu::cast as cpu_cast;
 

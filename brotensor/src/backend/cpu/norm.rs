@@ -145,6 +145,7 @@ impl NormOps for CpuBackend {
         beta: &Tensor,
         groups_hw: (usize, usize),
         eps: f32,
+        silu: bool,
         y: &mut Tensor,
     ) -> Result<()> {
         if is_half(x.dtype()) {
@@ -155,12 +156,12 @@ impl NormOps for CpuBackend {
                 rows,
                 &[(x, per_row)],
                 &mut [(Narrowed::written(y), per_row)],
-                |_, i, o| nm::group_norm_rows(i[0], &g, &b, groups_hw, eps, o[0])
+                |_, i, o| nm::group_norm_rows(i[0], &g, &b, groups_hw, eps, silu, o[0])
             ));
             return Ok(());
         }
         let (x, g, b) = (x.host(), gamma.host(), beta.host());
-        nm::group_norm_rows(x, g, b, groups_hw, eps, y.host_mut());
+        nm::group_norm_rows(x, g, b, groups_hw, eps, silu, y.host_mut());
         Ok(())
     }
 

@@ -7,6 +7,7 @@ mod algebra;
 mod attention;
 mod concat;
 mod conv;
+mod diffusion;
 mod dtype_policy;
 mod elementwise;
 mod embedding;
@@ -21,6 +22,7 @@ mod quant;
 mod reduction;
 mod rope;
 mod sampling;
+mod stylegan;
 
 use brotensor_kernels::elementwise::{self as k, Source};
 use brotensor_kernels::matmul as mm;

@@ -262,6 +262,7 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
         beta: &Tensor,
         (groups, hw): (usize, usize),
         eps: f32,
+        silu: bool,
         y: &mut Tensor,
     ) -> Result<()> {
         let h = [x, gamma, beta, y].map(out_handle);
@@ -271,13 +272,14 @@ impl<R: Runtime> NormOps for CubeBackend<R> {
             .inputs(&[x, gamma, beta])
             .written(&mut [y])
             .run(
-                |w, o| self.group_norm(&w[0], &w[1], &w[2], (groups, hw), eps, &mut o[0]),
+                |w, o| self.group_norm(&w[0], &w[1], &w[2], (groups, hw), eps, silu, &mut o[0]),
                 float_launch!(|F| rw::launch_group_norm::<R, F>(
                     &self.client,
                     (&h[0], &h[1], &h[2], &h[3]),
                     rows,
                     (groups, cpg, hw),
-                    eps
+                    eps,
+                    silu
                 )),
             )
     }
