@@ -140,6 +140,53 @@ pub trait Params {
     fn pads4(&mut self) -> [usize; 4] {
         [self.usize(), self.usize(), self.usize(), self.usize()]
     }
+    /// `bias_act` parameters.
+    fn bias_act(&mut self) -> ops::BiasAct {
+        ops::BiasAct {
+            act: ops::BiasActivation::LeakyRelu { alpha: self.f32() },
+            gain: self.f32(),
+            clamp: self.bool().then(|| self.f32()),
+        }
+    }
+    /// `filtered_lrelu` parameters.
+    fn filtered_lrelu(&mut self) -> ops::FilteredLreluSpec {
+        ops::FilteredLreluSpec {
+            up: self.usize(),
+            down: self.usize(),
+            pad: [self.i64(), self.i64(), self.i64(), self.i64()],
+            gain: self.f32(),
+            slope: self.f32(),
+            clamp: self.bool().then(|| self.f32()),
+        }
+    }
+    /// A modulated convolution's geometry.
+    fn modulated_conv(&mut self) -> ops::ModulatedConv2dSpec {
+        ops::ModulatedConv2dSpec {
+            kernel: [self.usize(), self.usize()],
+            padding: [self.usize(), self.usize()],
+            demodulate: self.bool(),
+            eps: self.f32(),
+        }
+    }
+    /// A residual block's sizes.
+    fn resblock(&mut self) -> ops::ResBlockSpec {
+        ops::ResBlockSpec {
+            dims: self.nchw().into(),
+            c_out: self.usize(),
+            num_groups: self.usize(),
+            eps: self.f32(),
+        }
+    }
+    /// `upfirdn2d` parameters.
+    fn upfirdn2d(&mut self) -> ops::Upfirdn2dSpec {
+        ops::Upfirdn2dSpec {
+            up: [self.usize(), self.usize()],
+            down: [self.usize(), self.usize()],
+            pad: [self.i64(), self.i64(), self.i64(), self.i64()],
+            flip_filter: self.bool(),
+            gain: self.f32(),
+        }
+    }
     /// A padding mode.
     fn pad_mode(&mut self) -> PadMode {
         [PadMode::Zero, PadMode::Reflect, PadMode::Replicate][self.usize() % 3]
@@ -191,6 +238,26 @@ pub struct OpEntry {
 fn caches(slots: [&mut Tensor; 5]) -> AttentionCaches {
     let [q, k, v, attn, y] = slots.map(std::mem::take);
     AttentionCaches { q, k, v, attn, y }
+}
+
+/// A residual block of slot tensors: `gamma1, beta1, w1, b1, t_emb_shift, gamma2, beta2, w2,
+/// b2, w_skip, b_skip`.
+fn resblock<'a>(
+    [g1, be1, w1, b1, t, g2, be2, w2, b2, ws, bs]: [&'a Tensor; 11],
+) -> ops::ResBlock<'a> {
+    ops::ResBlock {
+        gamma1: g1,
+        beta1: be1,
+        w1,
+        b1: Some(b1),
+        t_emb_shift: Some(t),
+        gamma2: g2,
+        beta2: be2,
+        w2,
+        b2: Some(b2),
+        w_skip: Some(ws),
+        b_skip: Some(bs),
+    }
 }
 
 macro_rules! op {
@@ -1727,5 +1794,155 @@ pub static OP_TABLE: &[OpEntry] = &[
     }),
     op!("window_reverse_forward", |[t0, t1], p| {
         ops::window_reverse_forward(t0, p.nchw(), p.usize(), t1)
+    }),
+    op!("bias_act_backward", |[t0, t1, t2, t3, t4], p| {
+        let dims = (p.usize(), p.usize(), p.usize());
+        ops::bias_act_backward(t0, t1, Some(&*t2), dims, &p.bias_act(), t3, Some(t4))
+    }),
+    op!("bias_act_forward", |[t0, t1, t2], p| {
+        let dims = (p.usize(), p.usize(), p.usize());
+        ops::bias_act_forward(t0, Some(&*t1), dims, &p.bias_act(), t2)
+    }),
+    op!("broadcast_mul", |[t0, t1, t2], p| ops::broadcast_mul(
+        t0, t1, t2
+    )),
+    op!("ddim_step", |[t0, t1, t2], p| {
+        ops::ddim_step(t0, t1, p.f32(), p.f32(), p.f32(), t2)
+    }),
+    op!("dpmpp_2m_step", |[t0, t1, t2, t3, t4], p| {
+        let c = ops::Dpmpp2mCoefficients {
+            c_xt: p.f32(),
+            c_x0t: p.f32(),
+            c_x0prev: p.f32(),
+        };
+        ops::dpmpp_2m_step(t0, t1, t2, p.f32(), c, t3, t4)
+    }),
+    op!("euler_step", |[t0, t1, t2], p| {
+        ops::euler_step(t0, t1, p.f32(), p.f32(), t2)
+    }),
+    op!(
+        "filtered_lrelu_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7], p| {
+            let spec = p.filtered_lrelu();
+            let caches = ops::FilteredLreluCaches {
+                up_buf: std::mem::take(t5),
+                act_buf: Tensor::default(),
+            };
+            let r = ops::filtered_lrelu_backward(
+                t0,
+                t1,
+                t2,
+                t3,
+                Some(&*t4),
+                p.nchw(),
+                &spec,
+                &caches,
+                t6,
+                Some(t7),
+            );
+            *t5 = caches.up_buf;
+            r
+        }
+    ),
+    op!(
+        "filtered_lrelu_forward",
+        |[t0, t1, t2, t3, t4, t5, t6], p| {
+            let spec = p.filtered_lrelu();
+            let mut caches = ops::FilteredLreluCaches {
+                up_buf: std::mem::take(t4),
+                act_buf: std::mem::take(t5),
+            };
+            let r = ops::filtered_lrelu_forward(
+                t0,
+                t1,
+                t2,
+                Some(&*t3),
+                p.nchw(),
+                &spec,
+                &mut caches,
+                t6,
+            );
+            (*t4, *t5) = (caches.up_buf, caches.act_buf);
+            r
+        }
+    ),
+    op!("modulate", |[t0, t1, t2, t3], p| ops::modulate(
+        t0, t1, t2, t3
+    )),
+    op!(
+        "modulated_conv2d_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7], p| {
+            let (dims, c_out, spec) = (p.nchw(), p.usize(), p.modulated_conv());
+            ops::modulated_conv2d_backward(t0, t1, t2, t3, t4, dims, c_out, &spec, t5, t6, t7)
+        }
+    ),
+    op!("modulated_conv2d_forward", |[t0, t1, t2, t3, t4], p| {
+        let (dims, c_out, spec) = (p.nchw(), p.usize(), p.modulated_conv());
+        ops::modulated_conv2d_forward(t0, t1, t2, dims, c_out, &spec, t3, t4)
+    }),
+    op!(
+        "resblock_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18, t19, t20, t21, t22, t23, t24],
+         p| {
+            let block = resblock([
+                &*t1, &*t2, &*t3, &*t4, &*t5, &*t6, &*t7, &*t8, &*t9, &*t10, &*t11,
+            ]);
+            ops::resblock_backward(
+                t0,
+                &block,
+                &p.resblock(),
+                t12,
+                t13,
+                ops::ResBlockGrads {
+                    dgamma1: t14,
+                    dbeta1: t15,
+                    dw1: t16,
+                    db1: Some(t17),
+                    dt_emb_shift: Some(t18),
+                    dgamma2: t19,
+                    dbeta2: t20,
+                    dw2: t21,
+                    db2: Some(t22),
+                    dw_skip: Some(t23),
+                    db_skip: Some(t24),
+                },
+            )
+        }
+    ),
+    op!(
+        "resblock_forward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12], p| {
+            let block = resblock([
+                &*t1, &*t2, &*t3, &*t4, &*t5, &*t6, &*t7, &*t8, &*t9, &*t10, &*t11,
+            ]);
+            ops::resblock_forward(t0, &block, &p.resblock(), t12)
+        }
+    ),
+    op!(
+        "resblock_forward_int8w_fp16",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15], p| {
+            // The float weights of `block` are ignored: `gamma1` stands in for them.
+            let block = resblock([
+                &*t1, &*t2, &*t1, &*t3, &*t4, &*t5, &*t6, &*t1, &*t7, &*t1, &*t8,
+            ]);
+            ops::resblock_forward_int8w_fp16(
+                t0,
+                &block,
+                (t9, t10),
+                (t11, t12),
+                Some((&*t13, &*t14)),
+                &p.resblock(),
+                t15,
+            )
+        }
+    ),
+    op!("timestep_embedding", |[t0, t1], p| {
+        ops::timestep_embedding(t0, p.usize(), p.f32(), t1)
+    }),
+    op!("upfirdn2d_backward", |[t0, t1, t2], p| {
+        ops::upfirdn2d_backward(t0, t1, p.nchw(), &p.upfirdn2d(), t2)
+    }),
+    op!("upfirdn2d_forward", |[t0, t1, t2], p| {
+        ops::upfirdn2d_forward(t0, t1, p.nchw(), &p.upfirdn2d(), t2)
     }),
 ];

@@ -12,6 +12,7 @@ mod cpu_half;
 mod cpu_tier;
 mod custom_kernel;
 mod default_device;
+mod diffusion;
 mod dispatch;
 mod embedding;
 mod flash_attention;
