@@ -41,6 +41,7 @@ mod safetensors;
 mod sampling;
 mod sizes;
 mod spatial_image;
+mod stylegan;
 mod tensor_errors;
 mod views;
 mod zero_element;
