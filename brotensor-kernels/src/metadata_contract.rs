@@ -135,6 +135,43 @@ const ALLOWED: &[(&str, &str)] = &[
         "flag: the column sum multiplies by a per-row scale",
     ),
     ("min", "flag: the K-quant min (else the scale)"),
+    (
+        "silu",
+        "flag: GroupNorm's output passes through SiLU (norm.rs)",
+    ),
+    (
+        "one_plus",
+        "flag: the row affine scales by 1 + scale (diffusion.rs)",
+    ),
+    (
+        "has_shift",
+        "flag: the row affine adds a shift (diffusion.rs)",
+    ),
+    (
+        "has_p",
+        "flag: the sampler step reads a third input (diffusion.rs)",
+    ),
+    (
+        "has_z",
+        "flag: the sampler step writes a second output (diffusion.rs)",
+    ),
+    (
+        "leaky",
+        "flag: leaky ReLU (else linear) in bias_act (stylegan.rs)",
+    ),
+    (
+        "has_clamp",
+        "flag: bias_act clamps its output (stylegan.rs)",
+    ),
+    (
+        "backward",
+        "flag: bias_act's input gradient (else its forward)",
+    ),
+    ("demod", "flag: demodulated weights (stylegan.rs)"),
+    (
+        "flip_filter",
+        "flag: upfirdn2d correlates with the filter as stored (else flipped)",
+    ),
 ];
 
 /// One `#[comptime]` parameter in a source text.

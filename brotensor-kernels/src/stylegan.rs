@@ -497,7 +497,8 @@ fn upfirdn2d_kernel<F: Float>(
 
 /// `upfirdn2d` of `planes` input planes into output planes (`g.out`): zero-insert up, pad
 /// or crop, correlation with the filter (flipped unless `flip_filter`), down, gain. Every
-/// size, factor and pad must fit in `i32` (refused otherwise).
+/// size, factor, span (`H up`, `H_out down`) and pad must be below 2^29 in size (refused
+/// otherwise), so the kernel's `i32` indices cannot overflow.
 pub fn launch_upfirdn2d<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     (x, f, y): (&Handle, &Handle, &Handle),
@@ -508,17 +509,23 @@ pub fn launch_upfirdn2d<R: Runtime, F: Float + CubeElement>(
     let out_len = extent("planes*H_out*W_out", &[planes, g.out[0], g.out[1]])?;
     let taps = extent("fH*fW", &g.filter)?;
     check_u32(&[("x", in_len), ("y", out_len)])?;
-    let small = |v: i64| i32::try_from(v).is_ok();
-    let sizes = [g.input, g.filter, g.up, g.down]
+    // Every index the kernel forms (`o down - pad0 + tap`, `source + 1`) stays within
+    // +-2^31 when each term is below 2^29 in size.
+    const LIMIT: i64 = 1 << 29;
+    let small = |v: i64| v.abs() < LIMIT;
+    let sizes = [g.input, g.filter, g.up, g.down, g.out]
         .iter()
         .flatten()
-        .all(|&v| i32::try_from(v).is_ok() && v > 0);
-    let prods = [g.input[0] * g.up[0], g.input[1] * g.up[1]]
-        .iter()
-        .all(|&v| i32::try_from(v).is_ok());
-    if !sizes || !prods || !small(g.pad[0]) || !small(g.pad[2]) {
+        .all(|&v| v > 0 && (v as u64) < LIMIT as u64);
+    let spans = (0..2).all(|a| {
+        let up_span = (g.input[a] as u64).saturating_mul(g.up[a] as u64);
+        let down_span = (g.out[a] as u64).saturating_mul(g.down[a] as u64);
+        up_span < LIMIT as u64 && down_span < LIMIT as u64
+    });
+    if !sizes || !spans || !small(g.pad[0]) || !small(g.pad[2]) {
         return Err(LaunchError::Invalid {
-            what: "upfirdn2d sizes, factors and pads are positive and fit in i32",
+            what: "upfirdn2d sizes, factors, spans and pads are positive (pads: any sign) and \
+                   below 2^29",
         });
     }
     if out_len == 0 {
@@ -532,8 +539,8 @@ pub fn launch_upfirdn2d<R: Runtime, F: Float + CubeElement>(
     let i = |v: usize| v as i32;
     // SAFETY: units below `out_len` (the checked `y`), so `plane < planes`; a tap is read only
     // for `0 <= sy < H`, `0 <= sx < W` (input index below `planes H W`, checked) and `0 <= i
-    // < fH`, `0 <= j < fW` (filter index below `fH fW`, checked, also flipped); all values
-    // fit in i32 (checked above).
+    // < fH`, `0 <= j < fW` (filter index below `fH fW`, checked, also flipped); every index
+    // the kernel forms stays inside `i32` (the bounds checked above).
     unsafe {
         upfirdn2d_kernel::launch_unchecked::<F, R>(
             client,

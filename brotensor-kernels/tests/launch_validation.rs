@@ -859,3 +859,152 @@ fn image_space_lengths_past_memory_are_refused() {
         Err(LaunchError::Invalid { .. })
     ));
 }
+
+#[test]
+fn diffusion_and_stylegan_lengths_past_memory_are_refused() {
+    use brotensor_kernels::diffusion::{self as kd, Step};
+    use brotensor_kernels::stylegan::{self as ks, BiasActParams, ModSizes, UpfirdnGeometry};
+    let Some(c) = client() else { return };
+    let (x, y, z) = (sentinels(&c, 8), sentinels(&c, 8), sentinels(&c, 8));
+    let too_small =
+        |r: Result<(), LaunchError>| matches!(r, Err(LaunchError::BufferTooSmall { .. }));
+    // The row affine: 12 elements in rows of 4 read 12 and write 12; the buffers hold 8.
+    assert!(too_small(kd::launch_row_affine::<_, f32>(
+        &c,
+        (&x, &z, None, &y),
+        12,
+        4,
+        true
+    )));
+    // A shift wider than its buffer.
+    assert!(too_small(kd::launch_row_affine::<_, f32>(
+        &c,
+        (&x, &z, Some(&z), &y),
+        8,
+        16,
+        true
+    )));
+    // The sampler step: a second output without its coefficient, and lengths past memory.
+    let step = Step {
+        cx: 1.0,
+        ce: 0.5,
+        cp: 0.0,
+        z_ce: None,
+    };
+    assert!(matches!(
+        kd::launch_sampler_step::<_, f32>(&c, (&x, &z, None), (&y, Some(&z)), 8, step),
+        Err(LaunchError::Invalid { .. })
+    ));
+    assert!(too_small(kd::launch_sampler_step::<_, f32>(
+        &c,
+        (&x, &z, Some(&z)),
+        (&y, None),
+        9,
+        step
+    )));
+    // The embedding: N * dim overflowing, and a table of the wrong width.
+    overflow_refused(
+        &c,
+        "timestep_embedding (N * dim)",
+        kd::launch_timestep_embedding::<_, f32>(&c, (&x, &y), &[1.0], WRAPS_TO_TWO),
+        &[&y],
+    );
+    assert!(matches!(
+        kd::launch_timestep_embedding::<_, f32>(&c, (&x, &y), &[1.0, 0.5], (2, 2)),
+        Err(LaunchError::Invalid { .. })
+    ));
+    // bias_act: a bias shorter than C, a gradient shorter than the tensor.
+    let p = BiasActParams {
+        leaky_alpha: Some(0.2),
+        gain: 1.0,
+        clamp: None,
+    };
+    assert!(too_small(ks::launch_bias_act::<_, f32>(
+        &c,
+        (&x, None, Some(&z), &y),
+        8,
+        (16, 1),
+        p
+    )));
+    let short = sentinels(&c, 4);
+    assert!(too_small(ks::launch_bias_act::<_, f32>(
+        &c,
+        (&x, Some(&short), None, &y),
+        8,
+        (1, 8),
+        p
+    )));
+    // The modulation: an overflowing weight, and outputs past memory.
+    let m = ModSizes {
+        n: 2,
+        c_out: 2,
+        c_in: 1,
+        taps: 2,
+    };
+    overflow_refused(
+        &c,
+        "modulate_weights (N * C_out * row)",
+        ks::launch_modulate_weights::<_, f32>(
+            &c,
+            (&x, &z, &y, &z),
+            ModSizes {
+                n: WRAPS_TO_TWO.0,
+                c_out: WRAPS_TO_TWO.1,
+                ..m
+            },
+            None,
+        ),
+        &[&y],
+    );
+    // wmod needs N C_out C_in taps = 2*2*1*2 = 8 (fits); with 3 taps 12 does not.
+    assert!(too_small(ks::launch_modulate_weights::<_, f32>(
+        &c,
+        (&x, &z, &y, &z),
+        ModSizes { taps: 3, ..m },
+        Some(1e-8)
+    )));
+    assert!(too_small(ks::launch_modulate_weights_backward::<_, f32>(
+        &c,
+        (&x, &z, &z, &x),
+        &y,
+        (&z, &y),
+        ModSizes { c_in: 3, ..m },
+        true
+    )));
+    // upfirdn2d: an output past memory, and a pad whose indices would leave i32.
+    let g = UpfirdnGeometry {
+        input: [2, 2],
+        out: [3, 3],
+        filter: [2, 2],
+        up: [2, 2],
+        down: [1, 1],
+        pad: [0, 0, 0, 0],
+        flip_filter: false,
+        gain: 1.0,
+    };
+    assert!(too_small(ks::launch_upfirdn2d::<_, f32>(
+        &c,
+        (&x, &z, &y),
+        1,
+        &g
+    )));
+    assert!(matches!(
+        ks::launch_upfirdn2d::<_, f32>(
+            &c,
+            (&x, &z, &y),
+            0,
+            &UpfirdnGeometry {
+                pad: [i64::from(i32::MIN), 0, 0, 0],
+                ..g
+            }
+        ),
+        Err(LaunchError::Invalid { .. })
+    ));
+    for (i, h) in [&x, &z].into_iter().enumerate() {
+        let bytes = c.read_one(h.clone()).unwrap();
+        assert!(
+            f32::from_bytes(&bytes).iter().all(|&v| v == SENTINEL),
+            "input {i} was written"
+        );
+    }
+}

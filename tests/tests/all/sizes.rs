@@ -380,3 +380,72 @@ fn every_tensor_op_with_huge_empty_operands() {
         }
     }
 }
+
+#[test]
+fn diffusion_and_stylegan_refuse_wrapping_geometry() {
+    use ops::{ModulatedConv2dSpec, ResBlock, ResBlockSpec, Upfirdn2dSpec};
+    for d in devices() {
+        let x = empty(d, 0, 4, Dtype::F32);
+        let g = Tensor::zeros_on(d, 4, 1, Dtype::F32).unwrap();
+        let w = Tensor::zeros_on(d, 4, 36, Dtype::F32).unwrap();
+        let mut y = Tensor::default();
+        let block = ResBlock {
+            gamma1: &g,
+            beta1: &g,
+            w1: &w,
+            b1: None,
+            t_emb_shift: None,
+            gamma2: &g,
+            beta2: &g,
+            w2: &w,
+            b2: None,
+            w_skip: None,
+            b_skip: None,
+        };
+        for dims in [(0, HALF, 2, 1), (0, 4, HALF, 4), (HALF, 4, 2, 1)] {
+            let spec = ResBlockSpec {
+                dims: dims.into(),
+                c_out: 4,
+                num_groups: 1,
+                eps: 1e-5,
+            };
+            shape_err(
+                &format!("resblock_forward {dims:?}"),
+                ops::resblock_forward(&x, &block, &spec, &mut y),
+            );
+        }
+        let f = Tensor::zeros_on(d, 2, 2, Dtype::F32).unwrap();
+        let huge_up = Upfirdn2dSpec {
+            up: [MAX, 1],
+            ..Upfirdn2dSpec::IDENTITY
+        };
+        shape_err(
+            "upfirdn2d_forward W*up",
+            ops::upfirdn2d_forward(&x, &f, (0, 1, 2, 2), &huge_up, &mut y),
+        );
+        shape_err(
+            "upfirdn2d_backward C*H*W",
+            ops::upfirdn2d_backward(&x, &f, (0, HALF, 2, 2), &Upfirdn2dSpec::IDENTITY, &mut y),
+        );
+        let (s, mut dcoef) = (empty(d, 0, 4, Dtype::F32), Tensor::default());
+        let spec = ModulatedConv2dSpec {
+            kernel: [3, 3],
+            padding: [1, 1],
+            demodulate: true,
+            eps: 1e-8,
+        };
+        shape_err(
+            "modulated_conv2d_forward C_in*H*W",
+            ops::modulated_conv2d_forward(
+                &x,
+                &w,
+                &s,
+                (0, HALF, 2, 2),
+                4,
+                &spec,
+                &mut dcoef,
+                &mut y,
+            ),
+        );
+    }
+}

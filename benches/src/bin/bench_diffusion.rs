@@ -1,0 +1,417 @@
+//! The diffusion and StyleGAN ops on the CPU in F32 (issue 28): the residual block at SD
+//! U-Net sizes in GFLOP/s against the FP32 peak, against the same chain of unfused brotensor
+//! ops and against candle 0.11's ops (feature `candle`), each pair timed interleaved round
+//! by round; the sampler steps and `modulate` in GB/s against the copy bandwidth measured in
+//! the same run; `upfirdn2d` (12x12 filter, up 2) and a StyleGAN modulated convolution in
+//! GFLOP/s. On GPU devices (those `BROTENSOR_BENCH_DEVICES` selects, e.g. `cuda`), the
+//! residual block fused and unfused in F32, F16 and BF16.
+//!
+//! `cargo run --release -p brotensor-benches --features candle --bin bench_diffusion`
+//! (`BROTENSOR_BENCH_DEVICES=cpu` for the CPU tables only).
+
+use brotensor::ops::{
+    self, Dpmpp2mCoefficients, ModulatedConv2dSpec, ResBlock, ResBlockSpec, Upfirdn2dSpec,
+};
+use brotensor::{Device, Dtype, Tensor};
+#[cfg(feature = "candle")]
+use brotensor_benches::best_secs_paired;
+use brotensor_benches::{best_secs, cpu_fp32_peak_gflops, selected_devices};
+
+/// `len` deterministic values in `[-scale, scale)`.
+fn values(len: usize, seed: usize, scale: f32) -> Vec<f32> {
+    (0..len)
+        .map(|i| (((i + seed * 7919) * 2_654_435_761) >> 20 & 1023) as f32 / 512.0 - 1.0)
+        .map(|v| v * scale)
+        .collect()
+}
+
+fn tensor(dev: Device, v: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Tensor {
+    Tensor::from_slice_on(dev, v, rows, cols)
+        .and_then(|t| t.to_dtype(dtype))
+        .expect("tensor")
+}
+
+/// The tensors of one residual block (identity skip, per-sample time shift).
+struct Block {
+    x: Tensor,
+    gamma: Tensor,
+    beta: Tensor,
+    w1: Tensor,
+    b1: Tensor,
+    t: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+    spec: ResBlockSpec,
+}
+
+impl Block {
+    fn new(dev: Device, (n, c, h, w): (usize, usize, usize, usize), dtype: Dtype) -> Self {
+        let k = 1.0 / ((c * 9) as f32).sqrt();
+        let t = |v: Vec<f32>, r, cols| tensor(dev, &v, r, cols, dtype);
+        Block {
+            x: t(values(n * c * h * w, 1, 1.0), n, c * h * w),
+            gamma: t(values(c, 2, 0.5).iter().map(|v| v + 1.0).collect(), c, 1),
+            beta: t(values(c, 3, 0.2), c, 1),
+            w1: t(values(c * c * 9, 4, k), c, c * 9),
+            b1: t(values(c, 5, 0.1), c, 1),
+            t: t(values(n * c, 6, 0.5), n, c),
+            w2: t(values(c * c * 9, 7, k), c, c * 9),
+            b2: t(values(c, 8, 0.1), c, 1),
+            spec: ResBlockSpec {
+                dims: (n, c, h, w).into(),
+                c_out: c,
+                num_groups: 32,
+                eps: 1e-5,
+            },
+        }
+    }
+
+    fn block(&self) -> ResBlock<'_> {
+        ResBlock {
+            gamma1: &self.gamma,
+            beta1: &self.beta,
+            w1: &self.w1,
+            b1: Some(&self.b1),
+            t_emb_shift: Some(&self.t),
+            gamma2: &self.gamma,
+            beta2: &self.beta,
+            w2: &self.w2,
+            b2: Some(&self.b2),
+            w_skip: None,
+            b_skip: None,
+        }
+    }
+
+    /// Multiply-adds of the two 3x3 convolutions, times 2.
+    fn flop(&self) -> f64 {
+        let d = self.spec.dims;
+        2.0 * 2.0 * (d.n * d.c * d.c * 9 * d.h * d.w) as f64
+    }
+
+    fn fused(&self, y: &mut Tensor) {
+        ops::resblock_forward(&self.x, &self.block(), &self.spec, y).expect("resblock_forward");
+    }
+
+    /// The same block as a chain of the public ops, one pass each.
+    fn unfused(&self, s: &mut [Tensor; 3], y: &mut Tensor) {
+        let d = self.spec.dims;
+        let (n, c, hw) = (d.n, d.c, d.h * d.w);
+        let conv = ops::Conv2dSpec {
+            padding: [1, 1],
+            ..ops::Conv2dSpec::new([3, 3])
+        };
+        let g = self.spec.num_groups;
+        let [a, b, cbuf] = s;
+        ops::group_norm_forward(&self.x, &self.gamma, &self.beta, d, g, 1e-5, a).expect("gn");
+        ops::silu_forward(a, b).expect("silu");
+        ops::conv2d_forward(b, &self.w1, Some(&self.b1), d, c, &conv, cbuf).expect("conv");
+        ops::add_channel_bias_inplace(cbuf, &self.t, n * c, hw).expect("t");
+        ops::group_norm_forward(cbuf, &self.gamma, &self.beta, d, g, 1e-5, a).expect("gn");
+        ops::silu_forward(a, b).expect("silu");
+        ops::conv2d_forward(b, &self.w2, Some(&self.b2), d, c, &conv, y).expect("conv");
+        ops::add_inplace(y, &self.x).expect("skip");
+    }
+}
+
+#[cfg(feature = "candle")]
+mod peer {
+    use candle_core::{Device, Module, Tensor};
+
+    /// The block in candle's ops: GroupNorm, silu, conv2d, broadcast adds.
+    pub struct Block {
+        x: Tensor,
+        norm: candle_nn::GroupNorm,
+        w1: Tensor,
+        b1: Tensor,
+        t: Tensor,
+        w2: Tensor,
+        b2: Tensor,
+    }
+
+    fn t(v: Vec<f32>, dims: &[usize]) -> Tensor {
+        Tensor::from_vec(v, dims, &Device::Cpu).expect("candle tensor")
+    }
+
+    impl Block {
+        pub fn new(b: &super::Block) -> Self {
+            let d = b.spec.dims;
+            let v = |x: &brotensor::Tensor| x.to_vec::<f32>().expect("read");
+            let (n, c) = (d.n, d.c);
+            let norm =
+                candle_nn::GroupNorm::new(t(v(&b.gamma), &[c]), t(v(&b.beta), &[c]), c, 32, 1e-5)
+                    .expect("group norm");
+            Block {
+                x: t(v(&b.x), &[n, c, d.h, d.w]),
+                norm,
+                w1: t(v(&b.w1), &[c, c, 3, 3]),
+                b1: t(v(&b.b1), &[1, c, 1, 1]),
+                t: t(v(&b.t), &[n, c, 1, 1]),
+                w2: t(v(&b.w2), &[c, c, 3, 3]),
+                b2: t(v(&b.b2), &[1, c, 1, 1]),
+            }
+        }
+
+        pub fn run(&self) -> Tensor {
+            let h = candle_nn::ops::silu(&self.norm.forward(&self.x).expect("gn")).expect("silu");
+            let h = h.conv2d(&self.w1, 1, 1, 1, 1).expect("conv");
+            let h = h
+                .broadcast_add(&self.b1)
+                .and_then(|h| h.broadcast_add(&self.t))
+                .expect("add");
+            let h = candle_nn::ops::silu(&self.norm.forward(&h).expect("gn")).expect("silu");
+            let h = h.conv2d(&self.w2, 1, 1, 1, 1).expect("conv");
+            h.broadcast_add(&self.b2)
+                .and_then(|h| h + &self.x)
+                .expect("add")
+        }
+    }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0.0, |m, (x, y)| m.max((x - y).abs()))
+}
+
+const SHAPES: [(usize, usize, usize, usize); 2] = [(1, 320, 64, 64), (1, 640, 32, 32)];
+
+fn resblock_cpu(peak: f64) {
+    println!();
+    println!("## resblock_forward, F32 (identity skip, per-sample time shift, 32 groups)");
+    println!();
+    println!(
+        "| N x C x H x W | ms | GFLOP/s | of peak | unfused ms | vs unfused | candle ms | vs candle | max diff vs candle |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for dims in SHAPES {
+        let b = Block::new(Device::Cpu, dims, Dtype::F32);
+        let mut y = Tensor::default();
+        let mut y2 = Tensor::default();
+        let mut scratch = [Tensor::default(), Tensor::default(), Tensor::default()];
+        let (ours, unfused) = brotensor_benches::best_secs_paired(
+            Device::Cpu,
+            1,
+            || b.fused(&mut y),
+            || b.unfused(&mut scratch, &mut y2),
+        );
+        let got = y.to_vec::<f32>().expect("read");
+        let chain = y2.to_vec::<f32>().expect("read");
+        let scale = got.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(
+            max_diff(&got, &chain) <= 1e-4 * scale.max(1.0),
+            "fused and unfused disagree"
+        );
+        let gflops = b.flop() / ours / 1e9;
+        #[cfg(feature = "candle")]
+        let (candle_ms, vs_candle, diff) = {
+            let p = peer::Block::new(&b);
+            let mut out = None;
+            let (ours2, theirs) =
+                best_secs_paired(Device::Cpu, 1, || b.fused(&mut y), || out = Some(p.run()));
+            let theirs_v: Vec<f32> = out
+                .expect("ran")
+                .flatten_all()
+                .and_then(|t| t.to_vec1())
+                .expect("candle result");
+            (
+                format!("{:.1}", theirs * 1e3),
+                format!("{:.2}x", theirs / ours2),
+                format!("{:.1e}", max_diff(&got, &theirs_v)),
+            )
+        };
+        #[cfg(not(feature = "candle"))]
+        let (candle_ms, vs_candle, diff) = ("-".to_string(), "-".to_string(), "-".to_string());
+        let (n, c, h, w) = dims;
+        println!(
+            "| {n} x {c} x {h} x {w} | {:.1} | {gflops:.1} | {:.2} | {:.1} | {:.2}x | {candle_ms} | {vs_candle} | {diff} |",
+            ours * 1e3,
+            gflops / peak,
+            unfused * 1e3,
+            unfused / ours,
+        );
+    }
+}
+
+/// The sampler steps and `modulate` on 8 Mi elements, in GB/s of the bytes they must move.
+fn elementwise_cpu(copy_gbs: f64) {
+    println!();
+    println!(
+        "## samplers and modulate, F32, 8 Mi elements (GB/s of inputs read + outputs written once)"
+    );
+    println!();
+    println!("| op | bytes/elem | ms | GB/s | of copy |");
+    println!("|---|---|---|---|---|");
+    let n = 8 << 20;
+    let dev = Device::Cpu;
+    let x = tensor(dev, &values(n, 1, 1.0), 1024, n / 1024, Dtype::F32);
+    let e = tensor(dev, &values(n, 2, 1.0), 1024, n / 1024, Dtype::F32);
+    let p = tensor(dev, &values(n, 3, 1.0), 1024, n / 1024, Dtype::F32);
+    let d = 1152;
+    let rows = n / d;
+    let xm = tensor(dev, &values(rows * d, 4, 1.0), rows, d, Dtype::F32);
+    let (sc, sh) = (
+        tensor(dev, &values(d, 5, 0.5), 1, d, Dtype::F32),
+        tensor(dev, &values(d, 6, 0.5), 1, d, Dtype::F32),
+    );
+    let (mut y, mut z) = (Tensor::default(), Tensor::default());
+    let c = Dpmpp2mCoefficients::new(5.0, 3.0, 2.0).expect("coefficients");
+    let mut rows_out: Vec<(&str, usize, f64)> = Vec::new();
+    rows_out.push((
+        "ddim_step",
+        12,
+        best_secs(dev, 5, || {
+            ops::ddim_step(&x, &e, 0.3, 0.6, 0.0, &mut y).expect("ddim")
+        }),
+    ));
+    rows_out.push((
+        "euler_step",
+        12,
+        best_secs(dev, 5, || {
+            ops::euler_step(&x, &e, 2.0, 1.5, &mut y).expect("euler")
+        }),
+    ));
+    rows_out.push((
+        "dpmpp_2m_step",
+        20,
+        best_secs(dev, 5, || {
+            ops::dpmpp_2m_step(&x, &e, &p, 3.0, c, &mut y, &mut z).expect("dpmpp")
+        }),
+    ));
+    rows_out.push((
+        "modulate (D = 1152)",
+        8,
+        best_secs(dev, 5, || {
+            ops::modulate(&xm, &sc, &sh, &mut y).expect("modulate")
+        }),
+    ));
+    for (name, bytes, secs) in rows_out {
+        let gbs = (bytes * n) as f64 / secs / 1e9;
+        println!(
+            "| {name} | {bytes} | {:.2} | {gbs:.1} | {:.2} |",
+            secs * 1e3,
+            gbs / copy_gbs
+        );
+    }
+}
+
+/// `upfirdn2d` with a 12x12 filter, up 2, and a modulated convolution, in GFLOP/s.
+fn stylegan_cpu(peak: f64) {
+    println!();
+    println!("## StyleGAN ops, F32");
+    println!();
+    println!("| op | shape | ms | GFLOP/s | of peak |");
+    println!("|---|---|---|---|---|");
+    let dev = Device::Cpu;
+    let (n, c, h, w) = (1usize, 64usize, 64usize, 64usize);
+    let x = tensor(
+        dev,
+        &values(n * c * h * w, 1, 1.0),
+        n,
+        c * h * w,
+        Dtype::F32,
+    );
+    let f = tensor(dev, &values(144, 2, 0.1), 12, 12, Dtype::F32);
+    let spec = Upfirdn2dSpec {
+        up: [2, 2],
+        pad: [6, 5, 6, 5],
+        gain: 4.0,
+        ..Upfirdn2dSpec::IDENTITY
+    };
+    let mut y = Tensor::default();
+    let secs = best_secs(dev, 2, || {
+        ops::upfirdn2d_forward(&x, &f, (n, c, h, w), &spec, &mut y).expect("upfirdn2d")
+    });
+    // Polyphase: each output meets (12 / 2)^2 input samples, a multiply-add each.
+    let flop = 2.0 * 36.0 * y.numel() as f64;
+    let gflops = flop / secs / 1e9;
+    println!(
+        "| upfirdn2d_forward 12x12, up 2 | {n} x {c} x {h} x {w} | {:.2} | {gflops:.1} | {:.3} |",
+        secs * 1e3,
+        gflops / peak
+    );
+    // StyleGAN2-style synthesis layer: 4 samples, 512 -> 512 channels, 3x3, 32x32.
+    let (n, ci, co, hw) = (4usize, 512usize, 512usize, 32usize);
+    let x = tensor(
+        dev,
+        &values(n * ci * hw * hw, 3, 1.0),
+        n,
+        ci * hw * hw,
+        Dtype::F32,
+    );
+    let wt = tensor(dev, &values(co * ci * 9, 4, 0.05), co, ci * 9, Dtype::F32);
+    let s = tensor(dev, &values(n * ci, 5, 0.5), n, ci, Dtype::F32);
+    let mspec = ModulatedConv2dSpec {
+        kernel: [3, 3],
+        padding: [1, 1],
+        demodulate: true,
+        eps: 1e-8,
+    };
+    let mut d = Tensor::default();
+    let secs = best_secs(dev, 1, || {
+        ops::modulated_conv2d_forward(&x, &wt, &s, (n, ci, hw, hw), co, &mspec, &mut d, &mut y)
+            .expect("modulated conv")
+    });
+    let flop = 2.0 * (n * co * ci * 9 * hw * hw) as f64;
+    let gflops = flop / secs / 1e9;
+    println!(
+        "| modulated_conv2d_forward 3x3, demodulated | {n} x {ci} x {hw} x {hw} -> {co} | {:.1} | {gflops:.1} | {:.2} |",
+        secs * 1e3,
+        gflops / peak
+    );
+}
+
+/// The residual block fused and unfused on a GPU device, in each float dtype.
+fn resblock_gpu(dev: Device) {
+    println!();
+    println!(
+        "## {}: resblock_forward",
+        brotensor::device_name(dev).unwrap_or_else(|_| dev.to_string())
+    );
+    println!();
+    println!("| N x C x H x W | dtype | ms | TFLOP/s | unfused ms | vs unfused |");
+    println!("|---|---|---|---|---|---|");
+    for dims in SHAPES {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+            if !brotensor::supports_dtype(dev, dtype).unwrap_or(false) {
+                continue;
+            }
+            let b = Block::new(dev, dims, dtype);
+            let (mut y, mut y2) = (Tensor::default(), Tensor::default());
+            let mut scratch = [Tensor::default(), Tensor::default(), Tensor::default()];
+            let (ours, unfused) = brotensor_benches::best_secs_paired(
+                dev,
+                10,
+                || b.fused(&mut y),
+                || b.unfused(&mut scratch, &mut y2),
+            );
+            let (n, c, h, w) = dims;
+            println!(
+                "| {n} x {c} x {h} x {w} | {dtype} | {:.3} | {:.1} | {:.3} | {:.2}x |",
+                ours * 1e3,
+                b.flop() / ours / 1e12,
+                unfused * 1e3,
+                unfused / ours
+            );
+        }
+    }
+}
+
+fn main() {
+    let devices = selected_devices();
+    if devices.contains(&Device::Cpu) {
+        let peak = cpu_fp32_peak_gflops();
+        let copy_len = 256 << 20;
+        let (src, mut dst) = (vec![1u8; copy_len], vec![0u8; copy_len]);
+        let copy_secs = best_secs(Device::Cpu, 2, || brotensor_cpu::cast::copy(&mut dst, &src));
+        let copy_gbs = 2.0 * copy_len as f64 / copy_secs / 1e9;
+        println!(
+            "# bench_diffusion: {} threads",
+            rayon::current_num_threads()
+        );
+        println!("# FP32 peak {peak:.1} GFLOP/s; copy bandwidth {copy_gbs:.1} GB/s (read + write)");
+        resblock_cpu(peak);
+        elementwise_cpu(copy_gbs);
+        stylegan_cpu(peak);
+    }
+    for dev in devices.into_iter().filter(|d| *d != Device::Cpu) {
+        resblock_gpu(dev);
+    }
+}
