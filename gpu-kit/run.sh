@@ -77,6 +77,9 @@ step bench_attention_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_attention_
 step bench_conv_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_conv"
 # The image-space ops of issue 26 in F32/F16 (torch_peer.py times torch on the same ops).
 step bench_image_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_image"
+# The residual block of issue 28 fused and unfused in F32/F16/BF16 (torch_peer.py times the
+# same chain in torch).
+step bench_diffusion_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_diffusion"
 step torch_peer python3 "$here/torch_peer.py"
 
 echo

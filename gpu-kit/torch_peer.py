@@ -6,8 +6,9 @@ heads, hd 128, one query against caches of 512/4096/16384 rows, in GB/s of K/V r
 tensor-algebra ops `bench_ops` times (F32 4096 x 4096: transpose made contiguous, sum over
 axis 0 and 1, amax over axis 1, a shuffled row gather, a concatenation of four row blocks; GB/s
 of the bytes each must read and write once, as `bench_ops` counts them), and cuDNN's
-convolutions at the shapes of `bench_conv` in F32/F16/BF16 (TFLOP/s), and torch's image-space ops
-at the tensor of `bench_image` (GB/s). Prints a markdown
+convolutions at the shapes of `bench_conv` in F32/F16/BF16 (TFLOP/s), torch's image-space ops
+at the tensor of `bench_image` (GB/s), and the diffusion residual block of `bench_diffusion` as
+torch's unfused chain (TFLOP/s). Prints a markdown
 table; skips cleanly without CUDA or torch."""
 import sys
 
@@ -141,3 +142,24 @@ for dtype in (torch.float32, torch.float16):
     for name, fn, nbytes in rows:
         ms = best_ms(fn, reps=5)
         print(f"| {name} 8x64x512x512 | {str(dtype)[6:]} | torch | {ms:.3f} | {nbytes / ms / 1e6:.1f} GB/s |")
+
+# The residual block of `bench_diffusion` (issue 28): torch's unfused chain (GroupNorm, SiLU,
+# cuDNN conv2d, adds) at SD U-Net sizes, in TFLOP/s of the two 3x3 convolutions.
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    for n, c, h, w in ((1, 320, 64, 64), (1, 640, 32, 32)):
+        x = torch.randn(n, c, h, w, device="cuda", dtype=dtype)
+        g, b = torch.ones(c, device="cuda", dtype=dtype), torch.zeros(c, device="cuda", dtype=dtype)
+        w1, w2 = (torch.randn(c, c, 3, 3, device="cuda", dtype=dtype) * 0.02 for _ in range(2))
+        b1, b2 = (torch.zeros(c, device="cuda", dtype=dtype) for _ in range(2))
+        t = torch.randn(n, c, 1, 1, device="cuda", dtype=dtype)
+
+        def block():
+            hh = F.silu(F.group_norm(x, 32, g, b, 1e-5))
+            hh = F.conv2d(hh, w1, b1, padding=1) + t
+            hh = F.silu(F.group_norm(hh, 32, g, b, 1e-5))
+            return F.conv2d(hh, w2, b2, padding=1) + x
+
+        ms = best_ms(block)
+        flop = 2 * 2 * n * c * c * 9 * h * w
+        print(f"| resblock chain {n}x{c}x{h}x{w} | {str(dtype)[6:]} | torch (cuDNN) | {ms:.3f} | {flop / ms / 1e9:.2f} TFLOP/s |")
+

@@ -403,10 +403,78 @@ impl Upfirdn2d {
     }
 }
 
+/// One filter column's contributions along a row: the outputs `ox0, ox0 + step, ...` read
+/// the (padded) source columns `s0, s0 + sstep, ...`.
+#[derive(Clone, Copy, Debug)]
+struct ColumnTap {
+    ox0: usize,
+    s0: usize,
+    count: usize,
+}
+
+/// The column plan of `g` for `wo` outputs: per filter column, where its taps meet input
+/// samples (or `None`), the output and source strides, and the padded row's width and the
+/// offset of source column 0 in it.
+fn column_plan(g: &Upfirdn2d, wo: usize) -> (Vec<Option<ColumnTap>>, usize, usize, usize, usize) {
+    let (ux, dx) = (g.up[1] as i64, g.down[1] as i64);
+    let (w, fw, px0) = (g.input[1] as i64, g.filter[1] as i64, g.pad[2]);
+    let gcd = |mut a: i64, mut b: i64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let d = gcd(ux, dx);
+    let (step, sstep) = (ux / d, dx / d);
+    // Per filter column: the first output whose tap meets a sample, and that sample.
+    let raw: Vec<Option<(i64, i64, i64)>> = (0..fw)
+        .map(|j| {
+            let ox0 =
+                (0..step.min(wo as i64)).find(|&ox| (ox * dx + j - px0).rem_euclid(ux) == 0)?;
+            let count = (wo as i64 - ox0 + step - 1) / step;
+            Some((ox0, (ox0 * dx + j - px0).div_euclid(ux), count))
+        })
+        .collect();
+    let lo = raw
+        .iter()
+        .flatten()
+        .map(|&(_, s0, _)| s0)
+        .min()
+        .unwrap_or(0)
+        .min(0);
+    let hi = raw
+        .iter()
+        .flatten()
+        .map(|&(_, s0, count)| s0 + (count - 1) * sstep + 1)
+        .max()
+        .unwrap_or(0)
+        .max(w);
+    let offset = -lo;
+    let plan = raw
+        .into_iter()
+        .map(|t| {
+            t.map(|(ox0, s0, count)| ColumnTap {
+                ox0: ox0 as usize,
+                s0: (s0 + offset) as usize,
+                count: count as usize,
+            })
+        })
+        .collect();
+    (
+        plan,
+        step as usize,
+        sstep as usize,
+        (hi - lo) as usize,
+        offset as usize,
+    )
+}
+
 /// `upfirdn2d` of every `H x W` plane of `x` into the `H_out x W_out` planes of `y`
 /// (overwritten) by the geometry `g` (whose `out_size` must hold) and the `fH x fW`
 /// filter `f`. FP32 accumulation; only the taps that meet an input sample are summed
-/// (the zero-inserted rows and columns are skipped).
+/// (polyphase: the zero-inserted rows and columns are skipped). Each filter tap is one
+/// multiply-add pass along an output row over the plane's rows copied once into zero-padded
+/// rows, so the inner loops are branch-free (and vector loops where the strides are 1).
 ///
 /// # Panics
 /// If the lengths disagree with `g`.
@@ -430,51 +498,52 @@ pub fn upfirdn2d(x: &[f32], f: &[f32], g: &Upfirdn2d, y: &mut [f32]) {
         return;
     }
     let taps = g.taps(f);
-    let [uy, ux] = g.up.map(|v| v as i64);
-    let [dy, dx] = g.down.map(|v| v as i64);
-    let (py0, px0) = (g.pad[0], g.pad[2]);
-    // Per output column: the first filter column meeting an input sample and that sample.
-    let cols: Vec<(usize, i64)> = (0..wo as i64)
-        .map(|ox| {
-            let base = ox * dx - px0;
-            let j0 = (-base).rem_euclid(ux);
-            (j0 as usize, (base + j0).div_euclid(ux))
-        })
-        .collect();
+    let (uy, dy, py0) = (g.up[0] as i64, g.down[0] as i64, g.pad[0]);
+    let (plan, step, sstep, pw, offset) = column_plan(g, wo);
     y.par_chunks_mut(out_plane)
         .zip(x.par_chunks(plane))
-        .for_each(|(y, x)| {
-            for (oy, yrow) in y.chunks_mut(wo).enumerate() {
-                yrow.fill(0.0);
-                let base = oy as i64 * dy - py0;
-                let mut i = (-base).rem_euclid(uy);
-                while i < fh as i64 {
-                    let sy = (base + i).div_euclid(uy);
-                    if sy >= h as i64 {
-                        break;
-                    }
-                    if sy >= 0 {
-                        let src = &x[sy as usize * w..][..w];
-                        let trow = &taps[i as usize * fw..][..fw];
-                        for (o, &(j0, sx0)) in yrow.iter_mut().zip(&cols) {
-                            let mut acc = 0.0f32;
-                            let (mut j, mut sx) = (j0, sx0);
-                            while j < fw {
-                                if sx >= w as i64 {
-                                    break;
+        .for_each_init(Vec::new, |padded, (y, x)| {
+            // The plane's rows, each inside a zero-padded row of `pw`.
+            padded.clear();
+            padded.resize(h * pw, 0.0f32);
+            for (dst, src) in padded.chunks_mut(pw).zip(x.chunks(w)) {
+                dst[offset..offset + w].copy_from_slice(src);
+            }
+            let padded = &padded[..];
+            crate::simd::wide(
+                #[inline(always)]
+                |_| {
+                    for (oy, yrow) in y.chunks_mut(wo).enumerate() {
+                        yrow.fill(0.0);
+                        let base = oy as i64 * dy - py0;
+                        let mut i = (-base).rem_euclid(uy);
+                        let mut sy = (base + i).div_euclid(uy);
+                        while i < fh as i64 && sy < h as i64 {
+                            if sy >= 0 {
+                                let src = &padded[sy as usize * pw..][..pw];
+                                let trow = &taps[i as usize * fw..][..fw];
+                                for (tap, &t) in plan.iter().zip(trow) {
+                                    let Some(c) = *tap else { continue };
+                                    if step == 1 && sstep == 1 {
+                                        let out = &mut yrow[c.ox0..][..c.count];
+                                        for (o, &v) in out.iter_mut().zip(&src[c.s0..][..c.count]) {
+                                            *o += t * v;
+                                        }
+                                    } else {
+                                        let outs = yrow[c.ox0..].iter_mut().step_by(step);
+                                        let ins = src[c.s0..].iter().step_by(sstep);
+                                        for (o, &v) in outs.zip(ins).take(c.count) {
+                                            *o += t * v;
+                                        }
+                                    }
                                 }
-                                if sx >= 0 {
-                                    acc += trow[j] * src[sx as usize];
-                                }
-                                j += ux as usize;
-                                sx += 1;
                             }
-                            *o += acc;
+                            i += uy;
+                            sy += 1;
                         }
                     }
-                    i += uy;
-                }
-            }
+                },
+            )
         });
 }
 

@@ -885,3 +885,21 @@ pub fn resblock_backward(
     }
     dx.reshape_(x.dims())
 }
+
+impl Tensor {
+    /// AdaLN modulation of these token rows (last dim `D`): `self (1 + scale) + shift`, a new
+    /// tensor ([`modulate`]).
+    pub fn modulate(&self, scale: &Tensor, shift: &Tensor) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        modulate(self, scale, shift, &mut y)?;
+        Ok(y)
+    }
+
+    /// These `N` timesteps as a new `(N, dim)` sinusoidal embedding with `max_period`
+    /// 10000 (the Stable Diffusion default; [`timestep_embedding`]).
+    pub fn timestep_embedding(&self, dim: usize) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        timestep_embedding(self, dim, 10000.0, &mut y)?;
+        Ok(y)
+    }
+}

@@ -672,3 +672,31 @@ pub fn filtered_lrelu_backward(
     let d_biased = d_biased.reshape(x.dims())?;
     bias_act_backward(&d_biased, x, b, (d.n, d.c, plane), &linear, dx, db)
 }
+
+impl Tensor {
+    /// `upfirdn2d` of this `[N, C, H, W]` tensor by the 2-D filter `f` ([`upfirdn2d_forward`]):
+    /// a new `[N, C, H_out, W_out]` tensor.
+    pub fn upfirdn2d(&self, f: &Tensor, spec: &Upfirdn2dSpec) -> Result<Tensor> {
+        let [n, c, h, w] = super::conv::dims4("upfirdn2d", "self", self)?;
+        let mut y = Tensor::default();
+        upfirdn2d_forward(self, f, Nchw::new(n, c, h, w), spec, &mut y)?;
+        Ok(y)
+    }
+
+    /// `bias_act` of this `[N, C, ...]` tensor (channels on dim 1; [`bias_act_forward`]): a
+    /// new tensor of its dims.
+    pub fn bias_act(&self, b: Option<&Tensor>, p: &BiasAct) -> Result<Tensor> {
+        let op = "bias_act";
+        let dims = self.dims();
+        if dims.len() < 2 {
+            return Err(Error::shape(
+                op,
+                format!("`self` must be [N, C, ...] (channels on dim 1), got {dims:?}"),
+            ));
+        }
+        let plane = checked_product(op, "spatial size", &dims[2..])?;
+        let mut y = Tensor::default();
+        bias_act_forward(self, b, (dims[0], dims[1], plane), p, &mut y)?;
+        Ok(y)
+    }
+}

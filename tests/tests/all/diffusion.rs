@@ -745,3 +745,25 @@ fn empty_batches_give_empty_outputs() {
     ops::euler_step(&t[0], &t[0], 1.0, 0.5, &mut y).unwrap();
     assert_eq!(y.numel(), 0);
 }
+
+#[test]
+fn methods_match_the_functions() {
+    let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0, 0.5, 0.25, -1.0], 2, 3).unwrap();
+    let (s, b) = (
+        Tensor::from_slice(&[0.5f32, -1.0, 2.0], 1, 3).unwrap(),
+        Tensor::from_slice(&[1.0f32, 0.0, -1.0], 1, 3).unwrap(),
+    );
+    let y = x.modulate(&s, &b).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), [2.5, 0.0, 8.0, 1.75, 0.0, -4.0]);
+    let t = Tensor::from_slice(&[0.0f32, 500.0], 2, 1).unwrap();
+    let e = t.timestep_embedding(6).unwrap();
+    let mut want = Tensor::default();
+    ops::timestep_embedding(&t, 6, 10000.0, &mut want).unwrap();
+    assert_eq!(e.dims(), [2, 6]);
+    assert_eq!(e.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+    // t = 0: cos 0 = 1 in the first half, sin 0 = 0 in the second.
+    assert_eq!(
+        &e.to_vec::<f32>().unwrap()[..6],
+        [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    );
+}

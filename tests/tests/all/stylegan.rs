@@ -706,3 +706,35 @@ fn bad_arguments_are_errors_naming_the_operand() {
     ));
     assert!(e.contains("must be at least 1"), "{e}");
 }
+
+#[test]
+fn methods_match_the_functions_and_keep_4d() {
+    let dims = (2usize, 3usize, 4usize, 5usize);
+    let x: Vec<f32> = (0..120).map(|i| (i as f32 * 0.37).sin()).collect();
+    let xt = Tensor::from_slice(&x, 2, 60).unwrap();
+    let x4 = xt.reshape(&[2, 3, 4, 5]).unwrap();
+    let f = Tensor::from_slice(&[0.25f32, 0.5, 0.25, 0.5, 1.0, 0.5], 2, 3).unwrap();
+    let spec = Upfirdn2dSpec {
+        up: [2, 2],
+        pad: [1, 1, 1, 0],
+        ..Upfirdn2dSpec::IDENTITY
+    };
+    let y = x4.upfirdn2d(&f, &spec).unwrap();
+    let mut want = Tensor::default();
+    ops::upfirdn2d_forward(&xt, &f, dims, &spec, &mut want).unwrap();
+    // H_out = 4*2 + 1 - 2 + 1 = 8, W_out = 5*2 + 2 - 3 + 1 = 10.
+    assert_eq!(y.dims(), [2, 3, 8, 10]);
+    assert_eq!(y.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+    let b = Tensor::from_slice(&[0.1f32, -0.2, 0.3], 3, 1).unwrap();
+    let p = BiasAct {
+        act: BiasActivation::LeakyRelu { alpha: 0.2 },
+        gain: 2.0,
+        clamp: Some(1.0),
+    };
+    let z = x4.bias_act(Some(&b), &p).unwrap();
+    let mut want = Tensor::default();
+    ops::bias_act_forward(&xt, Some(&b), (2, 3, 20), &p, &mut want).unwrap();
+    assert_eq!(z.dims(), [2, 3, 4, 5]);
+    assert_eq!(z.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+    assert!(xt.reshape(&[120]).unwrap().bias_act(None, &p).is_err());
+}
