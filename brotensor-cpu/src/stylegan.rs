@@ -403,8 +403,8 @@ impl Upfirdn2d {
     }
 }
 
-/// One filter column's contributions along a row: the outputs `ox0, ox0 + step, ...` read
-/// the (padded) source columns `s0, s0 + sstep, ...`.
+/// Where one filter column's taps meet input samples along a row: the outputs `ox0, ox0 +
+/// step, ...` (`count` of them) read the padded source columns `s0, s0 + sstep, ...`.
 #[derive(Clone, Copy, Debug)]
 struct ColumnTap {
     ox0: usize,
@@ -413,9 +413,18 @@ struct ColumnTap {
 }
 
 /// The column plan of `g` for `wo` outputs: per filter column, where its taps meet input
-/// samples (or `None`), the output and source strides, and the padded row's width and the
-/// offset of source column 0 in it.
-fn column_plan(g: &Upfirdn2d, wo: usize) -> (Vec<Option<ColumnTap>>, usize, usize, usize, usize) {
+/// samples (or `None`); the output stride `step` (the outputs sharing a phase, one class
+/// per `ox0 < step`) and source stride `sstep`; the padded row's width and the offset of
+/// source column 0 in it.
+struct ColumnPlan {
+    taps: Vec<Option<ColumnTap>>,
+    step: usize,
+    sstep: usize,
+    width: usize,
+    offset: usize,
+}
+
+fn column_plan(g: &Upfirdn2d, wo: usize) -> ColumnPlan {
     let (ux, dx) = (g.up[1] as i64, g.down[1] as i64);
     let (w, fw, px0) = (g.input[1] as i64, g.filter[1] as i64, g.pad[2]);
     let gcd = |mut a: i64, mut b: i64| {
@@ -426,7 +435,6 @@ fn column_plan(g: &Upfirdn2d, wo: usize) -> (Vec<Option<ColumnTap>>, usize, usiz
     };
     let d = gcd(ux, dx);
     let (step, sstep) = (ux / d, dx / d);
-    // Per filter column: the first output whose tap meets a sample, and that sample.
     let raw: Vec<Option<(i64, i64, i64)>> = (0..fw)
         .map(|j| {
             let ox0 =
@@ -442,15 +450,16 @@ fn column_plan(g: &Upfirdn2d, wo: usize) -> (Vec<Option<ColumnTap>>, usize, usiz
         .min()
         .unwrap_or(0)
         .min(0);
+    // One chunk of slack past the last sample read: the chunked loop reads whole chunks.
     let hi = raw
         .iter()
         .flatten()
-        .map(|&(_, s0, count)| s0 + (count - 1) * sstep + 1)
+        .map(|&(_, s0, count)| s0 + (count - 1 + CHUNK as i64) * sstep + 1)
         .max()
         .unwrap_or(0)
         .max(w);
     let offset = -lo;
-    let plan = raw
+    let taps = raw
         .into_iter()
         .map(|t| {
             t.map(|(ox0, s0, count)| ColumnTap {
@@ -460,21 +469,51 @@ fn column_plan(g: &Upfirdn2d, wo: usize) -> (Vec<Option<ColumnTap>>, usize, usiz
             })
         })
         .collect();
-    (
-        plan,
-        step as usize,
-        sstep as usize,
-        (hi - lo) as usize,
-        offset as usize,
-    )
+    ColumnPlan {
+        taps,
+        step: step as usize,
+        sstep: sstep as usize,
+        width: (hi - lo) as usize,
+        offset: offset as usize,
+    }
+}
+
+/// Outputs computed together: one vector register's accumulators on AVX-512.
+const CHUNK: usize = 16;
+
+/// `out[m] = sum over taps (t, at) of t * src[at + m sstep]` for every `m`, a chunk of
+/// outputs at a time with its accumulators in registers. `src` holds a chunk of slack past
+/// the last sample of every tap.
+#[inline(always)]
+fn tap_sums(src: &[f32], taps: &[(f32, usize)], sstep: usize, out: &mut [f32]) {
+    for (c, out) in out.chunks_mut(CHUNK).enumerate() {
+        let m0 = c * CHUNK;
+        let mut acc = [0.0f32; CHUNK];
+        if sstep == 1 {
+            for &(t, at) in taps {
+                let s = &src[at + m0..][..CHUNK];
+                for (a, &v) in acc.iter_mut().zip(s) {
+                    *a += t * v;
+                }
+            }
+        } else {
+            for &(t, at) in taps {
+                let s = &src[at + m0 * sstep..];
+                for (k, a) in acc.iter_mut().enumerate() {
+                    *a += t * s[k * sstep];
+                }
+            }
+        }
+        out.copy_from_slice(&acc[..out.len()]);
+    }
 }
 
 /// `upfirdn2d` of every `H x W` plane of `x` into the `H_out x W_out` planes of `y`
 /// (overwritten) by the geometry `g` (whose `out_size` must hold) and the `fH x fW`
 /// filter `f`. FP32 accumulation; only the taps that meet an input sample are summed
-/// (polyphase: the zero-inserted rows and columns are skipped). Each filter tap is one
-/// multiply-add pass along an output row over the plane's rows copied once into zero-padded
-/// rows, so the inner loops are branch-free (and vector loops where the strides are 1).
+/// (polyphase: the zero-inserted rows and columns are skipped). The plane's rows are copied
+/// once into zero-padded rows; each output row is computed per column phase, a chunk of
+/// outputs at a time over every tap of that phase, branch-free.
 ///
 /// # Panics
 /// If the lengths disagree with `g`.
@@ -499,52 +538,58 @@ pub fn upfirdn2d(x: &[f32], f: &[f32], g: &Upfirdn2d, y: &mut [f32]) {
     }
     let taps = g.taps(f);
     let (uy, dy, py0) = (g.up[0] as i64, g.down[0] as i64, g.pad[0]);
-    let (plan, step, sstep, pw, offset) = column_plan(g, wo);
+    let plan = column_plan(g, wo);
+    let pw = plan.width;
     y.par_chunks_mut(out_plane)
         .zip(x.par_chunks(plane))
-        .for_each_init(Vec::new, |padded, (y, x)| {
-            // The plane's rows, each inside a zero-padded row of `pw`.
-            padded.clear();
-            padded.resize(h * pw, 0.0f32);
-            for (dst, src) in padded.chunks_mut(pw).zip(x.chunks(w)) {
-                dst[offset..offset + w].copy_from_slice(src);
-            }
-            let padded = &padded[..];
-            crate::simd::wide(
-                #[inline(always)]
-                |_| {
-                    for (oy, yrow) in y.chunks_mut(wo).enumerate() {
-                        yrow.fill(0.0);
-                        let base = oy as i64 * dy - py0;
-                        let mut i = (-base).rem_euclid(uy);
-                        let mut sy = (base + i).div_euclid(uy);
-                        while i < fh as i64 && sy < h as i64 {
-                            if sy >= 0 {
-                                let src = &padded[sy as usize * pw..][..pw];
-                                let trow = &taps[i as usize * fw..][..fw];
-                                for (tap, &t) in plan.iter().zip(trow) {
-                                    let Some(c) = *tap else { continue };
-                                    if step == 1 && sstep == 1 {
-                                        let out = &mut yrow[c.ox0..][..c.count];
-                                        for (o, &v) in out.iter_mut().zip(&src[c.s0..][..c.count]) {
-                                            *o += t * v;
-                                        }
-                                    } else {
-                                        let outs = yrow[c.ox0..].iter_mut().step_by(step);
-                                        let ins = src[c.s0..].iter().step_by(sstep);
-                                        for (o, &v) in outs.zip(ins).take(c.count) {
-                                            *o += t * v;
+        .for_each_init(
+            || (Vec::new(), Vec::new(), Vec::new()),
+            |(padded, phase_taps, out), (y, x)| {
+                // The plane's rows inside zero-padded rows of `pw`, plus one row of slack.
+                padded.clear();
+                padded.resize((h + 1) * pw, 0.0f32);
+                for (dst, src) in padded.chunks_mut(pw).zip(x.chunks(w)) {
+                    dst[plan.offset..plan.offset + w].copy_from_slice(src);
+                }
+                let padded = &padded[..];
+                crate::simd::wide(
+                    #[inline(always)]
+                    |_| {
+                        for (oy, yrow) in y.chunks_mut(wo).enumerate() {
+                            let base = oy as i64 * dy - py0;
+                            for phase in 0..plan.step.min(wo) {
+                                // Every (row, column) tap of this output phase.
+                                phase_taps.clear();
+                                let mut count = (wo - phase).div_ceil(plan.step);
+                                let mut i = (-base).rem_euclid(uy);
+                                let mut sy = (base + i).div_euclid(uy);
+                                while i < fh as i64 && sy < h as i64 {
+                                    if sy >= 0 {
+                                        let trow = &taps[i as usize * fw..][..fw];
+                                        for (tap, &t) in plan.taps.iter().zip(trow) {
+                                            if let Some(c) = tap.filter(|c| c.ox0 == phase) {
+                                                phase_taps.push((t, sy as usize * pw + c.s0));
+                                                count = c.count;
+                                            }
                                         }
                                     }
+                                    i += uy;
+                                    sy += 1;
+                                }
+                                out.clear();
+                                out.resize(count, 0.0f32);
+                                tap_sums(padded, phase_taps, plan.sstep, out);
+                                for (o, &v) in
+                                    yrow[phase..].iter_mut().step_by(plan.step).zip(&out[..])
+                                {
+                                    *o = v;
                                 }
                             }
-                            i += uy;
-                            sy += 1;
                         }
-                    }
-                },
-            )
-        });
+                    },
+                )
+            },
+        );
 }
 
 #[cfg(test)]

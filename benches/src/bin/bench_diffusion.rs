@@ -230,15 +230,16 @@ fn resblock_cpu(peak: f64) {
     }
 }
 
-/// The sampler steps and `modulate` on 8 Mi elements, in GB/s of the bytes they must move.
-fn elementwise_cpu(copy_gbs: f64) {
+/// The sampler steps and `modulate` on 8 Mi elements, in GB/s of the bytes they must move,
+/// each timed interleaved with a 256 MiB copy (the bandwidth of this VM drifts).
+fn elementwise_cpu() {
     println!();
     println!(
         "## samplers and modulate, F32, 8 Mi elements (GB/s of inputs read + outputs written once)"
     );
     println!();
-    println!("| op | bytes/elem | ms | GB/s | of copy |");
-    println!("|---|---|---|---|---|");
+    println!("| op | bytes/elem | ms | GB/s | copy GB/s (same rounds) | of copy |");
+    println!("|---|---|---|---|---|---|");
     let n = 8 << 20;
     let dev = Device::Cpu;
     let x = tensor(dev, &values(n, 1, 1.0), 1024, n / 1024, Dtype::F32);
@@ -253,43 +254,44 @@ fn elementwise_cpu(copy_gbs: f64) {
     );
     let (mut y, mut z) = (Tensor::default(), Tensor::default());
     let c = Dpmpp2mCoefficients::new(5.0, 3.0, 2.0).expect("coefficients");
-    let mut rows_out: Vec<(&str, usize, f64)> = Vec::new();
-    rows_out.push((
-        "ddim_step",
-        12,
-        best_secs(dev, 5, || {
-            ops::ddim_step(&x, &e, 0.3, 0.6, 0.0, &mut y).expect("ddim")
-        }),
-    ));
-    rows_out.push((
-        "euler_step",
-        12,
-        best_secs(dev, 5, || {
-            ops::euler_step(&x, &e, 2.0, 1.5, &mut y).expect("euler")
-        }),
-    ));
-    rows_out.push((
-        "dpmpp_2m_step",
-        20,
-        best_secs(dev, 5, || {
-            ops::dpmpp_2m_step(&x, &e, &p, 3.0, c, &mut y, &mut z).expect("dpmpp")
-        }),
-    ));
-    rows_out.push((
-        "modulate (D = 1152)",
-        8,
-        best_secs(dev, 5, || {
-            ops::modulate(&xm, &sc, &sh, &mut y).expect("modulate")
-        }),
-    ));
-    for (name, bytes, secs) in rows_out {
+    let copy_len = 256 << 20;
+    let (src, mut dst) = (vec![1u8; copy_len], vec![0u8; copy_len]);
+    let mut copy = || brotensor_cpu::cast::copy(&mut dst, &src);
+    let report = |name: &str, bytes: usize, op: &mut dyn FnMut(), copy: &mut dyn FnMut()| {
+        let (secs, copy_secs) = brotensor_benches::best_secs_paired(dev, 5, op, copy);
         let gbs = (bytes * n) as f64 / secs / 1e9;
+        let copy_gbs = 2.0 * copy_len as f64 / copy_secs / 1e9;
         println!(
-            "| {name} | {bytes} | {:.2} | {gbs:.1} | {:.2} |",
+            "| {name} | {bytes} | {:.2} | {gbs:.1} | {copy_gbs:.1} | {:.2} |",
             secs * 1e3,
             gbs / copy_gbs
         );
-    }
+    };
+    report(
+        "ddim_step",
+        12,
+        &mut || ops::ddim_step(&x, &e, 0.3, 0.6, 0.0, &mut y).expect("ddim"),
+        &mut copy,
+    );
+    report(
+        "euler_step",
+        12,
+        &mut || ops::euler_step(&x, &e, 2.0, 1.5, &mut y).expect("euler"),
+        &mut copy,
+    );
+    let mut y2 = Tensor::default();
+    report(
+        "dpmpp_2m_step",
+        20,
+        &mut || ops::dpmpp_2m_step(&x, &e, &p, 3.0, c, &mut y2, &mut z).expect("dpmpp"),
+        &mut copy,
+    );
+    report(
+        "modulate (D = 1152)",
+        8,
+        &mut || ops::modulate(&xm, &sc, &sh, &mut y2).expect("modulate"),
+        &mut copy,
+    );
 }
 
 /// `upfirdn2d` with a 12x12 filter, up 2, and a modulated convolution, in GFLOP/s.
@@ -398,17 +400,13 @@ fn main() {
     let devices = selected_devices();
     if devices.contains(&Device::Cpu) {
         let peak = cpu_fp32_peak_gflops();
-        let copy_len = 256 << 20;
-        let (src, mut dst) = (vec![1u8; copy_len], vec![0u8; copy_len]);
-        let copy_secs = best_secs(Device::Cpu, 2, || brotensor_cpu::cast::copy(&mut dst, &src));
-        let copy_gbs = 2.0 * copy_len as f64 / copy_secs / 1e9;
         println!(
             "# bench_diffusion: {} threads",
             rayon::current_num_threads()
         );
-        println!("# FP32 peak {peak:.1} GFLOP/s; copy bandwidth {copy_gbs:.1} GB/s (read + write)");
+        println!("# FP32 peak {peak:.1} GFLOP/s");
         resblock_cpu(peak);
-        elementwise_cpu(copy_gbs);
+        elementwise_cpu();
         stylegan_cpu(peak);
     }
     for dev in devices.into_iter().filter(|d| *d != Device::Cpu) {
