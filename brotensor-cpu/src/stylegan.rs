@@ -525,12 +525,7 @@ pub fn upfirdn2d(x: &[f32], f: &[f32], g: &Upfirdn2d, y: &mut [f32]) {
     assert!(
         f.len() == fh * fw
             && (plane == 0 || x.len().is_multiple_of(plane))
-            && y.len()
-                == if plane == 0 {
-                    0
-                } else {
-                    x.len() / plane * out_plane
-                },
+            && y.len() == x.len().checked_div(plane).unwrap_or(0) * out_plane,
         "upfirdn2d: lengths"
     );
     if y.is_empty() {

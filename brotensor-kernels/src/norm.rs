@@ -168,7 +168,7 @@ fn group_norm_kernel<F: Float>(
             let xh = (f32::cast_from(x[base + j]) - mu) * r;
             let v = xh * f32::cast_from(gamma[ch]) + f32::cast_from(beta[ch]);
             if silu {
-                y[base + j] = F::cast_from(v / (1.0f32 + (-1.0f32 * v).exp()));
+                y[base + j] = F::cast_from(v / (1.0f32 + (-v).exp()));
             } else {
                 y[base + j] = F::cast_from(v);
             }

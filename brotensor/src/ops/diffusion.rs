@@ -165,7 +165,7 @@ pub fn ddim_step(
         f64::from(alpha_prev),
         f64::from(sigma_t),
     );
-    if !(at > 0.0 && at <= 1.0) || !(0.0..=1.0).contains(&ap) {
+    if !(at > 0.0 && at <= 1.0 && (0.0..=1.0).contains(&ap)) {
         return Err(Error::invalid(
             op,
             format!("`alpha_t` must be in (0, 1] and `alpha_prev` in [0, 1], got {alpha_t} and {alpha_prev}"),
@@ -428,7 +428,7 @@ fn check_block(
     super::conv::check_nchw(op, d)?;
     check_activation(op, "x", x, d)?;
     let g = spec.num_groups;
-    if g == 0 || d.c % g != 0 || c_out % g != 0 {
+    if g == 0 || !d.c.is_multiple_of(g) || !c_out.is_multiple_of(g) {
         return Err(Error::invalid(
             op,
             format!(
@@ -746,14 +746,14 @@ pub fn resblock_backward(
         dgamma1,
         dbeta1,
         dw1,
-        mut db1,
-        mut dt_emb_shift,
+        db1,
+        dt_emb_shift,
         dgamma2,
         dbeta2,
         dw2,
-        mut db2,
-        mut dw_skip,
-        mut db_skip,
+        db2,
+        dw_skip,
+        db_skip,
     } = grads;
     let mut operands = block_operands(x, block);
     operands.extend([
@@ -818,7 +818,7 @@ pub fn resblock_backward(
     super::silu_forward(&a2, &mut h2)?;
     let dy = dy.reshaped(out.n, out.c * hw)?;
     // Second convolution.
-    if let Some(db2) = db2.as_deref_mut() {
+    if let Some(db2) = db2 {
         be.conv2d_backward_bias(op, (out.n, out.c, hw), &dy, db2)?;
     }
     be.conv2d_backward_weight(op, &g.conv2, &h2, &dy, dw2)?;
@@ -839,10 +839,10 @@ pub fn resblock_backward(
         dbeta2,
     )?;
     // First convolution and the time shift.
-    if let Some(db1) = db1.as_deref_mut() {
+    if let Some(db1) = db1 {
         be.conv2d_backward_bias(op, (out.n, out.c, hw), &dc1, db1)?;
     }
-    if let (Some(dts), Some(t)) = (dt_emb_shift.as_deref_mut(), b.t_emb_shift) {
+    if let (Some(dts), Some(t)) = (dt_emb_shift, b.t_emb_shift) {
         let per_sample = t.numel() == out.n * out.c && out.n > 1;
         let sizes = if per_sample {
             (1, out.n * out.c, hw)
@@ -871,10 +871,10 @@ pub fn resblock_backward(
     // The skip.
     match b.w_skip {
         Some(w) => {
-            if let Some(dbs) = db_skip.as_deref_mut() {
+            if let Some(dbs) = db_skip {
                 be.conv2d_backward_bias(op, (out.n, out.c, hw), &dy, dbs)?;
             }
-            if let Some(dws) = dw_skip.as_deref_mut() {
+            if let Some(dws) = dw_skip {
                 be.conv2d_backward_weight(op, &g.skip, &xf, &dy, dws)?;
             }
             let mut ds = scratch(&be, d, dt)?;

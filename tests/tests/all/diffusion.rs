@@ -341,6 +341,17 @@ fn block_tol(dtype: Dtype) -> (f32, f32) {
     }
 }
 
+/// A forward case: name, sizes, the range of `x`, a 1x1 skip, a per-sample time shift, and
+/// the tolerance.
+type ForwardCase = (
+    &'static str,
+    Sizes,
+    (f32, f32),
+    bool,
+    bool,
+    fn(Dtype) -> (f32, f32),
+);
+
 #[test]
 fn resblock_forward_against_the_float64_chain() {
     let s = Sizes {
@@ -359,7 +370,7 @@ fn resblock_forward_against_the_float64_chain() {
         Dtype::F32 => (1e-2, 0.0),
         d => block_tol(d),
     };
-    let cases: [(&str, Sizes, (f32, f32), bool, bool, fn(Dtype) -> (f32, f32)); 3] = [
+    let cases: [ForwardCase; 3] = [
         (
             "1x1 skip, per-sample t",
             s,

@@ -119,7 +119,6 @@ fn upfirdn_cases() -> Vec<(&'static str, Dims, (usize, usize), Upfirdn2dSpec)> {
                 pad: [1, 1, 0, 2],
                 flip_filter: true,
                 gain: 0.5,
-                ..base
             },
         ),
         (
@@ -528,8 +527,8 @@ fn filtered_lrelu_against_float64_and_finite_differences() {
         slope: 0.2,
         clamp: Some(1.5),
     };
-    let out_w = (w * 2 + 3 - (fu.1 - 1) - (fd.1 - 1) + 1) / 2;
-    let out_h = (h * 2 + 3 - (fu.0 - 1) - (fd.0 - 1) + 1) / 2;
+    let out_w = (w * 2 + 3 - (fu.1 - 1) - (fd.1 - 1)).div_ceil(2);
+    let out_h = (h * 2 + 3 - (fu.0 - 1) - (fd.0 - 1)).div_ceil(2);
     let ins = [
         Input::new(n, c * h * w, -1.0, 1.0),
         Input::new(fu.0, fu.1, 0.0, 0.5),

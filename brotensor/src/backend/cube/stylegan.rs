@@ -143,7 +143,7 @@ impl<R: Runtime> StyleganOps for CubeBackend<R> {
         let (xh, fh, yh) = (out_handle(x), out_handle(f), out_handle(y));
         let out = g.out_size().map_err(|e| Error::shape(name, e))?;
         let plane = g.input[0] * g.input[1];
-        let planes = if plane == 0 { 0 } else { x.numel() / plane };
+        let planes = x.numel().checked_div(plane).unwrap_or(0);
         let geometry = UpfirdnGeometry {
             input: g.input,
             out,
