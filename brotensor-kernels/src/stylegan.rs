@@ -183,7 +183,9 @@ fn modulate_weights_kernel<F: Float>(
 }
 
 /// The per-sample weights of `modulated_conv2d`: `wmod[n, o] = w[o] s[n] dcoef[n, o]` with
-/// `dcoef = 1 / sqrt(sum (w s)^2 + eps)` under demodulation (`demod_eps`), else 1.
+/// `dcoef = 1 / sqrt(sum (w s)^2 + eps)` under demodulation (`demod_eps`), else 1. One unit
+/// walks a weight row twice, so on lavapipe (see the crate docs) a row of `C_in kH kW` must
+/// stay under about 32 thousand elements (StyleGAN's 512 x 3 x 3 is 4608).
 pub fn launch_modulate_weights<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     (w, s, wmod, dcoef): (&Handle, &Handle, &Handle, &Handle),

@@ -737,3 +737,49 @@ fn methods_match_the_functions_and_keep_4d() {
     assert_eq!(z.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
     assert!(xt.reshape(&[120]).unwrap().bias_act(None, &p).is_err());
 }
+
+#[test]
+fn empty_batches_give_empty_outputs() {
+    let x = Tensor::zeros(0, 2 * 16, Dtype::F32).unwrap();
+    let f = Tensor::zeros(2, 2, Dtype::F32).unwrap();
+    let dims = (0, 2, 4, 4);
+    let mut y = Tensor::default();
+    let up = Upfirdn2dSpec {
+        up: [2, 2],
+        ..Upfirdn2dSpec::IDENTITY
+    };
+    ops::upfirdn2d_forward(&x, &f, dims, &up, &mut y).unwrap();
+    assert_eq!(y.dims(), [0, 2 * 7 * 7]);
+    let mut dx = Tensor::default();
+    ops::upfirdn2d_backward(&y, &f, dims, &up, &mut dx).unwrap();
+    assert_eq!(dx.dims(), [0, 32]);
+    let p = BiasAct {
+        act: BiasActivation::LeakyRelu { alpha: 0.2 },
+        gain: 1.0,
+        clamp: None,
+    };
+    let mut db = Tensor::zeros(2, 1, Dtype::F32).unwrap();
+    ops::bias_act_backward(&x, &x, None, (0, 2, 16), &p, &mut dx, Some(&mut db)).unwrap();
+    assert_eq!(db.to_vec::<f32>().unwrap(), [0.0, 0.0]);
+    // A modulated convolution of no samples: empty outputs, the weight gradient untouched.
+    let w = Tensor::zeros(3, 2 * 9, Dtype::F32).unwrap();
+    let s = Tensor::zeros(0, 2, Dtype::F32).unwrap();
+    let spec = ModulatedConv2dSpec {
+        kernel: [3, 3],
+        padding: [1, 1],
+        demodulate: true,
+        eps: 1e-8,
+    };
+    let mut dcoef = Tensor::default();
+    ops::modulated_conv2d_forward(&x, &w, &s, dims, 3, &spec, &mut dcoef, &mut y).unwrap();
+    assert_eq!((dcoef.numel(), y.numel()), (0, 0));
+    let mut dw = Tensor::zeros(3, 18, Dtype::F32).unwrap();
+    ops::fill(&mut dw, 0.5).unwrap();
+    let mut ds = Tensor::default();
+    ops::modulated_conv2d_backward(
+        &x, &w, &s, &dcoef, &y, dims, 3, &spec, &mut dx, &mut dw, &mut ds,
+    )
+    .unwrap();
+    assert_eq!(ds.dims(), [0, 2]);
+    assert!(dw.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.5));
+}
