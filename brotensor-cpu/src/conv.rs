@@ -717,6 +717,31 @@ mod tests {
         }
     }
 
+    /// A large depthwise output (16 MiB, the size from which element-wise ops stream), rows
+    /// of odd widths, strides 1 and 2.
+    #[test]
+    fn depthwise_streamed_rows_match_the_float64_definition() {
+        for (w, stride) in [(257, 1), (515, 2)] {
+            let spec = Conv2dSpec {
+                padding: [1, 1],
+                stride: [1, stride],
+                groups: 64,
+                ..Conv2dSpec::new([3, 3])
+            };
+            let conv = Conv2d::new(Nchw::new(1, 64, 256, w), 64, spec).expect("valid");
+            let [nx, nw, ny] = conv.lens;
+            assert!(ny * 4 >= crate::stream::STREAM_MIN_BYTES, "16 MiB");
+            let (x, wt, b) = (values(nx, 3), values(nw, 4), values(64, 5));
+            let mut y = vec![f32::NAN; ny];
+            conv2d_forward(&conv, &x, &wt, Some(&b), &mut y);
+            close(
+                &y,
+                &reference(&conv, &x, &wt, Some(&b)),
+                &format!("depthwise W {w} stride {stride}"),
+            );
+        }
+    }
+
     /// Each gradient element against the float64 forward: the forward is linear in `x` and
     /// in `w`, so the gradient of `<conv(x, w), dy>` with respect to one element is `dy`
     /// dotted with the reference forward of a one-hot input (or weight).
