@@ -73,13 +73,12 @@ else
 fi
 step bench_dense_tiled env BROTENSOR_CMMA=0 BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_dense"
 step bench_attention_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_attention_gpu"
-# The convolution shapes of issue 25 in F32/F16/BF16 (torch_peer.py times cuDNN on them).
+# The convolution shapes of issue 25 in F32/F16/BF16 (torch_peer.py times cuDNN on them),
+# then the diffusion residual block of issue 28 fused and unfused (torch_peer.py times
+# torch's chain).
 step bench_conv_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_conv"
 # The image-space ops of issue 26 in F32/F16 (torch_peer.py times torch on the same ops).
 step bench_image_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_image"
-# The residual block of issue 28 fused and unfused in F32/F16/BF16 (torch_peer.py times the
-# same chain in torch).
-step bench_diffusion_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_diffusion"
 step torch_peer python3 "$here/torch_peer.py"
 
 echo

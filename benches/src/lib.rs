@@ -2,6 +2,8 @@
 
 use std::time::Instant;
 
+pub mod resblock;
+
 use brotensor::Device;
 
 /// Best seconds per call of `f` over 5 batches of `reps` calls after one warm-up call, with

@@ -288,6 +288,8 @@ fn main() {
     let devices = selected_devices();
     for dev in devices.iter().filter(|d| **d != Device::Cpu) {
         gpu_table(*dev);
+        // The diffusion residual block (issue 28), fused and unfused, where the kit runs.
+        brotensor_benches::resblock::gpu_table(*dev);
     }
     if !devices.contains(&Device::Cpu) {
         return;
