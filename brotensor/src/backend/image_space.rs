@@ -5,7 +5,9 @@
 
 use super::OnDevice;
 use crate::{Error, Result, Tensor};
-pub(crate) use brotensor_cpu::pad::{PadMode, Unfold2d};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) use brotensor_cpu::pad::PadMode;
+pub(crate) use brotensor_cpu::pad::Unfold2d;
 pub(crate) use brotensor_cpu::pooling::MaxPool2d;
 pub(crate) use brotensor_cpu::resize::{AxisAdjoint, AxisTable};
 

@@ -43,7 +43,9 @@ pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 pub(crate) use embedding::EmbeddingOps;
 pub(crate) use flash::{FlashAttentionOps, FlashSpec, SeqLens};
 pub(crate) use flash_grad::FlashAttentionGradOps;
-pub(crate) use image_space::{AxisAdjoint, AxisTable, ImageSpaceOps, MaxPool2d, PadMode, Unfold2d};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) use image_space::PadMode;
+pub(crate) use image_space::{AxisAdjoint, AxisTable, ImageSpaceOps, MaxPool2d, Unfold2d};
 pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use loss::{LossIo, LossOps};
 pub(crate) use norm::{BatchNormStats, LayerNormCaches, NormOps};
