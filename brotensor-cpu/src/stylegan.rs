@@ -6,6 +6,8 @@
 
 use rayon::prelude::*;
 
+use crate::stream::{streaming, write_map, StreamedIter};
+
 /// The activation of [`bias_act`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum BiasActivation {
@@ -101,20 +103,38 @@ pub fn bias_act(
     if plane == 0 || channels == 0 {
         return;
     }
-    y.par_chunks_mut(plane)
-        .zip(x.par_chunks(plane))
-        .enumerate()
-        .for_each(|(q, (y, x))| {
-            let bias = b.map_or(0.0, |b| b[q % channels]);
-            crate::simd::wide(
-                #[inline(always)]
-                |_| {
-                    for (y, &v) in y.iter_mut().zip(x) {
-                        *y = p.forward(v + bias);
-                    }
-                },
-            )
-        });
+    // One branch-free form for every parameter set (linear: slope 1; no clamp: infinite
+    // bounds), so the loop vectorizes; large outputs are written with streaming stores.
+    let alpha = match p.act {
+        BiasActivation::Linear => 1.0,
+        BiasActivation::LeakyRelu { alpha } => alpha,
+    };
+    let bound = p.clamp.unwrap_or(f32::INFINITY);
+    let gain = p.gain;
+    streaming(y.len(), 4, |streaming| {
+        y.par_chunks_mut(plane)
+            .zip(x.par_chunks(plane))
+            .enumerate()
+            .for_each_streamed(streaming, |stream, (q, (y, x))| {
+                let bias = b.map_or(0.0, |b| b[q % channels]);
+                crate::simd::wide(
+                    #[inline(always)]
+                    |_| {
+                        write_map(
+                            stream,
+                            y,
+                            x,
+                            #[inline(always)]
+                            |v| {
+                                let t = v + bias;
+                                let a = if t > 0.0 { t } else { t * alpha };
+                                (a * gain).clamp(-bound, bound)
+                            },
+                        )
+                    },
+                )
+            });
+    });
 }
 
 /// [`bias_act`]'s input gradient: `dx = dy gain act'(x + b[c])`, zero where the clamp cut

@@ -148,6 +148,21 @@ pub struct ModSizes {
     pub taps: usize,
 }
 
+/// `w'[n, o, j] = w[o, j] s[n, i]`, element `j = i taps + k` of weight row `o` modulated
+/// by sample `n`'s style of its input channel.
+#[cube]
+fn modulated<F: Float>(
+    w: &Array<F>,
+    s: &Array<F>,
+    n: usize,
+    o: usize,
+    j: usize,
+    c_in: usize,
+    taps: usize,
+) -> f32 {
+    f32::cast_from(w[o * c_in * taps + j]) * f32::cast_from(s[n * c_in + j / taps])
+}
+
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn modulate_weights_kernel<F: Float>(
@@ -167,7 +182,7 @@ fn modulate_weights_kernel<F: Float>(
         let row = c_in * taps;
         let mut sq = 0.0f32;
         for j in 0..row {
-            let v = f32::cast_from(w[o * row + j]) * f32::cast_from(s[n * c_in + j / taps]);
+            let v = modulated::<F>(w, s, n, o, j, c_in, taps);
             sq += v * v;
         }
         let mut d = 1.0f32;
@@ -176,7 +191,7 @@ fn modulate_weights_kernel<F: Float>(
         }
         dcoef[r] = F::cast_from(d);
         for j in 0..row {
-            let v = f32::cast_from(w[o * row + j]) * f32::cast_from(s[n * c_in + j / taps]);
+            let v = modulated::<F>(w, s, n, o, j, c_in, taps);
             wmod[r * row + j] = F::cast_from(v * d);
         }
     }
@@ -196,13 +211,14 @@ pub fn launch_modulate_weights<R: Runtime, F: Float + CubeElement>(
     let row = extent("C_in*kH*kW", &[m.c_in, m.taps])?;
     let wlen = extent("C_out*C_in*kH*kW", &[m.c_out, row])?;
     let mlen = extent("N*C_out*C_in*kH*kW", &[rows, row])?;
-    check_u32(&[("wmod", mlen), ("s", m.n.saturating_mul(m.c_in))])?;
+    let slen = extent("N*C_in", &[m.n, m.c_in])?;
+    check_u32(&[("wmod", mlen), ("s", slen)])?;
     if rows == 0 {
         return Ok(());
     }
     let e = core::mem::size_of::<F>();
     let wb = Buf::new("w", w, wlen, e)?.nonempty();
-    let sb = Buf::new("s", s, m.n * m.c_in, e)?.nonempty();
+    let sb = Buf::new("s", s, slen, e)?.nonempty();
     let mb = Buf::new("wmod", wmod, mlen, e)?.nonempty();
     let db = Buf::new("dcoef", dcoef, rows, e)?;
     let (count, dim) = grid_1d(client, rows)?;
@@ -249,12 +265,12 @@ fn modulate_weights_grad_kernel<F: Float>(
             let d = f32::cast_from(dcoef[r]);
             let mut g = 0.0f32;
             for j in 0..row {
-                let wp = f32::cast_from(w[o * row + j]) * f32::cast_from(s[n * c_in + j / taps]);
+                let wp = modulated::<F>(w, s, n, o, j, c_in, taps);
                 g += f32::cast_from(dwmod[r * row + j]) * wp;
             }
             let k = g * d * d * d;
             for j in 0..row {
-                let wp = f32::cast_from(w[o * row + j]) * f32::cast_from(s[n * c_in + j / taps]);
+                let wp = modulated::<F>(w, s, n, o, j, c_in, taps);
                 dwp[r * row + j] = f32::cast_from(dwmod[r * row + j]) * d - k * wp;
             }
         } else {

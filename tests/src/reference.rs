@@ -130,3 +130,32 @@ pub fn all_forms(
         map1(f),
     );
 }
+
+/// Central finite differences of `<dy, f(v)>` with respect to every element of the inputs
+/// `which` of `v`, in float64 (step `1e-5 (1 + |v|)`): the reference gradients of an op whose
+/// float64 forward `f` is written in the test.
+pub fn finite_differences(
+    v: &[Vec<f64>],
+    dy: &[f64],
+    which: &[usize],
+    f: impl Fn(&[Vec<f64>]) -> Vec<f64>,
+) -> Vec<Vec<f64>> {
+    let loss = |v: &[Vec<f64>]| f(v).iter().zip(dy).map(|(a, b)| a * b).sum::<f64>();
+    let mut work = v.to_vec();
+    which
+        .iter()
+        .map(|&k| {
+            (0..v[k].len())
+                .map(|i| {
+                    let h = 1e-5 * (1.0 + v[k][i].abs());
+                    work[k][i] = v[k][i] + h;
+                    let up = loss(&work);
+                    work[k][i] = v[k][i] - h;
+                    let down = loss(&work);
+                    work[k][i] = v[k][i];
+                    (up - down) / (2.0 * h)
+                })
+                .collect()
+        })
+        .collect()
+}

@@ -9,7 +9,9 @@
 //! `cargo run --release -p brotensor-benches --features candle --bin bench_diffusion`
 //! (`BROTENSOR_BENCH_DEVICES=cpu` for the CPU tables only).
 
-use brotensor::ops::{self, Dpmpp2mCoefficients, ModulatedConv2dSpec, Upfirdn2dSpec};
+use brotensor::ops::{
+    self, BiasAct, BiasActivation, Dpmpp2mCoefficients, ModulatedConv2dSpec, Upfirdn2dSpec,
+};
 use brotensor::{Device, Dtype, Tensor};
 #[cfg(feature = "candle")]
 use brotensor_benches::best_secs_paired;
@@ -185,6 +187,21 @@ fn elementwise_cpu() {
         "dpmpp_2m_step",
         20,
         &mut || ops::dpmpp_2m_step(&x, &e, &p, 3.0, c, &mut y2, &mut z).expect("dpmpp"),
+        &mut copy,
+    );
+    // bias_act as StyleGAN runs it: 8 x 64 channels of 128 x 128, lrelu, gain sqrt 2, clamp.
+    let b = tensor(dev, &values(64, 7, 0.5), 64, 1, Dtype::F32);
+    let act = BiasAct {
+        act: BiasActivation::LeakyRelu { alpha: 0.2 },
+        gain: std::f32::consts::SQRT_2,
+        clamp: Some(256.0),
+    };
+    report(
+        "bias_act_forward (lrelu, C = 64)",
+        8,
+        &mut || {
+            ops::bias_act_forward(&x, Some(&b), (8, 64, n / 512), &act, &mut y).expect("bias_act")
+        },
         &mut copy,
     );
     report(

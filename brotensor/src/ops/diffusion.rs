@@ -409,6 +409,8 @@ pub struct ResBlockGrads<'a> {
 
 /// The checked geometry of a residual block: its two 3x3 convolutions and the 1x1 skip.
 struct Geometry {
+    /// `N * C_out`: the output planes (and the per-sample time shifts).
+    planes_out: usize,
     conv1: Conv2d,
     conv2: Conv2d,
     skip: Conv2d,
@@ -463,8 +465,9 @@ fn check_block(
             check_values(op, (name, t), c_out, like)?;
         }
     }
+    let planes_out = super::checked_product(op, "N*C_out", &[d.n, c_out])?;
     if let Some(t) = b.t_emb_shift {
-        if t.numel() != c_out && t.numel() != d.n * c_out {
+        if t.numel() != c_out && t.numel() != planes_out {
             return Err(Error::shape(
                 op,
                 format!(
@@ -498,6 +501,7 @@ fn check_block(
     }
     let hw = d.plane().map_err(|e| Error::shape(op, e))?;
     Ok(Geometry {
+        planes_out,
         conv1,
         conv2,
         skip,
@@ -843,9 +847,9 @@ pub fn resblock_backward(
         be.conv2d_backward_bias(op, (out.n, out.c, hw), &dc1, db1)?;
     }
     if let (Some(dts), Some(t)) = (dt_emb_shift, b.t_emb_shift) {
-        let per_sample = t.numel() == out.n * out.c && out.n > 1;
+        let per_sample = t.numel() == g.planes_out && out.n > 1;
         let sizes = if per_sample {
-            (1, out.n * out.c, hw)
+            (1, g.planes_out, hw)
         } else {
             (out.n, out.c, hw)
         };

@@ -294,18 +294,17 @@ fn filter_dims(
     }
 }
 
-/// Checks one `upfirdn2d` pass of `x` (named `x_name`, of `d`) and gives its geometry and
-/// output dims.
+/// Checks one `upfirdn2d` pass over planes of `d` with the filter `f` (of `like`'s dtype) and
+/// gives its geometry and output dims. The activations are checked by the caller.
 fn upfirdn_geometry(
     op: &'static str,
-    (x_name, x): (&'static str, &Tensor),
     (f_name, f): (&'static str, &Tensor),
+    like: (&'static str, &Tensor),
     d: Nchw,
     spec: &Upfirdn2dSpec,
 ) -> Result<(Upfirdn2d, Nchw)> {
     super::conv::check_nchw(op, d)?;
-    check_activation(op, x_name, x, d)?;
-    let filter = filter_dims(op, f_name, f, (x_name, x))?;
+    let filter = filter_dims(op, f_name, f, like)?;
     if !spec.gain.is_finite() {
         return Err(Error::invalid(
             op,
@@ -351,7 +350,9 @@ pub fn upfirdn2d_forward(
 ) -> Result<()> {
     let op = "upfirdn2d_forward";
     let be = dispatch(op, &[input("x", x).float(), input("f", f), written("y", y)])?;
-    let (g, out) = upfirdn_geometry(op, ("x", x), ("f", f), dims.into(), spec)?;
+    let d = dims.into();
+    check_activation(op, "x", x, d)?;
+    let (g, out) = upfirdn_geometry(op, ("f", f), ("x", x), d, spec)?;
     be.out("y", y, &output_dims(x, out), x.dtype())?;
     run_upfirdn(op, &be, &g, (x, f), y)
 }
@@ -374,14 +375,9 @@ pub fn upfirdn2d_backward(
         &[input("dy", dy).float(), input("f", f), written("dx", dx)],
     )?;
     let d: Nchw = dims.into();
-    super::conv::check_nchw(op, d)?;
-    let filter = filter_dims(op, "f", f, ("dy", dy))?;
-    let g = spec.geometry([d.h, d.w], filter);
-    let [ho, wo] = g.out_size().map_err(|e| Error::shape(op, e))?;
-    let out = Nchw::new(d.n, d.c, ho, wo);
-    super::conv::check_nchw(op, out)?;
+    let (g, out) = upfirdn_geometry(op, ("f", f), ("dy", dy), d, spec)?;
     check_activation(op, "dy", dy, out)?;
-    let adjoint = g.adjoint([ho, wo]);
+    let adjoint = g.adjoint([out.h, out.w]);
     be.out("dx", dx, &output_dims(dy, d), dy.dtype())?;
     run_upfirdn(op, &be, &adjoint, (dy, f), dx)
 }
@@ -579,10 +575,9 @@ pub fn filtered_lrelu_forward(
     )?;
     let d: Nchw = dims.into();
     let (up, act, down) = spec.stages();
-    let (_, mid) = upfirdn_geometry(op, ("x", x), ("fu", fu), d, &up)?;
-    let fd_dims = filter_dims(op, "fd", fd, ("x", x))?;
-    let down_geometry = down.geometry([mid.h, mid.w], fd_dims);
-    down_geometry.out_size().map_err(|e| Error::shape(op, e))?;
+    check_activation(op, "x", x, d)?;
+    let (_, mid) = upfirdn_geometry(op, ("fu", fu), ("x", x), d, &up)?;
+    upfirdn_geometry(op, ("fd", fd), ("x", x), mid, &down)?;
     let plane = d.plane().map_err(|e| Error::shape(op, e))?;
     let mut biased = Tensor::default();
     bias_act_forward(
@@ -645,8 +640,10 @@ pub fn filtered_lrelu_backward(
     }
     let d: Nchw = dims.into();
     let (up, act, down) = spec.stages();
-    let (_, mid) = upfirdn_geometry(op, ("x", x), ("fu", fu), d, &up)?;
-    let (_, out) = upfirdn_geometry(op, ("up_buf", &caches.up_buf), ("fd", fd), mid, &down)?;
+    check_activation(op, "x", x, d)?;
+    let (_, mid) = upfirdn_geometry(op, ("fu", fu), ("x", x), d, &up)?;
+    check_activation(op, "up_buf", &caches.up_buf, mid)?;
+    let (_, out) = upfirdn_geometry(op, ("fd", fd), ("up_buf", &caches.up_buf), mid, &down)?;
     check_activation(op, "dy", dy, out)?;
     let mid_plane = mid.plane().map_err(|e| Error::shape(op, e))?;
     let plane = d.plane().map_err(|e| Error::shape(op, e))?;

@@ -7,6 +7,7 @@
 
 use brotensor::ops::{self, Dpmpp2mCoefficients, ResBlock, ResBlockGrads, ResBlockSpec};
 use brotensor::{Device, Dtype, Error, Result, Tensor};
+use brotensor_tests::reference::finite_differences;
 use brotensor_tests::{reference_with, tolerance, Check, Input};
 
 #[test]
@@ -486,33 +487,6 @@ fn resblock_forward_int8w_against_the_float64_chain() {
     }
 }
 
-/// Central finite differences of `<dy, f(v)>` with respect to every element of inputs
-/// `0..count` (float64 all the way).
-fn finite_differences(
-    v: &[Vec<f64>],
-    dy: &[f64],
-    count: usize,
-    f: impl Fn(&[Vec<f64>]) -> Vec<f64>,
-) -> Vec<Vec<f64>> {
-    let loss = |v: &[Vec<f64>]| f(v).iter().zip(dy).map(|(a, b)| a * b).sum::<f64>();
-    let mut work = v.to_vec();
-    (0..count)
-        .map(|k| {
-            (0..v[k].len())
-                .map(|i| {
-                    let h = 1e-5 * (1.0 + v[k][i].abs());
-                    work[k][i] = v[k][i] + h;
-                    let up = loss(&work);
-                    work[k][i] = v[k][i] - h;
-                    let down = loss(&work);
-                    work[k][i] = v[k][i];
-                    (up - down) / (2.0 * h)
-                })
-                .collect()
-        })
-        .collect()
-}
-
 /// Rows padded with zeros to one width, as one `(rows, width)` table.
 fn table(rows: &[Vec<f64>]) -> (Vec<f64>, usize) {
     let width = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -602,7 +576,8 @@ fn resblock_backward_against_finite_differences() {
                 Tensor::from_slice_on(t[0].device(), &flat, rows.len(), width)
             },
             |v| {
-                let fd = finite_differences(&v[..12], &v[12], 1 + params, |w| resblock_f64(w, sz));
+                let inputs: Vec<usize> = (0..=params).collect();
+                let fd = finite_differences(&v[..12], &v[12], &inputs, |w| resblock_f64(w, sz));
                 let rows: Vec<Vec<f64>> = fd
                     .into_iter()
                     .enumerate()

@@ -12,6 +12,7 @@ use brotensor::ops::{
     Upfirdn2dSpec,
 };
 use brotensor::{Dtype, Result, Tensor};
+use brotensor_tests::reference::finite_differences;
 use brotensor_tests::{reference_with, Check, Input};
 
 /// `(N, C, H, W)`.
@@ -357,34 +358,6 @@ fn modconv_f64(
         }
     }
     (y, dcoef)
-}
-
-/// Central finite differences of `<dy, f(v)>` with respect to every element of inputs
-/// `which` (float64 all the way).
-fn finite_differences(
-    v: &[Vec<f64>],
-    dy: &[f64],
-    which: &[usize],
-    f: impl Fn(&[Vec<f64>]) -> Vec<f64>,
-) -> Vec<Vec<f64>> {
-    let loss = |v: &[Vec<f64>]| f(v).iter().zip(dy).map(|(a, b)| a * b).sum::<f64>();
-    let mut work = v.to_vec();
-    which
-        .iter()
-        .map(|&k| {
-            (0..v[k].len())
-                .map(|i| {
-                    let h = 1e-5 * (1.0 + v[k][i].abs());
-                    work[k][i] = v[k][i] + h;
-                    let up = loss(&work);
-                    work[k][i] = v[k][i] - h;
-                    let down = loss(&work);
-                    work[k][i] = v[k][i];
-                    (up - down) / (2.0 * h)
-                })
-                .collect()
-        })
-        .collect()
 }
 
 /// The tolerance of chained 16-bit passes (every intermediate stored in the dtype).
