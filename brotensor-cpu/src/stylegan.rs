@@ -128,7 +128,15 @@ pub fn bias_act(
                             |v| {
                                 let t = v + bias;
                                 let a = if t > 0.0 { t } else { t * alpha };
-                                (a * gain).clamp(-bound, bound)
+                                // Selects, not `f32::clamp` (whose bound check stays in
+                                // the loop); NaN passes through as there.
+                                let y = a * gain;
+                                let y = if y > bound { bound } else { y };
+                                if y < -bound {
+                                    -bound
+                                } else {
+                                    y
+                                }
                             },
                         )
                     },
