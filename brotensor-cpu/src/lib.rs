@@ -24,6 +24,7 @@ pub mod image;
 pub mod linear;
 pub mod loss;
 pub mod norm;
+pub mod optim;
 pub mod pad;
 pub mod pooling;
 pub mod quant;

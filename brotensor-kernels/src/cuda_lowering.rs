@@ -427,6 +427,7 @@ fn lower_all(target: Target) -> Option<Lowering> {
     crate::conv::lower_for_cuda(&mut l);
     crate::conv1d::lower_for_cuda(&mut l);
     crate::diffusion::lower_for_cuda(&mut l);
+    crate::optim::lower_for_cuda(&mut l);
     crate::elementwise::lower_for_cuda(&mut l);
     crate::embedding::lower_for_cuda(&mut l);
     crate::flash::lower_for_cuda(&mut l);

@@ -34,6 +34,7 @@ pub mod conv1d;
 #[cfg(test)]
 mod cuda_lowering;
 pub mod diffusion;
+pub mod optim;
 pub mod elementwise;
 pub mod embedding;
 pub mod flash;

@@ -156,6 +156,10 @@ const ALLOWED: &[(&str, &str)] = &[
         "flag: the sampler step writes a second output (diffusion.rs)",
     ),
     (
+        "has_master",
+        "flag: the optimizer step updates an FP32 master copy (optim.rs)",
+    ),
+    (
         "leaky",
         "flag: leaky ReLU (else linear) in bias_act (stylegan.rs)",
     ),

@@ -1008,3 +1008,57 @@ fn diffusion_and_stylegan_lengths_past_memory_are_refused() {
         );
     }
 }
+
+#[test]
+fn optimizer_lengths_past_memory_are_refused() {
+    use brotensor_kernels::optim::{self as ko, Adam};
+    let Some(c) = client() else { return };
+    let (p, g, m, v) = (
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 4),
+    );
+    let too_small =
+        |r: Result<(), LaunchError>| matches!(r, Err(LaunchError::BufferTooSmall { .. }));
+    let s = Adam {
+        lr: 0.1,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        inv_bc1: 10.0,
+        inv_bc2: 1000.0,
+        decay: 1.0,
+    };
+    // `v` holds 4 of the 8 states the step updates; a master of 4 as well.
+    assert!(too_small(ko::launch_adam::<_, f32>(
+        &c,
+        (&p, &g, &m, &v, None),
+        8,
+        s
+    )));
+    assert!(too_small(ko::launch_adam::<_, f32>(
+        &c,
+        (&p, &g, &m, &m, Some(&v)),
+        8,
+        s
+    )));
+    assert!(too_small(ko::launch_sgd::<_, f32>(
+        &c,
+        (&p, &g, &v, None),
+        8,
+        (0.1, 0.9)
+    )));
+    // A length past every buffer, and past the grid.
+    for len in [usize::MAX >> 40, usize::MAX] {
+        assert!(ko::launch_sgd::<_, f32>(&c, (&p, &g, &m, None), len, (0.1, 0.9)).is_err());
+        assert!(ko::launch_adam::<_, f32>(&c, (&p, &g, &m, &m, None), len, s).is_err());
+    }
+    for h in [&p, &g, &m, &v] {
+        let bytes = c.read_one(h.clone()).unwrap();
+        assert!(
+            f32::from_bytes(&bytes).iter().all(|&x| x == SENTINEL),
+            "a refused optimizer launch wrote a buffer"
+        );
+    }
+}

@@ -24,6 +24,7 @@ mod image_space;
 mod linear;
 mod loss;
 mod norm;
+mod optim;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod probe;
 mod quant;
@@ -49,6 +50,7 @@ pub(crate) use image_space::{AxisAdjoint, AxisTable, ImageSpaceOps, MaxPool2d, U
 pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use loss::{LossIo, LossOps};
 pub(crate) use norm::{BatchNormStats, LayerNormCaches, NormOps};
+pub(crate) use optim::{AdamStep, OptimOps};
 pub(crate) use quant::QuantOps;
 pub(crate) use reduction::ReductionOps;
 pub(crate) use rope::RopeOps;
@@ -98,6 +100,7 @@ pub(crate) trait Backend:
     + ImageSpaceOps
     + DiffusionOps
     + StyleganOps
+    + OptimOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

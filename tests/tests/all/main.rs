@@ -21,6 +21,7 @@ mod gguf;
 mod internals;
 mod methods;
 mod op_table;
+mod optim;
 mod parity_activation;
 mod parity_elementwise;
 mod parity_linear;

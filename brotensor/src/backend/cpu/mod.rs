@@ -19,6 +19,7 @@ mod layout;
 mod linear;
 mod loss;
 mod norm;
+mod optim;
 mod quant;
 mod reduction;
 mod rope;
