@@ -17,6 +17,7 @@
 //! [`Error`]s with messages of the form `brotensor: <op>: <reason>`.
 
 mod backend;
+pub mod autograd;
 pub mod custom;
 mod device;
 mod display;

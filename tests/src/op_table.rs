@@ -1945,4 +1945,39 @@ pub static OP_TABLE: &[OpEntry] = &[
     op!("upfirdn2d_forward", |[t0, t1, t2], p| {
         ops::upfirdn2d_forward(t0, t1, p.nchw(), &p.upfirdn2d(), t2)
     }),
+    op!("adam_step", |[t0, t1, t2, t3], p| {
+        let hp = ops::Adam {
+            weight_decay: p.f32(),
+            ..ops::Adam::new(p.f32())
+        };
+        ops::adam_step(t0, t1, t2, t3, &hp, p.usize() as u32)
+    }),
+    op!("adam_step_master", |[t0, t1, t2, t3, t4], p| {
+        let hp = ops::Adam::new(p.f32());
+        ops::adam_step_master(t0, t1, t2, (t3, t4), &hp, p.usize() as u32)
+    }),
+    op!("sgd_step", |[t0, t1, t2], p| ops::sgd_step(
+        t0,
+        t1,
+        t2,
+        p.f32(),
+        p.f32()
+    )),
+    op!("sgd_step_master", |[t0, t1, t2, t3], p| {
+        ops::sgd_step_master(t0, t1, t2, t3, p.f32(), p.f32())
+    }),
+    op!("xavier_init", |[t0], p| {
+        let mut state = p.u64();
+        ops::xavier_init(t0, &mut state)
+    }),
+    op!("xavier_uniform", |[t0], p| ops::xavier_uniform(
+        t0,
+        p.u64(),
+        p.u64()
+    )),
+    op!("kaiming_normal", |[t0], p| ops::kaiming_normal(
+        t0,
+        p.u64(),
+        p.u64()
+    )),
 ];

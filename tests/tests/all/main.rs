@@ -2,6 +2,7 @@
 
 mod algebra;
 mod attention;
+mod autograd;
 mod buffer_stability;
 mod cast_rounding;
 mod concat;

@@ -1,0 +1,421 @@
+//! The tape against float64: chains of recorded ops (linear and matmul, broadcasting add
+//! and mul, the activations, LayerNorm, convolution, max pooling, reshapes, sums and the
+//! softmax cross-entropy) run forward and backward on every device, their parameter
+//! gradients compared with central finite differences of the same chain written here in
+//! float64; a value used twice accumulates; the by-hand backward ops give the same
+//! gradients; constants record nothing; the errors.
+
+use brotensor::autograd::{clip_grad_norm, Adam, Sgd, Var};
+use brotensor::ops::{self, Conv2dSpec, Pool2dSpec};
+use brotensor::{Device, Dtype, Error, Result, Tensor};
+use brotensor_tests::reference::finite_differences;
+use brotensor_tests::{assert_close, gpu_devices, read_f32, SplitMix64};
+
+/// One input of a chain: dims, value range, and whether it is a parameter.
+struct Leaf {
+    dims: &'static [usize],
+    lo: f32,
+    hi: f32,
+    parameter: bool,
+}
+
+const fn param(dims: &'static [usize], lo: f32, hi: f32) -> Leaf {
+    Leaf {
+        dims,
+        lo,
+        hi,
+        parameter: true,
+    }
+}
+
+const fn constant(dims: &'static [usize], lo: f32, hi: f32) -> Leaf {
+    Leaf {
+        dims,
+        lo,
+        hi,
+        parameter: false,
+    }
+}
+
+fn devices() -> Vec<Device> {
+    let gpus = gpu_devices();
+    if gpus.is_empty() {
+        eprintln!("autograd: SKIPPED on GPU (no GPU device found)");
+    }
+    std::iter::once(Device::Cpu).chain(gpus).collect()
+}
+
+/// Runs `tape` on every device and compares the loss and every parameter's gradient with
+/// `f64_loss` and its central finite differences.
+fn check_chain(
+    case: &str,
+    seed: u64,
+    leaves: &[Leaf],
+    tape: impl Fn(&[Var]) -> Result<Var>,
+    f64_loss: impl Fn(&[Vec<f64>]) -> f64,
+) {
+    let mut rng = SplitMix64::new(seed);
+    let data: Vec<Vec<f32>> = leaves
+        .iter()
+        .map(|l| rng.uniform(l.dims.iter().product(), l.lo, l.hi))
+        .collect();
+    let wide: Vec<Vec<f64>> = data
+        .iter()
+        .map(|d| d.iter().map(|&x| f64::from(x)).collect())
+        .collect();
+    let which: Vec<usize> = (0..leaves.len()).filter(|&i| leaves[i].parameter).collect();
+    let want_loss = f64_loss(&wide);
+    let want = finite_differences(&wide, &[1.0], &which, |v| vec![f64_loss(v)]);
+    for device in devices() {
+        let vars: Vec<Var> = leaves
+            .iter()
+            .zip(&data)
+            .map(|(l, d)| {
+                let t = Tensor::from_slice_nd_on(device, d, l.dims).unwrap();
+                if l.parameter {
+                    Var::parameter(t)
+                } else {
+                    Var::constant(t)
+                }
+            })
+            .collect();
+        let loss = tape(&vars).unwrap_or_else(|e| panic!("{case} on {device}: {e}"));
+        let got_loss = read_f32(&loss.value()).unwrap()[0];
+        assert!(
+            (f64::from(got_loss) - want_loss).abs() <= 1e-4 * want_loss.abs().max(1e-3),
+            "{case} on {device}: loss {got_loss} vs {want_loss}"
+        );
+        loss.backward().unwrap();
+        for (&k, want_k) in which.iter().zip(&want) {
+            let g = vars[k].grad().unwrap().expect("a parameter reached by the loss");
+            let got = read_f32(&g).unwrap();
+            let want_k: Vec<f32> = want_k.iter().map(|&x| x as f32).collect();
+            assert_close(
+                &format!("{case} on {device}: gradient of input {k}"),
+                &want_k,
+                &got,
+                (2e-4, 2e-3),
+            );
+        }
+    }
+}
+
+// ---- float64 forwards, written from the definitions ----
+
+fn linear64(x: &[f64], w: &[f64], b: Option<&[f64]>, (rows, n_in, n_out): (usize, usize, usize)) -> Vec<f64> {
+    let mut y = vec![0.0; rows * n_out];
+    for r in 0..rows {
+        for o in 0..n_out {
+            let dot: f64 = (0..n_in).map(|i| x[r * n_in + i] * w[o * n_in + i]).sum();
+            y[r * n_out + o] = dot + b.map_or(0.0, |b| b[o]);
+        }
+    }
+    y
+}
+
+fn xent64(logits: &[f64], labels: &[usize], classes: usize) -> f64 {
+    let mut total = 0.0;
+    for (row, &c) in logits.chunks(classes).zip(labels) {
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = m + row.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+        total += lse - row[c];
+    }
+    total / labels.len() as f64
+}
+
+fn layer_norm64(x: &[f64], gamma: &[f64], beta: &[f64], d: usize, eps: f64) -> Vec<f64> {
+    let mut y = Vec::with_capacity(x.len());
+    for row in x.chunks(d) {
+        let mean = row.iter().sum::<f64>() / d as f64;
+        let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / d as f64;
+        let rstd = 1.0 / (var + eps).sqrt();
+        y.extend(row.iter().enumerate().map(|(j, v)| (v - mean) * rstd * gamma[j] + beta[j]));
+    }
+    y
+}
+
+fn gelu64(x: f64) -> f64 {
+    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+}
+
+/// 3x3, stride 1, padding 1 convolution of `x (n, c, h, w)` with `wt (o, c, 3, 3)`.
+fn conv3x3_64(x: &[f64], wt: &[f64], b: &[f64], (n, c, h, w): (usize, usize, usize, usize), o: usize) -> Vec<f64> {
+    let mut y = vec![0.0; n * o * h * w];
+    for ni in 0..n {
+        for oi in 0..o {
+            for i in 0..h {
+                for j in 0..w {
+                    let mut acc = b[oi];
+                    for ci in 0..c {
+                        for ky in 0..3 {
+                            for kx in 0..3 {
+                                let (yy, xx) = (i as isize + ky as isize - 1, j as isize + kx as isize - 1);
+                                if yy < 0 || xx < 0 || yy >= h as isize || xx >= w as isize {
+                                    continue;
+                                }
+                                acc += x[((ni * c + ci) * h + yy as usize) * w + xx as usize]
+                                    * wt[((oi * c + ci) * 3 + ky) * 3 + kx];
+                            }
+                        }
+                    }
+                    y[((ni * o + oi) * h + i) * w + j] = acc;
+                }
+            }
+        }
+    }
+    y
+}
+
+/// 2x2, stride 2 max pooling of `x (planes, h, w)`.
+fn pool2_64(x: &[f64], planes: usize, h: usize, w: usize) -> Vec<f64> {
+    let (ho, wo) = (h / 2, w / 2);
+    let mut y = Vec::with_capacity(planes * ho * wo);
+    for p in 0..planes {
+        for i in 0..ho {
+            for j in 0..wo {
+                let at = |di: usize, dj: usize| x[(p * h + 2 * i + di) * w + 2 * j + dj];
+                y.push(at(0, 0).max(at(0, 1)).max(at(1, 0)).max(at(1, 1)));
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn an_mlp_chain_matches_finite_differences() {
+    // x (4, 6) -> linear (5) -> tanh -> * gate (1, 5) -> + shift (5) -> LayerNorm ->
+    // linear (3, no bias) -> gelu -> cross-entropy.
+    let labels = [2usize, 0, 1, 2];
+    let leaves = [
+        constant(&[4, 6], -1.0, 1.0),
+        param(&[5, 6], -0.6, 0.6),
+        param(&[5], -0.3, 0.3),
+        param(&[1, 5], 0.5, 1.5),
+        param(&[5], -0.5, 0.5),
+        param(&[5], 0.7, 1.3),
+        param(&[5], -0.2, 0.2),
+        param(&[3, 5], -0.8, 0.8),
+    ];
+    check_chain(
+        "mlp",
+        0xa17,
+        &leaves,
+        |v| {
+            v[0].linear(&v[1], Some(&v[2]))?
+                .tanh()?
+                .mul(&v[3])?
+                .add(&v[4])?
+                .layer_norm(&v[5], &v[6], 1e-5)?
+                .linear(&v[7], None)?
+                .gelu()?
+                .cross_entropy(&labels)
+        },
+        |v| {
+            let h = linear64(&v[0], &v[1], Some(&v[2]), (4, 6, 5));
+            let h: Vec<f64> = h
+                .iter()
+                .enumerate()
+                .map(|(i, x)| x.tanh() * v[3][i % 5] + v[4][i % 5])
+                .collect();
+            let h = layer_norm64(&h, &v[5], &v[6], 5, 1e-5);
+            let z: Vec<f64> = linear64(&h, &v[7], None, (4, 5, 3)).into_iter().map(gelu64).collect();
+            xent64(&z, &labels, 3)
+        },
+    );
+}
+
+#[test]
+fn a_cnn_chain_matches_finite_differences() {
+    // x (2, 2, 6, 6) (a parameter too: the input gradient) -> conv 3x3 pad 1 (3) -> ReLU ->
+    // max pool 2x2 -> reshape (2, 27) -> linear (4) -> sigmoid -> cross-entropy.
+    let labels = [3usize, 1];
+    let leaves = [
+        param(&[2, 2, 6, 6], -1.0, 1.0),
+        param(&[3, 2, 3, 3], -0.5, 0.5),
+        param(&[3], -0.1, 0.1),
+        param(&[4, 27], -0.5, 0.5),
+        param(&[4], -0.2, 0.2),
+    ];
+    let conv = Conv2dSpec {
+        kernel: [3, 3],
+        stride: [1, 1],
+        padding: [1, 1],
+        dilation: [1, 1],
+        groups: 1,
+    };
+    let pool = Pool2dSpec {
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [0, 0],
+        dilation: [1, 1],
+        ceil_mode: false,
+    };
+    check_chain(
+        "cnn",
+        0xc44,
+        &leaves,
+        |v| {
+            v[0].conv2d(&v[1], Some(&v[2]), &conv)?
+                .relu()?
+                .max_pool2d(&pool)?
+                .reshape(&[2, 27])?
+                .linear(&v[3], Some(&v[4]))?
+                .sigmoid()?
+                .cross_entropy(&labels)
+        },
+        |v| {
+            let y = conv3x3_64(&v[0], &v[1], &v[2], (2, 2, 6, 6), 3);
+            let y: Vec<f64> = y.into_iter().map(|x| x.max(0.0)).collect();
+            let p = pool2_64(&y, 6, 6, 6);
+            let z: Vec<f64> = linear64(&p, &v[3], Some(&v[4]), (2, 27, 4))
+                .into_iter()
+                .map(|x| 1.0 / (1.0 + (-x).exp()))
+                .collect();
+            xent64(&z, &labels, 4)
+        },
+    );
+}
+
+#[test]
+fn a_value_used_twice_accumulates_both_paths() {
+    // loss = mean(silu(x W) * (x W) + relu(x W)) + sum(0.5 b) with x W used three times and
+    // b broadcast along rows: every path's gradient adds up.
+    let leaves = [
+        constant(&[3, 4], -1.0, 1.0),
+        param(&[4, 5], -0.7, 0.7),
+        param(&[1, 5], -0.5, 0.5),
+    ];
+    check_chain(
+        "shared",
+        0x5a4,
+        &leaves,
+        |v| {
+            let h = v[0].matmul(&v[1])?;
+            let body = h.silu()?.mul(&h)?.add(&h.relu()?)?.add(&v[2])?;
+            body.mean()?.add(&v[2].scale(0.5)?.sum()?)
+        },
+        |v| {
+            let mut total = 0.0;
+            for r in 0..3 {
+                for c in 0..5 {
+                    let h: f64 = (0..4).map(|k| v[0][r * 4 + k] * v[1][k * 5 + c]).sum();
+                    let silu = h / (1.0 + (-h).exp());
+                    total += silu * h + h.max(0.0) + v[2][c];
+                }
+            }
+            total / 15.0 + 0.5 * v[2].iter().sum::<f64>()
+        },
+    );
+}
+
+#[test]
+fn the_tape_gives_the_by_hand_backward_ops_gradients() {
+    let mut rng = SplitMix64::new(0x4a4d);
+    let (xv, wv, bv) = (
+        rng.uniform(12, -1.0, 1.0),
+        rng.uniform(20, -1.0, 1.0),
+        rng.uniform(5, -0.5, 0.5),
+    );
+    let labels = [4usize, 0, 2];
+    let x = Tensor::from_slice_nd_on(Device::Cpu, &xv, &[3, 4]).unwrap();
+    let w = Tensor::from_slice_nd_on(Device::Cpu, &wv, &[5, 4]).unwrap();
+    let b = Tensor::from_slice_nd_on(Device::Cpu, &bv, &[5]).unwrap();
+    // By hand: linear, relu, softmax cross-entropy; then their backward ops in reverse.
+    let mut h = Tensor::default();
+    ops::linear_forward_batched(&w, Some(&b), &x, &mut h).unwrap();
+    let a = ops::relu(&h).unwrap();
+    let mut target = vec![0.0f32; 15];
+    for (r, &c) in labels.iter().enumerate() {
+        target[r * 5 + c] = 1.0;
+    }
+    let target = Tensor::from_slice(&target, 3, 5).unwrap();
+    let (mut probs, mut dlogits, mut per_row) = Default::default();
+    ops::softmax_xent_fused_batched(&a, &target, None, &[0, 5], &mut probs, &mut dlogits, &mut per_row)
+        .unwrap();
+    ops::scale_inplace(&mut dlogits, 1.0 / 3.0).unwrap();
+    let mut dh = Tensor::default();
+    ops::relu_backward(&h, &dlogits, &mut dh).unwrap();
+    let (mut dx, mut dw, mut db) = (
+        Tensor::default(),
+        Tensor::zeros(5, 4, Dtype::F32).unwrap(),
+        Tensor::zeros(5, 1, Dtype::F32).unwrap(),
+    );
+    ops::linear_backward_batched(&w, &x, &dh, &mut dx, &mut dw, &mut db).unwrap();
+    // The tape.
+    let (vw, vb) = (Var::parameter(w.try_clone().unwrap()), Var::parameter(b.try_clone().unwrap()));
+    let loss = Var::constant(x)
+        .linear(&vw, Some(&vb))
+        .unwrap()
+        .relu()
+        .unwrap()
+        .cross_entropy(&labels)
+        .unwrap();
+    loss.backward().unwrap();
+    assert_eq!(read_f32(&vw.grad().unwrap().unwrap()).unwrap(), read_f32(&dw).unwrap());
+    assert_eq!(read_f32(&vb.grad().unwrap().unwrap()).unwrap(), read_f32(&db).unwrap());
+    // A second backward of a new graph accumulates into the same gradients.
+    let x2 = Var::constant(Tensor::from_slice_nd_on(Device::Cpu, &xv, &[3, 4]).unwrap());
+    x2.linear(&vw, Some(&vb)).unwrap().relu().unwrap().cross_entropy(&labels).unwrap().backward().unwrap();
+    let twice: Vec<f32> = read_f32(&dw).unwrap().iter().map(|g| 2.0 * g).collect();
+    assert_eq!(read_f32(&vw.grad().unwrap().unwrap()).unwrap(), twice);
+    vw.zero_grad();
+    assert!(vw.grad().unwrap().is_none());
+}
+
+#[test]
+fn constants_record_nothing_and_errors_are_clear() {
+    let t = |v: &[f32], d: &[usize]| Tensor::from_slice_nd_on(Device::Cpu, v, d).unwrap();
+    let x = Var::constant(t(&[1.0, -2.0, 3.0, 0.5], &[2, 2]));
+    let y = x.relu().unwrap().matmul(&x).unwrap().mean().unwrap();
+    assert!(!y.requires_grad());
+    assert!(matches!(y.backward(), Err(Error::InvalidArgument { .. })));
+    // An op without a backward op: fine on constants, refused on tracked values.
+    let w = Var::parameter(t(&[0.5, 0.25, -1.0, 2.0], &[2, 2]));
+    assert!(x.forward_only("exp", |v| ops::exp(v)).is_ok());
+    let e = w.forward_only("exp", |v| ops::exp(v)).unwrap_err();
+    assert!(e.to_string().contains("no backward op"), "{e}");
+    // A non-scalar loss needs an explicit seed.
+    let h = x.matmul(&w).unwrap();
+    assert!(h.backward().unwrap_err().to_string().contains("single-element"));
+    assert!(h.backward_with(t(&[1.0; 3], &[3])).is_err());
+    h.backward_with(t(&[1.0; 4], &[2, 2])).unwrap();
+    // The graph is freed: a second backward is refused.
+    let e = h.backward_with(t(&[1.0; 4], &[2, 2])).unwrap_err();
+    assert!(e.to_string().contains("already freed"), "{e}");
+    // Bad labels.
+    let logits = Var::parameter(t(&[0.0; 6], &[2, 3]));
+    assert!(logits.cross_entropy(&[0]).is_err());
+    assert!(logits.cross_entropy(&[0, 3]).is_err());
+    assert!(clip_grad_norm(&[w.clone()], 0.0).is_err());
+}
+
+#[test]
+fn optimizers_step_parameters_in_place_and_clip_by_global_norm() {
+    for device in devices() {
+        let p = Var::parameter(Tensor::from_slice_nd_on(device, &[1.0f32, -2.0, 3.0], &[3]).unwrap());
+        let q = Var::parameter(Tensor::from_slice_nd_on(device, &[4.0f32], &[1]).unwrap());
+        // loss = sum(3 p) + sum(4 q): gradients 3 and 4, global norm sqrt(27 + 16).
+        let loss = p.scale(3.0).unwrap().sum().unwrap().add(&q.scale(4.0).unwrap().sum().unwrap()).unwrap();
+        loss.backward().unwrap();
+        let norm = clip_grad_norm(&[p.clone(), q.clone()], 1.0).unwrap();
+        assert!((f64::from(norm) - 43f64.sqrt()).abs() < 1e-5, "{norm}");
+        let gp = read_f32(&p.grad().unwrap().unwrap()).unwrap();
+        let gq = read_f32(&q.grad().unwrap().unwrap()).unwrap();
+        let clipped = (gp.iter().map(|g| g * g).sum::<f32>() + gq[0] * gq[0]).sqrt();
+        assert!((clipped - 1.0).abs() < 1e-4, "{clipped}");
+        let id = p.value().allocation_id();
+        let mut sgd = Sgd::new(vec![p.clone(), q.clone()], 0.5, 0.0);
+        sgd.step().unwrap();
+        assert_eq!(p.value().allocation_id(), id, "{device}: updated in place");
+        let want: Vec<f32> = [1.0f32, -2.0, 3.0].iter().zip(&gp).map(|(x, g)| x - 0.5 * g).collect();
+        assert_close(&format!("sgd on {device}"), &want, &read_f32(&p.value()).unwrap(), (1e-6, 1e-6));
+        // Adam's first step moves each parameter by lr against its gradient's sign.
+        let mut adam = Adam::new(vec![p.clone(), q.clone()], ops::Adam::new(0.1));
+        let before = read_f32(&q.value()).unwrap()[0];
+        adam.step().unwrap();
+        let after = read_f32(&q.value()).unwrap()[0];
+        assert!((before - after - 0.1).abs() < 1e-5, "{device}: {before} -> {after}");
+        adam.zero_grad();
+        assert!(p.grad().unwrap().is_none() && q.grad().unwrap().is_none());
+    }
+}
