@@ -26,6 +26,12 @@ pub fn smollm2_gguf() -> PathBuf {
     models_dir().join("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
+/// scikit-learn's 8x8 digits as `scripts/fetch-models.sh` unpacks them: 1797 rows of 64
+/// pixels (0..16) and a label.
+pub fn digits_csv() -> PathBuf {
+    models_dir().join("digits/digits.csv")
+}
+
 /// The fetch script of this checkout.
 fn fetch_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch-models.sh")
@@ -38,6 +44,7 @@ pub fn ensure_models() -> anyhow::Result<()> {
         minilm_dir().join("model.safetensors"),
         minilm_dir().join("tokenizer.json"),
         smollm2_gguf(),
+        digits_csv(),
     ];
     if wanted.iter().all(|p| p.is_file()) {
         return Ok(());

@@ -6,13 +6,17 @@
 //! - [`smollm2`]: SmolLM2-135M-Instruct text generation from its Q4_1 GGUF file (llama
 //!   architecture), on the quantized weights as they are, with a KV cache.
 //! - [`tokenizer`]: both tokenizers, built with the Hugging Face `tokenizers` crate.
+//! - [`digits`]: a small CNN trained on scikit-learn's 8x8 digits with the tape and Adam.
+//! - [`plot`]: the training loss curve as a PNG.
 //! - [`files`]: where the model files live, fetched by `scripts/fetch-models.sh`.
 //!
 //! The binaries `minilm` and `smollm2` are the command-line front ends; `tour` runs both on
-//! every device (the README's main job).
+//! every device (the README's main job); `train_digits` trains the digits CNN.
 
+pub mod digits;
 pub mod files;
 pub mod minilm;
+pub mod plot;
 pub mod smollm2;
 pub mod tokenizer;
 

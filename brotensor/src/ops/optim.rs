@@ -11,6 +11,10 @@ use super::{check_dtypes_match, dispatch, input, updated, written, Dispatched};
 use crate::backend::AdamStep;
 use crate::{Dtype, Error, Result, Tensor};
 
+/// The splitmix64 generator of [`xavier_init`]: the next value of the generator whose state
+/// is `state` (advanced in place), for host-side shuffles that follow the same seeds.
+pub use brotensor_cpu::optim::splitmix64;
+
 /// Adam's hyper-parameters; a nonzero `weight_decay` makes it AdamW (the decay is decoupled:
 /// `p *= 1 - lr weight_decay` before the update, as `torch.optim.AdamW`).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,0 +1,270 @@
+//! A small CNN trained end to end on scikit-learn's 8x8 digits with the tape
+//! ([`brotensor::autograd`]) and Adam: conv 3x3 (16) -> ReLU -> max pool 2 -> conv 3x3 (32)
+//! -> ReLU -> max pool 2 -> linear (10), mean softmax cross-entropy.
+//!
+//! Everything is seeded as `scripts/digits_reference.py` (the float64 numpy reference of the
+//! same training) specifies: the rows shuffled by splitmix64 state 123 before the split
+//! (1500 train, 297 test), Xavier weights from splitmix64 state 42 ([`ops::xavier_init`]),
+//! zero biases, and each epoch's batch order from a Fisher-Yates shuffle with a splitmix64
+//! state of 7 carried across epochs (23 batches of 64; the last 28 rows dropped).
+
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use brotensor::autograd::{Adam, Var};
+use brotensor::ops::{self, splitmix64, Conv2dSpec, Pool2dSpec};
+use brotensor::{Device, Dtype, Tensor};
+
+/// Pixels per image.
+pub const PIXELS: usize = 64;
+/// Classes.
+pub const CLASSES: usize = 10;
+/// Rows in the training split.
+pub const TRAIN: usize = 1500;
+/// splitmix64 state of the row shuffle before the split.
+pub const SPLIT_SEED: u64 = 123;
+/// splitmix64 state of the weight initialisation.
+pub const INIT_SEED: u64 = 42;
+/// splitmix64 state of the batch order.
+pub const DATA_SEED: u64 = 7;
+
+/// The digits, split: images as `pixels / 16` in `[0, 1]`, labels `0..10`.
+pub struct Digits {
+    /// Training images, `TRAIN x 64`, row-major.
+    pub train_x: Vec<f32>,
+    /// Training labels.
+    pub train_y: Vec<usize>,
+    /// Test images.
+    pub test_x: Vec<f32>,
+    /// Test labels.
+    pub test_y: Vec<usize>,
+}
+
+/// A Fisher-Yates shuffle of `v` driven by the splitmix64 `state`, from the last element
+/// down (`j = next % (i + 1)`).
+pub fn shuffle<T>(v: &mut [T], state: &mut u64) {
+    for i in (1..v.len()).rev() {
+        let j = (splitmix64(state) % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+}
+
+impl Digits {
+    /// Reads `digits.csv` (65 integers per row) and splits it after the seeded shuffle.
+    pub fn load(path: &Path) -> anyhow::Result<Digits> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let mut rows: Vec<(Vec<f32>, usize)> = Vec::new();
+        for (n, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+            let values: Vec<u32> = line
+                .split(',')
+                .map(|v| v.trim().parse::<u32>())
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("{} line {}", path.display(), n + 1))?;
+            if values.len() != PIXELS + 1 || values[PIXELS] as usize >= CLASSES {
+                bail!("{} line {}: expected 64 pixels and a label", path.display(), n + 1);
+            }
+            let pixels = values[..PIXELS].iter().map(|&p| p as f32 / 16.0).collect();
+            rows.push((pixels, values[PIXELS] as usize));
+        }
+        if rows.len() <= TRAIN {
+            bail!("{}: {} rows, expected 1797", path.display(), rows.len());
+        }
+        let mut state = SPLIT_SEED;
+        shuffle(&mut rows, &mut state);
+        let (train, test) = rows.split_at(TRAIN);
+        let flat = |part: &[(Vec<f32>, usize)]| -> (Vec<f32>, Vec<usize>) {
+            (
+                part.iter().flat_map(|r| r.0.iter().copied()).collect(),
+                part.iter().map(|r| r.1).collect(),
+            )
+        };
+        let ((train_x, train_y), (test_x, test_y)) = (flat(train), flat(test));
+        Ok(Digits {
+            train_x,
+            train_y,
+            test_x,
+            test_y,
+        })
+    }
+
+    /// The images of `rows` (training split) as an `(n, 1, 8, 8)` tensor on `device`, and
+    /// their labels.
+    pub fn batch(&self, rows: &[usize], device: Device) -> brotensor::Result<(Tensor, Vec<usize>)> {
+        let mut x = Vec::with_capacity(rows.len() * PIXELS);
+        for &r in rows {
+            x.extend_from_slice(&self.train_x[r * PIXELS..][..PIXELS]);
+        }
+        let t = Tensor::from_slice_nd_on(device, &x, &[rows.len(), 1, 8, 8])?;
+        Ok((t, rows.iter().map(|&r| self.train_y[r]).collect()))
+    }
+}
+
+/// The network's parameters.
+pub struct Cnn {
+    /// `(16, 1, 3, 3)`.
+    pub conv1_w: Var,
+    /// `(16)`.
+    pub conv1_b: Var,
+    /// `(32, 16, 3, 3)`.
+    pub conv2_w: Var,
+    /// `(32)`.
+    pub conv2_b: Var,
+    /// `(10, 128)`.
+    pub fc_w: Var,
+    /// `(10)`.
+    pub fc_b: Var,
+}
+
+const CONV: Conv2dSpec = Conv2dSpec {
+    kernel: [3, 3],
+    stride: [1, 1],
+    padding: [1, 1],
+    dilation: [1, 1],
+    groups: 1,
+};
+
+const POOL: Pool2dSpec = Pool2dSpec {
+    kernel: [2, 2],
+    stride: [2, 2],
+    padding: [0, 0],
+    dilation: [1, 1],
+    ceil_mode: false,
+};
+
+impl Cnn {
+    /// Xavier weights (splitmix64 state [`INIT_SEED`], in the order conv1, conv2, fc) and
+    /// zero biases on `device`.
+    pub fn new(device: Device) -> brotensor::Result<Cnn> {
+        let mut state = INIT_SEED;
+        let mut weight = |dims: &[usize]| -> brotensor::Result<Var> {
+            let mut w = Tensor::empty_nd_on(device, dims, Dtype::F32)?;
+            ops::xavier_init(&mut w, &mut state)?;
+            Ok(Var::parameter(w))
+        };
+        let (conv1_w, conv2_w, fc_w) = (
+            weight(&[16, 1, 3, 3])?,
+            weight(&[32, 16, 3, 3])?,
+            weight(&[10, 128])?,
+        );
+        let zeros = |n: usize| -> brotensor::Result<Var> {
+            Ok(Var::parameter(Tensor::zeros_nd_on(device, &[n], Dtype::F32)?))
+        };
+        Ok(Cnn {
+            conv1_w,
+            conv1_b: zeros(16)?,
+            conv2_w,
+            conv2_b: zeros(32)?,
+            fc_w,
+            fc_b: zeros(10)?,
+        })
+    }
+
+    /// Every parameter, in a fixed order.
+    pub fn parameters(&self) -> Vec<Var> {
+        [
+            &self.conv1_w,
+            &self.conv1_b,
+            &self.conv2_w,
+            &self.conv2_b,
+            &self.fc_w,
+            &self.fc_b,
+        ]
+        .map(Var::clone)
+        .to_vec()
+    }
+
+    /// The logits `(n, 10)` of images `x (n, 1, 8, 8)`.
+    pub fn forward(&self, x: &Var) -> brotensor::Result<Var> {
+        let n = x.value().dims()[0];
+        x.conv2d(&self.conv1_w, Some(&self.conv1_b), &CONV)?
+            .relu()?
+            .max_pool2d(&POOL)?
+            .conv2d(&self.conv2_w, Some(&self.conv2_b), &CONV)?
+            .relu()?
+            .max_pool2d(&POOL)?
+            .reshape(&[n, 128])?
+            .linear(&self.fc_w, Some(&self.fc_b))
+    }
+
+    /// The share of `images` (`n x 64`) whose largest logit is their label.
+    pub fn accuracy(&self, images: &[f32], labels: &[usize], device: Device) -> brotensor::Result<f64> {
+        let n = labels.len();
+        let x = Var::constant(Tensor::from_slice_nd_on(device, images, &[n, 1, 8, 8])?);
+        let logits = self.frozen().forward(&x)?;
+        let predicted = logits.value().argmax(1)?.to_vec::<i32>()?;
+        let right = predicted
+            .iter()
+            .zip(labels)
+            .filter(|(&p, &l)| p as usize == l)
+            .count();
+        Ok(right as f64 / n.max(1) as f64)
+    }
+
+    /// The same weights as constants: a forward that records nothing.
+    fn frozen(&self) -> Cnn {
+        let c = |v: &Var| v.detach().expect("a view of a dense parameter");
+        Cnn {
+            conv1_w: c(&self.conv1_w),
+            conv1_b: c(&self.conv1_b),
+            conv2_w: c(&self.conv2_w),
+            conv2_b: c(&self.conv2_b),
+            fc_w: c(&self.fc_w),
+            fc_b: c(&self.fc_b),
+        }
+    }
+}
+
+/// Training: the network, its optimizer and the batch order.
+pub struct Trainer {
+    /// The network.
+    pub net: Cnn,
+    adam: Adam,
+    device: Device,
+    order_state: u64,
+    order: Vec<usize>,
+    next_batch: usize,
+    batch: usize,
+}
+
+impl Trainer {
+    /// A fresh network on `device`, Adam with learning rate `lr`, batches of `batch`.
+    pub fn new(device: Device, lr: f32, batch: usize) -> brotensor::Result<Trainer> {
+        let net = Cnn::new(device)?;
+        let adam = Adam::new(net.parameters(), ops::Adam::new(lr));
+        Ok(Trainer {
+            net,
+            adam,
+            device,
+            order_state: DATA_SEED,
+            order: Vec::new(),
+            next_batch: usize::MAX,
+            batch: batch.max(1),
+        })
+    }
+
+    /// Full batches per epoch.
+    pub fn steps_per_epoch(&self) -> usize {
+        TRAIN / self.batch
+    }
+
+    /// One step on the next batch (a new epoch's order when the last one is used up);
+    /// returns the batch's loss before the update.
+    pub fn step(&mut self, data: &Digits) -> brotensor::Result<f32> {
+        if self.next_batch >= self.steps_per_epoch() {
+            self.order = (0..TRAIN).collect();
+            shuffle(&mut self.order, &mut self.order_state);
+            self.next_batch = 0;
+        }
+        let rows = &self.order[self.next_batch * self.batch..][..self.batch];
+        self.next_batch += 1;
+        let (x, labels) = data.batch(rows, self.device)?;
+        let loss = self.net.forward(&Var::constant(x))?.cross_entropy(&labels)?;
+        let value = loss.value().to_vec::<f32>()?[0];
+        loss.backward()?;
+        drop(loss);
+        self.adam.step()?;
+        self.adam.zero_grad();
+        Ok(value)
+    }
+}
