@@ -22,7 +22,7 @@ cargo build --release -p brotensor-models --bin tour
 cp target/release/tour "$out/models_tour"
 cargo build --release -p brotensor-benches --bin bench_elementwise --bin bench_dense --bin bench_ops \
   --bin bench_attention_gpu --bin bench_quant_gpu --bin bench_quant_gemm_gpu --bin bench_models --bin bench_conv \
-  --bin bench_image
+  --bin bench_image --bin bench_train
 
 cp "$tests_exe" "$out/brotensor-tests"
 cp target/release/examples/tour "$out/tour"
@@ -35,8 +35,14 @@ cp target/release/bench_quant_gemm_gpu "$out/bench_quant_gemm_gpu"
 cp target/release/bench_models "$out/bench_models"
 cp target/release/bench_conv "$out/bench_conv"
 cp target/release/bench_image "$out/bench_image"
+cp target/release/bench_train "$out/bench_train"
+# The digits (issue 29) travel with the kit: 265 KB, from scripts/fetch-models.sh.
+digits="${BROTENSOR_MODELS:-$HOME/.cache/brotensor/models}/digits/digits.csv"
+[ -f "$digits" ] || scripts/fetch-models.sh >/dev/null
+mkdir -p "$out/data/digits"
+cp "$digits" "$out/data/digits/digits.csv"
 kit_bins=(brotensor-tests brotensor-tests-spirv tour bench_elementwise bench_dense bench_ops
-  bench_attention_gpu bench_quant_gpu bench_quant_gemm_gpu models_tour bench_models bench_conv bench_image)
+  bench_attention_gpu bench_quant_gpu bench_quant_gemm_gpu models_tour bench_models bench_conv bench_image bench_train)
 for b in "${kit_bins[@]}"; do
   strip "$out/$b"
   gzip -9 "$out/$b"

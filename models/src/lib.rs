@@ -65,13 +65,18 @@ impl DeviceArgs {
     /// Initialises brotensor, fetches the model files if they are missing, and returns the
     /// chosen device and dtype.
     pub fn resolve(&self) -> anyhow::Result<(Device, Dtype)> {
+        let chosen = self.device_and_dtype()?;
+        files::ensure_models()?;
+        Ok(chosen)
+    }
+
+    /// Initialises brotensor and returns the chosen device and dtype (no files fetched).
+    pub fn device_and_dtype(&self) -> anyhow::Result<(Device, Dtype)> {
         brotensor::init()?;
         let device = match &self.device {
             Some(d) => parse_device(d)?,
             None => brotensor::default_device(),
         };
-        let dtype = parse_dtype(&self.dtype)?;
-        files::ensure_models()?;
-        Ok((device, dtype))
+        Ok((device, parse_dtype(&self.dtype)?))
     }
 }

@@ -23,7 +23,7 @@ fn floats(v: &Value) -> Vec<f64> {
 }
 
 fn data() -> Digits {
-    files::ensure_models().expect("scripts/fetch-models.sh fetches the digits");
+    files::ensure_digits().expect("scripts/fetch-models.sh fetches the digits");
     Digits::load(&files::digits_csv()).expect("digits.csv")
 }
 

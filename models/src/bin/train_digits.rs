@@ -34,7 +34,8 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let (device, dtype) = args.target.resolve()?;
+    let (device, dtype) = args.target.device_and_dtype()?;
+    files::ensure_digits()?;
     if dtype != Dtype::F32 {
         bail!("the digits CNN trains in f32 (its loss is FP32 by contract); got --dtype {dtype}");
     }
