@@ -419,3 +419,118 @@ fn optimizers_step_parameters_in_place_and_clip_by_global_norm() {
         assert!(p.grad().unwrap().is_none() && q.grad().unwrap().is_none());
     }
 }
+
+/// One op of a random chain over `(4, 6)` rows: its tape form and its float64 form, with the
+/// index of the parameter it reads (if any).
+#[derive(Clone, Copy, Debug)]
+enum Link {
+    Tanh,
+    Sigmoid,
+    Silu,
+    Gelu,
+    Scale(f32),
+    /// `* p` with `p (1, 6)` broadcast along rows.
+    MulRow,
+    /// `+ p` with `p (6)` broadcast along rows.
+    AddRow,
+    /// `x . p^T` with `p (6, 6)` (a square linear layer without bias).
+    Linear,
+    /// LayerNorm with `gamma`, `beta` (6 each).
+    LayerNorm,
+}
+
+const ROWS: usize = 4;
+const D: usize = 6;
+
+impl Link {
+    fn params(self) -> Vec<Leaf> {
+        match self {
+            Link::MulRow => vec![param(&[1, D], 0.5, 1.5)],
+            Link::AddRow => vec![param(&[D], -0.5, 0.5)],
+            Link::Linear => vec![param(&[D, D], -0.6, 0.6)],
+            Link::LayerNorm => vec![param(&[D], 0.7, 1.3), param(&[D], -0.2, 0.2)],
+            _ => vec![],
+        }
+    }
+
+    fn tape(self, x: &Var, p: &[Var]) -> Result<Var> {
+        match self {
+            Link::Tanh => x.tanh(),
+            Link::Sigmoid => x.sigmoid(),
+            Link::Silu => x.silu(),
+            Link::Gelu => x.gelu(),
+            Link::Scale(s) => x.scale(s),
+            Link::MulRow => x.mul(&p[0]),
+            Link::AddRow => x.add(&p[0]),
+            Link::Linear => x.linear(&p[0], None),
+            Link::LayerNorm => x.layer_norm(&p[0], &p[1], 1e-5),
+        }
+    }
+
+    fn f64(self, x: &[f64], p: &[&Vec<f64>]) -> Vec<f64> {
+        let map = |f: &dyn Fn(f64) -> f64| x.iter().map(|&v| f(v)).collect();
+        match self {
+            Link::Tanh => map(&f64::tanh),
+            Link::Sigmoid => map(&|v| 1.0 / (1.0 + (-v).exp())),
+            Link::Silu => map(&|v| v / (1.0 + (-v).exp())),
+            Link::Gelu => map(&gelu64),
+            Link::Scale(s) => map(&|v| v * f64::from(s)),
+            Link::MulRow => x.iter().enumerate().map(|(i, v)| v * p[0][i % D]).collect(),
+            Link::AddRow => x.iter().enumerate().map(|(i, v)| v + p[0][i % D]).collect(),
+            Link::Linear => linear64(x, p[0], None, (ROWS, D, D)),
+            Link::LayerNorm => layer_norm64(x, p[0], p[1], D, 1e-5),
+        }
+    }
+}
+
+#[test]
+fn random_chains_match_finite_differences() {
+    let pool = [
+        Link::Tanh,
+        Link::Sigmoid,
+        Link::Silu,
+        Link::Gelu,
+        Link::Scale(-1.5),
+        Link::MulRow,
+        Link::AddRow,
+        Link::Linear,
+        Link::LayerNorm,
+    ];
+    let labels = [1usize, 5, 0, 3];
+    for seed in 0..6u64 {
+        // 3 to 5 links drawn from the pool, then the cross-entropy of the rows.
+        let mut rng = SplitMix64::new(0xc4a1 + seed);
+        let len = 3 + (rng.next_u64() % 3) as usize;
+        let chain: Vec<Link> = (0..len)
+            .map(|_| pool[(rng.next_u64() % pool.len() as u64) as usize])
+            .collect();
+        let mut leaves = vec![param(&[ROWS, D], -1.0, 1.0)];
+        let mut slots = Vec::new();
+        for link in &chain {
+            let first = leaves.len();
+            leaves.extend(link.params());
+            slots.push(first..leaves.len());
+        }
+        let case = format!("chain {chain:?}");
+        check_chain(
+            &case,
+            0x7a9e + seed,
+            &leaves,
+            |v| {
+                let mut x = v[0].clone();
+                for (link, slot) in chain.iter().zip(&slots) {
+                    x = link.tape(&x, &v[slot.clone()])?;
+                }
+                x.cross_entropy(&labels)
+            },
+            |v| {
+                let mut x = v[0].clone();
+                for (link, slot) in chain.iter().zip(&slots) {
+                    let p: Vec<&Vec<f64>> = v[slot.clone()].iter().collect();
+                    x = link.f64(&x, &p);
+                }
+                xent64(&x, &labels, D)
+            },
+        );
+    }
+}
