@@ -32,7 +32,13 @@ pub struct AdamStep {
 
 impl AdamStep {
     /// The scalars of step `step` (1-based); the bias corrections in float64.
-    pub fn new(lr: f32, (beta1, beta2): (f32, f32), eps: f32, weight_decay: f32, step: u32) -> Self {
+    pub fn new(
+        lr: f32,
+        (beta1, beta2): (f32, f32),
+        eps: f32,
+        weight_decay: f32,
+        step: u32,
+    ) -> Self {
         let t = f64::from(step);
         let bc1 = 1.0 - f64::from(beta1).powf(t);
         let bc2 = 1.0 - f64::from(beta2).powf(t);
@@ -160,7 +166,11 @@ mod tests {
         let s = AdamStep::new(0.1, (0.9, 0.999), 1e-8, 0.0, 1);
         adam_step(&mut p, &g, &mut m, &mut v, &s);
         // Step 1 moves every element by lr (m_hat / sqrt(v_hat) = sign(g)).
-        assert!(p.iter().all(|&x| (x - 0.9).abs() < 1e-6), "{:?}", &p[n - 3..]);
+        assert!(
+            p.iter().all(|&x| (x - 0.9).abs() < 1e-6),
+            "{:?}",
+            &p[n - 3..]
+        );
         assert!(m.iter().all(|&x| (x - 0.05).abs() < 1e-7));
     }
 }

@@ -34,7 +34,6 @@ pub mod conv1d;
 #[cfg(test)]
 mod cuda_lowering;
 pub mod diffusion;
-pub mod optim;
 pub mod elementwise;
 pub mod embedding;
 pub mod flash;
@@ -47,6 +46,7 @@ pub mod matmul;
 #[cfg(test)]
 mod metadata_contract;
 pub mod norm;
+pub mod optim;
 pub mod pad;
 pub mod pooling;
 mod primitives;

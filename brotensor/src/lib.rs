@@ -16,8 +16,8 @@
 //! Every public function returns [`Result`]; bad shapes, dtypes and devices are
 //! [`Error`]s with messages of the form `brotensor: <op>: <reason>`.
 
-mod backend;
 pub mod autograd;
+mod backend;
 pub mod custom;
 mod device;
 mod display;

@@ -52,8 +52,8 @@ pub fn shuffle<T>(v: &mut [T], state: &mut u64) {
 impl Digits {
     /// Reads `digits.csv` (65 integers per row) and splits it after the seeded shuffle.
     pub fn load(path: &Path) -> anyhow::Result<Digits> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut rows: Vec<(Vec<f32>, usize)> = Vec::new();
         for (n, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
             let values: Vec<u32> = line
@@ -62,7 +62,11 @@ impl Digits {
                 .collect::<Result<_, _>>()
                 .with_context(|| format!("{} line {}", path.display(), n + 1))?;
             if values.len() != PIXELS + 1 || values[PIXELS] as usize >= CLASSES {
-                bail!("{} line {}: expected 64 pixels and a label", path.display(), n + 1);
+                bail!(
+                    "{} line {}: expected 64 pixels and a label",
+                    path.display(),
+                    n + 1
+                );
             }
             let pixels = values[..PIXELS].iter().map(|&p| p as f32 / 16.0).collect();
             rows.push((pixels, values[PIXELS] as usize));
@@ -148,7 +152,11 @@ impl Cnn {
             weight(&[10, 128])?,
         );
         let zeros = |n: usize| -> brotensor::Result<Var> {
-            Ok(Var::parameter(Tensor::zeros_nd_on(device, &[n], Dtype::F32)?))
+            Ok(Var::parameter(Tensor::zeros_nd_on(
+                device,
+                &[n],
+                Dtype::F32,
+            )?))
         };
         Ok(Cnn {
             conv1_w,
@@ -188,7 +196,12 @@ impl Cnn {
     }
 
     /// The share of `images` (`n x 64`) whose largest logit is their label.
-    pub fn accuracy(&self, images: &[f32], labels: &[usize], device: Device) -> brotensor::Result<f64> {
+    pub fn accuracy(
+        &self,
+        images: &[f32],
+        labels: &[usize],
+        device: Device,
+    ) -> brotensor::Result<f64> {
         let n = labels.len();
         let x = Var::constant(Tensor::from_slice_nd_on(device, images, &[n, 1, 8, 8])?);
         let logits = self.frozen().forward(&x)?;
@@ -259,7 +272,10 @@ impl Trainer {
         let rows = &self.order[self.next_batch * self.batch..][..self.batch];
         self.next_batch += 1;
         let (x, labels) = data.batch(rows, self.device)?;
-        let loss = self.net.forward(&Var::constant(x))?.cross_entropy(&labels)?;
+        let loss = self
+            .net
+            .forward(&Var::constant(x))?
+            .cross_entropy(&labels)?;
         let value = loss.value().to_vec::<f32>()?[0];
         loss.backward()?;
         drop(loss);

@@ -52,7 +52,11 @@ impl Canvas {
 
 /// Writes the curve of `losses` (one per step) and `accuracy` (`(step, share)` per epoch) to
 /// `path` as an 800 x 400 PNG.
-pub fn loss_curve_png(losses: &[f32], accuracy: &[(usize, f64)], path: &Path) -> anyhow::Result<()> {
+pub fn loss_curve_png(
+    losses: &[f32],
+    accuracy: &[(usize, f64)],
+    path: &Path,
+) -> anyhow::Result<()> {
     let mut c = Canvas::new();
     let (x0, x1) = (MARGIN as f64, (W - MARGIN) as f64);
     let (y0, y1) = ((H - MARGIN) as f64, MARGIN as f64);

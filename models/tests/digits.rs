@@ -10,7 +10,10 @@ use brotensor_models::files;
 use serde_json::Value;
 
 fn fixture() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/digits/first_steps.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/digits/first_steps.json"
+    );
     serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
 }
 
@@ -54,11 +57,18 @@ fn the_first_twenty_steps_follow_the_float64_reference() {
         let mut trainer = Trainer::new(device, 3e-3, 64).unwrap();
         // The splitmix64 Xavier weights: the same values as numpy's rounding of the formula.
         let net = &trainer.net;
-        for (name, w) in [("conv1.w", &net.conv1_w), ("conv2.w", &net.conv2_w), ("fc.w", &net.fc_w)] {
+        for (name, w) in [
+            ("conv1.w", &net.conv1_w),
+            ("conv2.w", &net.conv2_w),
+            ("fc.w", &net.fc_w),
+        ] {
             let v = values(&w.value());
             let sum: f64 = v.iter().sum();
             let want_sum = want["init_sums"][name].as_f64().unwrap();
-            assert!((sum - want_sum).abs() < 1e-5, "{device} {name}: sum {sum} vs {want_sum}");
+            assert!(
+                (sum - want_sum).abs() < 1e-5,
+                "{device} {name}: sum {sum} vs {want_sum}"
+            );
             let first = |v: &[f64]| v[..4].iter().map(|&x| x as f32).collect::<Vec<f32>>();
             assert_eq!(
                 first(&v),
@@ -79,7 +89,10 @@ fn the_first_twenty_steps_follow_the_float64_reference() {
                 step + 1
             );
         }
-        let acc = trainer.net.accuracy(&data.test_x, &data.test_y, device).unwrap();
+        let acc = trainer
+            .net
+            .accuracy(&data.test_x, &data.test_y, device)
+            .unwrap();
         let want_acc = want["test_accuracy_after_20_steps"].as_f64().unwrap();
         assert!(
             (acc - want_acc).abs() <= 1.5 / 297.0,
@@ -97,11 +110,19 @@ fn ten_epochs_on_the_cpu_reach_97_percent() {
     for _ in 0..steps {
         last = trainer.step(&data).unwrap();
     }
-    let acc = trainer.net.accuracy(&data.test_x, &data.test_y, Device::Cpu).unwrap();
-    assert!(acc >= 0.97, "test accuracy {acc} after {steps} steps (last loss {last})");
+    let acc = trainer
+        .net
+        .accuracy(&data.test_x, &data.test_y, Device::Cpu)
+        .unwrap();
+    assert!(
+        acc >= 0.97,
+        "test accuracy {acc} after {steps} steps (last loss {last})"
+    );
     assert!(last < 0.3, "last loss {last}");
     // An untrained network is near chance: the bar measures the training.
     let fresh = Cnn::new(Device::Cpu).unwrap();
-    let chance = fresh.accuracy(&data.test_x, &data.test_y, Device::Cpu).unwrap();
+    let chance = fresh
+        .accuracy(&data.test_x, &data.test_y, Device::Cpu)
+        .unwrap();
     assert!(chance < 0.3, "untrained accuracy {chance}");
 }

@@ -78,7 +78,12 @@ mod peer {
         pub fn new(weights: &[(Vec<f32>, Vec<usize>)], lr: f64) -> Self {
             let vars: Vec<Var> = weights
                 .iter()
-                .map(|(v, d)| Var::from_tensor(&Tensor::from_vec(v.clone(), d.as_slice(), &Device::Cpu).unwrap()).unwrap())
+                .map(|(v, d)| {
+                    Var::from_tensor(
+                        &Tensor::from_vec(v.clone(), d.as_slice(), &Device::Cpu).unwrap(),
+                    )
+                    .unwrap()
+                })
                 .collect();
             let params = candle_nn::ParamsAdamW {
                 lr,
@@ -97,16 +102,34 @@ mod peer {
             let conv1 = candle_nn::Conv2d::new(
                 v(0).clone(),
                 Some(v(1).clone()),
-                candle_nn::Conv2dConfig { padding: 1, ..Default::default() },
+                candle_nn::Conv2dConfig {
+                    padding: 1,
+                    ..Default::default()
+                },
             );
             let conv2 = candle_nn::Conv2d::new(
                 v(2).clone(),
                 Some(v(3).clone()),
-                candle_nn::Conv2dConfig { padding: 1, ..Default::default() },
+                candle_nn::Conv2dConfig {
+                    padding: 1,
+                    ..Default::default()
+                },
             );
             let fc = candle_nn::Linear::new(v(4).clone(), Some(v(5).clone()));
-            let h = conv1.forward(&x).unwrap().relu().unwrap().max_pool2d(2).unwrap();
-            let h = conv2.forward(&h).unwrap().relu().unwrap().max_pool2d(2).unwrap();
+            let h = conv1
+                .forward(&x)
+                .unwrap()
+                .relu()
+                .unwrap()
+                .max_pool2d(2)
+                .unwrap();
+            let h = conv2
+                .forward(&h)
+                .unwrap()
+                .relu()
+                .unwrap()
+                .max_pool2d(2)
+                .unwrap();
             let logits = fc.forward(&h.reshape((n, 128)).unwrap()).unwrap();
             let labels = Tensor::from_vec(labels.to_vec(), n, &Device::Cpu).unwrap();
             let loss = candle_nn::loss::cross_entropy(&logits, &labels).unwrap();
@@ -164,8 +187,16 @@ fn plain_forward(net: &Cnn, x: &Tensor) -> Tensor {
     let conv = |x: &Tensor, w: &Var, b: &Var, c_in: usize, c_out: usize, hw: usize| {
         let mut y = Tensor::default();
         let w = w.value().reshape(&[c_out, c_in * 9]).expect("view");
-        ops::conv2d_forward(x, &w, Some(&b.value()), (n, c_in, hw, hw), c_out, &CONV, &mut y)
-            .expect("conv");
+        ops::conv2d_forward(
+            x,
+            &w,
+            Some(&b.value()),
+            (n, c_in, hw, hw),
+            c_out,
+            &CONV,
+            &mut y,
+        )
+        .expect("conv");
         let y = ops::relu(&y).expect("relu");
         let (mut p, mut idx) = (Tensor::default(), Tensor::default());
         ops::max_pool2d_forward(&y, (n, c_out, hw, hw), &POOL, &mut p, &mut idx).expect("pool");
@@ -180,6 +211,9 @@ fn plain_forward(net: &Cnn, x: &Tensor) -> Tensor {
     y
 }
 
+/// A named forward form, its call and its best seconds so far.
+type Form<'a> = (&'static str, Box<dyn FnMut() + 'a>, f64);
+
 fn training_table(data: &Digits) {
     let dev = Device::Cpu;
     println!();
@@ -190,9 +224,22 @@ fn training_table(data: &Digits) {
     let mut ours = Trainer::new(dev, 3e-3, 64).expect("trainer");
     #[cfg(feature = "candle")]
     let mut peer = {
-        let w = |v: &Var| (v.value().to_vec::<f32>().expect("read"), v.value().dims().to_vec());
+        let w = |v: &Var| {
+            (
+                v.value().to_vec::<f32>().expect("read"),
+                v.value().dims().to_vec(),
+            )
+        };
         let net = &ours.net;
-        let weights = [&net.conv1_w, &net.conv1_b, &net.conv2_w, &net.conv2_b, &net.fc_w, &net.fc_b].map(w);
+        let weights = [
+            &net.conv1_w,
+            &net.conv1_b,
+            &net.conv2_w,
+            &net.conv2_b,
+            &net.fc_w,
+            &net.fc_b,
+        ]
+        .map(w);
         peer::Net::new(&weights, 3e-3)
     };
     // The peer's batches: the same rows in the same order as the trainer's.
@@ -203,6 +250,7 @@ fn training_table(data: &Digits) {
         brotensor_models::digits::shuffle(&mut order, &mut state);
         batches.extend(order.chunks_exact(64).map(<[usize]>::to_vec));
     }
+    #[cfg_attr(not(feature = "candle"), allow(unused_mut))]
     let (mut best_ours, mut best_peer) = (f64::INFINITY, f64::INFINITY);
     let (mut last_ours, mut last_peer) = (0.0f32, 0.0f32);
     for round in 0..rounds {
@@ -231,7 +279,10 @@ fn training_table(data: &Digits) {
     }
     println!("| | steps/s | loss after {} steps |", rounds * per_round);
     println!("|---|---|---|");
-    println!("| brotensor (tape + Adam) | {:.1} | {last_ours:.4} |", 1.0 / best_ours);
+    println!(
+        "| brotensor (tape + Adam) | {:.1} | {last_ours:.4} |",
+        1.0 / best_ours
+    );
     if best_peer.is_finite() {
         println!(
             "| candle 0.11 (backward + AdamW) | {:.1} | {last_peer:.4} |",
@@ -259,8 +310,12 @@ fn training_table(data: &Digits) {
     };
     let xv = Var::constant(x.reshape(x.dims()).expect("view"));
     // The three forms interleaved round by round, best of 7 rounds of 50 calls each.
-    let mut forms: [(&str, Box<dyn FnMut()>, f64); 3] = [
-        ("plain op calls", Box::new(|| drop(plain_forward(net, &x))), f64::INFINITY),
+    let mut forms: [Form<'_>; 3] = [
+        (
+            "plain op calls",
+            Box::new(|| drop(plain_forward(net, &x))),
+            f64::INFINITY,
+        ),
         (
             "Var, no parameter (nothing recorded)",
             Box::new(|| drop(constants.forward(&xv).expect("forward"))),
@@ -346,7 +401,10 @@ fn gpu_tables(data: &Digits) {
             brotensor::sync(dev).expect("sync");
             best = best.min(t.elapsed().as_secs_f64() / per_round as f64);
         }
-        let acc = trainer.net.accuracy(&data.test_x, &data.test_y, dev).expect("accuracy");
+        let acc = trainer
+            .net
+            .accuracy(&data.test_x, &data.test_y, dev)
+            .expect("accuracy");
         println!();
         println!(
             "digits CNN training, batch 64: {:.1} steps/s (test accuracy {:.2} % after {} steps)",

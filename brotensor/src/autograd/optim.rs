@@ -66,14 +66,9 @@ impl Adam {
                     Error::invalid("adam_step", "the step counter overflowed u32")
                 })?;
                 match s.master.as_mut() {
-                    Some(w) => ops::adam_step_master(
-                        &mut value,
-                        w,
-                        g,
-                        (&mut s.m, &mut s.v),
-                        &hp,
-                        s.step,
-                    ),
+                    Some(w) => {
+                        ops::adam_step_master(&mut value, w, g, (&mut s.m, &mut s.v), &hp, s.step)
+                    }
                     None => ops::adam_step(&mut value, g, &mut s.m, &mut s.v, &hp, s.step),
                 }
             })??;

@@ -222,7 +222,9 @@ impl Var {
                 format!("`w` must be (C_out, C_in / groups, kH, kW), got {w_dims:?}"),
             ));
         };
-        let w2 = w.value().reshape(&[c_out, w.value().numel() / c_out.max(1)])?;
+        let w2 = w
+            .value()
+            .reshape(&[c_out, w.value().numel() / c_out.max(1)])?;
         let mut y = Tensor::default();
         ops::conv2d_forward(
             &self.value(),
@@ -376,7 +378,6 @@ impl Var {
             Ok(vec![Some(ops::mul_scalar(&g, inv_b)?)])
         }))
     }
-
 }
 
 /// `scale` times the sum of every element of `t` ([`ops::sum_rows`] over one row), as a

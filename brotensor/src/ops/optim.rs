@@ -129,7 +129,15 @@ pub fn adam_step_master(
     hp: &Adam,
     step: u32,
 ) -> Result<()> {
-    adam("adam_step_master", param, Some(master), grad, (m, v), hp, step)
+    adam(
+        "adam_step_master",
+        param,
+        Some(master),
+        grad,
+        (m, v),
+        hp,
+        step,
+    )
 }
 
 fn adam(
@@ -202,7 +210,14 @@ pub fn sgd_step_master(
     lr: f32,
     momentum: f32,
 ) -> Result<()> {
-    sgd("sgd_step_master", param, Some(master), grad, velocity, (lr, momentum))
+    sgd(
+        "sgd_step_master",
+        param,
+        Some(master),
+        grad,
+        velocity,
+        (lr, momentum),
+    )
 }
 
 fn sgd(
@@ -213,7 +228,13 @@ fn sgd(
     velocity: &mut Tensor,
     (lr, momentum): (f32, f32),
 ) -> Result<()> {
-    let be = dispatch_step(op, param, master.as_deref(), grad, &[("velocity", velocity)])?;
+    let be = dispatch_step(
+        op,
+        param,
+        master.as_deref(),
+        grad,
+        &[("velocity", velocity)],
+    )?;
     check_sgd(op, lr, momentum)?;
     if param.numel() == 0 {
         return Ok(());

@@ -27,7 +27,12 @@ use crate::{Dtype, Error, Result, Tensor};
 /// The largest vocabulary a sampled (`temperature > 0`) draw takes.
 pub const SAMPLE_MAX_VOCAB: usize = (1 << 24) - 1;
 
-pub(super) fn check_dtype(op: &'static str, name: &'static str, t: &Tensor, want: Dtype) -> Result<()> {
+pub(super) fn check_dtype(
+    op: &'static str,
+    name: &'static str,
+    t: &Tensor,
+    want: Dtype,
+) -> Result<()> {
     if t.dtype() != want {
         return Err(Error::Dtype {
             op,

@@ -29,8 +29,9 @@ struct State64 {
 }
 
 impl Rule {
-    /// One step of the formula in float64 on every element; `round` narrows the stored
+    /// One step of the formula in float64 on every element (indexed: four arrays in step); `round` narrows the stored
     /// parameter (the device keeps it in its dtype; with a master copy it does not).
+    #[allow(clippy::needless_range_loop)]
     fn step64(&self, s: &mut State64, g: &[f64], step: u32, round: &dyn Fn(f64) -> f64) {
         match *self {
             Rule::Adam(h) => {
@@ -67,9 +68,7 @@ impl Rule {
             (Rule::Adam(h), None) => ops::adam_step(p, g, a, b, &h, step),
             (Rule::Adam(h), Some(w)) => ops::adam_step_master(p, w, g, (a, b), &h, step),
             (Rule::Sgd { lr, momentum }, None) => ops::sgd_step(p, g, a, lr, momentum),
-            (Rule::Sgd { lr, momentum }, Some(w)) => {
-                ops::sgd_step_master(p, w, g, a, lr, momentum)
-            }
+            (Rule::Sgd { lr, momentum }, Some(w)) => ops::sgd_step_master(p, w, g, a, lr, momentum),
         }
     }
 }
@@ -110,7 +109,13 @@ fn run_case(rule: Rule, device: Device, dtype: Dtype, master: bool, first_step: 
         let ids = [p.allocation_id(), a.allocation_id(), b.allocation_id()];
         for (k, g) in grads.iter().enumerate() {
             let g = tensor(device, g, ROWS, COLS, dtype)?;
-            rule.step(&mut p, w.as_mut(), &g, (&mut a, &mut b), first_step + k as u32)?;
+            rule.step(
+                &mut p,
+                w.as_mut(),
+                &g,
+                (&mut a, &mut b),
+                first_step + k as u32,
+            )?;
         }
         assert_eq!(
             ids,
@@ -145,9 +150,19 @@ fn run_case(rule: Rule, device: Device, dtype: Dtype, master: bool, first_step: 
         &moved(&p),
         tolerance(dtype),
     );
-    assert_close(&format!("{tag}: m / velocity"), &narrow(&s.a), &a, tolerance(Dtype::F32));
+    assert_close(
+        &format!("{tag}: m / velocity"),
+        &narrow(&s.a),
+        &a,
+        tolerance(Dtype::F32),
+    );
     if matches!(rule, Rule::Adam(_)) {
-        assert_close(&format!("{tag}: v"), &narrow(&s.b), &b, tolerance(Dtype::F32));
+        assert_close(
+            &format!("{tag}: v"),
+            &narrow(&s.b),
+            &b,
+            tolerance(Dtype::F32),
+        );
     }
 }
 
@@ -291,12 +306,25 @@ fn philox_initialisers_have_their_moments_and_agree_across_devices() {
         assert!(x.iter().all(|&v| f64::from(v).abs() <= a * (1.0 + 1e-6)));
         assert!(m.abs() < 0.03 * a && (s / (a * a / 3.0) - 1.0).abs() < 0.05);
         let (m, s) = moments(&z);
-        assert!(m.abs() < 0.03 && (s / (2.0 / 200.0) - 1.0).abs() < 0.05, "{m} {s}");
+        assert!(
+            m.abs() < 0.03 && (s / (2.0 / 200.0) - 1.0).abs() < 0.05,
+            "{m} {s}"
+        );
         match &cpu_values {
             None => cpu_values = Some((x, z)),
             Some((cx, cz)) => {
-                assert_close(&format!("xavier_uniform {device}"), cx, &x, tolerance(Dtype::F32));
-                assert_close(&format!("kaiming_normal {device}"), cz, &z, tolerance(Dtype::F32));
+                assert_close(
+                    &format!("xavier_uniform {device}"),
+                    cx,
+                    &x,
+                    tolerance(Dtype::F32),
+                );
+                assert_close(
+                    &format!("kaiming_normal {device}"),
+                    cz,
+                    &z,
+                    tolerance(Dtype::F32),
+                );
             }
         }
     }
@@ -317,7 +345,16 @@ fn optimizer_errors_name_the_operand() {
         Adam::adamw(0.1, -1.0),
     ] {
         let e = ops::adam_step(&mut p, &g, &mut m, &mut v, &bad, 1).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument { op: "adam_step", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    op: "adam_step",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
     let mut wide = Tensor::from_slice(&[0.0f32; 8], 2, 4).unwrap();
     let e = ops::adam_step(&mut p, &g, &mut wide, &mut v, &h, 1).unwrap_err();
@@ -327,7 +364,16 @@ fn optimizer_errors_name_the_operand() {
     assert!(matches!(e, Error::Dtype { operand: "v", .. }), "{e}");
     let g16 = g.to_dtype(Dtype::F16).unwrap();
     let e = ops::sgd_step(&mut p, &g16, &mut m, 0.1, 0.9).unwrap_err();
-    assert!(matches!(e, Error::Dtype { operand: "grad", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Dtype {
+                operand: "grad",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let e = ops::sgd_step(&mut p, &g, &mut m, f32::INFINITY, 0.9).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
     let mut unsized_state = Tensor::default();

@@ -14,7 +14,7 @@ impl<R: Runtime> OptimOps for CubeBackend<R> {
         p: &mut Tensor,
         g: &Tensor,
         (m, v): (&mut Tensor, &mut Tensor),
-        mut master: Option<&mut Tensor>,
+        master: Option<&mut Tensor>,
         s: AdamStep,
     ) -> Result<()> {
         let (ph, gh, mh, vh) = (out_handle(p), out_handle(g), out_handle(m), out_handle(v));
@@ -38,7 +38,7 @@ impl<R: Runtime> OptimOps for CubeBackend<R> {
         };
         let op = self.float_op(name, dtype).inputs(&inputs);
         op.written(&mut written).updated(&mut updated).run(
-            |i, o| self.adam_step(name, &mut o[0], &i[0], (m, v), master.as_deref_mut(), s),
+            |i, o| self.adam_step(name, &mut o[0], &i[0], (m, v), master, s),
             float_launch!(|F| ko::launch_adam::<R, F>(
                 &self.client,
                 (&ph, &gh, &mh, &vh, wh.as_ref()),
@@ -54,7 +54,7 @@ impl<R: Runtime> OptimOps for CubeBackend<R> {
         p: &mut Tensor,
         g: &Tensor,
         vel: &mut Tensor,
-        mut master: Option<&mut Tensor>,
+        master: Option<&mut Tensor>,
         lr: f32,
         momentum: f32,
     ) -> Result<()> {
@@ -70,10 +70,7 @@ impl<R: Runtime> OptimOps for CubeBackend<R> {
         };
         let op = self.float_op(name, dtype).inputs(&inputs);
         op.written(&mut written).updated(&mut updated).run(
-            |i, o| {
-                let master = master.as_deref_mut();
-                self.sgd_step(name, &mut o[0], &i[0], vel, master, lr, momentum)
-            },
+            |i, o| self.sgd_step(name, &mut o[0], &i[0], vel, master, lr, momentum),
             float_launch!(|F| ko::launch_sgd::<R, F>(
                 &self.client,
                 (&ph, &gh, &uh, wh.as_ref()),
