@@ -63,6 +63,9 @@ step bench_quant_gemm "$bin/bench_quant_gemm_gpu"
 models="${BROTENSOR_MODELS:-$HOME/.cache/brotensor/models}"
 if [ -f "$models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ] && [ -f "$models/minilm/model.safetensors" ]; then
   export BROTENSOR_MODELS="$models"
+  # The tour trains the digits CNN too: the kit carries the digits.
+  mkdir -p "$models/digits"
+  [ -f "$models/digits/digits.csv" ] || cp "$here/data/digits/digits.csv" "$models/digits/"
   step models_tour "$bin/models_tour"
   for d in cuda:0 wgpu:0; do
     step "bench_smollm2_${d%%:*}" "$bin/bench_models" smollm2 brotensor --device "$d" --profile

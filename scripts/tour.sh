@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job: fetch the two real models (once), list every device, and on each one embed
-# sentences with all-MiniLM-L6-v2 and generate text with SmolLM2-135M-Instruct, checked
-# against float64 references (models/src/bin/tour.rs). The synthetic op tour is
+# The main job: fetch the two real models and the digits (once), list every device, and on
+# each one embed sentences with all-MiniLM-L6-v2, generate text with SmolLM2-135M-Instruct
+# and train the digits CNN, checked against float64 references (models/src/bin/tour.rs).
+# The synthetic op tour is
 # `cargo run -p brotensor --example tour`.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -92,10 +92,19 @@ impl Digits {
         })
     }
 
-    /// The images of `rows` (training split) as an `(n, 1, 8, 8)` tensor on `device`, and
-    /// their labels.
+    /// The images of `rows` (indices into the training split) as an `(n, 1, 8, 8)` tensor
+    /// on `device`, and their labels; an index past the split is an error.
     pub fn batch(&self, rows: &[usize], device: Device) -> brotensor::Result<(Tensor, Vec<usize>)> {
-        let mut x = Vec::with_capacity(rows.len() * PIXELS);
+        if let Some(&bad) = rows.iter().find(|&&r| r >= self.train_y.len()) {
+            return Err(brotensor::Error::InvalidArgument {
+                op: "digits::batch",
+                reason: format!(
+                    "row {bad} is past the {} training images",
+                    self.train_y.len()
+                ),
+            });
+        }
+        let mut x = Vec::with_capacity(rows.len().saturating_mul(PIXELS));
         for &r in rows {
             x.extend_from_slice(&self.train_x[r * PIXELS..][..PIXELS]);
         }
@@ -184,7 +193,15 @@ impl Cnn {
 
     /// The logits `(n, 10)` of images `x (n, 1, 8, 8)`.
     pub fn forward(&self, x: &Var) -> brotensor::Result<Var> {
-        let n = x.value().dims()[0];
+        let n = match *x.value().dims() {
+            [n, 1, 8, 8] => n,
+            ref other => {
+                return Err(brotensor::Error::Shape {
+                    op: "digits::forward",
+                    reason: format!("expected images (n, 1, 8, 8), got {other:?}"),
+                })
+            }
+        };
         x.conv2d(&self.conv1_w, Some(&self.conv1_b), &CONV)?
             .relu()?
             .max_pool2d(&POOL)?
@@ -204,7 +221,7 @@ impl Cnn {
     ) -> brotensor::Result<f64> {
         let n = labels.len();
         let x = Var::constant(Tensor::from_slice_nd_on(device, images, &[n, 1, 8, 8])?);
-        let logits = self.frozen().forward(&x)?;
+        let logits = self.frozen()?.forward(&x)?;
         let predicted = logits.value().argmax(1)?.to_vec::<i32>()?;
         let right = predicted
             .iter()
@@ -214,17 +231,16 @@ impl Cnn {
         Ok(right as f64 / n.max(1) as f64)
     }
 
-    /// The same weights as constants: a forward that records nothing.
-    fn frozen(&self) -> Cnn {
-        let c = |v: &Var| v.detach().expect("a view of a dense parameter");
-        Cnn {
-            conv1_w: c(&self.conv1_w),
-            conv1_b: c(&self.conv1_b),
-            conv2_w: c(&self.conv2_w),
-            conv2_b: c(&self.conv2_b),
-            fc_w: c(&self.fc_w),
-            fc_b: c(&self.fc_b),
-        }
+    /// The same weights as constants (copies): a forward that records nothing.
+    fn frozen(&self) -> brotensor::Result<Cnn> {
+        Ok(Cnn {
+            conv1_w: self.conv1_w.detach()?,
+            conv1_b: self.conv1_b.detach()?,
+            conv2_w: self.conv2_w.detach()?,
+            conv2_b: self.conv2_b.detach()?,
+            fc_w: self.fc_w.detach()?,
+            fc_b: self.fc_b.detach()?,
+        })
     }
 }
 
@@ -241,10 +257,17 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// A fresh network on `device`, Adam with learning rate `lr`, batches of `batch`.
+    /// A fresh network on `device`, Adam with learning rate `lr`, batches of `batch`
+    /// (1 to [`TRAIN`]).
     pub fn new(device: Device, lr: f32, batch: usize) -> brotensor::Result<Trainer> {
+        if !(1..=TRAIN).contains(&batch) {
+            return Err(brotensor::Error::InvalidArgument {
+                op: "digits::Trainer::new",
+                reason: format!("the batch must hold 1 to {TRAIN} images, got {batch}"),
+            });
+        }
         let net = Cnn::new(device)?;
-        let adam = Adam::new(net.parameters(), ops::Adam::new(lr));
+        let adam = Adam::new(net.parameters(), ops::AdamParams::new(lr));
         Ok(Trainer {
             net,
             adam,
@@ -252,7 +275,7 @@ impl Trainer {
             order_state: DATA_SEED,
             order: Vec::new(),
             next_batch: usize::MAX,
-            batch: batch.max(1),
+            batch,
         })
     }
 

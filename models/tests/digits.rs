@@ -80,11 +80,12 @@ fn the_first_twenty_steps_follow_the_float64_reference() {
             .map(|_| f64::from(trainer.step(&data).unwrap()))
             .collect();
         for (step, (g, w)) in got.iter().zip(&losses).enumerate() {
-            // FP32 against float64 over 20 Adam steps: the losses agree to about 1e-5
-            // relative; a step that skipped an update or used a wrong gradient moves the
-            // loss by more than 1e-2.
+            // FP32 against float64 over 20 Adam steps: the losses agree to about 2e-7
+            // relative; a skipped update, a wrong gradient direction or wrong Adam constants
+            // move them by far more. (Adam is blind to a uniform scale of the gradient: the
+            // finite-difference tests of the tape check the scale.)
             assert!(
-                (g - w).abs() <= 2e-4 * w.abs(),
+                (g - w).abs() <= 2e-5 * w.abs(),
                 "{device}: step {} loss {g} vs float64 {w}",
                 step + 1
             );

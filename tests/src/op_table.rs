@@ -1946,14 +1946,14 @@ pub static OP_TABLE: &[OpEntry] = &[
         ops::upfirdn2d_forward(t0, t1, p.nchw(), &p.upfirdn2d(), t2)
     }),
     op!("adam_step", |[t0, t1, t2, t3], p| {
-        let hp = ops::Adam {
+        let hp = ops::AdamParams {
             weight_decay: p.f32(),
-            ..ops::Adam::new(p.f32())
+            ..ops::AdamParams::new(p.f32())
         };
         ops::adam_step(t0, t1, t2, t3, &hp, p.usize() as u32)
     }),
     op!("adam_step_master", |[t0, t1, t2, t3, t4], p| {
-        let hp = ops::Adam::new(p.f32());
+        let hp = ops::AdamParams::new(p.f32());
         ops::adam_step_master(t0, t1, t2, (t3, t4), &hp, p.usize() as u32)
     }),
     op!("sgd_step", |[t0, t1, t2], p| ops::sgd_step(

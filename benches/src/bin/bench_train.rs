@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use brotensor::autograd::Var;
-use brotensor::ops::{self, Adam, Conv2dSpec, Pool2dSpec};
+use brotensor::ops::{self, AdamParams, Conv2dSpec, Pool2dSpec};
 use brotensor::{Device, Tensor};
 use brotensor_benches::best_secs_paired;
 use brotensor_models::digits::{Cnn, Digits, Trainer, TRAIN};
@@ -149,7 +149,7 @@ fn adam_table() {
     let dev = Device::Cpu;
     let filled = |v: f32| Tensor::from_slice_nd_on(dev, &vec![v; n], &[n]).expect("tensor");
     let (mut p, g, mut m, mut v) = (filled(1.0), filled(0.01), filled(0.0), filled(0.0));
-    let hp = Adam::new(1e-3);
+    let hp = AdamParams::new(1e-3);
     let mut step = 0u32;
     let mut ours = || {
         step += 1;
@@ -362,7 +362,7 @@ fn gpu_tables(data: &Digits) {
         let f32s = |v: f32| Tensor::from_slice_nd_on(dev, &vec![v; n], &[n]).expect("tensor");
         let (src, mut dst) = (f32s(1.0), Tensor::default());
         let mut copy = || ops::cast(&src, &mut dst, brotensor::Dtype::F32).expect("copy");
-        let hp = Adam::new(1e-3);
+        let hp = AdamParams::new(1e-3);
         for (case, half) in [("F32", false), ("BF16 params, F32 master", true)] {
             let (mut p, mut g) = (f32s(1.0), f32s(0.01));
             let (mut m, mut v, mut w) = (f32s(0.0), f32s(0.0), f32s(1.0));

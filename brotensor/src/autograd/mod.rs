@@ -23,7 +23,7 @@
 //! let loss = x.linear(&w, Some(&b))?.relu()?.cross_entropy(&[1])?;
 //! loss.backward()?;
 //! assert!(w.grad()?.is_some());
-//! let mut adam = Adam::new(vec![w.clone(), b.clone()], ops::Adam::new(1e-2));
+//! let mut adam = Adam::new(vec![w.clone(), b.clone()], ops::AdamParams::new(1e-2));
 //! adam.step()?; // uses and keeps the accumulated gradients
 //! adam.zero_grad();
 //! # Ok(()) }
@@ -107,10 +107,18 @@ impl Var {
         self.0.value.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The value for writing in place (optimizers); refused by the ops while a recorded
-    /// graph still holds views of it.
-    pub(crate) fn value_mut(&self) -> RwLockWriteGuard<'_, Tensor> {
-        self.0.value.write().unwrap_or_else(|e| e.into_inner())
+    /// The value for writing in place (optimizers), or an error naming `op` when a
+    /// [`Var::value`] guard is alive (waiting for it could deadlock the calling thread).
+    /// The op itself refuses the write while a recorded graph still holds views of it.
+    pub(crate) fn value_mut(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Tensor>> {
+        match self.0.value.try_write() {
+            Ok(guard) => Ok(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Ok(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(Error::invalid(
+                op,
+                "a parameter's value is borrowed (drop the `Var::value()` guard before the step)",
+            )),
+        }
     }
 
     /// Whether gradients flow to this value (it is a parameter, or was computed from one).
@@ -123,9 +131,11 @@ impl Var {
         self.0.parameter
     }
 
-    /// A constant sharing this value: no gradient flows through it.
+    /// A constant holding a copy of this value: no gradient flows through it, and it does
+    /// not keep the parameter from being updated in place (a shared view would).
     pub fn detach(&self) -> Result<Var> {
-        Ok(Var::constant(self.value().reshape(self.value().dims())?))
+        let copy = self.value().try_clone()?;
+        Ok(Var::constant(copy))
     }
 
     /// A copy of the accumulated gradient of a parameter (`None` before any
@@ -273,7 +283,7 @@ impl Var {
                 let Some(gi) = gi.filter(|_| need) else {
                     continue;
                 };
-                check_grad(record.op, input, &gi)?;
+                let gi = check_grad(record.op, input, gi)?;
                 let summed = match grads.remove(&input.key()) {
                     Some(prev) => ops::add(&prev, &gi)?,
                     None => gi,
@@ -327,19 +337,26 @@ impl Var {
     }
 }
 
-/// A backward rule's gradient must match its input's dims: a wrong one is a bug in the
-/// rule, reported rather than propagated.
-fn check_grad(op: &'static str, input: &Var, g: &Tensor) -> Result<()> {
-    let v = input.value();
-    if g.dims() != v.dims() {
+/// A backward rule's gradient must match its input's dims (a wrong one is a bug in the rule,
+/// reported rather than propagated); it is converted to the input's dtype when a rule
+/// produced another (a bias of another dtype than its layer).
+fn check_grad(op: &'static str, input: &Var, g: Tensor) -> Result<Tensor> {
+    let (dims, dtype) = {
+        let v = input.value();
+        (v.dims().to_vec(), v.dtype())
+    };
+    if g.dims() != dims.as_slice() {
         return Err(Error::shape(
             op,
             format!(
-                "backward produced a gradient of {:?} for an input of {:?}",
-                g.dims(),
-                v.dims()
+                "backward produced a gradient of {:?} for an input of {dims:?}",
+                g.dims()
             ),
         ));
     }
-    Ok(())
+    if g.dtype() == dtype {
+        Ok(g)
+    } else {
+        g.to_dtype(dtype)
+    }
 }

@@ -29,19 +29,21 @@ struct AdamSlot {
 /// Adam (AdamW with a nonzero `weight_decay`) over a set of parameters.
 pub struct Adam {
     params: Vec<Var>,
-    hp: ops::Adam,
+    hp: ops::AdamParams,
     slots: Vec<Option<AdamSlot>>,
 }
 
 impl Adam {
-    /// Adam over `params` with hyper-parameters `hp`.
-    pub fn new(params: Vec<Var>, hp: ops::Adam) -> Self {
+    /// Adam over `params` (a parameter listed twice is stepped once) with
+    /// hyper-parameters `hp`.
+    pub fn new(params: Vec<Var>, hp: ops::AdamParams) -> Self {
+        let params = distinct(params);
         let slots = params.iter().map(|_| None).collect();
         Adam { params, hp, slots }
     }
 
     /// The hyper-parameters (the learning rate may be changed between steps).
-    pub fn hyper_parameters(&mut self) -> &mut ops::Adam {
+    pub fn hyper_parameters(&mut self) -> &mut ops::AdamParams {
         &mut self.hp
     }
 
@@ -52,7 +54,7 @@ impl Adam {
             let hp = self.hp;
             p.with_grad(|g| -> Result<()> {
                 let Some(g) = g else { return Ok(()) };
-                let mut value = p.value_mut();
+                let mut value = p.value_mut("adam_step")?;
                 let s = match slot {
                     Some(s) => s,
                     None => slot.insert(AdamSlot {
@@ -91,8 +93,10 @@ pub struct Sgd {
 }
 
 impl Sgd {
-    /// SGD over `params` with learning rate `lr` and `momentum` (0 for plain SGD).
+    /// SGD over `params` (a parameter listed twice is stepped once) with learning rate `lr`
+    /// and `momentum` (0 for plain SGD).
     pub fn new(params: Vec<Var>, lr: f32, momentum: f32) -> Self {
+        let params = distinct(params);
         let slots = params.iter().map(|_| None).collect();
         Sgd {
             params,
@@ -108,7 +112,7 @@ impl Sgd {
         for (p, slot) in self.params.iter().zip(&mut self.slots) {
             p.with_grad(|g| -> Result<()> {
                 let Some(g) = g else { return Ok(()) };
-                let mut value = p.value_mut();
+                let mut value = p.value_mut("sgd_step")?;
                 let (vel, master) = match slot {
                     Some(s) => s,
                     None => slot.insert((state_like(&value)?, master_of(&value)?)),
@@ -128,6 +132,15 @@ impl Sgd {
     }
 }
 
+/// `params` without repeats (the first of each kept), in order.
+fn distinct(params: Vec<Var>) -> Vec<Var> {
+    let mut seen = std::collections::HashSet::new();
+    params
+        .into_iter()
+        .filter(|p| seen.insert(p.key()))
+        .collect()
+}
+
 /// Scales the gradients of `params` in place so that their global L2 norm is at most
 /// `max_norm` (by `max_norm / (norm + 1e-6)` when it is above); returns the norm before
 /// clipping. Reading the norm synchronizes with the device.
@@ -138,21 +151,24 @@ pub fn clip_grad_norm(params: &[Var], max_norm: f32) -> Result<f32> {
             "`max_norm` must be finite and > 0",
         ));
     }
+    let params = distinct(params.to_vec());
     let mut total = 0.0f64;
-    for p in params {
+    for p in &params {
         total += p.with_grad(|g| -> Result<f64> {
             let Some(g) = g else { return Ok(0.0) };
-            let squares = ops::mul(g, g)?;
+            // In F32, so that a 16-bit gradient's squares cannot overflow.
+            let g = g.to_dtype(Dtype::F32)?;
+            let squares = ops::mul(&g, &g)?;
             let row = squares.reshape(&[1, squares.numel()])?;
             let mut s = Tensor::default();
             ops::sum_rows(&row, &mut s)?;
-            Ok(f64::from(s.to_dtype(Dtype::F32)?.to_vec::<f32>()?[0]))
+            Ok(f64::from(s.to_vec::<f32>()?[0]))
         })??;
     }
     let norm = total.sqrt();
     if norm > f64::from(max_norm) {
         let factor = (f64::from(max_norm) / (norm + 1e-6)) as f32;
-        for p in params {
+        for p in &params {
             p.with_grad(|g| g.map_or(Ok(()), |g| g.mul_scalar_(factor)))??;
         }
     }

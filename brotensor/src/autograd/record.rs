@@ -34,6 +34,17 @@ fn sum_to(g: Tensor, dims: &[usize]) -> Result<Tensor> {
     out.reshape(dims)
 }
 
+/// `f` on the values of `a` and `b`, reading a Var passed twice (`x.mul(&x)`) through one
+/// guard.
+fn with_pair<R>(a: &Var, b: &Var, f: impl FnOnce(&Tensor, &Tensor) -> R) -> R {
+    let av = a.value();
+    if a.key() == b.key() {
+        return f(&av, &av);
+    }
+    let bv = b.value();
+    f(&av, &bv)
+}
+
 /// The 4-D dims of a convolution or pooling input.
 fn nchw(op: &'static str, t: &Tensor) -> Result<Nchw> {
     match *t.dims() {
@@ -84,8 +95,9 @@ impl Var {
     /// `self + rhs` with numpy broadcasting ([`ops::add`]); each gradient is the output's
     /// summed over the axes its input was broadcast along.
     pub fn add(&self, rhs: &Var) -> Result<Var> {
-        let y = ops::add(&self.value(), &rhs.value())?;
-        let dims = [self.value().dims().to_vec(), rhs.value().dims().to_vec()];
+        let (y, dims) = with_pair(self, rhs, |a, b| {
+            Ok::<_, Error>((ops::add(a, b)?, [a.dims().to_vec(), b.dims().to_vec()]))
+        })?;
         Ok(Var::recorded("add", y, &[self, rhs], move |dy, need| {
             let [a, b] = dims;
             Ok(vec![
@@ -98,11 +110,12 @@ impl Var {
     /// `self * rhs` element-wise with numpy broadcasting ([`ops::mul`]); gradients `dy rhs`
     /// and `dy self`, summed over the broadcast axes.
     pub fn mul(&self, rhs: &Var) -> Result<Var> {
-        let y = ops::mul(&self.value(), &rhs.value())?;
+        let (y, a, b) = with_pair(self, rhs, |a, b| {
+            Ok::<_, Error>((ops::mul(a, b)?, saved(a)?, saved(b)?))
+        })?;
         if !Var::tracked(&[self, rhs]) {
             return Ok(Var::constant(y));
         }
-        let (a, b) = (saved(&self.value())?, saved(&rhs.value())?);
         Ok(Var::recorded("mul", y, &[self, rhs], move |dy, need| {
             Ok(vec![
                 need[0]
@@ -126,12 +139,14 @@ impl Var {
     /// The matrix product `self (M, K) . rhs (K, N)` ([`ops::matmul`]); gradients by
     /// [`ops::matmul_backward`].
     pub fn matmul(&self, rhs: &Var) -> Result<Var> {
-        let mut y = Tensor::default();
-        ops::matmul(&self.value(), &rhs.value(), &mut y)?;
+        let (y, a, b) = with_pair(self, rhs, |a, b| {
+            let mut y = Tensor::default();
+            ops::matmul(a, b, &mut y)?;
+            Ok::<_, Error>((y, saved(a)?, saved(b)?))
+        })?;
         if !Var::tracked(&[self, rhs]) {
             return Ok(Var::constant(y));
         }
-        let (a, b) = (saved(&self.value())?, saved(&rhs.value())?);
         Ok(Var::recorded("matmul", y, &[self, rhs], move |dy, _| {
             let (mut da, mut db) = (zeros_like(&a)?, zeros_like(&b)?);
             ops::matmul_backward(&a, &b, dy, &mut da, &mut db)?;
@@ -142,6 +157,14 @@ impl Var {
     /// `self (B, in) . w (out, in)^T + bias (out)` ([`ops::linear_forward_batched`]);
     /// gradients by [`ops::linear_backward_batched`].
     pub fn linear(&self, w: &Var, bias: Option<&Var>) -> Result<Var> {
+        {
+            let x = self.value();
+            // The backward op takes one dtype: refuse a mix before recording it.
+            crate::ops::check_dtypes_match("linear", ("x", &x), &[("w", &w.value())])?;
+            if let Some(b) = bias {
+                crate::ops::check_dtypes_match("linear", ("x", &x), &[("bias", &b.value())])?;
+            }
+        }
         let mut y = Tensor::default();
         ops::linear_forward_batched(
             &w.value(),
@@ -160,6 +183,8 @@ impl Var {
             let mut dw = zeros_like(&wt)?;
             let mut db = Tensor::zeros_nd_on(wt.device(), &[wt.rows(), 1], wt.dtype())?;
             ops::linear_backward_batched(&wt, &x, dy, &mut dx, &mut dw, &mut db)?;
+            // The op flattens the leading dims of an N-d `x`: its gradient takes them back.
+            dx.reshape_(x.dims())?;
             let mut grads = vec![Some(dx), Some(dw)];
             if let Some(dims) = bias_dims {
                 grads.push(Some(db.reshape(&dims)?));
@@ -172,6 +197,17 @@ impl Var {
     /// ([`ops::layernorm_forward_batched_with_caches`]); gradients by
     /// [`ops::layernorm_backward_batched_with_caches`].
     pub fn layer_norm(&self, gamma: &Var, beta: &Var, eps: f32) -> Result<Var> {
+        if !Var::tracked(&[self, gamma, beta]) {
+            let mut y = Tensor::default();
+            ops::layernorm_forward_inference_batched(
+                &self.value(),
+                &gamma.value(),
+                &beta.value(),
+                eps,
+                &mut y,
+            )?;
+            return Ok(Var::constant(y));
+        }
         let (mut y, mut xhat, mut mean, mut rstd) = Default::default();
         ops::layernorm_forward_batched_with_caches(
             &self.value(),
@@ -215,16 +251,22 @@ impl Var {
     pub fn conv2d(&self, w: &Var, bias: Option<&Var>, spec: &Conv2dSpec) -> Result<Var> {
         const OP: &str = "conv2d";
         let d = nchw(OP, &self.value())?;
-        let w_dims = w.value().dims().to_vec();
-        let Some(&c_out) = w_dims.first().filter(|_| w_dims.len() == 4) else {
-            return Err(Error::shape(
-                OP,
-                format!("`w` must be (C_out, C_in / groups, kH, kW), got {w_dims:?}"),
-            ));
+        let (w_dims, w2) = {
+            let wv = w.value();
+            let w_dims = wv.dims().to_vec();
+            let Some(&c_out) = w_dims
+                .first()
+                .filter(|_| w_dims.len() == 4 && w_dims[0] > 0)
+            else {
+                return Err(Error::shape(
+                    OP,
+                    format!("`w` must be (C_out, C_in / groups, kH, kW), got {w_dims:?}"),
+                ));
+            };
+            let w2 = wv.reshape(&[c_out, wv.numel() / c_out])?;
+            (w_dims, w2)
         };
-        let w2 = w
-            .value()
-            .reshape(&[c_out, w.value().numel() / c_out.max(1)])?;
+        let c_out = w_dims[0];
         let mut y = Tensor::default();
         ops::conv2d_forward(
             &self.value(),
@@ -329,14 +371,18 @@ impl Var {
         const OP: &str = "cross_entropy";
         let (b, l) = {
             let v = self.value();
-            if v.rank() != 2 || v.dtype() != Dtype::F32 {
+            if v.dtype() != Dtype::F32 {
+                return Err(Error::Dtype {
+                    op: OP,
+                    operand: "logits",
+                    expected: "F32 logits (the fused loss computes in FP32)".into(),
+                    found: v.dtype(),
+                });
+            }
+            if v.rank() != 2 {
                 return Err(Error::shape(
                     OP,
-                    format!(
-                        "expected F32 logits (B, classes), got {:?} {}",
-                        v.dims(),
-                        v.dtype()
-                    ),
+                    format!("expected logits (B, classes), got {:?}", v.dims()),
                 ));
             }
             (v.rows(), v.cols())

@@ -18,7 +18,7 @@ pub use brotensor_cpu::optim::splitmix64;
 /// Adam's hyper-parameters; a nonzero `weight_decay` makes it AdamW (the decay is decoupled:
 /// `p *= 1 - lr weight_decay` before the update, as `torch.optim.AdamW`).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Adam {
+pub struct AdamParams {
     /// Learning rate.
     pub lr: f32,
     /// First-moment decay, in `[0, 1)`.
@@ -31,10 +31,10 @@ pub struct Adam {
     pub weight_decay: f32,
 }
 
-impl Adam {
+impl AdamParams {
     /// Adam with `lr` and the usual defaults: betas (0.9, 0.999), eps 1e-8, no decay.
     pub fn new(lr: f32) -> Self {
-        Adam {
+        AdamParams {
             lr,
             beta1: 0.9,
             beta2: 0.999,
@@ -43,11 +43,11 @@ impl Adam {
         }
     }
 
-    /// AdamW: [`Adam::new`] with decoupled `weight_decay`.
+    /// AdamW: [`AdamParams::new`] with decoupled `weight_decay`.
     pub fn adamw(lr: f32, weight_decay: f32) -> Self {
-        Adam {
+        AdamParams {
             weight_decay,
-            ..Adam::new(lr)
+            ..AdamParams::new(lr)
         }
     }
 
@@ -113,7 +113,7 @@ pub fn adam_step(
     grad: &Tensor,
     m: &mut Tensor,
     v: &mut Tensor,
-    hp: &Adam,
+    hp: &AdamParams,
     step: u32,
 ) -> Result<()> {
     adam("adam_step", param, None, grad, (m, v), hp, step)
@@ -126,7 +126,7 @@ pub fn adam_step_master(
     master: &mut Tensor,
     grad: &Tensor,
     (m, v): (&mut Tensor, &mut Tensor),
-    hp: &Adam,
+    hp: &AdamParams,
     step: u32,
 ) -> Result<()> {
     adam(
@@ -146,7 +146,7 @@ fn adam(
     master: Option<&mut Tensor>,
     grad: &Tensor,
     (m, v): (&mut Tensor, &mut Tensor),
-    hp: &Adam,
+    hp: &AdamParams,
     step: u32,
 ) -> Result<()> {
     let be = dispatch_step(op, param, master.as_deref(), grad, &[("m", m), ("v", v)])?;

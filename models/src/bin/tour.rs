@@ -1,7 +1,9 @@
 //! The README's main job: lists every device brotensor finds, then on each one embeds a few
 //! sentences with all-MiniLM-L6-v2 (printing their similarity matrix) and generates text
 //! with SmolLM2-135M-Instruct, printing tokens/s and whether each result matched the
-//! float64 references in `tests/fixtures/models/`. Exits non-zero on a mismatch.
+//! float64 references in `tests/fixtures/models/`, and trains the digits CNN (its first 20
+//! losses against the float64 reference in `tests/fixtures/digits/`; ten epochs to the 97 %
+//! bar on the CPU and hardware GPUs). Exits non-zero on a mismatch.
 //!
 //! `./scripts/tour.sh` (or `cargo run --release -p brotensor-models --bin tour`).
 
@@ -10,20 +12,21 @@ use std::time::Instant;
 
 use anyhow::Context;
 use brotensor::{Device, Dtype};
+use brotensor_models::digits::{Digits, Trainer};
 use brotensor_models::files;
 use brotensor_models::minilm::{cosine, MiniLm};
 use brotensor_models::smollm2::{Sampling, SmolLm2};
 use serde_json::Value;
 
-/// A reference file: from `tests/fixtures/models/` under the working directory (a copied
+/// A reference file: `name` under `tests/fixtures/` in the working directory (a copied
 /// checkout), else in the checkout this binary was built from.
 fn reference(name: &str) -> anyhow::Result<Value> {
-    let local = PathBuf::from("tests/fixtures/models").join(name);
+    let local = PathBuf::from("tests/fixtures").join(name);
     let path = if local.is_file() {
         local
     } else {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/models")
+            .join("../tests/fixtures")
             .join(name)
     };
     let text =
@@ -122,11 +125,57 @@ fn smollm2(device: Device, reference: &Value, software: bool) -> anyhow::Result<
     Ok(ok)
 }
 
+/// The digits CNN on `device`: 20 Adam steps against the float64 losses, then (not on
+/// software devices, where a step takes about a second) ten epochs to the accuracy bar.
+fn digits(
+    device: Device,
+    reference: &Value,
+    data: &Digits,
+    software: bool,
+) -> anyhow::Result<bool> {
+    let want: Vec<f64> = reference["losses"]
+        .as_array()
+        .context("losses")?
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    let mut trainer = Trainer::new(device, 3e-3, 64)?;
+    let start = Instant::now();
+    let mut worst = 0f64;
+    for w in &want {
+        let got = f64::from(trainer.step(data)?);
+        worst = worst.max((got - w).abs() / w.abs());
+    }
+    let total = if software {
+        want.len()
+    } else {
+        10 * trainer.steps_per_epoch()
+    };
+    for _ in want.len()..total {
+        trainer.step(data)?;
+    }
+    brotensor::sync(device)?;
+    let secs = start.elapsed().as_secs_f64();
+    let acc = trainer.net.accuracy(&data.test_x, &data.test_y, device)?;
+    let ok = worst <= 2e-5 && want.len() == 20 && (software || acc >= 0.97);
+    let bar = if software { "" } else { " (bar 97 %)" };
+    println!(
+        "  digits CNN: {total} Adam steps at {:.1} steps/s, test accuracy {:.2} %{bar}; first 20 \
+         losses within {worst:.1e} of float64: {}",
+        total as f64 / secs,
+        100.0 * acc,
+        verdict(ok)
+    );
+    Ok(ok)
+}
+
 fn main() -> anyhow::Result<()> {
     brotensor::init()?;
     files::ensure_models()?;
-    let minilm_ref = reference("minilm.json")?;
-    let smollm2_ref = reference("smollm2.json")?;
+    let minilm_ref = reference("models/minilm.json")?;
+    let smollm2_ref = reference("models/smollm2.json")?;
+    let digits_ref = reference("digits/first_steps.json")?;
+    let data = Digits::load(&files::digits_csv())?;
     let devices = brotensor::available_devices();
     println!("brotensor devices:");
     for &d in &devices {
@@ -140,6 +189,7 @@ fn main() -> anyhow::Result<()> {
         println!("\n== {device}");
         all_ok &= minilm(device, &minilm_ref)?;
         all_ok &= smollm2(device, &smollm2_ref, software)?;
+        all_ok &= digits(device, &digits_ref, &data, software)?;
     }
     if !all_ok {
         anyhow::bail!("a result did not match its reference");

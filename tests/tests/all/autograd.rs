@@ -103,6 +103,17 @@ fn check_chain(
     }
 }
 
+/// A 3x3 convolution, stride 1, padding 1, in `groups` groups.
+fn same_3x3(groups: usize) -> Conv2dSpec {
+    Conv2dSpec {
+        kernel: [3, 3],
+        stride: [1, 1],
+        padding: [1, 1],
+        dilation: [1, 1],
+        groups,
+    }
+}
+
 // ---- float64 forwards, written from the definitions ----
 
 fn linear64(
@@ -258,13 +269,7 @@ fn a_cnn_chain_matches_finite_differences() {
         param(&[4, 27], -0.5, 0.5),
         param(&[4], -0.2, 0.2),
     ];
-    let conv = Conv2dSpec {
-        kernel: [3, 3],
-        stride: [1, 1],
-        padding: [1, 1],
-        dilation: [1, 1],
-        groups: 1,
-    };
+    let conv = same_3x3(1);
     let pool = Pool2dSpec {
         kernel: [2, 2],
         stride: [2, 2],
@@ -476,7 +481,7 @@ fn optimizers_step_parameters_in_place_and_clip_by_global_norm() {
             (1e-6, 1e-6),
         );
         // Adam's first step moves each parameter by lr against its gradient's sign.
-        let mut adam = Adam::new(vec![p.clone(), q.clone()], ops::Adam::new(0.1));
+        let mut adam = Adam::new(vec![p.clone(), q.clone()], ops::AdamParams::new(0.1));
         let before = read_f32(&q.value()).unwrap()[0];
         adam.step().unwrap();
         let after = read_f32(&q.value()).unwrap()[0];
@@ -602,4 +607,125 @@ fn random_chains_match_finite_differences() {
             },
         );
     }
+}
+
+#[test]
+fn a_value_twice_in_one_op_and_frozen_weights() {
+    // loss = mean((x * x) W^T) + sum(conv(x4, k) grouped, no bias), with W and k constants:
+    // only the input's gradient flows, through both operands of one mul.
+    let leaves = [
+        param(&[3, 4], -1.0, 1.0),
+        constant(&[5, 4], -0.7, 0.7),
+        param(&[1, 4, 4, 4], -1.0, 1.0),
+        constant(&[2, 2, 3, 3], -0.5, 0.5),
+    ];
+    let grouped = same_3x3(2);
+    check_chain(
+        "shared operand, frozen weights",
+        0x5e1f,
+        &leaves,
+        |v| {
+            let a = v[0].mul(&v[0])?.linear(&v[1], None)?.mean()?;
+            let b = v[2].conv2d(&v[3], None, &grouped)?.tanh()?.sum()?;
+            a.add(&b)
+        },
+        |v| {
+            let sq: Vec<f64> = v[0].iter().map(|x| x * x).collect();
+            let a = linear64(&sq, &v[1], None, (3, 4, 5)).iter().sum::<f64>() / 15.0;
+            // Two groups of two input channels, one output channel each: output o reads
+            // input channels 2o and 2o + 1 with its own 2 x 3 x 3 taps.
+            let mut b = 0.0;
+            for o in 0..2 {
+                let x: Vec<f64> = v[2][o * 32..(o + 1) * 32].to_vec();
+                let w: Vec<f64> = v[3][o * 18..(o + 1) * 18].to_vec();
+                b += conv3x3_64(&x, &w, &[0.0], (1, 2, 4, 4), 1)
+                    .iter()
+                    .map(|y| y.tanh())
+                    .sum::<f64>();
+            }
+            a + b
+        },
+    );
+}
+
+#[test]
+fn the_optimizers_follow_their_formulas_over_steps() {
+    // loss_k = sum(c_k * p): the gradient of step k is c_k, known in float64.
+    let grads = [[0.5f32, -1.0, 2.0], [-0.25, 0.75, 1.5], [1.0, 0.1, -3.0]];
+    let p0 = [1.0f32, -2.0, 0.5];
+    for device in devices() {
+        let p = Var::parameter(Tensor::from_slice_nd_on(device, &p0, &[3]).unwrap());
+        let r = Var::parameter(Tensor::from_slice_nd_on(device, &p0, &[3]).unwrap());
+        // `p` listed twice: stepped once per step.
+        let mut adam = Adam::new(
+            vec![p.clone(), p.clone()],
+            ops::AdamParams::adamw(0.1, 0.05),
+        );
+        let mut sgd = Sgd::new(vec![r.clone()], 0.2, 0.9);
+        for g in &grads {
+            let c = Var::constant(Tensor::from_slice_nd_on(device, g, &[3]).unwrap());
+            p.mul(&c).unwrap().sum().unwrap().backward().unwrap();
+            r.mul(&c).unwrap().sum().unwrap().backward().unwrap();
+            adam.step().unwrap();
+            sgd.step().unwrap();
+            adam.zero_grad();
+            sgd.zero_grad();
+        }
+        let (mut pw, mut m, mut v) = (p0.map(f64::from), [0.0f64; 3], [0.0f64; 3]);
+        let (mut rw, mut u) = (p0.map(f64::from), [0.0f64; 3]);
+        for (t, g) in grads.iter().enumerate() {
+            let t = t as i32 + 1;
+            for i in 0..3 {
+                let gi = f64::from(g[i]);
+                m[i] = 0.9 * m[i] + 0.1 * gi;
+                v[i] = 0.999 * v[i] + 0.001 * gi * gi;
+                let upd = 0.1 * (m[i] / (1.0 - 0.9f64.powi(t)))
+                    / ((v[i] / (1.0 - 0.999f64.powi(t))).sqrt() + 1e-8);
+                pw[i] = pw[i] * (1.0 - 0.1 * 0.05) - upd;
+                u[i] = 0.9 * u[i] + gi;
+                rw[i] -= 0.2 * u[i];
+            }
+        }
+        let moved = |now: &[f32]| -> Vec<f32> { now.iter().zip(&p0).map(|(a, b)| a - b).collect() };
+        let want = |w: [f64; 3]| moved(&w.map(|x| x as f32));
+        assert_close(
+            &format!("Adam over 3 steps on {device}"),
+            &want(pw),
+            &moved(&read_f32(&p.value()).unwrap()),
+            (1e-5, 1e-4),
+        );
+        assert_close(
+            &format!("SGD with momentum over 3 steps on {device}"),
+            &want(rw),
+            &moved(&read_f32(&r.value()).unwrap()),
+            (1e-5, 1e-4),
+        );
+    }
+}
+
+#[test]
+fn a_borrowed_value_refuses_the_step_instead_of_deadlocking() {
+    let p = Var::parameter(Tensor::from_slice_nd_on(Device::Cpu, &[1.0f32, 2.0], &[2]).unwrap());
+    p.sum().unwrap().backward().unwrap();
+    let mut sgd = Sgd::new(vec![p.clone()], 0.1, 0.0);
+    {
+        let _guard = p.value();
+        let e = sgd.step().unwrap_err();
+        assert!(e.to_string().contains("borrowed"), "{e}");
+    }
+    // A detached copy does not hold the parameter: the step runs.
+    let frozen = p.detach().unwrap();
+    sgd.step().unwrap();
+    assert_eq!(read_f32(&p.value()).unwrap(), [0.9, 1.9]);
+    assert_eq!(read_f32(&frozen.value()).unwrap(), [1.0, 2.0]);
+    // A refused Adam step does not count: the next one is still step 1 (moves by lr).
+    let q = Var::parameter(Tensor::from_slice_nd_on(Device::Cpu, &[0.0f32], &[1]).unwrap());
+    q.sum().unwrap().backward().unwrap();
+    let mut adam = Adam::new(vec![q.clone()], ops::AdamParams::new(0.5));
+    {
+        let _guard = q.value();
+        assert!(adam.step().is_err());
+    }
+    adam.step().unwrap();
+    assert!((read_f32(&q.value()).unwrap()[0] + 0.5).abs() < 1e-6);
 }

@@ -4,7 +4,7 @@
 //! master copy; the update in place (same allocations). The initialisers against the
 //! splitmix64 Xavier formula and the moments of their distributions; the error cases.
 
-use brotensor::ops::{self, Adam};
+use brotensor::ops::{self, AdamParams};
 use brotensor::{Device, Dtype, Error, Result, Tensor};
 use brotensor_tests::{
     assert_close, gpu_devices, read_f32, round_through, tensor, tolerance, SplitMix64,
@@ -17,7 +17,7 @@ const N: usize = ROWS * COLS;
 /// Which optimizer a case runs.
 #[derive(Clone, Copy, Debug)]
 enum Rule {
-    Adam(Adam),
+    Adam(AdamParams),
     Sgd { lr: f32, momentum: f32 },
 }
 
@@ -176,12 +176,12 @@ fn every_device() -> Vec<Device> {
 
 fn rules() -> [Rule; 3] {
     [
-        Rule::Adam(Adam::new(0.1)),
-        Rule::Adam(Adam {
+        Rule::Adam(AdamParams::new(0.1)),
+        Rule::Adam(AdamParams {
             beta1: 0.8,
             beta2: 0.99,
             eps: 1e-3,
-            ..Adam::adamw(0.05, 0.1)
+            ..AdamParams::adamw(0.05, 0.1)
         }),
         Rule::Sgd {
             lr: 0.1,
@@ -334,15 +334,15 @@ fn philox_initialisers_have_their_moments_and_agree_across_devices() {
 fn optimizer_errors_name_the_operand() {
     let t = |v: f32| Tensor::from_slice(&[v; 6], 2, 3).unwrap();
     let (mut p, g, mut m, mut v) = (t(1.0), t(0.5), t(0.0), t(0.0));
-    let h = Adam::new(0.1);
+    let h = AdamParams::new(0.1);
     let msg = |e: Error| e.to_string();
     let e = ops::adam_step(&mut p, &g, &mut m, &mut v, &h, 0).unwrap_err();
     assert!(msg(e).contains("1-based"));
     for bad in [
-        Adam { beta1: 1.0, ..h },
-        Adam { eps: 0.0, ..h },
-        Adam { lr: f32::NAN, ..h },
-        Adam::adamw(0.1, -1.0),
+        AdamParams { beta1: 1.0, ..h },
+        AdamParams { eps: 0.0, ..h },
+        AdamParams { lr: f32::NAN, ..h },
+        AdamParams::adamw(0.1, -1.0),
     ] {
         let e = ops::adam_step(&mut p, &g, &mut m, &mut v, &bad, 1).unwrap_err();
         assert!(
