@@ -129,7 +129,8 @@ pub struct Cnn {
     pub fc_b: Var,
 }
 
-const CONV: Conv2dSpec = Conv2dSpec {
+/// The network's convolutions: 3x3, stride 1, padding 1.
+pub const CONV: Conv2dSpec = Conv2dSpec {
     kernel: [3, 3],
     stride: [1, 1],
     padding: [1, 1],
@@ -137,7 +138,8 @@ const CONV: Conv2dSpec = Conv2dSpec {
     groups: 1,
 };
 
-const POOL: Pool2dSpec = Pool2dSpec {
+/// The network's pooling: 2x2 max, stride 2.
+pub const POOL: Pool2dSpec = Pool2dSpec {
     kernel: [2, 2],
     stride: [2, 2],
     padding: [0, 0],

@@ -15,26 +15,10 @@
 use std::time::Instant;
 
 use brotensor::autograd::Var;
-use brotensor::ops::{self, AdamParams, Conv2dSpec, Pool2dSpec};
+use brotensor::ops::{self, AdamParams};
 use brotensor::{Device, Tensor};
 use brotensor_benches::best_secs_paired;
-use brotensor_models::digits::{Cnn, Digits, Trainer, TRAIN};
-
-const CONV: Conv2dSpec = Conv2dSpec {
-    kernel: [3, 3],
-    stride: [1, 1],
-    padding: [1, 1],
-    dilation: [1, 1],
-    groups: 1,
-};
-
-const POOL: Pool2dSpec = Pool2dSpec {
-    kernel: [2, 2],
-    stride: [2, 2],
-    padding: [0, 0],
-    dilation: [1, 1],
-    ceil_mode: false,
-};
+use brotensor_models::digits::{Cnn, Digits, Trainer, CONV, POOL, TRAIN};
 
 #[cfg(feature = "candle")]
 mod peer {

@@ -152,18 +152,27 @@ pub fn clip_grad_norm(params: &[Var], max_norm: f32) -> Result<f32> {
         ));
     }
     let params = distinct(params.to_vec());
-    let mut total = 0.0f64;
+    // Every parameter's sum of squares is launched first, then read: one wait for the device.
+    let mut sums = Vec::with_capacity(params.len());
     for p in &params {
-        total += p.with_grad(|g| -> Result<f64> {
-            let Some(g) = g else { return Ok(0.0) };
+        if let Some(s) = p.with_grad(|g| -> Result<Option<Tensor>> {
+            let Some(g) = g else { return Ok(None) };
             // In F32, so that a 16-bit gradient's squares cannot overflow.
-            let g = g.to_dtype(Dtype::F32)?;
-            let squares = ops::mul(&g, &g)?;
-            let row = squares.reshape(&[1, squares.numel()])?;
-            let mut s = Tensor::default();
-            ops::sum_rows(&row, &mut s)?;
-            Ok(f64::from(s.to_vec::<f32>()?[0]))
-        })??;
+            let wide;
+            let g = if g.dtype() == Dtype::F32 {
+                &*g
+            } else {
+                wide = g.to_dtype(Dtype::F32)?;
+                &wide
+            };
+            Ok(Some(super::record::scaled_total(&ops::mul(g, g)?, 1.0)?))
+        })?? {
+            sums.push(s);
+        }
+    }
+    let mut total = 0.0f64;
+    for s in &sums {
+        total += f64::from(s.to_vec::<f32>()?[0]);
     }
     let norm = total.sqrt();
     if norm > f64::from(max_norm) {

@@ -428,7 +428,7 @@ impl Var {
 
 /// `scale` times the sum of every element of `t` ([`ops::sum_rows`] over one row), as a
 /// `[1]` tensor.
-fn scaled_total(t: &Tensor, scale: f32) -> Result<Tensor> {
+pub(super) fn scaled_total(t: &Tensor, scale: f32) -> Result<Tensor> {
     let row = t.reshape(&[1, t.numel()])?;
     let mut s = Tensor::default();
     ops::sum_rows(&row, &mut s)?;
