@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::elementwise::{exp_fast, exp_with, sin_cos_with, trig_fits};
+use crate::elementwise::{exp_fast, exp_with, exp_with_tail, sin_cos_with, trig_fits};
 use crate::simd::{wide, MulAdd};
 use crate::stream::{streaming, write_zip, StreamedIter};
 
@@ -185,8 +185,9 @@ fn one_plus_erf(m: MulAdd, u: f32) -> f32 {
 
 /// `erfc(z)` for `z >= 1`, until it underflows near `z = 9.2` (0 beyond): `erfc(z) = e^{-z^2} G(t)`, `t = 2 / (2 + z)`, `G` a degree-8 polynomial
 /// fitted to `erfc(z) e^{z^2}` in relative error. `z^2` is split as `h^2 + (z - h)(z + h)`
-/// with `h` the top 12 mantissa bits of `z` (so `h^2` is exact), and each part goes through
-/// its own exponential: rounding `z^2` itself would cost up to 80 ulp at `z = 9`.
+/// with `h` the top 12 mantissa bits of `z` (so `h^2` is exact), and the small part joins
+/// the exponential's reduced argument ([`exp_with_tail`]): rounding `z^2` itself would cost
+/// up to 80 ulp at `z = 9`.
 #[inline(always)]
 fn erfc_from_one(m: MulAdd, z: f32) -> f32 {
     const G: [f32; 9] = [
@@ -209,7 +210,7 @@ fn erfc_from_one(m: MulAdd, z: f32) -> f32 {
     for c in &G[1..] {
         g = m.apply(g, t, *c);
     }
-    exp_with(m, -(h * h)) * exp_with(m, -d) * g
+    exp_with_tail(m, -(h * h), -d) * g
 }
 
 /// `x * sigmoid(1.702 x)`.

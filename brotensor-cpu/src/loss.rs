@@ -244,7 +244,7 @@ pub fn log1p_unit(e: f32) -> f32 {
     } else {
         e / (e + 2.0)
     };
-    2.0 * atanh_series(s) + if high { LN_2 } else { 0.0 }
+    2.0 * atanh_series(MulAdd::Split, s) + if high { LN_2 } else { 0.0 }
 }
 
 /// One BCE entry with positive weight `w`: `(sigmoid z, its dlogit, its loss term)`, all

@@ -5,7 +5,9 @@
 //! once (parameter vectors and per-row outputs are small and not counted).
 //!
 //! Run: `cargo run --release -p brotensor-benches --bin bench_ops`. F32 `(4096, 4096)`
-//! tensors (`(1024, 1024)` on a software device); figures are the best of 5 batches.
+//! tensors (`(1024, 1024)` on a software device); figures are the best of 5 batches. An
+//! argument keeps only the ops whose name contains it (`bench_ops softmax`), so one op can
+//! be profiled alone.
 
 use brotensor::{ops, Dtype, Result, Tensor};
 use brotensor_benches::best_secs_paired;
@@ -18,6 +20,7 @@ fn host(n: usize, seed: usize) -> Vec<f32> {
 
 fn main() -> Result<()> {
     let _ = brotensor::init();
+    let only = std::env::args().nth(1).unwrap_or_default();
     println!("# bench_ops");
     println!();
     println!("| device | op | shape | ms | GB/s | vs copy |");
@@ -47,6 +50,9 @@ fn main() -> Result<()> {
         let (xhat, rstd) = (z.try_clone()?, s2.try_clone()?);
         let tensor_bytes = (r * c * 4) as f64;
         let mut row = |op: &str, tensors: f64, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+            if !op.contains(only.as_str()) {
+                return Ok(());
+            }
             let mut failed = None;
             let (s, copy_s) = best_secs_paired(
                 device,

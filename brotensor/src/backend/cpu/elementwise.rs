@@ -13,8 +13,8 @@ use crate::{Device, Dtype, Element, Error, Result, Tensor};
 
 /// Runs `$go!(f)` with `f` the scalar math of a unary instruction, one monomorphic map per
 /// instruction so the inner loop has no branch on the op; `$go!(fused f)` where `f` also
-/// takes the vector path's [`MulAdd`]; `$go!(trig pick, exact)` for sin and cos, which pick
-/// from [`ew::sin_cos_with`] where it holds and fall back to `exact`.
+/// takes the vector path's [`MulAdd`]; `$go!(fitted fits, fast, exact)` for log, sin and
+/// cos, whose vector form `fast` holds where `fits` and which fall back to `exact` per chunk.
 macro_rules! with_unary_fn {
     ($op:expr, $a:expr, $b:expr, $go:ident) => {{
         let (a, b) = ($a, $b);
@@ -26,9 +26,17 @@ macro_rules! with_unary_fn {
             Unary::DivScalar => $go!(move |x: f32| x / a),
             Unary::Clamp => $go!(move |x: f32| ew::clamp(x, a, b)),
             Unary::Exp => $go!(fused ew::exp_with),
-            Unary::Log => $go!(ew::log),
-            Unary::Sin => $go!(trig |(s, _): (f32, f32)| s, ew::sin),
-            Unary::Cos => $go!(trig |(_, c): (f32, f32)| c, ew::cos),
+            Unary::Log => $go!(fitted ew::log_fits, ew::log_with, ew::log),
+            Unary::Sin => $go!(
+                fitted ew::trig_fits,
+                |m: MulAdd, v: f32| ew::sin_cos_with(m, v).0,
+                ew::sin
+            ),
+            Unary::Cos => $go!(
+                fitted ew::trig_fits,
+                |m: MulAdd, v: f32| ew::sin_cos_with(m, v).1,
+                ew::cos
+            ),
             Unary::Rsqrt => $go!(ew::rsqrt),
             Unary::Round => $go!(ew::round),
             Unary::Relu => $go!(act::relu),
@@ -112,24 +120,24 @@ impl ElementwiseOps for CpuBackend {
                     ),
                 }
             }};
-            (trig $pick:expr, $exact:expr) => {{
-                let (pick, exact) = ($pick, $exact);
+            (fitted $fits:expr, $fast:expr, $exact:expr) => {{
+                let (fits, fast, exact) = ($fits, $fast, $exact);
                 match x {
                     Src::Out => ew::map_unary_fitted_inplace(
                         out.host_mut::<f32>(),
                         #[inline(always)]
-                        |v| ew::trig_fits(v),
+                        move |v| fits(v),
                         #[inline(always)]
-                        move |m, v| pick(ew::sin_cos_with(m, v)),
+                        move |m, v| fast(m, v),
                         exact,
                     ),
                     Src::Tensor(x) => ew::map_unary_fitted(
                         x.host::<f32>(),
                         out.host_mut::<f32>(),
                         #[inline(always)]
-                        |v| ew::trig_fits(v),
+                        move |v| fits(v),
                         #[inline(always)]
-                        move |m, v| pick(ew::sin_cos_with(m, v)),
+                        move |m, v| fast(m, v),
                         exact,
                     ),
                 }
@@ -345,13 +353,13 @@ fn unary_half<E: FloatElem + Element>(op: Unary, x: Src<'_>, out: &mut Tensor, a
                 |_| f32::NAN
             )
         }};
-        (trig $pick:expr, $exact:expr) => {{
-            let (pick, exact) = ($pick, $exact);
+        (fitted $fits:expr, $fast:expr, $exact:expr) => {{
+            let (fits, fast, exact) = ($fits, $fast, $exact);
             run!(
                 #[inline(always)]
-                |v| ew::trig_fits(v),
+                move |v| fits(v),
                 #[inline(always)]
-                move |m, v| pick(ew::sin_cos_with(m, v)),
+                move |m, v| fast(m, v),
                 exact
             )
         }};
