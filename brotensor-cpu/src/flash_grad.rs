@@ -55,7 +55,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
-    crate::reduction::sum_lanes(acc) + tail
+    acc.iter().sum::<f32>() + tail
 }
 
 /// `sum (a[d] scale) b[d]`, rounded as [`dot`] of the scaled `a` and `b`.
@@ -69,7 +69,7 @@ fn dot_scaled(a: &[f32], scale: f32, b: &[f32]) -> f32 {
         }
     }
     let tail: f32 = ra.iter().zip(rb).map(|(x, y)| (x * scale) * y).sum();
-    crate::reduction::sum_lanes(acc) + tail
+    acc.iter().sum::<f32>() + tail
 }
 
 /// `y += a x`.

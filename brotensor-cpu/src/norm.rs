@@ -17,17 +17,13 @@ const MASKED_MAX: f32 = -1e30;
 /// Floats in a 64-byte cache line: the step at which the row loops prefetch.
 const LINE: usize = 16;
 
-/// Where to prefetch while row `i` of the `cols`-wide rows in `all` is worked on: the next
-/// row, or [`AHEAD`] floats past row `i`'s start for rows shorter than that, so that short
-/// rows still fetch far enough ahead to hide the load (past the end near the last rows,
-/// which is harmless: only [`prefetch`] reads it). Rayon hands each thread a run of
-/// consecutive rows, so the rows ahead in memory are usually the thread's next.
+/// Where row `i + 1` of the `cols`-wide rows in `all` starts (past the end for the last
+/// row, which is harmless: only [`prefetch`] reads it). Rayon hands each thread a run of
+/// consecutive rows, so the next row in memory is usually the thread's next, and fetching
+/// its lines during this row's math hides their load.
 fn next_row(all: &[f32], i: usize, cols: usize) -> *const f32 {
-    all.as_ptr().wrapping_add(i * cols + cols.max(AHEAD))
+    all.as_ptr().wrapping_add((i + 1) * cols)
 }
-
-/// The least prefetch distance of [`next_row`], in floats (4 KiB).
-const AHEAD: usize = 1024;
 
 /// Softmax of each row of `x` into `y`. With a `mask` (one value per column), entries whose
 /// mask is below 0.5 get probability 0; a fully masked row is all zeros. The exponentials
@@ -231,7 +227,7 @@ fn exp_shifted_sum_portable(
             lanes[k] += o[k];
         }
     }
-    let mut s = crate::reduction::sum_lanes(lanes);
+    let mut s = lanes.iter().sum::<f32>();
     for (o, &v) in cy.into_remainder().iter_mut().zip(tail) {
         *o = exp_with(m, v - max);
         s += *o;
@@ -879,48 +875,37 @@ pub fn rrms(row: &[f32], eps: f32) -> f32 {
     1.0 / (ss / row.len() as f32 + eps).sqrt()
 }
 
-/// Rows of `cols` per parallel job: about [`JOB_ELEMENTS`] elements, so that short rows
-/// (L2 norms over heads of 128) are not one job, one dispatch and one tier test each.
-fn rows_per_job(cols: usize) -> usize {
-    (JOB_ELEMENTS / cols.max(1)).max(1)
-}
-
-/// Elements per parallel job of the row-wise norms.
-const JOB_ELEMENTS: usize = 1 << 14;
-
 /// RMSNorm of each row: `y = x * gamma * rrms(x)`.
 pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
     let cols = gamma.len();
     if cols == 0 {
         return;
     }
-    let per = rows_per_job(cols);
     streaming(y.len(), 4, |streaming| {
-        y.par_chunks_mut(per * cols)
-            .zip(x.par_chunks(per * cols))
-            .for_each_streamed(streaming, |stream, (ys, xs)| {
+        y.par_chunks_mut(cols)
+            .zip(x.par_chunks(cols))
+            .enumerate()
+            .for_each_streamed(streaming, |stream, (i, (y, row))| {
+                let next = next_row(x, i, cols);
+                let x = row;
                 wide(
                     #[inline(always)]
                     |_| {
-                        for (k, (y, x)) in ys.chunks_mut(cols).zip(xs.chunks(cols)).enumerate() {
-                            let next = next_row(xs, k, cols);
-                            let r = rrms(x, eps);
-                            write_blocks(
-                                stream,
-                                y,
-                                #[inline(always)]
-                                |at, out| {
-                                    prefetch(next.wrapping_add(at));
-                                    let end = at + out.len();
-                                    for (o, (&v, &g)) in out
-                                        .iter_mut()
-                                        .zip(x[at..end].iter().zip(&gamma[at..end]))
-                                    {
-                                        *o = v * g * r;
-                                    }
-                                },
-                            );
-                        }
+                        let r = rrms(x, eps);
+                        write_blocks(
+                            stream,
+                            y,
+                            #[inline(always)]
+                            |at, out| {
+                                prefetch(next.wrapping_add(at));
+                                let end = at + out.len();
+                                for (o, (&v, &g)) in
+                                    out.iter_mut().zip(x[at..end].iter().zip(&gamma[at..end]))
+                                {
+                                    *o = v * g * r;
+                                }
+                            },
+                        );
                     },
                 )
             });
@@ -928,15 +913,13 @@ pub fn rms_norm_rows(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32]) {
 }
 
 /// One row of the RMSNorm gradient: `dx = r (gamma dy - x c)`, `c = r^2 / D * sum(x dy
-/// gamma)`, written by streaming stores while the rows of `x` and `dy` at `next` (any
-/// addresses) are prefetched; returns the row's `r`.
+/// gamma)`, written by streaming stores; returns the row's `r`.
 #[inline(always)]
 fn rms_dx_row(
     stream: Stream,
     (x, dy, gamma): (&[f32], &[f32], &[f32]),
     eps: f32,
     dx: &mut [f32],
-    next: (*const f32, *const f32),
 ) -> f32 {
     let r = rrms(x, eps);
     let s = sum_zip3(x, dy, gamma, |a, b, g| a * b * g);
@@ -946,8 +929,6 @@ fn rms_dx_row(
         dx,
         #[inline(always)]
         |at, out| {
-            prefetch(next.0.wrapping_add(at));
-            prefetch(next.1.wrapping_add(at));
             let end = at + out.len();
             let (x, dy, g) = (&x[at..end], &dy[at..end], &gamma[at..end]);
             for (j, o) in out.iter_mut().enumerate() {
@@ -974,20 +955,15 @@ pub fn rms_norm_rows_backward(
         return;
     }
     let Some(dgamma) = dgamma else {
-        let per = rows_per_job(cols);
         streaming(dx.len(), 4, |streaming| {
-            dx.par_chunks_mut(per * cols)
+            dx.par_chunks_mut(cols)
                 .enumerate()
-                .for_each_streamed(streaming, |stream, (job, dxs)| {
+                .for_each_streamed(streaming, |stream, (i, dx)| {
                     wide(
                         #[inline(always)]
                         |_| {
-                            for (k, dx) in dxs.chunks_mut(cols).enumerate() {
-                                let i = job * per + k;
-                                let rows = (row_of(x, cols, i), row_of(dy, cols, i), gamma);
-                                let next = (next_row(x, i, cols), next_row(dy, i, cols));
-                                rms_dx_row(stream, rows, eps, dx, next);
-                            }
+                            let rows = (row_of(x, cols, i), row_of(dy, cols, i), gamma);
+                            rms_dx_row(stream, rows, eps, dx);
                         },
                     )
                 });
@@ -1003,9 +979,8 @@ pub fn rms_norm_rows_backward(
             cols,
             #[inline(always)]
             |stream, i, dx, acc| {
-                let next = (next_row(x, i, cols), next_row(dy, i, cols));
                 let (x, dy) = (row_of(x, cols, i), row_of(dy, cols, i));
-                let r = rms_dx_row(stream, (x, dy, gamma), eps, dx, next);
+                let r = rms_dx_row(stream, (x, dy, gamma), eps, dx);
                 for j in 0..cols {
                     acc[j] += dy[j] * x[j] * r;
                 }

@@ -30,22 +30,6 @@ pub fn sum(x: &[f32]) -> f32 {
     sum_map(x, |v| v)
 }
 
-/// The sum of `N` (a power of two) partial sums, added pairwise as a tree: `log2 N` vector
-/// adds instead of a chain of `N - 1` scalar ones, which cost more than the loop itself on
-/// short rows (L2 norms over heads of 128).
-#[inline(always)]
-pub fn sum_lanes<const N: usize>(mut lanes: [f32; N]) -> f32 {
-    const { assert!(N.is_power_of_two(), "sum_lanes: N must be a power of two") };
-    let mut w = N / 2;
-    while w > 0 {
-        for i in 0..w {
-            lanes[i] += lanes[i + w];
-        }
-        w /= 2;
-    }
-    lanes[0]
-}
-
 /// `sum f(x[i])` in 32 independent FP32 lanes, so the loop vectorizes.
 #[inline(always)]
 pub fn sum_map(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
@@ -57,7 +41,7 @@ pub fn sum_map(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
             *l += f(v);
         }
     }
-    let mut s = sum_lanes(lanes);
+    let mut s = lanes.iter().sum::<f32>();
     for &v in tail {
         s += f(v);
     }
@@ -76,7 +60,7 @@ pub fn sum_zip(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
             lanes[i] += f(a[i], b[i]);
         }
     }
-    let mut s = sum_lanes(lanes);
+    let mut s = lanes.iter().sum::<f32>();
     for (&a, &b) in tx.iter().zip(ty) {
         s += f(a, b);
     }
@@ -102,7 +86,7 @@ pub fn sum_zip3(x: &[f32], y: &[f32], z: &[f32], f: impl Fn(f32, f32, f32) -> f3
             lanes[i] += f(a[i], b[i], c[i]);
         }
     }
-    let mut s = sum_lanes(lanes);
+    let mut s = lanes.iter().sum::<f32>();
     for ((&a, &b), &c) in tx.iter().zip(ty).zip(tz) {
         s += f(a, b, c);
     }
