@@ -359,23 +359,32 @@ pub fn exp_fast(x: f32) -> f32 {
 /// the vector paths that have FMA, within the same error bound).
 #[inline(always)]
 pub fn exp_with(m: MulAdd, x: f32) -> f32 {
+    let x = x.clamp(-88.0, 88.8);
     // -0.0 is the additive identity of every float, so the tail's add folds away.
-    exp_with_tail(m, x, -0.0)
+    exp_reduced(m, x, -0.0, x)
 }
 
-/// `e^(x + tail)` for a small `tail` (`|tail|` well below 1) that `x` cannot hold: `n`
-/// comes from `x` alone and `tail` joins the reduced argument, so an argument carried in
-/// two parts costs one exponential and no rounding of their sum. As [`exp_with`]
-/// otherwise; `x` below -88 gives 0 whatever `tail` is.
+/// `e^(x + tail)` for an argument carried in two parts, `tail` small beside `x`: `n` is
+/// chosen from their rounded sum (so the reduced argument stays within `ln2/2`), but the
+/// sum itself never enters the reduced argument `(x - n ln2) + tail`, so the low part's
+/// bits are kept. As [`exp_with`] otherwise; `x + tail` below -88 gives 0.
 #[inline(always)]
 pub fn exp_with_tail(m: MulAdd, x: f32, tail: f32) -> f32 {
+    let x = x.clamp(-88.0, 88.8);
+    exp_reduced(m, x, tail, (x + tail).clamp(-88.0, 88.8))
+}
+
+/// `e^(x + tail)` with `n = round(s / ln2)`, `s` the clamped `x + tail` (`x` itself for
+/// [`exp_with`]) and `x` clamped: `x + tail = n ln2 + r`, `|r| <= ln2/2`, `e^r` a degree-6
+/// polynomial, `2^n` built in the exponent bits.
+#[inline(always)]
+fn exp_reduced(m: MulAdd, x: f32, tail: f32, s: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
     // Round to nearest through the 1.5 * 2^23 shifter (exact for |n| < 2^22).
     const SHIFTER: f32 = 12_582_912.0;
-    let x = x.clamp(-88.0, 88.8);
-    let t = m.apply(x, LOG2E, SHIFTER);
+    let t = m.apply(s, LOG2E, SHIFTER);
     let n = t - SHIFTER;
     let r = m.apply(-n, LN2_LO, m.apply(-n, LN2_HI, x)) + tail;
     let mut p = 1.0 / 720.0;
@@ -383,7 +392,7 @@ pub fn exp_with_tail(m: MulAdd, x: f32, tail: f32) -> f32 {
         p = m.apply(p, r, c);
     }
     // The shifter leaves n in t's low mantissa bits; integer ops only, so the loop vectorizes.
-    // With x clamped, n + 127 lies in [0, 255]: 0 gives 0.0 (flush), 255 infinity.
+    // With s clamped, n + 127 lies in [0, 255]: 0 gives 0.0 (flush), 255 infinity.
     let n_bits = t.to_bits().wrapping_sub(SHIFTER.to_bits());
     let bits = n_bits.wrapping_add(127) << 23;
     p * f32::from_bits(bits)
@@ -499,9 +508,9 @@ pub fn trig_fits(x: f32) -> bool {
     x.abs() <= TRIG_FAST_MAX
 }
 
-/// `pi/2` in five f32 parts for [`sin_cos_with`]'s reduction: the first four have 11
-/// significant bits each (so their products with `|k| <= 2^13` are exact), the last is the
-/// rest rounded; 68 bits of `pi/2` in all.
+/// `pi/2` in five f32 parts for [`sin_cos_with`]'s reduction: the first four have at most
+/// 11 significant bits each (so their products with `|k| <= 2^13` are exact), the last is
+/// the rest rounded; their sum is within `2^-78` of `pi/2`.
 const PIO2_PARTS: [f32; 5] = [
     1.570_312_5,
     4.837_513e-4,
@@ -512,9 +521,9 @@ const PIO2_PARTS: [f32; 5] = [
 
 /// `(sin x, cos x)` for `|x| <= TRIG_FAST_MAX` in f32 arithmetic that vectorizes on every
 /// tier, within 1.5 ulp (measured over every f32 up to the bound): `k = round(2x / pi)` through the `1.5 * 2^23` shifter (which also
-/// leaves `k mod 4` in the low bits), then `r = x - k pi/2` with `pi/2` in five parts, the
-/// first four of 11 significant bits (so `k` times each, `|k| <= 2^13`, is exact and so is
-/// every subtraction) and the last the f32 rounding of the rest (68 bits of `pi/2` in all).
+/// leaves `k mod 4` in the low bits), then `r + lo = x - k pi/2` with `pi/2` in the five
+/// [`PIO2_PARTS`] (`k` times each of the first four, `|k| <= 2^13`, is exact, and so are
+/// the first two subtractions; the third's rounding error and the last two parts go to `lo`).
 /// `sin r` (to `r^11`) and `cos r` (to `r^12`) are Taylor polynomials on `|r| <= pi/4`
 /// with their multiply-adds evaluated as `m` says; the quadrant picks roles and flips
 /// signs by integer operations. NaN and infinities give NaN; beyond the bound the result
@@ -526,8 +535,9 @@ pub fn sin_cos_with(m: MulAdd, x: f32) -> (f32, f32) {
     let k = t - SHIFTER;
     // k times each of the first four parts is exact, and so are the first two
     // subtractions (the difference lies on the grid of the second part's last bit). The
-    // third rounds; its error (exact by Fast2Sum) and the last two parts go to `lo`, and
-    // `r + lo` is renormalized so that `lo` carries what `r` cannot hold.
+    // third rounds; its error is recovered exactly (Fast2Sum where |hi| >= |k P2|; below
+    // that both lie on the 2^-34 grid, their difference is exact and the error 0), joins
+    // the last two parts in `lo`, and `r + lo` is renormalized.
     let hi = m.apply(-k, PIO2_PARTS[1], m.apply(-k, PIO2_PARTS[0], x));
     let a = m.apply(-k, PIO2_PARTS[2], hi);
     let lo = m.apply(
@@ -569,6 +579,8 @@ pub fn sin_cos_with(m: MulAdd, x: f32) -> (f32, f32) {
     // Quadrants 1 and 3 swap the roles; sin is negated in 2 and 3, cos in 1 and 2.
     let (a, b) = if q & 1 != 0 { (c, s) } else { (s, c) };
     let sin = f32::from_bits(a.to_bits() ^ ((q & 2) << 30));
+    // sin(-0) is -0; the reduction's `hi - a` gave it +0.
+    let sin = if x == 0.0 { x } else { sin };
     let cos = f32::from_bits(b.to_bits() ^ ((q.wrapping_add(1) & 2) << 30));
     (sin, cos)
 }
@@ -852,6 +864,14 @@ mod tests {
         let sum: f64 = PIO2_PARTS.iter().rev().map(|&p| p as f64).sum();
         assert!((sum - std::f64::consts::FRAC_PI_2).abs() < 1e-16, "{sum}");
         assert!(!trig_fits(f32::NAN) && !trig_fits(f32::INFINITY));
+        for path in [MulAdd::Split, MulAdd::Fused] {
+            let (s, c) = sin_cos_with(path, -0.0);
+            assert_eq!(
+                (s.to_bits(), c),
+                ((-0.0f32).to_bits(), 1.0),
+                "sin(-0) keeps its sign"
+            );
+        }
         let (s, c) = sin_cos_with(MulAdd::Split, f32::NAN);
         assert!(s.is_nan() && c.is_nan());
     }
@@ -922,6 +942,7 @@ mod tests {
             }
         }
         assert!(tanh_with(MulAdd::Split, f32::NAN).is_nan());
+        assert!(tanh_with(MulAdd::Split, -0.0).to_bits() == (-0.0f32).to_bits());
         assert_eq!(tanh_with(MulAdd::Split, f32::NEG_INFINITY), -1.0);
     }
 
