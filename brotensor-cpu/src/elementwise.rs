@@ -376,26 +376,34 @@ pub fn exp_with_tail(m: MulAdd, x: f32, tail: f32) -> f32 {
 
 /// `e^(x + tail)` with `n = round(s / ln2)`, `s` the clamped `x + tail` (`x` itself for
 /// [`exp_with`]) and `x` clamped: `x + tail = n ln2 + r`, `|r| <= ln2/2`, `e^r` a degree-6
-/// polynomial, `2^n` built in the exponent bits.
+/// polynomial, times `2^n`.
 #[inline(always)]
 fn exp_reduced(m: MulAdd, x: f32, tail: f32, s: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    // Round to nearest through the 1.5 * 2^23 shifter (exact for |n| < 2^22).
-    const SHIFTER: f32 = 12_582_912.0;
-    let t = m.apply(s, LOG2E, SHIFTER);
-    let n = t - SHIFTER;
-    let r = m.apply(-n, LN2_LO, m.apply(-n, LN2_HI, x)) + tail;
+    let (r, two_n) = ln2_reduce(m, x, s);
+    let r = r + tail;
     let mut p = 1.0 / 720.0;
     for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
         p = m.apply(p, r, c);
     }
-    // The shifter leaves n in t's low mantissa bits; integer ops only, so the loop vectorizes.
-    // With s clamped, n + 127 lies in [0, 255]: 0 gives 0.0 (flush), 255 infinity.
+    p * two_n
+}
+
+/// `(x - n ln2, 2^n)` with `n = round(s / ln2)` (`s` in [-88, 88.8], usually `x` itself):
+/// `n` through the `1.5 * 2^23` shifter, `ln2` in two parts, `2^n` built in the exponent bits
+/// by integer operations only, so loops over it vectorize. `n + 127` lies in [0, 255]: 0
+/// gives 0.0 (results flush), 255 infinity.
+#[inline(always)]
+fn ln2_reduce(m: MulAdd, x: f32, s: f32) -> (f32, f32) {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Round to nearest (exact for |n| < 2^22); the shifter leaves n in t's low bits.
+    const SHIFTER: f32 = 12_582_912.0;
+    let t = m.apply(s, LOG2E, SHIFTER);
+    let n = t - SHIFTER;
+    let r = m.apply(-n, LN2_LO, m.apply(-n, LN2_HI, x));
     let n_bits = t.to_bits().wrapping_sub(SHIFTER.to_bits());
-    let bits = n_bits.wrapping_add(127) << 23;
-    p * f32::from_bits(bits)
+    (r, f32::from_bits(n_bits.wrapping_add(127) << 23))
 }
 
 /// `tanh |x| = E / (E + 2)` with `E = e^{2|x|} - 1`, and the sign of `x`: one exponential
@@ -405,25 +413,18 @@ fn exp_reduced(m: MulAdd, x: f32, tail: f32, s: f32) -> f32 {
 /// relative accuracy. Saturates at `|x| = 10`, where tanh is 1 in f32. NaN stays NaN.
 #[inline(always)]
 pub fn tanh_with(m: MulAdd, x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    const SHIFTER: f32 = 12_582_912.0;
     let a = x.abs();
     // Past 10 the result is 1 in f32. `if`, not `min`: a NaN must stay NaN.
     let y = 2.0 * if a > 10.0 { 10.0 } else { a };
-    let t = m.apply(y, LOG2E, SHIFTER);
-    let n = t - SHIFTER;
-    let r = m.apply(-n, LN2_LO, m.apply(-n, LN2_HI, y));
+    // 0 <= n <= 29.
+    let (r, two_n) = ln2_reduce(m, y, y);
     // q = e^r - 1 = r + r^2 (1/2 + r/6 + ... + r^5/5040), |r| <= ln2/2.
     let mut p = 1.0 / 5040.0;
     for c in [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5] {
         p = m.apply(p, r, c);
     }
     let q = m.apply(r * r, p, r);
-    // 0 <= n <= 29: 2^n from the exponent bits.
-    let scale = f32::from_bits((t.to_bits().wrapping_sub(SHIFTER.to_bits()) + 127) << 23);
-    let e = m.apply(scale, q, scale - 1.0);
+    let e = m.apply(two_n, q, two_n - 1.0);
     (e / (e + 2.0)).copysign(x)
 }
 
@@ -520,8 +521,8 @@ const PIO2_PARTS: [f32; 5] = [
 ];
 
 /// `(sin x, cos x)` for `|x| <= TRIG_FAST_MAX` in f32 arithmetic that vectorizes on every
-/// tier, within 1.5 ulp (measured over every f32 up to the bound): `k = round(2x / pi)` through the `1.5 * 2^23` shifter (which also
-/// leaves `k mod 4` in the low bits), then `r + lo = x - k pi/2` with `pi/2` in the five
+/// tier, within 1.5 ulp (measured over every f32 up to the bound): `k = round(2x / pi)`
+/// through the `1.5 * 2^23` shifter (which also leaves `k mod 4` in the low bits), then `r + lo = x - k pi/2` with `pi/2` in the five
 /// [`PIO2_PARTS`] (`k` times each of the first four, `|k| <= 2^13`, is exact, and so are
 /// the first two subtractions; the third's rounding error and the last two parts go to `lo`).
 /// `sin r` (to `r^11`) and `cos r` (to `r^12`) are Taylor polynomials on `|r| <= pi/4`
@@ -861,8 +862,12 @@ mod tests {
                 "{p} has more than 11 significant bits"
             );
         }
-        let sum: f64 = PIO2_PARTS.iter().rev().map(|&p| p as f64).sum();
-        assert!((sum - std::f64::consts::FRAC_PI_2).abs() < 1e-16, "{sum}");
+        // The first four sum exactly in f64; what they leave of pi/2 (its f64 head, exact
+        // by Sterbenz, plus its tail 6.123233995736766e-17) is the last part, to f32 precision.
+        let head: f64 = PIO2_PARTS[..4].iter().map(|&p| p as f64).sum();
+        let rest = (std::f64::consts::FRAC_PI_2 - head) + 6.123_233_995_736_766e-17;
+        let last = PIO2_PARTS[4] as f64;
+        assert!((rest - last).abs() <= 6e-8 * rest.abs(), "{rest} vs {last}");
         assert!(!trig_fits(f32::NAN) && !trig_fits(f32::INFINITY));
         for path in [MulAdd::Split, MulAdd::Fused] {
             let (s, c) = sin_cos_with(path, -0.0);
