@@ -522,8 +522,8 @@ const PIO2_PARTS: [f32; 5] = [
 
 /// `(sin x, cos x)` for `|x| <= TRIG_FAST_MAX` in f32 arithmetic that vectorizes on every
 /// tier, within 1.5 ulp (measured over every f32 up to the bound): `k = round(2x / pi)`
-/// through the `1.5 * 2^23` shifter (which also leaves `k mod 4` in the low bits), then `r + lo = x - k pi/2` with `pi/2` in the five
-/// [`PIO2_PARTS`] (`k` times each of the first four, `|k| <= 2^13`, is exact, and so are
+/// through the `1.5 * 2^23` shifter (which also leaves `k mod 4` in the low bits), then
+/// `r + lo = x - k pi/2` with `pi/2` in five parts (`k` times each of the first four, `|k| <= 2^13`, is exact, and so are
 /// the first two subtractions; the third's rounding error and the last two parts go to `lo`).
 /// `sin r` (to `r^11`) and `cos r` (to `r^12`) are Taylor polynomials on `|r| <= pi/4`
 /// with their multiply-adds evaluated as `m` says; the quadrant picks roles and flips
