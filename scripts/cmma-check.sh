@@ -46,9 +46,11 @@ if [ ! -e "$root/.ready" ]; then
   echo "deb $mirror trixie-backports main" >"$root/etc/apt/sources.list.d/backports.list"
   chroot "$root" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t trixie-backports mesa-vulkan-drivers libvulkan1' >/dev/null
   touch "$root/.ready"
+  echo "cmma-check: root ready in ${SECONDS}s"
 fi
 
 echo "cmma-check: building the test binary with the SPIR-V compiler"
+build_start=$SECONDS
 # The binary's path from cargo's JSON messages (stdout); progress and errors go to stderr.
 # --workspace, as test.sh builds: a `-p` selection would resolve other features for the
 # shared dependencies and rebuild them; this way only the Vulkan runtime and the crates above
@@ -60,6 +62,7 @@ if ! build=$(cargo test --workspace --features brotensor/vulkan-spirv --test all
 fi
 bin=$(echo "$build" | sed -n 's/.*"executable":"\([^"]*\/all-[0-9a-f]*\)".*/\1/p' | head -n 1)
 [ -n "$bin" ] || { echo "cmma-check: FAIL: no test binary"; exit 1; }
+echo "cmma-check: SPIR-V test binary built in $((SECONDS - build_start))s"
 
 # The binary at /opt/brotensor; the fixtures at the path compiled into it.
 mkdir -p "$root/opt/brotensor" "$root$PWD/tests" "$root/tmp/xdg"
@@ -80,6 +83,7 @@ else
   skip=(--skip default_device:: --skip cpu_tier:: --skip internals::host_pool_freed)
 fi
 
+run_start=$SECONDS
 chroot "$root" env -i PATH=/usr/bin:/bin HOME=/tmp XDG_RUNTIME_DIR=/tmp/xdg \
   BROTENSOR_REQUIRE_GPU=wgpu BROTENSOR_REQUIRE_MATRIX_UNITS=F16 \
   BROTENSOR_PARITY_LOG=/tmp/parity-ledger \
@@ -94,4 +98,5 @@ if ! summary=$(scripts/ledger.sh "$ledger" wgpu); then
   exit 1
 fi
 echo "$summary" | tail -n 1
+echo "cmma-check: the suite ran on Mesa 26 in $((SECONDS - run_start))s"
 echo "cmma-check: ok (Mesa $(chroot "$root" dpkg-query -W -f '${Version}' mesa-vulkan-drivers))"

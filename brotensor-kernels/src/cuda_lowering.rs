@@ -422,10 +422,12 @@ fn lower_all(target: Target) -> Option<Lowering> {
     crate::algebra::lower_for_cuda(&mut l);
     crate::attention::lower_for_cuda(&mut l);
     crate::batch_norm::lower_for_cuda(&mut l);
+    crate::codec::lower_for_cuda(&mut l);
     crate::bf16_words::lower_for_cuda(&mut l);
     crate::concat::lower_for_cuda(&mut l);
     crate::conv::lower_for_cuda(&mut l);
     crate::conv1d::lower_for_cuda(&mut l);
+    crate::delta_rule::lower_for_cuda(&mut l);
     crate::diffusion::lower_for_cuda(&mut l);
     crate::optim::lower_for_cuda(&mut l);
     crate::elementwise::lower_for_cuda(&mut l);
@@ -444,6 +446,7 @@ fn lower_all(target: Target) -> Option<Lowering> {
     crate::pooling::lower_for_cuda(&mut l);
     crate::resize::lower_for_cuda(&mut l);
     crate::softmax::lower_for_cuda(&mut l);
+    crate::spectral::lower_for_cuda(&mut l);
     crate::sampling::lower_for_cuda(&mut l);
     crate::snake::lower_for_cuda(&mut l);
     crate::strided::lower_for_cuda(&mut l);

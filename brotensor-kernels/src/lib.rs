@@ -28,11 +28,13 @@ pub mod algebra;
 pub mod attention;
 pub mod batch_norm;
 pub mod bf16_words;
+pub mod codec;
 pub mod concat;
 pub mod conv;
 pub mod conv1d;
 #[cfg(test)]
 mod cuda_lowering;
+pub mod delta_rule;
 pub mod diffusion;
 pub mod elementwise;
 pub mod embedding;
@@ -57,6 +59,7 @@ pub mod rope;
 pub mod sampling;
 pub mod snake;
 pub mod softmax;
+pub mod spectral;
 pub mod strided;
 pub mod stylegan;
 

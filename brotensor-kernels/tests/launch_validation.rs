@@ -544,6 +544,48 @@ fn snake_lengths_past_memory_are_refused() {
 }
 
 #[test]
+fn codec_lengths_past_memory_are_refused() {
+    use brotensor_kernels::codec;
+    let Some(c) = client() else { return };
+    let (a, b, o, p) = (
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+    );
+    // rows * d past usize, a codebook longer than its buffer, a short index output.
+    assert!(matches!(
+        codec::launch_vq_encode(&c, (&a, &b), (&o, &p), (usize::MAX, 1, 2)),
+        Err(LaunchError::Overflow { .. })
+    ));
+    assert!(matches!(
+        codec::launch_vq_encode(&c, (&a, &b), (&o, &p), (2, 5, 4)),
+        Err(LaunchError::BufferTooSmall {
+            arg: "codebook",
+            ..
+        })
+    ));
+    assert!(matches!(
+        codec::launch_vq_encode(&c, (&a, &b), (&o, &p), (2, 0, 4)),
+        Err(LaunchError::Invalid { .. })
+    ));
+    assert!(matches!(
+        codec::launch_fsq_quantize(&c, (&a, &b), (&o, &p), (3, 3)),
+        Err(LaunchError::BufferTooSmall { arg: "x", .. })
+    ));
+    assert!(matches!(
+        codec::launch_fsq_quantize(&c, (&a, &b), (&o, &p), (9, 0)),
+        Ok(())
+    ));
+    for (h, what) in [(&o, "o"), (&p, "p")] {
+        assert!(
+            read(&c, h.clone(), 8).iter().all(|&v| v == SENTINEL),
+            "{what} written"
+        );
+    }
+}
+
+#[test]
 fn zero_divisors_of_a_non_empty_launch_are_refused() {
     use brotensor_kernels::{batch_norm, snake};
     let Some(c) = client() else { return };

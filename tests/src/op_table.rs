@@ -1980,4 +1980,62 @@ pub static OP_TABLE: &[OpEntry] = &[
         p.u64(),
         p.u64()
     )),
+    op!("vq_encode_forward", |[t0, t1, t2, t3], p| {
+        ops::vq_encode_forward(t0, t1, t2, t3)
+    }),
+    op!("vq_encode_backward", |[t0, t1], p| ops::vq_encode_backward(
+        t0, t1
+    )),
+    op!("fsq_quantize_forward", |[t0, t1, t2, t3], p| {
+        ops::fsq_quantize_forward(t0, t1, t2, t3)
+    }),
+    op!("fsq_quantize_backward", |[t0, t1], p| {
+        ops::fsq_quantize_backward(t0, t1)
+    }),
+    op!("complex_mul", |[t0, t1, t2], p| ops::complex_mul(
+        t0, t1, t2
+    )),
+    op!("complex_mul_backward", |[t0, t1, t2, t3, t4], p| {
+        ops::complex_mul_backward(t0, t1, t2, t3, t4)
+    }),
+    op!("complex_abs", |[t0, t1], p| ops::complex_abs(t0, t1)),
+    op!("complex_abs_backward", |[t0, t1, t2], p| {
+        ops::complex_abs_backward(t0, t1, t2)
+    }),
+    op!("complex_angle", |[t0, t1], p| ops::complex_angle(t0, t1)),
+    op!("complex_from_polar", |[t0, t1, t2], p| {
+        ops::complex_from_polar(t0, t1, t2)
+    }),
+    op!(
+        "gated_delta_rule_step",
+        |[t0, t1, t2, t3, t4, t5, t6, t7], p| {
+            ops::gated_delta_rule_step(
+                t0,
+                t1,
+                t2,
+                t3,
+                t4,
+                t5,
+                (p.usize(), p.usize(), p.usize()),
+                t6,
+                t7,
+            )
+        }
+    ),
+    op!(
+        "gated_delta_rule_chunked",
+        |[t0, t1, t2, t3, t4, t5, t6, t7], p| {
+            ops::gated_delta_rule_chunked(
+                t0,
+                t1,
+                t2,
+                t3,
+                t4,
+                t5,
+                (p.usize(), p.usize(), p.usize()),
+                t6,
+                t7,
+            )
+        }
+    ),
 ];

@@ -9,11 +9,13 @@
 mod activation;
 mod algebra;
 mod attention;
+mod codec;
 mod concat;
 mod conv;
 pub(crate) mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;
+mod delta_rule;
 mod diffusion;
 mod elementwise;
 mod embedding;
@@ -31,14 +33,17 @@ mod quant;
 mod reduction;
 mod rope;
 mod sampling;
+mod spectral;
 pub(crate) mod storage;
 mod stylegan;
 
 pub(crate) use activation::{ActivationOps, Glu, SnakeGrads};
 pub(crate) use algebra::{AlgebraOps, ComplexMap, FloatMap, IndexMap, PadSpec, ReduceOp};
 pub(crate) use attention::AttentionOps;
+pub(crate) use codec::CodecOps;
 pub(crate) use concat::ConcatOps;
 pub(crate) use conv::{Conv2d, Conv3d, ConvOps};
+pub(crate) use delta_rule::{DeltaDims, DeltaRuleOps};
 pub(crate) use diffusion::{DiffusionOps, StepCoefficients};
 pub(crate) use elementwise::{Binary, Broadcast, ElementwiseOps, Src, Unary};
 pub(crate) use embedding::EmbeddingOps;
@@ -55,6 +60,7 @@ pub(crate) use quant::QuantOps;
 pub(crate) use reduction::ReductionOps;
 pub(crate) use rope::RopeOps;
 pub(crate) use sampling::{Draw, SamplingOps};
+pub(crate) use spectral::SpectralOps;
 pub(crate) use storage::Storage;
 pub(crate) use stylegan::{BiasAct, Modulation, StyleganOps, Upfirdn2d};
 
@@ -101,6 +107,9 @@ pub(crate) trait Backend:
     + DiffusionOps
     + StyleganOps
     + OptimOps
+    + CodecOps
+    + DeltaRuleOps
+    + SpectralOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

@@ -32,8 +32,10 @@ pub mod elementwise;
 pub mod activation;
 pub mod algebra;
 pub mod attention;
+pub mod codec;
 pub mod concat;
 pub mod conv;
+pub mod delta_rule;
 pub mod diffusion;
 pub mod embedding;
 pub mod flash_attention;
@@ -51,13 +53,16 @@ pub mod resize;
 pub mod rope;
 pub mod sampling;
 pub mod spatial;
+pub mod spectral;
 pub mod stylegan;
 
 pub use activation::*;
 pub use algebra::*;
 pub use attention::*;
+pub use codec::*;
 pub use concat::*;
 pub use conv::*;
+pub use delta_rule::*;
 pub use diffusion::*;
 pub use elementwise::*;
 pub use embedding::*;
@@ -76,6 +81,7 @@ pub use resize::*;
 pub use rope::*;
 pub use sampling::*;
 pub use spatial::*;
+pub use spectral::*;
 pub use stylegan::*;
 
 /// The spatial ops' shape and geometry types (defined with the CPU reference, as [`Act`] and

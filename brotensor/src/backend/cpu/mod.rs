@@ -6,8 +6,10 @@
 mod activation;
 mod algebra;
 mod attention;
+mod codec;
 mod concat;
 mod conv;
+mod delta_rule;
 mod diffusion;
 mod dtype_policy;
 mod elementwise;
@@ -24,6 +26,7 @@ mod quant;
 mod reduction;
 mod rope;
 mod sampling;
+mod spectral;
 mod stylegan;
 
 use brotensor_cpu::cast as cpu_cast;

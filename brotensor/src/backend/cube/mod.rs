@@ -5,8 +5,10 @@
 mod activation;
 mod algebra;
 mod attention;
+mod codec;
 mod concat;
 mod conv;
+mod delta_rule;
 mod diffusion;
 mod dtype_policy;
 mod elementwise;
@@ -23,6 +25,7 @@ mod quant;
 mod reduction;
 mod rope;
 mod sampling;
+mod spectral;
 mod stylegan;
 
 use brotensor_kernels::elementwise::{self as k, Source};

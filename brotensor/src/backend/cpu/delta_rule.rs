@@ -1,0 +1,38 @@
+//! CPU glue of the gated delta rule (`brotensor_cpu::delta_rule`); 16-bit `q`, `k`, `v`
+//! run through FP32 copies and `o` is rounded once.
+
+use brotensor_cpu::delta_rule as cpu;
+
+use super::dtype_policy::{is_half, through_f32, Narrowed};
+use super::CpuBackend;
+use crate::backend::{DeltaDims, DeltaRuleOps};
+use crate::{Result, Tensor};
+
+impl DeltaRuleOps for CpuBackend {
+    fn gated_delta_rule(
+        &self,
+        name: &'static str,
+        [q, k, v]: [&Tensor; 3],
+        gates: [&Tensor; 3],
+        dims: DeltaDims,
+        state: &mut Tensor,
+        o: &mut Tensor,
+    ) -> Result<()> {
+        if is_half(q.dtype()) {
+            return through_f32(&[q, k, v], &mut [Narrowed::written(o)], |w, out| {
+                self.gated_delta_rule(name, [&w[0], &w[1], &w[2]], gates, dims, state, &mut out[0])
+            });
+        }
+        let [a_raw, beta, log_a] = gates;
+        cpu::gated_delta_rule(
+            q.host(),
+            k.host(),
+            v.host(),
+            (a_raw.host(), beta.host(), log_a.host()),
+            dims,
+            state.host_mut(),
+            o.host_mut(),
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,94 @@
+//! CPU glue of the complex element ops (`brotensor_cpu::spectral`). F32 and C64 operands
+//! are read as the same interleaved floats.
+
+use brotensor_cpu::spectral as cpu;
+
+use super::CpuBackend;
+use crate::backend::SpectralOps;
+use crate::{Dtype, Result, Tensor};
+
+/// The interleaved floats of an F32 or C64 tensor.
+fn floats(t: &Tensor) -> &[f32] {
+    match t.dtype() {
+        Dtype::C64 => bytemuck::cast_slice(t.host_words::<[f32; 2]>()),
+        _ => t.host::<f32>(),
+    }
+}
+
+/// [`floats`], mutable.
+fn floats_mut(t: &mut Tensor) -> &mut [f32] {
+    match t.dtype() {
+        Dtype::C64 => bytemuck::cast_slice_mut(t.host_words_mut::<[f32; 2]>()),
+        _ => t.host_mut::<f32>(),
+    }
+}
+
+impl SpectralOps for CpuBackend {
+    fn complex_mul(
+        &self,
+        _: &'static str,
+        [a, b]: [&Tensor; 2],
+        y: &mut Tensor,
+        _n: usize,
+    ) -> Result<()> {
+        cpu::complex_mul(floats(a), floats(b), floats_mut(y));
+        Ok(())
+    }
+
+    fn complex_mul_backward(
+        &self,
+        _: &'static str,
+        [a, b, dy]: [&Tensor; 3],
+        [da, db]: [&mut Tensor; 2],
+        _n: usize,
+    ) -> Result<()> {
+        cpu::complex_mul_backward(
+            floats(a),
+            floats(b),
+            floats(dy),
+            floats_mut(da),
+            floats_mut(db),
+        );
+        Ok(())
+    }
+
+    fn complex_to_real(
+        &self,
+        _: &'static str,
+        z: &Tensor,
+        angle: bool,
+        y: &mut Tensor,
+        _n: usize,
+    ) -> Result<()> {
+        if angle {
+            cpu::complex_angle(floats(z), y.host_mut());
+        } else {
+            cpu::complex_abs(floats(z), y.host_mut());
+        }
+        Ok(())
+    }
+
+    fn complex_abs_backward(
+        &self,
+        _: &'static str,
+        z: &Tensor,
+        dy: &Tensor,
+        dz: &mut Tensor,
+        _n: usize,
+    ) -> Result<()> {
+        cpu::complex_abs_backward(floats(z), dy.host(), floats_mut(dz));
+        Ok(())
+    }
+
+    fn complex_from_polar(
+        &self,
+        _: &'static str,
+        mag: &Tensor,
+        phase: &Tensor,
+        y: &mut Tensor,
+        _n: usize,
+    ) -> Result<()> {
+        cpu::complex_from_polar(mag.host(), phase.host(), floats_mut(y));
+        Ok(())
+    }
+}
