@@ -31,6 +31,10 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     ("kind", "GGUF block type selector of the quantized decoders"),
     (
+        "angle",
+        "phase instead of magnitude in the complex-to-real map (spectral.rs)",
+    ),
+    (
         "mode",
         "padding mode selector, zero / reflect / replicate (pad.rs)",
     ),
