@@ -12,8 +12,12 @@ use rayon::prelude::*;
 
 use crate::simd::{wide, MulAdd};
 
-/// Codewords scored together: the vector lanes of the scoring loop (two AVX2 registers).
+/// Codewords scored together: the vector lanes of the scoring loop, two registers per row
+/// (16 on AVX2 and narrower tiers, 32 on AVX-512), so that the [`ROW_BLOCK`] rows give eight
+/// independent multiply-add chains.
 const PANEL: usize = 16;
+/// [`PANEL`] on the AVX-512 tier.
+const WIDE_PANEL: usize = 32;
 /// Rows scored together against one panel (their accumulators stay in registers).
 const ROW_BLOCK: usize = 4;
 /// Rows per rayon job.
@@ -34,64 +38,80 @@ fn codeword_norms(m: MulAdd, codebook: &[f32], d: usize) -> Vec<f32> {
     norms
 }
 
-/// The codebook as panels of [`PANEL`] codewords, coordinate-major within a panel
-/// (`panels[(p d + j) PANEL + lane] = c[p PANEL + lane][j]`), the last panel padded with
-/// zeros.
-fn panels(codebook: &[f32], d: usize) -> Vec<f32> {
-    let k = codebook.len() / d;
-    let count = k.div_ceil(PANEL);
-    let mut out = vec![0.0f32; count * d * PANEL];
+/// The codebook as panels of `P` codewords, coordinate-major within a panel
+/// (`panels[(p d + j) P + lane] = c[p P + lane][j]`), and the panels' norms
+/// (`norms[p P + lane]`); the last panel is padded with zero codewords of norm
+/// infinity, which never win.
+fn panels<const P: usize>(codebook: &[f32], norms: &[f32], d: usize) -> (Vec<f32>, Vec<f32>) {
+    let count = norms.len().div_ceil(P);
+    let mut out = vec![0.0f32; count * d * P];
     for (ki, c) in codebook.chunks_exact(d).enumerate() {
-        let (p, lane) = (ki / PANEL, ki % PANEL);
+        let (p, lane) = (ki / P, ki % P);
         for (j, &v) in c.iter().enumerate() {
-            out[(p * d + j) * PANEL + lane] = v;
+            out[(p * d + j) * P + lane] = v;
         }
     }
-    out
+    let mut padded = norms.to_vec();
+    padded.resize(count * P, f32::INFINITY);
+    (out, padded)
 }
 
-/// The index of the best codeword for each of the `R <= ROW_BLOCK` rows of `rows`
-/// (`(R, d)`): the lowest `k` with the smallest score below `f32::MAX` (NaN scores never
-/// win; a row with no such score takes 0).
+/// The index of the best codeword for each of the [`ROW_BLOCK`] rows whose coordinates
+/// `xt` holds transposed (`xt[j ROW_BLOCK + r]`): the lowest `k` with the smallest score
+/// below `f32::MAX` (NaN scores never win; a row with no such score takes 0). Each lane
+/// keeps the best of the codewords it sees (`lane`, `lane + P`, ... in order, strictly
+/// smaller to replace), then the lanes are merged by score and, on equal scores, by index.
 #[inline(always)]
-fn nearest_block<const R: usize>(
+fn nearest_block<const P: usize>(
     m: MulAdd,
-    rows: &[f32],
+    xt: &[f32],
     panels: &[f32],
     norms: &[f32],
     d: usize,
-) -> [usize; R] {
-    let mut best = [f32::MAX; R];
-    let mut best_k = [0usize; R];
-    for (p, panel) in panels.chunks_exact(d * PANEL).enumerate() {
-        let mut acc = [[0.0f32; PANEL]; R];
-        for j in 0..d {
-            let c = &panel[j * PANEL..(j + 1) * PANEL];
-            for r in 0..R {
-                let xv = rows[r * d + j];
-                for lane in 0..PANEL {
-                    acc[r][lane] = m.apply(xv, c[lane], acc[r][lane]);
-                }
+) -> [usize; ROW_BLOCK] {
+    let mut best = [[f32::MAX; P]; ROW_BLOCK];
+    let mut best_k = [[0u32; P]; ROW_BLOCK];
+    for (p, panel) in panels.chunks_exact(d * P).enumerate() {
+        // One accumulator array per row, so each stays in vector registers.
+        let (mut a0, mut a1, mut a2, mut a3) = ([0.0f32; P], [0.0f32; P], [0.0f32; P], [0.0f32; P]);
+        for (c, x) in panel.chunks_exact(P).zip(xt.chunks_exact(ROW_BLOCK)) {
+            let c: &[f32; P] = c.try_into().expect("P floats");
+            for lane in 0..P {
+                a0[lane] = m.apply(x[0], c[lane], a0[lane]);
+                a1[lane] = m.apply(x[1], c[lane], a1[lane]);
+                a2[lane] = m.apply(x[2], c[lane], a2[lane]);
+                a3[lane] = m.apply(x[3], c[lane], a3[lane]);
             }
         }
-        let first = p * PANEL;
-        let live = PANEL.min(norms.len() - first);
-        for r in 0..R {
-            for lane in 0..live {
-                let s = norms[first + lane] - 2.0 * acc[r][lane];
-                if s < best[r] {
-                    best[r] = s;
-                    best_k[r] = first + lane;
+        let n: &[f32; P] = norms[p * P..][..P].try_into().expect("P norms");
+        for (r, acc) in [a0, a1, a2, a3].iter().enumerate() {
+            for lane in 0..P {
+                let s = n[lane] - 2.0 * acc[lane];
+                if s < best[r][lane] {
+                    best[r][lane] = s;
+                    best_k[r][lane] = (p * P + lane) as u32;
                 }
             }
         }
     }
-    best_k
+    let mut found = [0usize; ROW_BLOCK];
+    for r in 0..ROW_BLOCK {
+        let (mut s, mut k) = (best[r][0], best_k[r][0]);
+        for lane in 1..P {
+            let (ls, lk) = (best[r][lane], best_k[r][lane]);
+            if ls < s || (ls == s && lk < k) {
+                (s, k) = (ls, lk);
+            }
+        }
+        found[r] = k as usize;
+    }
+    found
 }
 
 /// Vector-quantization encode: for each row of `x` (`(N, d)`), the index of the nearest
-/// codeword of `codebook` (`(K, d)`, `K >= 1`) by squared distance, lowest index on ties,
-/// into `indices` (`N`), and that codeword into `quantized` (`(N, d)`). `d >= 1`.
+/// codeword of `codebook` (`(K, d)`, `1 <= K <= u32::MAX`) by squared distance, lowest
+/// index on ties, into `indices` (`N`), and that codeword into `quantized` (`(N, d)`).
+/// `d >= 1`.
 pub fn vq_encode(
     x: &[f32],
     codebook: &[f32],
@@ -99,41 +119,51 @@ pub fn vq_encode(
     indices: &mut [i32],
     quantized: &mut [f32],
 ) {
-    let panels = panels(codebook, d);
+    if crate::simd::tier() == crate::simd::Tier::Avx512 {
+        vq_encode_with::<WIDE_PANEL>(x, codebook, d, indices, quantized);
+    } else {
+        vq_encode_with::<PANEL>(x, codebook, d, indices, quantized);
+    }
+}
+
+/// [`vq_encode`] with panels of `P` codewords.
+fn vq_encode_with<const P: usize>(
+    x: &[f32],
+    codebook: &[f32],
+    d: usize,
+    indices: &mut [i32],
+    quantized: &mut [f32],
+) {
     let norms = wide(
         #[inline(always)]
         |m| codeword_norms(m, codebook, d),
     );
+    let (panels, norms) = panels::<P>(codebook, &norms, d);
     x.par_chunks(ROWS_PER_JOB * d)
         .zip(indices.par_chunks_mut(ROWS_PER_JOB))
         .zip(quantized.par_chunks_mut(ROWS_PER_JOB * d))
         .for_each(|((xs, idx), qs)| {
-            wide(
-                #[inline(always)]
-                |m| {
-                    let mut r0 = 0;
-                    while r0 < idx.len() {
-                        let n = ROW_BLOCK.min(idx.len() - r0);
-                        let rows = &xs[r0 * d..(r0 + n) * d];
-                        let mut found = [0usize; ROW_BLOCK];
-                        if n == ROW_BLOCK {
-                            found = nearest_block::<ROW_BLOCK>(m, rows, &panels, &norms, d);
-                        } else {
-                            for r in 0..n {
-                                let one = &rows[r * d..(r + 1) * d];
-                                found[r] = nearest_block::<1>(m, one, &panels, &norms, d)[0];
-                            }
-                        }
-                        for r in 0..n {
-                            let k = found[r];
-                            idx[r0 + r] = k as i32;
-                            qs[(r0 + r) * d..(r0 + r + 1) * d]
-                                .copy_from_slice(&codebook[k * d..(k + 1) * d]);
-                        }
-                        r0 += n;
+            let mut xt = vec![0.0f32; ROW_BLOCK * d];
+            let mut r0 = 0;
+            while r0 < idx.len() {
+                // A short last block scores zero rows in the spare places.
+                let n = ROW_BLOCK.min(idx.len() - r0);
+                for r in 0..ROW_BLOCK {
+                    for j in 0..d {
+                        xt[j * ROW_BLOCK + r] = if r < n { xs[(r0 + r) * d + j] } else { 0.0 };
                     }
-                },
-            )
+                }
+                let found = wide(
+                    #[inline(always)]
+                    |m| nearest_block::<P>(m, &xt, &panels, &norms, d),
+                );
+                for (r, &k) in found.iter().enumerate().take(n) {
+                    idx[r0 + r] = k as i32;
+                    qs[(r0 + r) * d..(r0 + r + 1) * d]
+                        .copy_from_slice(&codebook[k * d..(k + 1) * d]);
+                }
+                r0 += n;
+            }
         });
 }
 
@@ -157,16 +187,25 @@ pub fn fsq_quantize(x: &[f32], levels: &[i32], quantized: &mut [f32], packed: &m
         .zip(quantized.par_chunks_mut(ROWS_PER_JOB * d))
         .zip(packed.par_chunks_mut(ROWS_PER_JOB))
         .for_each(|((xs, qs), ps)| {
-            for ((xr, qr), p) in xs.chunks_exact(d).zip(qs.chunks_exact_mut(d)).zip(ps) {
-                let (mut code, mut stride) = (0i32, 1i32);
-                for ((&v, q), &l) in xr.iter().zip(qr.iter_mut()).zip(levels) {
-                    let i = fsq_level(v, l);
-                    *q = i as f32 / ((l - 1) as f32 * 0.5) - 1.0;
-                    code += i * stride;
-                    stride = stride.wrapping_mul(l);
-                }
-                *p = code;
-            }
+            wide(
+                #[inline(always)]
+                |_| {
+                    for ((xr, qr), p) in xs
+                        .chunks_exact(d)
+                        .zip(qs.chunks_exact_mut(d))
+                        .zip(ps.iter_mut())
+                    {
+                        let (mut code, mut stride) = (0i32, 1i32);
+                        for ((&v, q), &l) in xr.iter().zip(qr.iter_mut()).zip(levels) {
+                            let i = fsq_level(v, l);
+                            *q = i as f32 / ((l - 1) as f32 * 0.5) - 1.0;
+                            code += i * stride;
+                            stride = stride.wrapping_mul(l);
+                        }
+                        *p = code;
+                    }
+                },
+            )
         });
 }
 

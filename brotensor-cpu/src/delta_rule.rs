@@ -15,6 +15,8 @@
 
 use rayon::prelude::*;
 
+use crate::simd::{wide, MulAdd};
+
 /// The sizes of a gated-delta-rule call: `tokens` rows of `heads` heads, keys and queries of
 /// `d_k` and values of `d_v` elements per head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,20 +63,19 @@ pub fn gates(a_raw: f32, beta_raw: f32, log_a: f32) -> (f32, f32) {
 /// State rows per rayon job.
 const ROWS_PER_JOB: usize = 8;
 
-/// `sum a[j] b[j]` in eight interleaved partial sums (so it vectorizes), added pairwise.
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+/// `sum a[j] b[j]` in eight interleaved partial sums (so it vectorizes) with the
+/// multiply-adds `m` says, added pairwise.
+#[inline(always)]
+fn dot(m: MulAdd, a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac
-        .remainder()
-        .iter()
-        .zip(bc.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
+    let mut tail = 0.0f32;
+    for (&x, &y) in ac.remainder().iter().zip(bc.remainder()) {
+        tail = m.apply(x, y, tail);
+    }
     for (x, y) in ac.zip(bc) {
         for l in 0..8 {
-            acc[l] += x[l] * y[l];
+            acc[l] = m.apply(x[l], y[l], acc[l]);
         }
     }
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
@@ -117,22 +118,26 @@ pub fn gated_delta_rule(
             let r0 = job * ROWS_PER_JOB;
             let n = rows.len() / d_k;
             let mut out = vec![0.0f32; tokens * n];
-            for t in 0..tokens {
-                for i in 0..n {
-                    let r = r0 + i;
-                    let h = r / d_v;
-                    let (alpha, beta) = g[t * heads + h];
-                    let kt = &k[(t * heads + h) * d_k..][..d_k];
-                    let qt = &q[(t * heads + h) * d_k..][..d_k];
-                    let s = &mut rows[i * d_k..(i + 1) * d_k];
-                    let u = v[t * width + r] - alpha * dot(s, kt);
-                    let bu = beta * u;
-                    for (sj, &kj) in s.iter_mut().zip(kt) {
-                        *sj = alpha * *sj + bu * kj;
+            wide(
+                #[inline(always)]
+                |m| {
+                    for t in 0..tokens {
+                        for i in 0..n {
+                            let r = r0 + i;
+                            let h = r / d_v;
+                            let (alpha, beta) = g[t * heads + h];
+                            let kt = &k[(t * heads + h) * d_k..][..d_k];
+                            let qt = &q[(t * heads + h) * d_k..][..d_k];
+                            let s = &mut rows[i * d_k..(i + 1) * d_k];
+                            let bu = beta * (v[t * width + r] - alpha * dot(m, s, kt));
+                            for (sj, &kj) in s.iter_mut().zip(kt) {
+                                *sj = m.apply(alpha, *sj, bu * kj);
+                            }
+                            out[t * n + i] = dot(m, s, qt);
+                        }
                     }
-                    out[t * n + i] = dot(s, qt);
-                }
-            }
+                },
+            );
             (r0, out)
         })
         .collect();
