@@ -8,10 +8,30 @@ use super::CpuBackend;
 use crate::backend::{DeltaDims, DeltaRuleOps};
 use crate::{Result, Tensor};
 
+/// The rule on F32 `q`, `k`, `v` and `o`.
+fn run_f32(
+    [q, k, v]: [&Tensor; 3],
+    gates: [&Tensor; 3],
+    dims: DeltaDims,
+    state: &mut Tensor,
+    o: &mut Tensor,
+) {
+    let [a_raw, beta, log_a] = gates;
+    cpu::gated_delta_rule(
+        q.host(),
+        k.host(),
+        v.host(),
+        (a_raw.host(), beta.host(), log_a.host()),
+        dims,
+        state.host_mut(),
+        o.host_mut(),
+    );
+}
+
 impl DeltaRuleOps for CpuBackend {
     fn gated_delta_rule(
         &self,
-        name: &'static str,
+        _name: &'static str,
         [q, k, v]: [&Tensor; 3],
         gates: [&Tensor; 3],
         dims: DeltaDims,
@@ -20,19 +40,11 @@ impl DeltaRuleOps for CpuBackend {
     ) -> Result<()> {
         if is_half(q.dtype()) {
             return through_f32(&[q, k, v], &mut [Narrowed::written(o)], |w, out| {
-                self.gated_delta_rule(name, [&w[0], &w[1], &w[2]], gates, dims, state, &mut out[0])
+                run_f32([&w[0], &w[1], &w[2]], gates, dims, state, &mut out[0]);
+                Ok(())
             });
         }
-        let [a_raw, beta, log_a] = gates;
-        cpu::gated_delta_rule(
-            q.host(),
-            k.host(),
-            v.host(),
-            (a_raw.host(), beta.host(), log_a.host()),
-            dims,
-            state.host_mut(),
-            o.host_mut(),
-        );
+        run_f32([q, k, v], gates, dims, state, o);
         Ok(())
     }
 }
