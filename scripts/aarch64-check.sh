@@ -10,7 +10,8 @@
 # glue over these kernels is the same code on every architecture.
 # Needs a cross linker, an AArch64 C library and qemu-user (Debian: gcc-aarch64-linux-gnu,
 # libc6-dev-arm64-cross, qemu-user; installed here when root with apt-get) and the Rust
-# target (rustup target add aarch64-unknown-linux-gnu; added here when missing).
+# target (rustup target add aarch64-unknown-linux-gnu; added here when missing);
+# `--setup-only` installs those and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,8 @@ if ! rustup target list --installed | grep -qx "$target" && ! rustup target add 
   echo "aarch64-check: NOT RUN: rustup could not add $target (the NEON kernels were NOT tested)"
   exit 0
 fi
+# --setup-only: the tools and the target only (test.sh fetches them while the tests build).
+[ "${1:-}" = --setup-only ] && exit 0
 
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"

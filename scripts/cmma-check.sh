@@ -6,7 +6,8 @@
 # Debian 12's lavapipe (Mesa 22.3) has no cooperative matrices; Mesa 26.1's has them (8 x 8 x 8
 # fragments on 8-unit subgroups). So this builds a Debian 13 root with debootstrap, installs
 # Mesa from trixie-backports in it, and runs the test binary (built here) inside it with
-# chroot. Needs root and Debian's mirror; the root is kept for the next run.
+# chroot. Needs root and Debian's mirror; the root is kept for the next run. `--root-only`
+# builds the root and stops.
 #   BROTENSOR_CMMA_ROOT  where the root is kept (default: target/cmma-root)
 #
 # A kernel the driver refuses shows up as "ComputePipeline with '<kernel>' label is invalid"
@@ -48,6 +49,8 @@ if [ ! -e "$root/.ready" ]; then
   touch "$root/.ready"
   echo "cmma-check: root ready in ${SECONDS}s"
 fi
+# --root-only: the root only (test.sh builds it while the tests build).
+[ "${1:-}" = --root-only ] && exit 0
 
 echo "cmma-check: building the test binary with the SPIR-V compiler"
 build_start=$SECONDS

@@ -38,7 +38,28 @@ print_steps() {
 
 export BROTENSOR_REQUIRE_GPU="${BROTENSOR_REQUIRE_GPU-wgpu}"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+setup_pid=
+trap '[ -z "$setup_pid" ] || kill "$setup_pid" 2>/dev/null; rm -rf "$work"' EXIT
+
+# The later steps' downloads (the AArch64 cross tools and Rust target, then the Debian 13 root
+# with Mesa 26 for the SPIR-V pass) run in the background while the tests build: they wait on
+# the network and dpkg more than on the two cores the build fills. The AArch64 step waits for
+# them (and shows their log); each script checks its own setup again and redoes what failed.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (
+    [ "${BROTENSOR_AARCH64_CHECK:-auto}" = 0 ] || scripts/aarch64-check.sh --setup-only || true
+    [ "${BROTENSOR_CMMA_CHECK:-auto}" = 0 ] || scripts/cmma-check.sh --root-only || true
+  ) >"$work/setup.log" 2>&1 &
+  setup_pid=$!
+fi
+wait_setup() {
+  [ -n "$setup_pid" ] || return 0
+  local t0=$SECONDS
+  wait "$setup_pid" || true
+  setup_pid=
+  sed 's/^/background setup: /' "$work/setup.log"
+  echo "background setup: waited $((SECONDS - t0))s for it"
+}
 export BROTENSOR_PARITY_LOG="$work/ledger"
 : >"$BROTENSOR_PARITY_LOG"
 
@@ -67,6 +88,8 @@ echo
 unset BROTENSOR_PARITY_LOG
 step "CPU tests, narrower tiers" scripts/cpu-tiers.sh
 
+echo
+wait_setup
 # The CPU kernels built for AArch64 and tested under qemu-aarch64 on the NEON and scalar
 # tiers (brotensor-cpu's tests; the library checked to build there).
 #   BROTENSOR_AARCH64_CHECK  1: must run, 0: skip, auto (default): run when root with
