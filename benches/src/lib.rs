@@ -1,5 +1,7 @@
 //! Shared timing for the benchmark binaries.
 
+use std::collections::HashMap;
+use std::process::Command;
 use std::time::Instant;
 
 pub mod resblock;
@@ -158,4 +160,29 @@ unsafe fn fma_chains_avx2(iters: usize, seed: f32) -> f32 {
         .fold(_mm256_setzero_ps(), |s, &x| _mm256_add_ps(s, x));
     _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
     lanes.iter().sum()
+}
+
+/// A Python peer's best milliseconds per row name: runs `python3 benches/<script> <args>`,
+/// which prints `name<TAB>ms` lines. Empty, with the reason said once, when the script
+/// cannot run (no python3, a missing package).
+pub fn python_peer_ms(script: &str, args: &[String]) -> HashMap<String, f64> {
+    let path = format!("{}/{script}", env!("CARGO_MANIFEST_DIR"));
+    match Command::new("python3").arg(&path).args(args).output() {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| {
+                let (name, ms) = l.split_once('\t')?;
+                Some((name.to_string(), ms.trim().parse().ok()?))
+            })
+            .collect(),
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            eprintln!("{script} failed: {}", err.lines().last().unwrap_or(""));
+            HashMap::new()
+        }
+        Err(e) => {
+            eprintln!("{script} did not run: {e}");
+            HashMap::new()
+        }
+    }
 }

@@ -12,7 +12,6 @@
 //! `cargo run --release -p brotensor-benches --bin bench_codec`
 
 use std::collections::HashMap;
-use std::process::Command;
 
 use brotensor::{ops, Device, Dtype, Tensor};
 use brotensor_benches::{best_secs, cpu_fp32_peak_gflops, selected_devices};
@@ -40,35 +39,12 @@ fn values(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// numpy's best milliseconds per row name (`benches/codec_numpy.py`; empty, with a note,
-/// where numpy is missing).
+/// numpy's best milliseconds per row name (`benches/codec_numpy.py`).
 fn numpy_ms() -> HashMap<String, f64> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/codec_numpy.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args([N, K, D, FSQ_ROWS].map(|d| d.to_string()))
-        .output();
-    match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter_map(|l| {
-                let (name, ms) = l.split_once('\t')?;
-                Some((name.to_string(), ms.trim().parse().ok()?))
-            })
-            .collect(),
-        Ok(o) => {
-            let err = String::from_utf8_lossy(&o.stderr);
-            eprintln!(
-                "codec_numpy.py failed: {}",
-                err.lines().last().unwrap_or("")
-            );
-            HashMap::new()
-        }
-        Err(e) => {
-            eprintln!("codec_numpy.py did not run: {e}");
-            HashMap::new()
-        }
-    }
+    brotensor_benches::python_peer_ms(
+        "codec_numpy.py",
+        &[N, K, D, FSQ_ROWS].map(|d| d.to_string()),
+    )
 }
 
 fn row(name: &str, ms: f64, rate: String, of_peak: String, numpy: Option<f64>) {

@@ -11,7 +11,6 @@
 //! (single-threaded numpy, run once per tensor before our rows).
 
 use std::collections::HashMap;
-use std::process::Command;
 
 use brotensor::ops::{self, PadMode, Pool2dSpec, ResizeMode};
 use brotensor::{Device, Dtype, Tensor};
@@ -246,35 +245,9 @@ fn padded_bytes((n, c, h, w): Dims) -> usize {
     B * n * c * (h * w + (h + 2) * (w + 2))
 }
 
-/// numpy's best milliseconds per op name for `dims` (`benches/image_numpy.py`; empty,
-/// with the reason said once, when it cannot run).
+/// numpy's best milliseconds per op name for `dims` (`benches/image_numpy.py`).
 fn numpy_ms((n, c, h, w): Dims) -> HashMap<String, f64> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/image_numpy.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args([n, c, h, w].map(|d| d.to_string()))
-        .output();
-    match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter_map(|l| {
-                let (name, ms) = l.split_once('\t')?;
-                Some((name.to_string(), ms.trim().parse().ok()?))
-            })
-            .collect(),
-        Ok(o) => {
-            let err = String::from_utf8_lossy(&o.stderr);
-            eprintln!(
-                "image_numpy.py failed: {}",
-                err.lines().last().unwrap_or("")
-            );
-            HashMap::new()
-        }
-        Err(e) => {
-            eprintln!("image_numpy.py did not run: {e}");
-            HashMap::new()
-        }
-    }
+    brotensor_benches::python_peer_ms("image_numpy.py", &[n, c, h, w].map(|d| d.to_string()))
 }
 
 /// The inputs of the rows for `dims` on `device` in `dtype`, by [`Src`].

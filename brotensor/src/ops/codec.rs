@@ -16,21 +16,8 @@
 //! # }
 //! ```
 
-use super::{checked_product, copy_into, dispatch, input, written};
+use super::{check_dtype, checked_product, copy_into, dispatch, input, written};
 use crate::{Dtype, Error, Result, Tensor};
-
-/// Errors unless `t` is F32 (the codec ops compute in FP32 only).
-fn check_f32(op: &'static str, name: &'static str, t: &Tensor) -> Result<()> {
-    if t.dtype() != Dtype::F32 {
-        return Err(Error::Dtype {
-            op,
-            operand: name,
-            expected: "the codec ops are FP32 (F32)".into(),
-            found: t.dtype(),
-        });
-    }
-    Ok(())
-}
 
 /// `(N, D)` of a rank-2 operand, or the error naming it.
 fn matrix(op: &'static str, name: &'static str, t: &Tensor) -> Result<(usize, usize)> {
@@ -64,8 +51,8 @@ pub fn vq_encode_forward(
             written("quantized", quantized),
         ],
     )?;
-    check_f32(op, "x", x)?;
-    check_f32(op, "codebook", codebook)?;
+    check_dtype(op, "x", x, Dtype::F32)?;
+    check_dtype(op, "codebook", codebook, Dtype::F32)?;
     let (n, d) = matrix(op, "x", x)?;
     let (k, dc) = matrix(op, "codebook", codebook)?;
     if dc != d {
@@ -92,9 +79,9 @@ pub fn vq_encode_forward(
 /// The straight-through gradient of a quantizer's output: `dx = dquantized` (F32), resized
 /// to its dims and overwritten.
 fn straight_through(op: &'static str, dquantized: &Tensor, dx: &mut Tensor) -> Result<()> {
-    let be = dispatch(op, &[input("dquantized", dquantized), written("dx", dx)])?;
-    check_f32(op, "dquantized", dquantized)?;
-    be.out("dx", dx, dquantized.dims(), Dtype::F32)?;
+    dispatch(op, &[input("dquantized", dquantized), written("dx", dx)])?;
+    check_dtype(op, "dquantized", dquantized, Dtype::F32)?;
+    // The copy sizes `dx` to `dquantized`.
     copy_into(dquantized, dx)
 }
 
@@ -129,15 +116,8 @@ pub fn fsq_quantize_forward(
             written("packed_indices", packed_indices),
         ],
     )?;
-    check_f32(op, "x", x)?;
-    if levels.dtype() != Dtype::I32 {
-        return Err(Error::Dtype {
-            op,
-            operand: "levels",
-            expected: "levels are I32 counts".into(),
-            found: levels.dtype(),
-        });
-    }
+    check_dtype(op, "x", x, Dtype::F32)?;
+    check_dtype(op, "levels", levels, Dtype::I32)?;
     let (n, d) = matrix(op, "x", x)?;
     if levels.numel() != d {
         return Err(Error::shape(

@@ -32,22 +32,9 @@
 //! # }
 //! ```
 
-use super::{checked_product, dispatch, input, updated, written};
+use super::{check_dtype, check_dtypes_match, checked_product, dispatch, input, updated, written};
 use crate::backend::DeltaDims;
 use crate::{Dtype, Error, Result, Tensor};
-
-/// Errors unless `t` is F32 (the gates and the state are FP32 on every device).
-fn check_f32(op: &'static str, name: &'static str, t: &Tensor) -> Result<()> {
-    if t.dtype() != Dtype::F32 {
-        return Err(Error::Dtype {
-            op,
-            operand: name,
-            expected: "the gates and the state are F32".into(),
-            found: t.dtype(),
-        });
-    }
-    Ok(())
-}
 
 /// Errors unless `t` is shaped `(rows, cols)` (any dims with that matrix view and count).
 fn check_matrix(
@@ -92,20 +79,15 @@ fn delta_rule(
             written("o", o),
         ],
     )?;
-    for (name, t) in [("k", k), ("v", v)] {
-        if t.dtype() != q.dtype() {
-            return Err(Error::Dtype {
-                op,
-                operand: name,
-                expected: format!("q's dtype {}", q.dtype()),
-                found: t.dtype(),
-            });
-        }
+    check_dtypes_match(op, ("q", q), &[("k", k), ("v", v)])?;
+    for (name, t) in [
+        ("a_raw", a_raw),
+        ("beta", beta),
+        ("log_a", log_a),
+        ("state", &*state),
+    ] {
+        check_dtype(op, name, t, Dtype::F32)?;
     }
-    for (name, t) in [("a_raw", a_raw), ("beta", beta), ("log_a", log_a)] {
-        check_f32(op, name, t)?;
-    }
-    check_f32(op, "state", state)?;
     if num_heads == 0 || d_k == 0 || d_v == 0 {
         return Err(Error::shape(
             op,

@@ -404,6 +404,24 @@ pub(crate) fn check_same(
     check_dtypes_match(op, (like_name, like), &[(name, t)])
 }
 
+/// Checks that operand `name` is of dtype `want`.
+pub(crate) fn check_dtype(
+    op: &'static str,
+    name: &'static str,
+    t: &Tensor,
+    want: Dtype,
+) -> Result<()> {
+    if t.dtype() != want {
+        return Err(Error::Dtype {
+            op,
+            operand: name,
+            expected: format!("expected {want}"),
+            found: t.dtype(),
+        });
+    }
+    Ok(())
+}
+
 /// Checks that every tensor in `others` has `like`'s dtype, naming the first that does not.
 pub(crate) fn check_dtypes_match(
     op: &'static str,

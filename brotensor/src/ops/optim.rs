@@ -6,7 +6,8 @@
 //! is computed in FP32 (with `master`, on the master copy, and `param` receives it rounded
 //! once, so that small updates are not lost to 16-bit rounding).
 
-use super::sampling::{check_committed, check_dtype};
+use super::check_dtype;
+use super::sampling::check_committed;
 use super::{check_dtypes_match, dispatch, input, updated, written, Dispatched};
 use crate::backend::AdamStep;
 use crate::{Dtype, Error, Result, Tensor};

@@ -19,30 +19,13 @@
 //! adds and multiplies with other than IEEE round-to-nearest (a fast-math mode; none of the
 //! runtimes used here enables one).
 
-use super::{checked_product, dispatch, input, updated, written};
+use super::{check_dtype, checked_product, dispatch, input, updated, written};
 use crate::backend::Draw;
 use crate::ops::Dispatched;
 use crate::{Dtype, Error, Result, Tensor};
 
 /// The largest vocabulary a sampled (`temperature > 0`) draw takes.
 pub const SAMPLE_MAX_VOCAB: usize = (1 << 24) - 1;
-
-pub(super) fn check_dtype(
-    op: &'static str,
-    name: &'static str,
-    t: &Tensor,
-    want: Dtype,
-) -> Result<()> {
-    if t.dtype() != want {
-        return Err(Error::Dtype {
-            op,
-            operand: name,
-            expected: format!("expected {want}"),
-            found: t.dtype(),
-        });
-    }
-    Ok(())
-}
 
 pub(super) fn check_committed(op: &'static str, name: &'static str, t: &Tensor) -> Result<()> {
     if !t.is_committed() {

@@ -14,7 +14,7 @@
 //! # }
 //! ```
 
-use super::{dispatch, input, updated, written};
+use super::{check_dtype, check_dtypes_match, dispatch, input, updated, written};
 use crate::{Dtype, Error, Result, Tensor};
 
 /// The dims of the real counterpart of complex operand `t` (one value per complex element):
@@ -48,16 +48,9 @@ fn check_like(
     op: &'static str,
     name: &'static str,
     t: &Tensor,
-    like: (&str, &Tensor),
+    like: (&'static str, &Tensor),
 ) -> Result<()> {
-    if t.dtype() != like.1.dtype() {
-        return Err(Error::Dtype {
-            op,
-            operand: name,
-            expected: format!("{}'s dtype {}", like.0, like.1.dtype()),
-            found: t.dtype(),
-        });
-    }
+    check_dtypes_match(op, like, &[(name, t)])?;
     if t.dims() != like.1.dims() {
         return Err(Error::shape(
             op,
@@ -74,14 +67,7 @@ fn check_like(
 
 /// Errors unless `t` is a real F32 operand of `dims`.
 fn check_real(op: &'static str, name: &'static str, t: &Tensor, dims: &[usize]) -> Result<()> {
-    if t.dtype() != Dtype::F32 {
-        return Err(Error::Dtype {
-            op,
-            operand: name,
-            expected: "a real operand is F32".into(),
-            found: t.dtype(),
-        });
-    }
+    check_dtype(op, name, t, Dtype::F32)?;
     if t.dims() != dims {
         return Err(Error::shape(
             op,
