@@ -60,7 +60,7 @@ pub(crate) use quant::QuantOps;
 pub(crate) use reduction::ReductionOps;
 pub(crate) use rope::RopeOps;
 pub(crate) use sampling::{Draw, SamplingOps};
-pub(crate) use spectral::SpectralOps;
+pub(crate) use spectral::{SpectralOps, StftPass, Transform};
 pub(crate) use storage::Storage;
 pub(crate) use stylegan::{BiasAct, Modulation, StyleganOps, Upfirdn2d};
 

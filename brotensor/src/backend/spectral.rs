@@ -1,8 +1,52 @@
 //! The spectral category: the complex element ops on interleaved `[re, im]` f32 pairs (an
 //! `(R, 2C)` F32 tensor or a C64 one: the same memory). Counts are complex elements.
 
+use brotensor_cpu::stft::StftFrames;
+
 use super::{missing, OnDevice};
 use crate::{Result, Tensor};
+
+/// A Fourier transform of rows of length `n` (numpy's "backward" norm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transform {
+    /// Complex to complex, `e^{-i}`, unscaled.
+    Fft,
+    /// Complex to complex, `e^{+i}`, scaled by `1 / n`.
+    Ifft,
+    /// Real rows to `n / 2 + 1` bins, unscaled.
+    Rfft,
+    /// `n / 2 + 1` bins to real rows, scaled by `1 / n`.
+    Irfft,
+    /// The adjoint of `Rfft`: bins to real rows.
+    RfftBackward,
+    /// The adjoint of `Irfft`: real rows to bins.
+    IrfftBackward,
+}
+
+impl Transform {
+    /// Whether the input rows are real (`n` floats) rather than complex.
+    pub(crate) fn real_input(self) -> bool {
+        matches!(self, Transform::Rfft | Transform::IrfftBackward)
+    }
+
+    /// Whether the output rows are real.
+    pub(crate) fn real_output(self) -> bool {
+        matches!(self, Transform::Irfft | Transform::RfftBackward)
+    }
+}
+
+/// One of the four STFT maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StftPass {
+    /// Signal to spectrogram.
+    Stft,
+    /// Spectrogram gradient to signal gradient (the transpose of `Stft`).
+    StftBackward,
+    /// Spectrogram to signal (overlap-add over the window envelope).
+    Istft,
+    /// Signal gradient to spectrogram gradient (the transpose of `Istft`).
+    IstftBackward,
+}
 
 /// Complex element ops. Callers guarantee dense F32 or C64 operands on this device, each
 /// holding `n` complex elements (real operands `n` F32 values), and committed, sized
@@ -62,6 +106,35 @@ pub(crate) trait SpectralOps: OnDevice {
         _phase: &Tensor,
         _y: &mut Tensor,
         _n: usize,
+    ) -> Result<()> {
+        Err(missing(name, self))
+    }
+
+    /// `transform` of `rows` rows of length `n`: complex operands are interleaved F32 or
+    /// C64 (`n` values, or `n / 2 + 1` bins for the real transforms), real ones F32.
+    fn fft(
+        &self,
+        name: &'static str,
+        _transform: Transform,
+        _x: &Tensor,
+        _y: &mut Tensor,
+        _n: usize,
+        _rows: usize,
+    ) -> Result<()> {
+        Err(missing(name, self))
+    }
+
+    /// `pass` of an STFT framed by `g` with `window` (`win_length` F32): `x` the signals
+    /// `(signals, signal_len)` or the spectrogram `(signals frames, 2 bins)`, `y` the other
+    /// (sized; written whole).
+    fn stft(
+        &self,
+        name: &'static str,
+        _pass: StftPass,
+        _x: &Tensor,
+        _window: &Tensor,
+        _g: &StftFrames,
+        _y: &mut Tensor,
     ) -> Result<()> {
         Err(missing(name, self))
     }

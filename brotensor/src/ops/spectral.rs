@@ -19,7 +19,7 @@ use crate::{Dtype, Error, Result, Tensor};
 
 /// The dims of the real counterpart of complex operand `t` (one value per complex element):
 /// an F32 tensor's dims with the last halved (it must be even), or a C64 tensor's own.
-fn real_dims(op: &'static str, name: &'static str, t: &Tensor) -> Result<Vec<usize>> {
+pub(super) fn real_dims(op: &'static str, name: &'static str, t: &Tensor) -> Result<Vec<usize>> {
     let dims = t.dims();
     match (t.dtype(), dims.last()) {
         (Dtype::C64, _) => Ok(dims.to_vec()),

@@ -18,6 +18,7 @@ mod delta_rule;
 mod diffusion;
 mod dispatch;
 mod embedding;
+mod fft;
 mod flash_attention;
 mod flash_grad;
 mod gguf;

@@ -1,10 +1,12 @@
 //! CPU glue of the complex element ops (`brotensor_cpu::spectral`). F32 and C64 operands
 //! are read as the same interleaved floats.
 
+use brotensor_cpu::fft as cpu_fft;
 use brotensor_cpu::spectral as cpu;
+use brotensor_cpu::stft::{self as cpu_stft, StftFrames};
 
 use super::CpuBackend;
-use crate::backend::SpectralOps;
+use crate::backend::{SpectralOps, StftPass, Transform};
 use crate::{Dtype, Result, Tensor};
 
 /// The interleaved floats of an F32 or C64 tensor.
@@ -89,6 +91,48 @@ impl SpectralOps for CpuBackend {
         _n: usize,
     ) -> Result<()> {
         cpu::complex_from_polar(mag.host(), phase.host(), floats_mut(y));
+        Ok(())
+    }
+
+    fn fft(
+        &self,
+        _: &'static str,
+        transform: Transform,
+        x: &Tensor,
+        y: &mut Tensor,
+        n: usize,
+        _rows: usize,
+    ) -> Result<()> {
+        let (x, y) = (floats(x), floats_mut(y));
+        match transform {
+            Transform::Fft => cpu_fft::fft_rows(x, y, n, false),
+            Transform::Ifft => cpu_fft::fft_rows(x, y, n, true),
+            Transform::Rfft => cpu_fft::rfft(x, y, n),
+            Transform::Irfft => cpu_fft::irfft(x, y, n),
+            Transform::RfftBackward => cpu_fft::rfft_backward(x, y, n),
+            Transform::IrfftBackward => cpu_fft::irfft_backward(x, y, n),
+        }
+        Ok(())
+    }
+
+    fn stft(
+        &self,
+        _: &'static str,
+        pass: StftPass,
+        x: &Tensor,
+        window: &Tensor,
+        g: &StftFrames,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let (x, w, y) = (x.host::<f32>(), window.host::<f32>(), y.host_mut::<f32>());
+        match pass {
+            StftPass::Stft => cpu_stft::stft(x, w, g, y),
+            StftPass::StftBackward => cpu_stft::stft_backward(x, w, g, y),
+            StftPass::Istft => cpu_stft::istft(x, w, &cpu_stft::inverse_envelope(w, g), g, y),
+            StftPass::IstftBackward => {
+                cpu_stft::istft_backward(x, w, &cpu_stft::inverse_envelope(w, g), g, y)
+            }
+        }
         Ok(())
     }
 }
