@@ -38,6 +38,7 @@ pub mod delta_rule;
 pub mod diffusion;
 pub mod elementwise;
 pub mod embedding;
+pub mod fft;
 pub mod flash;
 pub mod flash_grad;
 pub mod glu;

@@ -23,18 +23,6 @@ pub(crate) enum Transform {
     IrfftBackward,
 }
 
-impl Transform {
-    /// Whether the input rows are real (`n` floats) rather than complex.
-    pub(crate) fn real_input(self) -> bool {
-        matches!(self, Transform::Rfft | Transform::IrfftBackward)
-    }
-
-    /// Whether the output rows are real.
-    pub(crate) fn real_output(self) -> bool {
-        matches!(self, Transform::Irfft | Transform::RfftBackward)
-    }
-}
-
 /// One of the four STFT maps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StftPass {

@@ -2,12 +2,14 @@
 //! map kernel, the rest through `brotensor_kernels::spectral`. F32 and C64 buffers are the
 //! same interleaved floats.
 
+use brotensor_cpu::stft::StftFrames;
 use brotensor_kernels::algebra::map::{launch_complex_map, ComplexMap};
+use brotensor_kernels::fft::{launch_fft, launch_stft, FftKind, StftKind, StftShape};
 use brotensor_kernels::spectral as ks;
 use cubecl::prelude::*;
 
 use super::{out_handle, CubeBackend};
-use crate::backend::SpectralOps;
+use crate::backend::{SpectralOps, StftPass, Transform};
 use crate::{Result, Tensor};
 
 impl<R: Runtime> SpectralOps for CubeBackend<R> {
@@ -71,6 +73,63 @@ impl<R: Runtime> SpectralOps for CubeBackend<R> {
     ) -> Result<()> {
         let h = [mag, phase, &*y].map(out_handle);
         ks::launch_complex_from_polar::<R>(&self.client, (&h[0], &h[1]), &h[2], n)
+            .map_err(|e| self.launch_error(name, e))
+    }
+
+    fn fft(
+        &self,
+        name: &'static str,
+        transform: Transform,
+        x: &Tensor,
+        y: &mut Tensor,
+        n: usize,
+        rows: usize,
+    ) -> Result<()> {
+        let kind = match transform {
+            Transform::Fft => FftKind::Fft,
+            Transform::Ifft => FftKind::Ifft,
+            Transform::Rfft => FftKind::Rfft,
+            Transform::Irfft => FftKind::Irfft,
+            Transform::RfftBackward => FftKind::RfftBackward,
+            Transform::IrfftBackward => FftKind::IrfftBackward,
+        };
+        let (xh, yh) = (out_handle(x), out_handle(y));
+        launch_fft::<R>(&self.client, kind, (&xh, &yh), n, rows)
+            .map_err(|e| self.launch_error(name, e))
+    }
+
+    fn stft(
+        &self,
+        name: &'static str,
+        pass: StftPass,
+        x: &Tensor,
+        window: &Tensor,
+        g: &StftFrames,
+        y: &mut Tensor,
+    ) -> Result<()> {
+        let kind = match pass {
+            StftPass::Stft => StftKind::Stft,
+            StftPass::StftBackward => StftKind::StftBackward,
+            StftPass::Istft => StftKind::Istft,
+            StftPass::IstftBackward => StftKind::IstftBackward,
+        };
+        // The signals are the input of the forward passes and the output of the others.
+        let signal_numel = match pass {
+            StftPass::Stft | StftPass::IstftBackward => x.numel(),
+            StftPass::StftBackward | StftPass::Istft => y.numel(),
+        };
+        let shape = StftShape {
+            signals: signal_numel / g.signal_len,
+            len: g.signal_len,
+            frames: g.frames,
+            n_fft: g.n_fft,
+            hop: g.hop,
+            win: g.win_length,
+            center: g.center,
+            norm: g.norm(),
+        };
+        let h = [x, window, &*y].map(out_handle);
+        launch_stft::<R>(&self.client, kind, (&h[0], &h[1], &h[2]), &shape)
             .map_err(|e| self.launch_error(name, e))
     }
 }
