@@ -827,3 +827,114 @@ pub fn launch_stft<R: Runtime>(
     }
     Ok(())
 }
+
+/// Every kernel of this file, lowered to CUDA C++ (see `crate::cuda_lowering`).
+#[cfg(test)]
+pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
+    use crate::cuda_lowering::{Lowering as L, Rt};
+    let c = l.client.clone();
+    let a = L::array;
+    let s = L::settings_1d;
+    for radix in std::iter::once(1).chain(RADICES) {
+        for inverse in [false, true] {
+            l.lower(stockham_stage_kernel::StockhamStageKernel::<Rt>::new(
+                s(),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                (),
+                (),
+                radix,
+                inverse,
+            ));
+        }
+    }
+    l.lower(chirp_load_kernel::ChirpLoadKernel::<Rt>::new(
+        s(),
+        c.clone(),
+        a(),
+        a(),
+        a(),
+        (),
+        (),
+        (),
+    ));
+    l.lower(filter_kernel::FilterKernel::<Rt>::new(
+        s(),
+        c.clone(),
+        a(),
+        a(),
+        (),
+        (),
+    ));
+    l.lower(chirp_store_kernel::ChirpStoreKernel::<Rt>::new(
+        s(),
+        c.clone(),
+        a(),
+        a(),
+        a(),
+        (),
+        (),
+        (),
+        (),
+    ));
+    l.lower(real_to_complex_kernel::RealToComplexKernel::<Rt>::new(
+        s(),
+        c.clone(),
+        a(),
+        a(),
+        (),
+    ));
+    l.lower(complex_real_kernel::ComplexRealKernel::<Rt>::new(
+        s(),
+        c.clone(),
+        a(),
+        a(),
+        (),
+    ));
+    for flag in [false, true] {
+        l.lower(hermitian_kernel::HermitianKernel::<Rt>::new(
+            s(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+            flag,
+        ));
+        l.lower(half_bins_kernel::HalfBinsKernel::<Rt>::new(
+            s(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+            flag,
+        ));
+        l.lower(frames_kernel::FramesKernel::<Rt>::new(
+            s(),
+            c.clone(),
+            a(),
+            a(),
+            a(),
+            a(),
+            (),
+            flag,
+        ));
+        l.lower(overlap_add_kernel::OverlapAddKernel::<Rt>::new(
+            s(),
+            c.clone(),
+            a(),
+            a(),
+            a(),
+            a(),
+            (),
+            flag,
+        ));
+    }
+}

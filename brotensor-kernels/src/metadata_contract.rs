@@ -49,6 +49,10 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     ("frag", "side of the square tensor-core fragments (16 or 8)"),
     (
+        "radix",
+        "FFT butterfly radix, 1 2 3 4 5 7 8 11 13: an unrolled algorithm setting (fft.rs)",
+    ),
+    (
         "plane",
         "units per plane the tensor-core kernel is built for",
     ),
@@ -107,6 +111,23 @@ const ALLOWED: &[(&str, &str)] = &[
         "flag: scale deformable samples by a mask (conv.rs)",
     ),
     ("masked", "flag: an additive mask is read"),
+    ("inverse", "flag: the FFT stage turns by e^{+i} (fft.rs)"),
+    (
+        "halve_pairs",
+        "flag: halve the half-spectrum bins that stand for a conjugate pair (fft.rs)",
+    ),
+    (
+        "weighted",
+        "flag: double the paired bins and clear the edge bins' imaginary parts (fft.rs)",
+    ),
+    (
+        "over_envelope",
+        "flag: STFT frames of the signal gradient over the window envelope (fft.rs)",
+    ),
+    (
+        "transpose_framing",
+        "flag: overlap-add over the reflect padding's preimages (fft.rs)",
+    ),
     ("causal", "flag: causal masking"),
     ("split", "flag: split-K flash attention writes partials"),
     ("partition", "flag: window partition (else the inverse)"),

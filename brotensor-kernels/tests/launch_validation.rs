@@ -1104,3 +1104,48 @@ fn optimizer_lengths_past_memory_are_refused() {
         );
     }
 }
+
+#[test]
+fn fft_lengths_past_memory_are_refused() {
+    use brotensor_kernels::fft::{self, FftKind, StftKind, StftShape};
+    let Some(c) = client() else { return };
+    let (x, w, y) = (sentinels(&c, 8), sentinels(&c, 8), sentinels(&c, 8));
+    // rows * n past usize, rows of 8 complex values in 8 floats, a half spectrum too short,
+    // a Bluestein length (17) in short buffers, an STFT whose spectrogram does not fit.
+    assert!(matches!(
+        fft::launch_fft(&c, FftKind::Fft, (&x, &y), usize::MAX, 2),
+        Err(LaunchError::Overflow { .. })
+    ));
+    assert!(matches!(
+        fft::launch_fft(&c, FftKind::Fft, (&x, &y), 8, 1),
+        Err(LaunchError::BufferTooSmall { arg: "x", .. })
+    ));
+    assert!(matches!(
+        fft::launch_fft(&c, FftKind::Irfft, (&x, &y), 8, 1),
+        Err(LaunchError::BufferTooSmall { arg: "x", .. })
+    ));
+    assert!(matches!(
+        fft::launch_fft(&c, FftKind::Rfft, (&x, &y), 17, 1),
+        Err(LaunchError::BufferTooSmall { arg: "x", .. })
+    ));
+    let shape = StftShape {
+        signals: 1,
+        len: 8,
+        frames: 3,
+        n_fft: 4,
+        hop: 2,
+        win: 4,
+        center: true,
+        norm: 1.0,
+    };
+    assert!(matches!(
+        fft::launch_stft(&c, StftKind::Stft, (&x, &w, &y), &shape),
+        Err(LaunchError::BufferTooSmall { arg: "y", .. })
+    ));
+    for (h, what) in [(&x, "x"), (&y, "y")] {
+        assert!(
+            read(&c, h.clone(), 8).iter().all(|&v| v == SENTINEL),
+            "{what} written"
+        );
+    }
+}

@@ -238,4 +238,54 @@ impl Tensor {
         y.div_scalar_(n as f32)?;
         Ok(y)
     }
+
+    /// The DFT of each row (the last dim), in this tensor's complex form (interleaved F32 or
+    /// C64). See [`ops::fft`].
+    pub fn fft(&self) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::fft(self, &mut y)?;
+        Ok(y)
+    }
+
+    /// The inverse DFT of each row, scaled by `1 / n`. See [`ops::ifft`].
+    pub fn ifft(&self) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::ifft(self, &mut y)?;
+        Ok(y)
+    }
+
+    /// The half spectrum of each real row: `(.., n)` to interleaved F32 `(.., 2 (n / 2 +
+    /// 1))`. See [`ops::rfft`].
+    pub fn rfft(&self) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::rfft(self, &mut y)?;
+        Ok(y)
+    }
+
+    /// The real rows of length `n` of these half spectra. See [`ops::irfft`].
+    pub fn irfft(&self, n: usize) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::irfft(self, n, &mut y)?;
+        Ok(y)
+    }
+
+    /// The spectrogram of these signals (`(N, len)` or `(len)`): interleaved F32 `(N frames,
+    /// 2 (n_fft / 2 + 1))`. See [`ops::stft`].
+    pub fn stft(&self, window: &Tensor, spec: &ops::StftSpec) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::stft(self, window, spec, &mut y)?;
+        Ok(y)
+    }
+
+    /// The `(signals, len)` signals of this spectrogram. See [`ops::istft`].
+    pub fn istft(
+        &self,
+        window: &Tensor,
+        (signals, len): (usize, usize),
+        spec: &ops::StftSpec,
+    ) -> Result<Tensor> {
+        let mut y = Tensor::default();
+        ops::istft(self, window, (signals, len), spec, &mut y)?;
+        Ok(y)
+    }
 }

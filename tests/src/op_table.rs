@@ -10,6 +10,7 @@ use brotensor::ops::{
     self, AbtSpec, Act, AttentionCaches, BiasGrads, Comparison, Conv1dSpec, Conv2dSpec, Conv3dSpec,
     GatherDims, Int8Projections, MropeTables, PadMode, Pool2dSpec, ProjectionBiases,
     ProjectionGrads, Projections, QkvoGrads, ResizeMode, RopeLayout, RopeParams, ScatterDims,
+    StftSpec,
 };
 use brotensor::{Dtype, Error, Result, Tensor};
 
@@ -2006,6 +2007,34 @@ pub static OP_TABLE: &[OpEntry] = &[
     op!("complex_from_polar", |[t0, t1, t2], p| {
         ops::complex_from_polar(t0, t1, t2)
     }),
+    op!("fft", |[t0, t1], p| ops::fft(t0, t1)),
+    op!("ifft", |[t0, t1], p| ops::ifft(t0, t1)),
+    op!("rfft", |[t0, t1], p| ops::rfft(t0, t1)),
+    op!("irfft", |[t0, t1], p| ops::irfft(t0, p.usize(), t1)),
+    op!("rfft_backward", |[t0, t1], p| ops::rfft_backward(
+        t0,
+        p.usize(),
+        t1
+    )),
+    op!("irfft_backward", |[t0, t1], p| ops::irfft_backward(t0, t1)),
+    op!("stft", |[t0, t1, t2], p| {
+        let spec = stft_spec(p);
+        ops::stft(t0, t1, &spec, t2)
+    }),
+    op!("stft_backward", |[t0, t1, t2], p| {
+        let shape = (p.usize(), p.usize());
+        let spec = stft_spec(p);
+        ops::stft_backward(t0, t1, shape, &spec, t2)
+    }),
+    op!("istft", |[t0, t1, t2], p| {
+        let shape = (p.usize(), p.usize());
+        let spec = stft_spec(p);
+        ops::istft(t0, t1, shape, &spec, t2)
+    }),
+    op!("istft_backward", |[t0, t1, t2], p| {
+        let spec = stft_spec(p);
+        ops::istft_backward(t0, t1, &spec, t2)
+    }),
     op!(
         "gated_delta_rule_step",
         |[t0, t1, t2, t3, t4, t5, t6, t7], p| {
@@ -2039,3 +2068,14 @@ pub static OP_TABLE: &[OpEntry] = &[
         }
     ),
 ];
+
+/// An STFT framing from `p`.
+fn stft_spec(p: &mut dyn Params) -> StftSpec {
+    StftSpec {
+        n_fft: p.usize(),
+        hop_length: p.usize(),
+        win_length: p.usize(),
+        center: p.bool(),
+        normalized: p.bool(),
+    }
+}

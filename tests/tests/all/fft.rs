@@ -588,3 +588,43 @@ fn bad_transforms_and_framings_are_errors_naming_the_operand() {
         "dsignal must be (signals, len)",
     );
 }
+
+#[test]
+fn methods_match_the_ops() {
+    let x = SplitMix64::new(95).uniform(2 * 3000, -1.0, 1.0);
+    let window = ops::hann_window(400, true).unwrap();
+    let spec = StftSpec::new(400, 160);
+    for dev in devices() {
+        let xt = Tensor::from_slice_on(dev, &x, 2, 3000).unwrap();
+        let wt = window.to(dev).unwrap();
+        let s = xt.stft(&wt, &spec).unwrap();
+        let mut want = Tensor::default();
+        ops::stft(&xt, &wt, &spec, &mut want).unwrap();
+        assert_eq!(s.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+        let back = s.istft(&wt, (2, 3000), &spec).unwrap();
+        assert_close_rows(
+            &format!("Tensor::istft on {dev}"),
+            &x,
+            &back.to_vec::<f32>().unwrap(),
+            3000,
+            (2e-5, 1e-5),
+        );
+        let r = xt.rfft().unwrap();
+        let round = r.irfft(3000).unwrap();
+        assert_close_rows(
+            &format!("Tensor::irfft on {dev}"),
+            &x,
+            &round.to_vec::<f32>().unwrap(),
+            3000,
+            (2e-5, 1e-5),
+        );
+        let z = r.fft().unwrap().ifft().unwrap();
+        assert_close_rows(
+            &format!("Tensor::ifft on {dev}"),
+            &r.to_vec::<f32>().unwrap(),
+            &z.to_vec::<f32>().unwrap(),
+            2 * 1501,
+            (2e-5, 1e-5),
+        );
+    }
+}
