@@ -26,6 +26,7 @@ pub mod half_float;
 pub mod image;
 pub mod linear;
 pub mod loss;
+pub mod lstm;
 pub mod norm;
 pub mod optim;
 pub mod pad;

@@ -448,6 +448,7 @@ fn lower_all(target: Target) -> Option<Lowering> {
     crate::softmax::lower_for_cuda(&mut l);
     crate::spectral::lower_for_cuda(&mut l);
     crate::fft::lower_for_cuda(&mut l);
+    crate::lstm::lower_for_cuda(&mut l);
     crate::sampling::lower_for_cuda(&mut l);
     crate::snake::lower_for_cuda(&mut l);
     crate::strided::lower_for_cuda(&mut l);

@@ -45,6 +45,7 @@ pub mod glu;
 pub mod image;
 mod launch;
 pub mod loss;
+pub mod lstm;
 pub mod matmul;
 #[cfg(test)]
 mod metadata_contract;

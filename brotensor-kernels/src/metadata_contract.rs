@@ -113,6 +113,14 @@ const ALLOWED: &[(&str, &str)] = &[
     ("masked", "flag: an additive mask is read"),
     ("inverse", "flag: the FFT stage turns by e^{+i} (fft.rs)"),
     (
+        "has_rec",
+        "flag: the LSTM step adds a recurrent product (lstm.rs)",
+    ),
+    (
+        "prev_mode",
+        "selector of the LSTM step's previous cell state: zero, initial, own rows (lstm.rs)",
+    ),
+    (
         "halve_pairs",
         "flag: halve the half-spectrum bins that stand for a conjugate pair (fft.rs)",
     ),

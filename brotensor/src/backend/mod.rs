@@ -25,6 +25,7 @@ mod host_pool;
 mod image_space;
 mod linear;
 mod loss;
+mod lstm;
 mod norm;
 mod optim;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -54,6 +55,7 @@ pub(crate) use image_space::PadMode;
 pub(crate) use image_space::{AxisAdjoint, AxisTable, ImageSpaceOps, MaxPool2d, Unfold2d};
 pub(crate) use linear::{Gemm, LinearOps};
 pub(crate) use loss::{LossIo, LossOps};
+pub(crate) use lstm::{CellPrev, LstmOps, StepRows};
 pub(crate) use norm::{BatchNormStats, LayerNormCaches, NormOps};
 pub(crate) use optim::{AdamStep, OptimOps};
 pub(crate) use quant::QuantOps;
@@ -110,6 +112,7 @@ pub(crate) trait Backend:
     + CodecOps
     + DeltaRuleOps
     + SpectralOps
+    + LstmOps
 {
     /// A human-readable name that says what is underneath, e.g. `wgpu:0 (Vulkan, llvmpipe)`.
     fn describe(&self) -> String;

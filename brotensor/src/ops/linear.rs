@@ -102,6 +102,30 @@ fn product(
     be.gemm(op, a, b, None, c, g)
 }
 
+/// `c += a^T b` for `a (K, M)`, `b (K, N)` and a sized `c (M, N)` (views are made dense
+/// first), on a resolved backend.
+pub(super) fn gemm_accumulate_at_b(
+    be: Dispatched,
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    c: &mut Tensor,
+) -> Result<()> {
+    let (a, b) = (a.contiguous()?, b.contiguous()?);
+    product(
+        be,
+        op,
+        &a,
+        &b,
+        c,
+        Gemm {
+            trans_a: true,
+            accumulate: true,
+            ..NN
+        },
+    )
+}
+
 /// `C (M, N) = A (M, K) . B (K, N)`; `C` is resized to `A`'s dtype. `K == 0` gives zeros.
 pub fn matmul(a: &Tensor, b: &Tensor, c: &mut Tensor) -> Result<()> {
     let op = "matmul";

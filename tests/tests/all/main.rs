@@ -23,6 +23,7 @@ mod flash_attention;
 mod flash_grad;
 mod gguf;
 mod internals;
+mod lstm;
 mod methods;
 mod op_table;
 mod optim;

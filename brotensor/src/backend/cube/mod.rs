@@ -19,6 +19,7 @@ mod image_space;
 mod layout;
 mod linear;
 mod loss;
+mod lstm;
 mod norm;
 mod optim;
 mod quant;
