@@ -1149,3 +1149,72 @@ fn fft_lengths_past_memory_are_refused() {
         );
     }
 }
+
+#[test]
+fn lstm_rows_past_their_buffers_are_refused() {
+    use brotensor_kernels::lstm::{self, Prev, StepAt};
+    let Some(c) = client() else { return };
+    let (a, b, g, y) = (
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+        sentinels(&c, 8),
+    );
+    let at = |p, y, cache| StepAt { p, y, cache };
+    // B H past usize, a projection row past p, a cache block past gates, a previous block
+    // past c, a backward row past dz.
+    assert!(matches!(
+        lstm::launch_lstm_step(
+            &c,
+            (&a, None),
+            Prev::Zero,
+            (&y, &g, &b),
+            at(0, 0, 0),
+            (usize::MAX, 2)
+        ),
+        Err(LaunchError::Overflow { .. })
+    ));
+    assert!(matches!(
+        lstm::launch_lstm_step(
+            &c,
+            (&a, None),
+            Prev::Zero,
+            (&y, &g, &b),
+            at(1, 0, 0),
+            (1, 2)
+        ),
+        Err(LaunchError::BufferTooSmall { arg: "p", .. })
+    ));
+    assert!(matches!(
+        lstm::launch_lstm_step(
+            &c,
+            (&a, None),
+            Prev::Zero,
+            (&y, &g, &b),
+            at(0, 0, 1),
+            (1, 2)
+        ),
+        Err(LaunchError::BufferTooSmall { arg: "gates", .. })
+    ));
+    assert!(matches!(
+        lstm::launch_lstm_step(
+            &c,
+            (&a, None),
+            Prev::Rows(1),
+            (&y, &g, &b),
+            at(0, 0, 0),
+            (1, 2)
+        ),
+        Err(LaunchError::BufferTooSmall { arg: "gates", .. })
+    ));
+    assert!(matches!(
+        lstm::launch_lstm_step_backward(&c, (&g, &b), Prev::Zero, (&y, None), (&a, &g), 1, (1, 2)),
+        Err(LaunchError::BufferTooSmall { arg: "gates", .. })
+    ));
+    for (h, what) in [(&a, "a"), (&b, "b"), (&g, "g"), (&y, "y")] {
+        assert!(
+            read(&c, h.clone(), 8).iter().all(|&v| v == SENTINEL),
+            "{what} written"
+        );
+    }
+}

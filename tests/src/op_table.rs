@@ -8,9 +8,9 @@
 
 use brotensor::ops::{
     self, AbtSpec, Act, AttentionCaches, BiasGrads, Comparison, Conv1dSpec, Conv2dSpec, Conv3dSpec,
-    GatherDims, Int8Projections, MropeTables, PadMode, Pool2dSpec, ProjectionBiases,
-    ProjectionGrads, Projections, QkvoGrads, ResizeMode, RopeLayout, RopeParams, ScatterDims,
-    StftSpec,
+    GatherDims, Int8Projections, LstmCache, LstmGrads, LstmWeights, MropeTables, PadMode,
+    Pool2dSpec, ProjectionBiases, ProjectionGrads, Projections, QkvoGrads, ResizeMode, RopeLayout,
+    RopeParams, ScatterDims, StftSpec,
 };
 use brotensor::{Dtype, Error, Result, Tensor};
 
@@ -2007,6 +2007,81 @@ pub static OP_TABLE: &[OpEntry] = &[
     op!("complex_from_polar", |[t0, t1, t2], p| {
         ops::complex_from_polar(t0, t1, t2)
     }),
+    op!(
+        "lstm_forward_train",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11], p| {
+            let [y, g, c, h_t, c_t] = [t7, t8, t9, t10, t11];
+            let w = LstmWeights {
+                w_ih: t1,
+                w_hh: t2,
+                b_ih: Some(t3),
+                b_hh: Some(t4),
+            };
+            let steps = (p.usize(), p.usize());
+            ops::lstm_forward_train(
+                t0,
+                &w,
+                (Some(t5), Some(t6)),
+                steps,
+                (y, g, c),
+                Some((h_t, c_t)),
+            )
+        }
+    ),
+    op!("lstm_forward", |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9],
+                         p| {
+        let w = LstmWeights {
+            w_ih: t1,
+            w_hh: t2,
+            b_ih: Some(t3),
+            b_hh: Some(t4),
+        };
+        let steps = (p.usize(), p.usize());
+        ops::lstm_forward(t0, &w, (Some(t5), Some(t6)), steps, t7, Some((t8, t9)))
+    }),
+    op!("lstm_cell", |[t0, t1, t2, t3, t4, t5, t6], p| {
+        let w = LstmWeights {
+            w_ih: t1,
+            w_hh: t2,
+            b_ih: Some(t3),
+            b_hh: Some(t4),
+        };
+        ops::lstm_cell(t0, &w, t5, t6)
+    }),
+    op!(
+        "lstm_backward",
+        |[t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15], p| {
+            let w = LstmWeights {
+                w_ih: t1,
+                w_hh: t2,
+                b_ih: None,
+                b_hh: None,
+            };
+            let cache = LstmCache {
+                y: t5,
+                gates: t6,
+                c: t7,
+            };
+            let grads = LstmGrads {
+                dx: t9,
+                dw_ih: t10,
+                dw_hh: t11,
+                db_ih: Some(t12),
+                db_hh: Some(t13),
+                dh0: Some(t14),
+                dc0: Some(t15),
+            };
+            ops::lstm_backward(
+                t0,
+                &w,
+                (Some(t3), Some(t4)),
+                &cache,
+                t8,
+                (p.usize(), p.usize()),
+                grads,
+            )
+        }
+    ),
     op!("fft", |[t0, t1], p| ops::fft(t0, t1)),
     op!("ifft", |[t0, t1], p| ops::ifft(t0, t1)),
     op!("rfft", |[t0, t1], p| ops::rfft(t0, t1)),

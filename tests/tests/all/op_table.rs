@@ -155,6 +155,7 @@ fn the_op_table_lists_every_public_op() {
         "quantize_int8_per_row_host",
         "mse_scalar",
         "softmax_xent_segment",
+        "hann_window",
     ];
     // Both texts are built into the binary (tests/build.rs gathers the op sources): the test
     // also runs inside scripts/cmma-check.sh's root, which holds no sources.
