@@ -171,6 +171,68 @@ pub fn complex_mul<T: Float>(x: Complex<T>, y: Complex<T>) -> Complex<T> {
     Complex::new(x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re)
 }
 
+/// `e^z = e^a (cos b + i sin b)` (a real `z` stays real).
+pub fn complex_exp<T: Float>(z: Complex<T>) -> Complex<T> {
+    let e = z.re.exp();
+    if z.im == T::zero() {
+        return Complex::new(e, z.im);
+    }
+    Complex::new(e * z.im.cos(), e * z.im.sin())
+}
+
+/// The principal logarithm `ln|z| + i atan2(b, a)`, `arg` in `[-pi, pi]`.
+pub fn complex_ln<T: Float>(z: Complex<T>) -> Complex<T> {
+    Complex::new(z.re.hypot(z.im).ln(), z.im.atan2(z.re))
+}
+
+/// `sin z = sin a cosh b + i cos a sinh b`.
+pub fn complex_sin<T: Float>(z: Complex<T>) -> Complex<T> {
+    Complex::new(z.re.sin() * z.im.cosh(), z.re.cos() * z.im.sinh())
+}
+
+/// `cos z = cos a cosh b - i sin a sinh b`.
+pub fn complex_cos<T: Float>(z: Complex<T>) -> Complex<T> {
+    Complex::new(z.re.cos() * z.im.cosh(), -(z.re.sin() * z.im.sinh()))
+}
+
+/// `tanh z` by Kahan's formula: with `t = tan b`, `s = sinh a`, `rho = cosh a`, `beta = 1 +
+/// t^2`, `tanh z = (beta rho s + i t) / (1 + beta s^2)`; past `|a| = 22` the real part is
+/// `+-1` to the last bit and the imaginary part `4 sin b cos b e^(-2|a|)`.
+pub fn complex_tanh<T: Float>(z: Complex<T>) -> Complex<T> {
+    let (a, b) = (z.re, z.im);
+    let two = T::one() + T::one();
+    if a.abs() > T::from(22.0).expect("22 fits") {
+        let im = two * two * b.sin() * b.cos() * (-(two * a.abs())).exp();
+        return Complex::new(T::one().copysign(a), im);
+    }
+    let t = b.tan();
+    let beta = T::one() + t * t;
+    let (s, rho) = (a.sinh(), a.cosh());
+    let den = T::one() + beta * s * s;
+    Complex::new(beta * rho * s / den, t / den)
+}
+
+/// `1 / sqrt z` with the principal square root (`re >= 0`, the imaginary part's sign
+/// following `b`'s), the reciprocal by [`complex_div`].
+pub fn complex_rsqrt<T: Float>(z: Complex<T>) -> Complex<T> {
+    let (a, b) = (z.re, z.im);
+    let two = T::one() + T::one();
+    let modulus = a.hypot(b);
+    let root = if a >= T::zero() {
+        let x = ((modulus + a) / two).sqrt();
+        let y = if x > T::zero() {
+            b / (two * x)
+        } else {
+            T::zero()
+        };
+        Complex::new(x, y)
+    } else {
+        let t = ((modulus - a) / two).sqrt();
+        Complex::new(b.abs() / (two * t), t.copysign(b))
+    };
+    complex_div(Complex::new(T::one(), T::zero()), root)
+}
+
 /// Columns one task of [`reduce_axis`] carries down the axis (a slice the compiler keeps in
 /// vector registers and L1).
 const COLUMN_TILE: usize = 256;

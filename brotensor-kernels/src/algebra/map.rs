@@ -137,24 +137,42 @@ pub enum ComplexMap {
     Neg,
     /// The conjugate of `x`.
     Conj,
+    /// `e^x`.
+    Exp,
+    /// The principal logarithm `ln|x| + i arg x` (`arg` in `(-pi, pi]`).
+    Log,
+    /// `sin x`.
+    Sin,
+    /// `cos x`.
+    Cos,
+    /// `tanh x` (Kahan's formula; saturates to `+-1` for a large real part).
+    Tanh,
+    /// `1 / sqrt x` with the principal square root.
+    Rsqrt,
 }
 
 impl ComplexMap {
     /// Every instruction, in declaration order.
-    pub const ALL: [ComplexMap; 6] = [
+    pub const ALL: [ComplexMap; 12] = [
         ComplexMap::Add,
         ComplexMap::Sub,
         ComplexMap::Mul,
         ComplexMap::Div,
         ComplexMap::Neg,
         ComplexMap::Conj,
+        ComplexMap::Exp,
+        ComplexMap::Log,
+        ComplexMap::Sin,
+        ComplexMap::Cos,
+        ComplexMap::Tanh,
+        ComplexMap::Rsqrt,
     ];
 
     /// How many operands the instruction reads.
     pub const fn arity(self) -> usize {
         match self {
-            ComplexMap::Neg | ComplexMap::Conj => 1,
-            _ => 2,
+            ComplexMap::Add | ComplexMap::Sub | ComplexMap::Mul | ComplexMap::Div => 2,
+            _ => 1,
         }
     }
 }
@@ -493,13 +511,204 @@ fn complex_div<F: Float>(a: F, b: F, c: F, d: F, #[comptime] wide: bool) -> (F, 
     (re * undo * undo_den, im * undo * undo_den)
 }
 
+/// `sin x` or (`cosine`) `cos x`, as [`exp_any`].
+#[cube]
+fn sin_cos_any<F: Float>(
+    x: F,
+    specials: &Array<F>,
+    #[comptime] soft: bool,
+    #[comptime] cosine: bool,
+) -> F {
+    if comptime!(soft) {
+        soft64::sin_cos::<F>(x, specials, cosine)
+    } else if comptime!(cosine) {
+        F::cos(x)
+    } else {
+        F::sin(x)
+    }
+}
+
+/// `atan t` for `|t| <= 1` from arithmetic: two half-angle steps `u = t / (1 + sqrt(1 +
+/// t^2))` bring `|u|` under `tan(pi / 16)`, where 13 terms of the series reach f64's
+/// precision.
+#[cube]
+fn atan_small<F: Float>(t: F) -> F {
+    let one = F::new(1.0);
+    let u1 = t / (one + F::sqrt(one + t * t));
+    let u = u1 / (one + F::sqrt(one + u1 * u1));
+    let u2 = u * u;
+    let mut power = u;
+    let mut sum = u;
+    #[unroll]
+    for k in 1..13u32 {
+        power *= u2;
+        let term = power / F::cast_from(2 * k + 1);
+        if k % 2 == 1 {
+            sum -= term;
+        } else {
+            sum += term;
+        }
+    }
+    sum * F::new(4.0)
+}
+
+/// `atan2(y, x)` in `[-pi, pi]`: the math library's, or (`soft`) from [`atan_small`] (pi
+/// from the three parts of pi/2 in `specials`).
+#[cube]
+fn atan2_any<F: Float>(y: F, x: F, specials: &Array<F>, #[comptime] soft: bool) -> F {
+    if comptime!(soft) {
+        let half_pi = specials[5] + specials[6] + specials[7];
+        let pi = half_pi + half_pi;
+        let zero = F::new(0.0);
+        let mut r = zero;
+        if F::abs(y) <= F::abs(x) {
+            if x != zero {
+                r = atan_small::<F>(y / x);
+            }
+            if x < zero {
+                if y < zero {
+                    r -= pi;
+                } else {
+                    r += pi;
+                }
+            }
+        } else {
+            r = half_pi - atan_small::<F>(x / y);
+            if y < zero {
+                r = r - pi;
+            }
+        }
+        r
+    } else {
+        F::atan2(y, x)
+    }
+}
+
+/// `(sinh x, cosh x)`: `sinh` through [`expm1`] (exact near 0).
+#[cube]
+fn sinh_cosh<F: Float>(x: F, specials: &Array<F>, #[comptime] soft: bool) -> (F, F) {
+    let half = F::new(0.5);
+    let sinh = (expm1::<F>(x, specials, soft) - expm1::<F>(F::new(0.0) - x, specials, soft)) * half;
+    let cosh =
+        (exp_any::<F>(x, specials, soft) + exp_any::<F>(F::new(0.0) - x, specials, soft)) * half;
+    (sinh, cosh)
+}
+
+/// One complex function of `a + bi` (the unary transcendental instructions).
+#[cube]
+#[allow(unused_assignments)]
+fn complex_math<F: Float>(
+    a: F,
+    b: F,
+    specials: &Array<F>,
+    #[comptime] instr: ComplexMap,
+    #[comptime] soft: bool,
+    #[comptime] wide: bool,
+) -> (F, F) {
+    let zero = F::new(0.0);
+    let one = F::new(1.0);
+    match instr {
+        ComplexMap::Exp => {
+            let e = exp_any::<F>(a, specials, soft);
+            let cos = sin_cos_any::<F>(b, specials, soft, true);
+            let sin = sin_cos_any::<F>(b, specials, soft, false);
+            let mut re = e * cos;
+            let mut im = e * sin;
+            if b == zero {
+                re = e;
+                im = b;
+            }
+            (re, im)
+        }
+        ComplexMap::Log => {
+            let m = F::max(F::abs(a), F::abs(b));
+            let n = F::min(F::abs(a), F::abs(b));
+            let mut modulus = m;
+            if m > zero {
+                let r = n / m;
+                modulus = m * F::sqrt(one + r * r);
+            }
+            (
+                ln_any::<F>(modulus, specials, soft),
+                atan2_any::<F>(b, a, specials, soft),
+            )
+        }
+        ComplexMap::Sin => {
+            let (sh, ch) = sinh_cosh::<F>(b, specials, soft);
+            let sin = sin_cos_any::<F>(a, specials, soft, false);
+            let cos = sin_cos_any::<F>(a, specials, soft, true);
+            (sin * ch, cos * sh)
+        }
+        ComplexMap::Cos => {
+            let (sh, ch) = sinh_cosh::<F>(b, specials, soft);
+            let sin = sin_cos_any::<F>(a, specials, soft, false);
+            let cos = sin_cos_any::<F>(a, specials, soft, true);
+            (cos * ch, zero - sin * sh)
+        }
+        ComplexMap::Tanh => {
+            // Kahan: with t = tan b, s = sinh a, rho = cosh a, beta = 1 + t^2,
+            // tanh(a + bi) = (beta rho s + i t) / (1 + beta s^2).
+            let sin = sin_cos_any::<F>(b, specials, soft, false);
+            let cos = sin_cos_any::<F>(b, specials, soft, true);
+            let mut re = one;
+            let mut im = zero;
+            if F::abs(a) > F::new(22.0) {
+                if a < zero {
+                    re = zero - one;
+                }
+                im = F::new(4.0)
+                    * sin
+                    * cos
+                    * exp_any::<F>(F::new(-2.0) * F::abs(a), specials, soft);
+            } else {
+                let t = sin / cos;
+                let beta = one + t * t;
+                let (s, rho) = sinh_cosh::<F>(a, specials, soft);
+                let den = one + beta * s * s;
+                re = beta * rho * s / den;
+                im = t / den;
+            }
+            (re, im)
+        }
+        ComplexMap::Rsqrt => {
+            // The principal square root, then its reciprocal.
+            let m = F::max(F::abs(a), F::abs(b));
+            let n = F::min(F::abs(a), F::abs(b));
+            let mut modulus = m;
+            if m > zero {
+                let r = n / m;
+                modulus = m * F::sqrt(one + r * r);
+            }
+            let mut x = zero;
+            let mut y = zero;
+            if a >= zero {
+                x = F::sqrt((modulus + a) * F::new(0.5));
+                if x > zero {
+                    y = b / (x + x);
+                }
+            } else {
+                let t = F::sqrt((modulus - a) * F::new(0.5));
+                x = F::abs(b) / (t + t);
+                y = t;
+                if b < zero {
+                    y = zero - t;
+                }
+            }
+            complex_div::<F>(one, zero, x, y, wide)
+        }
+        _ => (a, b),
+    }
+}
+
 #[cube(launch_unchecked)]
 fn complex_map_kernel<F: Float>(
     x: &Array<F>,
     y: &Array<F>,
+    specials: &Array<F>,
     out: &mut Array<F>,
     #[comptime] instr: ComplexMap,
     #[comptime] wide: bool,
+    #[comptime] soft: bool,
 ) {
     let i = ABSOLUTE_POS;
     if i * 2 < out.len() {
@@ -519,6 +728,7 @@ fn complex_map_kernel<F: Float>(
             ComplexMap::Div => complex_div::<F>(a, b, c, d, wide),
             ComplexMap::Neg => (a * minus, b * minus),
             ComplexMap::Conj => (a, b * minus),
+            _ => complex_math::<F>(a, b, specials, instr, soft, wide),
         };
         out[2 * i] = re;
         out[2 * i + 1] = im;
@@ -599,7 +809,8 @@ pub fn launch_float_map<R: Runtime, F: Float + CubeElement>(
 }
 
 /// `out[i] = instr(x[i], y[i])` for `numel` complex numbers whose parts are `F`
-/// (interleaved `(re, im)`, so each buffer holds `2 numel` values of `F`).
+/// (interleaved `(re, im)`, so each buffer holds `2 numel` values of `F`). With `soft`, the
+/// transcendental functions are computed from arithmetic, as in [`launch_float_map`].
 ///
 /// Errors (no launch) when the operand count is wrong, a buffer is too short, or `2 numel`
 /// needs more than 32 bits.
@@ -609,6 +820,7 @@ pub fn launch_complex_map<R: Runtime, F: Float + CubeElement>(
     inputs: &[&Handle],
     out: &Handle,
     numel: usize,
+    soft: bool,
 ) -> Result<(), LaunchError> {
     let bytes = core::mem::size_of::<F>();
     let scalars = crate::launch::extent("complex parts", &[numel, 2])?;
@@ -619,8 +831,14 @@ pub fn launch_complex_map<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let (count, dim) = grid_1d(client, numel)?;
+    let specials = if bytes == 8 {
+        Buf::upload(client, &soft64::CONSTS)
+    } else {
+        Buf::upload(client, &soft64::CONSTS.map(|c| c as f32))
+    };
     // SAFETY: every operand and `out` hold `2 numel` parts (checked `Buf`s); unit
-    // `i < numel` reads and writes parts `2i` and `2i + 1` only.
+    // `i < numel` reads and writes parts `2i` and `2i + 1` only; `specials` holds the
+    // constants read.
     unsafe {
         complex_map_kernel::launch_unchecked::<F, R>(
             client,
@@ -628,9 +846,11 @@ pub fn launch_complex_map<R: Runtime, F: Float + CubeElement>(
             dim,
             x.arg(),
             y.arg(),
+            specials.arg(),
             out.arg(),
             instr,
             bytes == 8,
+            soft && bytes == 8,
         );
     }
     Ok(())
@@ -673,7 +893,9 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
             a(),
             a(),
             a(),
+            a(),
             instr,
+            false,
             false,
         ));
         l.lower(complex_map_kernel::ComplexMapKernel::<f64, Rt>::new(
@@ -682,8 +904,10 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
             a(),
             a(),
             a(),
+            a(),
             instr,
             true,
+            false,
         ));
     }
 }

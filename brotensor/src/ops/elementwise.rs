@@ -11,18 +11,18 @@ use super::{check_float, check_same, dispatch, input, updated, written};
 use crate::backend::{Binary, ComplexMap, FloatMap, Src, Unary};
 use crate::{Dtype, Error, Result, Tensor};
 
-/// The tensor-algebra instruction of a math function, for F64 operands.
+/// The tensor-algebra instructions of a math function, for F64, C64 and C128 operands.
 fn wide_unary(op: Unary) -> (Option<FloatMap>, Option<ComplexMap>) {
-    let f = match op {
-        Unary::Exp => FloatMap::Exp,
-        Unary::Log => FloatMap::Log,
-        Unary::Sin => FloatMap::Sin,
-        Unary::Cos => FloatMap::Cos,
-        Unary::Rsqrt => FloatMap::Rsqrt,
-        Unary::Tanh => FloatMap::Tanh,
+    let (f, c) = match op {
+        Unary::Exp => (FloatMap::Exp, ComplexMap::Exp),
+        Unary::Log => (FloatMap::Log, ComplexMap::Log),
+        Unary::Sin => (FloatMap::Sin, ComplexMap::Sin),
+        Unary::Cos => (FloatMap::Cos, ComplexMap::Cos),
+        Unary::Rsqrt => (FloatMap::Rsqrt, ComplexMap::Rsqrt),
+        Unary::Tanh => (FloatMap::Tanh, ComplexMap::Tanh),
         _ => return (None, None),
     };
-    (Some(f), None)
+    (Some(f), Some(c))
 }
 
 /// The tensor-algebra instructions of an arithmetic op, for F64, C64 and C128 operands.

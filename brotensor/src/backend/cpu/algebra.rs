@@ -102,6 +102,12 @@ fn complex_map_typed<T: Float + Send + Sync>(
         ComplexMap::Div => alg::complex_div,
         ComplexMap::Neg => |x, _| Complex::new(-x.re, -x.im),
         ComplexMap::Conj => |x, _| Complex::new(x.re, -x.im),
+        ComplexMap::Exp => |x, _| alg::complex_exp(x),
+        ComplexMap::Log => |x, _| alg::complex_ln(x),
+        ComplexMap::Sin => |x, _| alg::complex_sin(x),
+        ComplexMap::Cos => |x, _| alg::complex_cos(x),
+        ComplexMap::Tanh => |x, _| alg::complex_tanh(x),
+        ComplexMap::Rsqrt => |x, _| alg::complex_rsqrt(x),
     };
     match inputs {
         [x] => alg::map1(x.host::<C<T>>(), out.host_mut::<C<T>>(), |x| f(x, x)),

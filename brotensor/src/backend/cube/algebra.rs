@@ -121,9 +121,11 @@ impl<R: Runtime> AlgebraOps for CubeBackend<R> {
         let refs: Vec<_> = hs.iter().collect();
         let o = out_handle(out);
         let n = out.numel();
+        // As in `float_map`: 64-bit transcendentals from arithmetic except on CUDA.
+        let soft = !matches!(self.device, Device::Cuda(_));
         match out.dtype() {
-            Dtype::C128 => launch_complex_map::<R, f64>(&self.client, instr, &refs, &o, n),
-            _ => launch_complex_map::<R, f32>(&self.client, instr, &refs, &o, n),
+            Dtype::C128 => launch_complex_map::<R, f64>(&self.client, instr, &refs, &o, n, soft),
+            _ => launch_complex_map::<R, f32>(&self.client, instr, &refs, &o, n, false),
         }
         .map_err(|e| self.launch_error(name, e))
     }

@@ -21,7 +21,7 @@ impl<R: Runtime> SpectralOps for CubeBackend<R> {
         n: usize,
     ) -> Result<()> {
         let (ah, bh, yh) = (out_handle(a), out_handle(b), out_handle(y));
-        launch_complex_map::<R, f32>(&self.client, ComplexMap::Mul, &[&ah, &bh], &yh, n)
+        launch_complex_map::<R, f32>(&self.client, ComplexMap::Mul, &[&ah, &bh], &yh, n, false)
             .map_err(|e| self.launch_error(name, e))
     }
 

@@ -5,8 +5,9 @@
 //!
 //! Shape contracts: element-wise operands have identical dims (broadcast explicitly with
 //! [`broadcast_in_dim`]); structural ops take any rank 0 to 8 and any layout (views are read
-//! where they lie). `add`, `sub`, `mul`, `div`, `exp`, `log`, `sin`, `cos` and `rsqrt` of
-//! [`crate::ops::elementwise`] take F64, C64 and C128 too, through the same kernels.
+//! where they lie). `add`, `sub`, `mul`, `div`, `exp`, `log`, `sin`, `cos`, `tanh` and
+//! `rsqrt` of [`crate::ops::elementwise`] take F64, C64 and C128 too, through the same
+//! kernels (complex functions on numpy's principal branches).
 
 use crate::layout::show_dims;
 use crate::ops::Dispatched;
