@@ -5,13 +5,39 @@
 
 use rayon::prelude::*;
 
+use crate::activation::sigmoid_with;
+use crate::elementwise::tanh_with;
+use crate::simd::wide;
+
 /// Batch rows per rayon job for rows of `h` hidden units.
 fn rows_per_job(h: usize) -> usize {
-    (4096 / h.max(1)).max(1)
+    (2048 / h.max(1)).max(1)
 }
 
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+/// The gate math of one row: `gates` holds the pre-activations `[i | f | g | o]` (`4h`) and
+/// gets their activations; `c = f c_prev + i g`, `y = o tanh(c)`. Vectorized by [`wide`].
+#[inline(always)]
+fn step_row(gates: &mut [f32], c_prev: &[f32], y: &mut [f32], c: &mut [f32]) {
+    let h = y.len();
+    let (gi, rest) = gates.split_at_mut(h);
+    let (gf, rest) = rest.split_at_mut(h);
+    let (gg, go) = rest.split_at_mut(h);
+    wide(
+        #[inline(always)]
+        |m| {
+            for k in 0..h {
+                let (i, f) = (sigmoid_with(m, gi[k]), sigmoid_with(m, gf[k]));
+                let (g, o) = (tanh_with(m, gg[k]), sigmoid_with(m, go[k]));
+                let cell = f * c_prev[k] + i * g;
+                gi[k] = i;
+                gf[k] = f;
+                gg[k] = g;
+                go[k] = o;
+                c[k] = cell;
+                y[k] = o * tanh_with(m, cell);
+            }
+        },
+    );
 }
 
 /// One forward step: `z = p + zrec` (`zrec` the recurrent product, absent for a zero
@@ -29,31 +55,62 @@ pub fn lstm_step(
         .zip(gates.par_chunks_mut(job * 4 * h))
         .zip(c.par_chunks_mut(job * h))
         .enumerate()
-        .for_each(|(j, ((y, gates), c))| {
-            let r0 = j * job;
-            for (r, ((y, gates), c)) in y
-                .chunks_exact_mut(h)
-                .zip(gates.chunks_exact_mut(4 * h))
-                .zip(c.chunks_exact_mut(h))
-                .enumerate()
-            {
-                let row = r0 + r;
-                let p = &p[row * 4 * h..][..4 * h];
-                let zrec = zrec.map(|z| &z[row * 4 * h..][..4 * h]);
-                let c_prev = c_prev.map(|c| &c[row * h..][..h]);
-                for k in 0..h {
-                    let z = |g: usize| p[g * h + k] + zrec.map_or(0.0, |z| z[g * h + k]);
-                    let (i, f, g, o) = (sigmoid(z(0)), sigmoid(z(1)), z(2).tanh(), sigmoid(z(3)));
-                    let cell = f * c_prev.map_or(0.0, |c| c[k]) + i * g;
-                    gates[k] = i;
-                    gates[h + k] = f;
-                    gates[2 * h + k] = g;
-                    gates[3 * h + k] = o;
-                    c[k] = cell;
-                    y[k] = o * cell.tanh();
+        .for_each_init(
+            || vec![0.0f32; h],
+            |zeros, (j, ((y, gates), c))| {
+                let r0 = j * job;
+                for (r, ((y, gates), c)) in y
+                    .chunks_exact_mut(h)
+                    .zip(gates.chunks_exact_mut(4 * h))
+                    .zip(c.chunks_exact_mut(h))
+                    .enumerate()
+                {
+                    let row = r0 + r;
+                    gates.copy_from_slice(&p[row * 4 * h..][..4 * h]);
+                    if let Some(z) = zrec {
+                        for (g, z) in gates.iter_mut().zip(&z[row * 4 * h..][..4 * h]) {
+                            *g += z;
+                        }
+                    }
+                    let c_prev = c_prev.map_or(&zeros[..], |c| &c[row * h..][..h]);
+                    step_row(gates, c_prev, y, c);
                 }
+            },
+        );
+}
+
+/// The backward gate math of one row (see [`lstm_step_backward`]).
+#[inline(always)]
+fn step_back_row(
+    gates: &[f32],
+    c: &[f32],
+    c_prev: &[f32],
+    dh: &[f32],
+    dc: &mut [f32],
+    dz: &mut [f32],
+) {
+    let h = c.len();
+    let (gi, rest) = gates.split_at(h);
+    let (gf, rest) = rest.split_at(h);
+    let (gg, go) = rest.split_at(h);
+    let (zi, rest) = dz.split_at_mut(h);
+    let (zf, rest) = rest.split_at_mut(h);
+    let (zg, zo) = rest.split_at_mut(h);
+    wide(
+        #[inline(always)]
+        |m| {
+            for k in 0..h {
+                let (i, f, g, o) = (gi[k], gf[k], gg[k], go[k]);
+                let tc = tanh_with(m, c[k]);
+                let dcell = dc[k] + dh[k] * o * (1.0 - tc * tc);
+                zi[k] = dcell * g * i * (1.0 - i);
+                zf[k] = dcell * c_prev[k] * f * (1.0 - f);
+                zg[k] = dcell * i * (1.0 - g * g);
+                zo[k] = dh[k] * tc * o * (1.0 - o);
+                dc[k] = dcell * f;
             }
-        });
+        },
+    );
 }
 
 /// One backward step, from the cached activations `gates` (`rows x 4h`) and cell `c` of the
@@ -71,31 +128,32 @@ pub fn lstm_step_backward(
     dc.par_chunks_mut(job * h)
         .zip(dz.par_chunks_mut(job * 4 * h))
         .enumerate()
-        .for_each(|(j, (dc, dz))| {
-            let r0 = j * job;
-            for (r, (dc, dz)) in dc
-                .chunks_exact_mut(h)
-                .zip(dz.chunks_exact_mut(4 * h))
-                .enumerate()
-            {
-                let row = r0 + r;
-                let gates = &gates[row * 4 * h..][..4 * h];
-                let c = &c[row * h..][..h];
-                let c_prev = c_prev.map(|c| &c[row * h..][..h]);
-                let dy = &dy[row * h..][..h];
-                let dh_rec = dh_rec.map(|d| &d[row * h..][..h]);
-                for k in 0..h {
-                    let (i, f, g, o) = (gates[k], gates[h + k], gates[2 * h + k], gates[3 * h + k]);
-                    let dh = dy[k] + dh_rec.map_or(0.0, |d| d[k]);
-                    let tc = c[k].tanh();
-                    let dcell = dc[k] + dh * o * (1.0 - tc * tc);
-                    let cp = c_prev.map_or(0.0, |c| c[k]);
-                    dz[k] = dcell * g * i * (1.0 - i);
-                    dz[h + k] = dcell * cp * f * (1.0 - f);
-                    dz[2 * h + k] = dcell * i * (1.0 - g * g);
-                    dz[3 * h + k] = dh * tc * o * (1.0 - o);
-                    dc[k] = dcell * f;
+        .for_each_init(
+            || (vec![0.0f32; h], vec![0.0f32; h]),
+            |(zeros, dh), (j, (dc, dz))| {
+                let r0 = j * job;
+                for (r, (dc, dz)) in dc
+                    .chunks_exact_mut(h)
+                    .zip(dz.chunks_exact_mut(4 * h))
+                    .enumerate()
+                {
+                    let row = r0 + r;
+                    dh.copy_from_slice(&dy[row * h..][..h]);
+                    if let Some(d) = dh_rec {
+                        for (a, b) in dh.iter_mut().zip(&d[row * h..][..h]) {
+                            *a += b;
+                        }
+                    }
+                    let c_prev = c_prev.map_or(&zeros[..], |c| &c[row * h..][..h]);
+                    step_back_row(
+                        &gates[row * 4 * h..][..4 * h],
+                        &c[row * h..][..h],
+                        c_prev,
+                        dh,
+                        dc,
+                        dz,
+                    );
                 }
-            }
-        });
+            },
+        );
 }
