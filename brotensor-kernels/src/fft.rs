@@ -166,6 +166,7 @@ fn complex_real_kernel(z: &Array<f32>, y: &mut Array<f32>, total: usize) {
 /// `k <= n / 2` and `conj(z[n - k])` above, the imaginary parts of DC and (even `n`) Nyquist
 /// cleared; `s_k = scale`, halved for the bins that stand for a pair when `halve_pairs`.
 #[cube(launch_unchecked)]
+#[allow(clippy::collapsible_if)]
 fn hermitian_kernel(
     x: &Array<f32>,
     z: &mut Array<f32>,
@@ -510,7 +511,7 @@ fn stockham<R: Runtime>(
     let mut src = x.clone();
     let mut l = 1;
     for (s, &radix) in plan.iter().enumerate() {
-        let dst = if (plan.len() - 1 - s) % 2 == 0 {
+        let dst = if (plan.len() - 1 - s).is_multiple_of(2) {
             y
         } else {
             &other

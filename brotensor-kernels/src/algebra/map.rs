@@ -575,7 +575,7 @@ fn atan2_any<F: Float>(y: F, x: F, specials: &Array<F>, #[comptime] soft: bool) 
         } else {
             r = half_pi - atan_small::<F>(x / y);
             if y < zero {
-                r = r - pi;
+                r -= pi;
             }
         }
         r

@@ -411,10 +411,10 @@ pub fn lstm_backward(
         dx,
         dw_ih,
         dw_hh,
-        mut db_ih,
-        mut db_hh,
-        mut dh0,
-        mut dc0,
+        db_ih,
+        db_hh,
+        dh0,
+        dc0,
     } = grads;
     let be = dispatch(
         op,
@@ -504,13 +504,13 @@ pub fn lstm_backward(
         matmul(&dz.narrow(0, s * b, b)?, w.w_hh, &mut next)?;
         dh_rec = Some(next);
     }
-    if let Some(dh0) = dh0.as_deref_mut() {
+    if let Some(dh0) = dh0 {
         match &dh_rec {
             Some(d) => copy_into(d, dh0)?,
             None => copy_into(&Tensor::zeros_on(device, b, h, Dtype::F32)?, dh0)?,
         }
     }
-    if let Some(dc0) = dc0.as_deref_mut() {
+    if let Some(dc0) = dc0 {
         copy_into(&dc, dc0)?;
     }
     // dX = dZ W_ih (overwritten), dW_ih += dZ^T X, db = the column sums of dZ.
@@ -530,10 +530,7 @@ pub fn lstm_backward(
     if let Some(h0) = h0 {
         gemm_accumulate_at_b(be, op, &dz.narrow(0, 0, b)?, h0, dw_hh)?;
     }
-    for g in [db_ih.as_deref_mut(), db_hh.as_deref_mut()]
-        .into_iter()
-        .flatten()
-    {
+    for g in [db_ih, db_hh].into_iter().flatten() {
         let dims = g.dims().to_vec();
         add_inplace(g, &db.reshape(&dims)?)?;
     }

@@ -157,7 +157,7 @@ fn irfft64(bins: &[f64], n: usize) -> Vec<f64> {
         full[2 * k + 1] = conj * bins[2 * src + 1];
     }
     full[1] = 0.0;
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         full[n + 1] = 0.0;
     }
     dft(&full, 1.0).chunks(2).map(|p| p[0] / n as f64).collect()

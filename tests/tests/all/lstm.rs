@@ -71,7 +71,7 @@ impl Problem {
             let (mut nh, mut nc) = (vec![0.0; B * H], vec![0.0; B * H]);
             for b in 0..B {
                 let x = &self.x[(t * B + b) * I..][..I];
-                let mut z = vec![0.0; 4 * H];
+                let mut z = [0.0; 4 * H];
                 for (r, z) in z.iter_mut().enumerate() {
                     let mut s = if bias {
                         self.b_ih[r] + self.b_hh[r]
