@@ -149,6 +149,153 @@ pub fn gated_delta_rule(
     }
 }
 
+/// Tokens per chunk of [`gated_delta_rule_chunked`].
+pub const CHUNK: usize = 64;
+
+/// One head's rows of a token-major `(tokens, heads w)` tensor for tokens `t0 .. t0 + c`,
+/// gathered contiguous (`c x w`).
+fn head_rows(
+    x: &[f32],
+    (t0, c): (usize, usize),
+    (heads, h, w): (usize, usize, usize),
+    out: &mut Vec<f32>,
+) {
+    out.clear();
+    for t in t0..t0 + c {
+        out.extend_from_slice(&x[(t * heads + h) * w..][..w]);
+    }
+}
+
+/// `y += a x` over the slices' common length.
+#[inline(always)]
+fn axpy(m: MulAdd, a: f32, x: &[f32], y: &mut [f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = m.apply(a, x, *y);
+    }
+}
+
+/// The gated delta rule over a prompt in the chunked (WY) form: the same result as
+/// [`gated_delta_rule`] to FP32 rounding, with the work of each chunk of [`CHUNK`] tokens as
+/// dense products instead of a token-by-token scan. Per head and chunk, with `G_t` the
+/// running sum of the chunk's log-decays and `S_0` the state before it:
+///
+/// ```text
+/// u_t = beta_t (v_t - e^{G_t} S_0 k_t) - beta_t sum_{s<t} e^{G_t - G_s} (k_t . k_s) u_s
+/// o_t = e^{G_t} S_0 q_t + sum_{s<=t} e^{G_t - G_s} (q_t . k_s) u_s
+/// S   = e^{G_c} S_0 + sum_s e^{G_c - G_s} u_s k_s^T
+/// ```
+///
+/// (the first line a forward substitution through the chunk's unit lower-triangular
+/// system). Heads run in parallel. Arguments as [`gated_delta_rule`].
+#[allow(clippy::too_many_arguments)]
+pub fn gated_delta_rule_chunked(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (a_raw, beta_raw, log_a): (&[f32], &[f32], &[f32]),
+    dims: DeltaDims,
+    state: &mut [f32],
+    o: &mut [f32],
+) {
+    let DeltaDims {
+        tokens,
+        heads,
+        d_k,
+        d_v,
+    } = dims;
+    if tokens == 0 || heads == 0 || d_k == 0 || d_v == 0 {
+        return;
+    }
+    let outs: Vec<Vec<f32>> = state
+        .par_chunks_mut(d_v * d_k)
+        .enumerate()
+        .map(|(h, s)| {
+            let mut out = vec![0.0f32; tokens * d_v];
+            let (mut qc, mut kc, mut vc) = (Vec::new(), Vec::new(), Vec::new());
+            let mut u = vec![0.0f32; CHUNK * d_v];
+            let mut qs = vec![0.0f32; CHUNK * d_v];
+            let mut decay = [0.0f32; CHUNK];
+            let mut beta = [0.0f32; CHUNK];
+            let mut t0 = 0;
+            while t0 < tokens {
+                let c = CHUNK.min(tokens - t0);
+                head_rows(q, (t0, c), (heads, h, d_k), &mut qc);
+                head_rows(k, (t0, c), (heads, h, d_k), &mut kc);
+                head_rows(v, (t0, c), (heads, h, d_v), &mut vc);
+                // G_t, the running log-decay, and beta_t.
+                let mut g = 0.0f32;
+                for t in 0..c {
+                    let i = (t0 + t) * heads + h;
+                    g += -softplus(a_raw[i]) * log_a[h].exp();
+                    decay[t] = g;
+                    beta[t] = sigmoid(beta_raw[i]);
+                }
+                wide(
+                    #[inline(always)]
+                    |m| {
+                        // u_t = beta_t (v_t - e^{G_t} S_0 k_t), qs_t = e^{G_t} S_0 q_t.
+                        for t in 0..c {
+                            let e = decay[t].exp();
+                            let (kt, qt) = (&kc[t * d_k..][..d_k], &qc[t * d_k..][..d_k]);
+                            for i in 0..d_v {
+                                let si = &s[i * d_k..][..d_k];
+                                u[t * d_v + i] = beta[t] * (vc[t * d_v + i] - e * dot(m, si, kt));
+                                qs[t * d_v + i] = e * dot(m, si, qt);
+                            }
+                        }
+                        // Forward substitution, then the outputs from the finished rows.
+                        for t in 0..c {
+                            let kt = &kc[t * d_k..][..d_k];
+                            let (done, rest) = u.split_at_mut(t * d_v);
+                            let ut = &mut rest[..d_v];
+                            for sidx in 0..t {
+                                let w = beta[t]
+                                    * (decay[t] - decay[sidx]).exp()
+                                    * dot(m, kt, &kc[sidx * d_k..][..d_k]);
+                                axpy(m, -w, &done[sidx * d_v..][..d_v], ut);
+                            }
+                            let qt = &qc[t * d_k..][..d_k];
+                            let ot = &mut out[(t0 + t) * d_v..][..d_v];
+                            ot.copy_from_slice(&qs[t * d_v..][..d_v]);
+                            for sidx in 0..=t {
+                                let w = (decay[t] - decay[sidx]).exp()
+                                    * dot(m, qt, &kc[sidx * d_k..][..d_k]);
+                                let us = if sidx == t {
+                                    &*ut
+                                } else {
+                                    &done[sidx * d_v..][..d_v]
+                                };
+                                axpy(m, w, us, ot);
+                            }
+                        }
+                        // S = e^{G_c} S_0 + sum_s e^{G_c - G_s} u_s k_s^T.
+                        let last = decay[c - 1];
+                        let e = last.exp();
+                        for x in s.iter_mut() {
+                            *x *= e;
+                        }
+                        for sidx in 0..c {
+                            let w = (last - decay[sidx]).exp();
+                            let ks = &kc[sidx * d_k..][..d_k];
+                            for i in 0..d_v {
+                                axpy(m, w * u[sidx * d_v + i], ks, &mut s[i * d_k..][..d_k]);
+                            }
+                        }
+                    },
+                );
+                t0 += c;
+            }
+            out
+        })
+        .collect();
+    let width = heads * d_v;
+    for (h, out) in outs.iter().enumerate() {
+        for t in 0..tokens {
+            o[t * width + h * d_v..][..d_v].copy_from_slice(&out[t * d_v..][..d_v]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +324,39 @@ mod tests {
         let kq = 0.5 - 2.0;
         assert_eq!(o, [0.5 * kq, 1.0 * kq, 1.5 * kq]);
         assert_eq!(state, [0.25, -0.5, 0.5, -1.0, 0.75, -1.5]);
+    }
+
+    #[test]
+    fn the_chunked_form_follows_the_scan_across_chunks() {
+        let dims = DeltaDims {
+            tokens: 150,
+            heads: 2,
+            d_k: 9,
+            d_v: 5,
+        };
+        let mut seed = 7u64;
+        let mut draw = |n: usize, scale: f32| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
+                })
+                .collect()
+        };
+        let (t, h) = (dims.tokens, dims.heads);
+        let (q, k) = (draw(t * h * 9, 0.5), draw(t * h * 9, 0.5));
+        let v = draw(t * h * 5, 1.0);
+        let (a, b, la) = (draw(t * h, 3.0), draw(t * h, 3.0), draw(h, 1.0));
+        let s0 = draw(h * 45, 0.5);
+        let (mut s1, mut s2) = (s0.clone(), s0);
+        let (mut o1, mut o2) = (vec![0.0; t * h * 5], vec![0.0; t * h * 5]);
+        gated_delta_rule(&q, &k, &v, (&a, &b, &la), dims, &mut s1, &mut o1);
+        gated_delta_rule_chunked(&q, &k, &v, (&a, &b, &la), dims, &mut s2, &mut o2);
+        let scale = o1.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        for (x, y) in o1.iter().zip(&o2).chain(s1.iter().zip(&s2)) {
+            assert!((x - y).abs() <= 1e-5 * scale.max(1.0), "{x} vs {y}");
+        }
+        assert!(scale > 0.1);
     }
 
     #[test]

@@ -24,4 +24,19 @@ pub(crate) trait DeltaRuleOps: OnDevice {
     ) -> Result<()> {
         Err(missing(name, self))
     }
+
+    /// The prompt form: the same result to FP32 rounding, which a backend may compute in
+    /// the chunked (WY) form; by default the token scan of [`Self::gated_delta_rule`].
+    #[allow(clippy::too_many_arguments)]
+    fn gated_delta_rule_chunked(
+        &self,
+        name: &'static str,
+        qkv: [&Tensor; 3],
+        gates: [&Tensor; 3],
+        dims: DeltaDims,
+        state: &mut Tensor,
+        o: &mut Tensor,
+    ) -> Result<()> {
+        self.gated_delta_rule(name, qkv, gates, dims, state, o)
+    }
 }

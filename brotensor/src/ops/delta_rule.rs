@@ -36,6 +36,9 @@ use super::{check_dtype, check_dtypes_match, checked_product, dispatch, input, u
 use crate::backend::DeltaDims;
 use crate::{Dtype, Error, Result, Tensor};
 
+/// The name of the prompt form, which may run chunked.
+const CHUNKED: &str = "gated_delta_rule_chunked";
+
 /// Errors unless `t` is shaped `(rows, cols)` (any dims with that matrix view and count).
 fn check_matrix(
     op: &'static str,
@@ -130,7 +133,11 @@ fn delta_rule(
         d_k,
         d_v,
     };
-    be.gated_delta_rule(op, [q, k, v], [a_raw, beta, log_a], dims, state, o)
+    if op == CHUNKED {
+        be.gated_delta_rule_chunked(op, [q, k, v], [a_raw, beta, log_a], dims, state, o)
+    } else {
+        be.gated_delta_rule(op, [q, k, v], [a_raw, beta, log_a], dims, state, o)
+    }
 }
 
 /// The gated delta rule for `L` new tokens against `state` (C++ `gated_delta_rule_step`):
@@ -161,9 +168,10 @@ pub fn gated_delta_rule_step(
 }
 
 /// The gated delta rule over a prompt of `L` tokens (C++ `gated_delta_rule_chunked`, the
-/// prefill form): the same contract and result as [`gated_delta_rule_step`]. Today it runs
-/// the same token-by-token scan (every state row in parallel); the chunked WY form, which
-/// turns the scan into products, is a later speed-up behind the same contract.
+/// prefill form): the same contract as [`gated_delta_rule_step`] and its result to FP32
+/// rounding. On the CPU it runs the chunked (WY) form, chunks of 64 tokens as dense
+/// products (`brotensor_cpu::delta_rule::gated_delta_rule_chunked`); GPUs run the token
+/// scan (every state row in parallel).
 #[allow(clippy::too_many_arguments)]
 pub fn gated_delta_rule_chunked(
     q: &Tensor,
@@ -176,12 +184,5 @@ pub fn gated_delta_rule_chunked(
     state: &mut Tensor,
     o: &mut Tensor,
 ) -> Result<()> {
-    delta_rule(
-        "gated_delta_rule_chunked",
-        [q, k, v],
-        [a_raw, beta, log_a],
-        heads,
-        state,
-        o,
-    )
+    delta_rule(CHUNKED, [q, k, v], [a_raw, beta, log_a], heads, state, o)
 }

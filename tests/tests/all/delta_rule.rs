@@ -1,7 +1,7 @@
 //! The gated delta rule against the per-token rule in float64 written here (from a random
 //! non-zero state, every device, F32 and the 16-bit dtypes), the step and chunked forms
-//! against each other, a prompt split across calls against one call, empty prompts and the
-//! error cases.
+//! against each other, a prompt of several chunks, a prompt split across calls against one
+//! call, empty prompts and the error cases.
 
 use brotensor::{ops, Device, Dtype, Error, Tensor};
 use brotensor_tests::{
@@ -122,6 +122,23 @@ fn gated_delta_rule_follows_the_per_token_rule_in_float64() {
                 assert_close_rows(&format!("{tag} o"), &want_o, &o, H * DV, tolerance(dtype));
                 assert_close_rows(&format!("{tag} state"), &want_s, &s, DK, state_tol);
             }
+        }
+    }
+}
+
+#[test]
+fn a_prompt_of_several_chunks_follows_the_per_token_rule_in_float64() {
+    // 150 tokens: chunks of 64, 64 and 22 on the CPU's chunked form.
+    let c = case(150, 0xc4a2);
+    let (o64, s64) = rule64(&c, &c.q, &c.k, &c.v);
+    let want_o: Vec<f32> = o64.iter().map(|&x| x as f32).collect();
+    let want_s: Vec<f32> = s64.iter().map(|&x| x as f32).collect();
+    for dev in std::iter::once(Device::Cpu).chain(gpu_devices()) {
+        for chunked in [false, true] {
+            let (o, s) = run(&c, dev, Dtype::F32, chunked).unwrap();
+            let tag = format!("150-token delta rule {dev} chunked={chunked}");
+            assert_close_rows(&format!("{tag} o"), &want_o, &o, H * DV, (2e-5, 1e-5));
+            assert_close_rows(&format!("{tag} state"), &want_s, &s, DK, (1e-5, 1e-4));
         }
     }
 }
