@@ -158,12 +158,23 @@ fn a_prompt_split_across_calls_equals_one_call() {
         state: state.to_vec(),
     };
     for dev in std::iter::once(Device::Cpu).chain(gpu_devices()) {
-        let (o, s) = run(&c, dev, Dtype::F32, true).unwrap();
+        let (o, s) = run(&c, dev, Dtype::F32, false).unwrap();
         let (o1, s1) = run(&part(0, l1, &c.state), dev, Dtype::F32, false).unwrap();
         let (o2, s2) = run(&part(l1, l1 + l2, &s1), dev, Dtype::F32, false).unwrap();
-        // The same arithmetic in the same order: equal bits.
-        assert_eq!([o1, o2].concat(), o, "{dev}: outputs");
+        // The token scan: the same arithmetic in the same order, equal bits.
+        let split = [o1, o2].concat();
+        assert_eq!(split, o, "{dev}: outputs");
         assert_eq!(s2, s, "{dev}: final state");
+        // The prompt form in one call (chunked on the CPU): equal to FP32 rounding.
+        let (oc, sc) = run(&c, dev, Dtype::F32, true).unwrap();
+        assert_close_rows(
+            &format!("{dev}: chunked outputs"),
+            &split,
+            &oc,
+            H * DV,
+            (2e-6, 1e-6),
+        );
+        assert_close_rows(&format!("{dev}: chunked state"), &s2, &sc, DK, (2e-6, 1e-6));
     }
 }
 
