@@ -15,6 +15,7 @@
 
 use rayon::prelude::*;
 
+use crate::linear::{matmul, Mat};
 use crate::simd::{wide, MulAdd};
 
 /// The sizes of a gated-delta-rule call: `tokens` rows of `heads` heads, keys and queries of
@@ -186,7 +187,10 @@ fn axpy(m: MulAdd, a: f32, x: &[f32], y: &mut [f32]) {
 /// ```
 ///
 /// (the first line a forward substitution through the chunk's unit lower-triangular
-/// system). Heads run in parallel. Arguments as [`gated_delta_rule`].
+/// system; `K S_0^T`, `Q S_0^T`, `K K^T`, `Q K^T` and the state update are GEMMs). The
+/// decay ratios `e^{G_t - G_s}` are running products of the tokens' `alpha`
+/// (at most 1, so nothing overflows; one multiply each instead of an exponential). Heads
+/// run in parallel. Arguments as [`gated_delta_rule`].
 #[allow(clippy::too_many_arguments)]
 pub fn gated_delta_rule_chunked(
     q: &[f32],
@@ -214,7 +218,9 @@ pub fn gated_delta_rule_chunked(
             let (mut qc, mut kc, mut vc) = (Vec::new(), Vec::new(), Vec::new());
             let mut u = vec![0.0f32; CHUNK * d_v];
             let mut qs = vec![0.0f32; CHUNK * d_v];
-            let mut decay = [0.0f32; CHUNK];
+            let mut kk = vec![0.0f32; CHUNK * CHUNK];
+            let mut qk = vec![0.0f32; CHUNK * CHUNK];
+            let mut alpha = [0.0f32; CHUNK];
             let mut beta = [0.0f32; CHUNK];
             let mut t0 = 0;
             while t0 < tokens {
@@ -222,67 +228,72 @@ pub fn gated_delta_rule_chunked(
                 head_rows(q, (t0, c), (heads, h, d_k), &mut qc);
                 head_rows(k, (t0, c), (heads, h, d_k), &mut kc);
                 head_rows(v, (t0, c), (heads, h, d_v), &mut vc);
-                // G_t, the running log-decay, and beta_t.
-                let mut g = 0.0f32;
                 for t in 0..c {
                     let i = (t0 + t) * heads + h;
-                    g += -softplus(a_raw[i]) * log_a[h].exp();
-                    decay[t] = g;
-                    beta[t] = sigmoid(beta_raw[i]);
+                    (alpha[t], beta[t]) = gates(a_raw[i], beta_raw[i], log_a[h]);
                 }
+                let (u, qs) = (&mut u[..c * d_v], &mut qs[..c * d_v]);
+                let (kk, qk) = (&mut kk[..c * c], &mut qk[..c * c]);
+                let (km, qm) = (Mat::new(&kc, c, d_k), Mat::new(&qc, c, d_k));
+                // K S_0^T, Q S_0^T, K K^T and Q K^T as products.
+                let s0 = Mat::new(s, d_v, d_k).t();
+                matmul(km, s0, u, false);
+                matmul(qm, s0, qs, false);
+                matmul(km, km.t(), kk, false);
+                matmul(qm, km.t(), qk, false);
+                let mut e = 1.0f32;
                 wide(
                     #[inline(always)]
                     |m| {
                         // u_t = beta_t (v_t - e^{G_t} S_0 k_t), qs_t = e^{G_t} S_0 q_t.
                         for t in 0..c {
-                            let e = decay[t].exp();
-                            let (kt, qt) = (&kc[t * d_k..][..d_k], &qc[t * d_k..][..d_k]);
-                            for i in 0..d_v {
-                                let si = &s[i * d_k..][..d_k];
-                                u[t * d_v + i] = beta[t] * (vc[t * d_v + i] - e * dot(m, si, kt));
-                                qs[t * d_v + i] = e * dot(m, si, qt);
+                            e *= alpha[t];
+                            let b = beta[t];
+                            let (ut, vt) = (&mut u[t * d_v..][..d_v], &vc[t * d_v..][..d_v]);
+                            for (x, &y) in ut.iter_mut().zip(vt) {
+                                *x = b * (y - e * *x);
+                            }
+                            for x in &mut qs[t * d_v..][..d_v] {
+                                *x *= e;
                             }
                         }
-                        // Forward substitution, then the outputs from the finished rows.
+                        // Forward substitution (e^{G_t - G_s} as a running product of
+                        // alpha, s = t - 1 down to 0), then o_t from the finished rows.
                         for t in 0..c {
-                            let kt = &kc[t * d_k..][..d_k];
                             let (done, rest) = u.split_at_mut(t * d_v);
                             let ut = &mut rest[..d_v];
-                            for sidx in 0..t {
-                                let w = beta[t]
-                                    * (decay[t] - decay[sidx]).exp()
-                                    * dot(m, kt, &kc[sidx * d_k..][..d_k]);
+                            let mut ratio = 1.0f32;
+                            for sidx in (0..t).rev() {
+                                ratio *= alpha[sidx + 1];
+                                let w = beta[t] * ratio * kk[t * c + sidx];
                                 axpy(m, -w, &done[sidx * d_v..][..d_v], ut);
                             }
-                            let qt = &qc[t * d_k..][..d_k];
                             let ot = &mut out[(t0 + t) * d_v..][..d_v];
                             ot.copy_from_slice(&qs[t * d_v..][..d_v]);
-                            for sidx in 0..=t {
-                                let w = (decay[t] - decay[sidx]).exp()
-                                    * dot(m, qt, &kc[sidx * d_k..][..d_k]);
-                                let us = if sidx == t {
-                                    &*ut
-                                } else {
-                                    &done[sidx * d_v..][..d_v]
-                                };
-                                axpy(m, w, us, ot);
+                            axpy(m, qk[t * c + t], ut, ot);
+                            let mut ratio = 1.0f32;
+                            for sidx in (0..t).rev() {
+                                ratio *= alpha[sidx + 1];
+                                axpy(m, ratio * qk[t * c + sidx], &done[sidx * d_v..][..d_v], ot);
                             }
                         }
-                        // S = e^{G_c} S_0 + sum_s e^{G_c - G_s} u_s k_s^T.
-                        let last = decay[c - 1];
-                        let e = last.exp();
+                        // S = e^{G_c} S_0 + sum_s e^{G_c - G_s} u_s k_s^T: the rows of u
+                        // scaled by their ratio, then one product.
                         for x in s.iter_mut() {
                             *x *= e;
                         }
-                        for sidx in 0..c {
-                            let w = (last - decay[sidx]).exp();
-                            let ks = &kc[sidx * d_k..][..d_k];
-                            for i in 0..d_v {
-                                axpy(m, w * u[sidx * d_v + i], ks, &mut s[i * d_k..][..d_k]);
+                        let mut ratio = 1.0f32;
+                        for sidx in (0..c).rev() {
+                            if sidx + 1 < c {
+                                ratio *= alpha[sidx + 1];
+                            }
+                            for x in &mut u[sidx * d_v..][..d_v] {
+                                *x *= ratio;
                             }
                         }
                     },
                 );
+                matmul(Mat::new(u, c, d_v).t(), km, s, true);
                 t0 += c;
             }
             out
