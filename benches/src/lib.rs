@@ -186,3 +186,17 @@ pub fn python_peer_ms(script: &str, args: &[String]) -> HashMap<String, f64> {
         }
     }
 }
+
+/// `len` deterministic values in `[-1, 1)` from `seed` (a 64-bit LCG's high bits): bench
+/// inputs that every run and every contender sees alike.
+pub fn lcg_values(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..len)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}

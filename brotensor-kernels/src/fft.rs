@@ -489,8 +489,27 @@ fn complex_rows<R: Runtime>(
     let x = Buf::new("x", x, parts, 4)?;
     let y = Buf::new("y", y, parts, 4)?;
     match stages(n) {
-        Some(plan) => stockham(client, (&x, &y), (n, rows), &plan, inverse, scale),
+        Some(radices) => {
+            let plan = Plan::new(client, n, radices);
+            stockham(client, (&x, &y), (n, rows), &plan, inverse, scale)
+        }
         None => bluestein(client, (&x, &y), (n, rows), inverse, scale),
+    }
+}
+
+/// The stages of a length-`n` transform and its twiddle table on the device (one upload,
+/// shared by every transform of that length in a launch).
+struct Plan {
+    radices: Vec<usize>,
+    table: Buf,
+}
+
+impl Plan {
+    fn new<R: Runtime>(client: &ComputeClient<R>, n: usize, radices: Vec<usize>) -> Self {
+        Plan {
+            radices,
+            table: Buf::upload(client, &twiddles(n)),
+        }
     }
 }
 
@@ -500,12 +519,12 @@ fn stockham<R: Runtime>(
     client: &ComputeClient<R>,
     (x, y): (&Buf, &Buf),
     (n, rows): (usize, usize),
-    plan: &[usize],
+    plan: &Plan,
     inverse: bool,
     scale: f32,
 ) -> Result<(), LaunchError> {
     let parts = 2 * rows * n;
-    let table = Buf::upload(client, &twiddles(n));
+    let (table, plan) = (&plan.table, &plan.radices);
     let other = Buf::new("scratch", &scratch(client, rows * n)?, parts, 4)?;
     // Stage s writes y when (stages - 1 - s) is even.
     let mut src = x.clone();
@@ -568,7 +587,7 @@ fn bluestein<R: Runtime>(
     let chirp = Buf::upload(client, &chirp);
     let filter_in = Buf::upload(client, &filter);
     let filter_out = Buf::new("filter", &scratch(client, m)?, 2 * m, 4)?;
-    let plan = stages(m).expect("a power of two");
+    let plan = Plan::new(client, m, stages(m).expect("a power of two"));
     stockham(client, (&filter_in, &filter_out), (m, 1), &plan, false, 1.0)?;
     let work = Buf::new("work", &scratch(client, total)?, 2 * total, 4)?;
     let spectrum = Buf::new("spectrum", &scratch(client, total)?, 2 * total, 4)?;

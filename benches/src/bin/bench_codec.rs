@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use brotensor::{ops, Device, Dtype, Tensor};
-use brotensor_benches::{best_secs, cpu_fp32_peak_gflops, selected_devices};
+use brotensor_benches::{best_secs, cpu_fp32_peak_gflops, lcg_values, selected_devices};
 
 const N: usize = 4096;
 const K: usize = 1024;
@@ -25,19 +25,6 @@ const HEADS: usize = 16;
 const DK: usize = 128;
 const DV: usize = 128;
 const PROMPT: usize = 256;
-
-/// Deterministic values in [-1, 1).
-fn values(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..len)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 /// numpy's best milliseconds per row name (`benches/codec_numpy.py`).
 fn numpy_ms() -> HashMap<String, f64> {
@@ -57,7 +44,10 @@ fn bench(device: Device, peak: Option<f64>, numpy: &HashMap<String, f64>) -> bro
     let of_peak = |gflops: f64| peak.map_or("-".into(), |p| format!("{:.2}", gflops / p));
     let t = |v: Vec<f32>, r: usize, c: usize| Tensor::from_slice_on(device, &v, r, c);
 
-    let (x, cb) = (t(values(N * D, 1), N, D)?, t(values(K * D, 2), K, D)?);
+    let (x, cb) = (
+        t(lcg_values(N * D, 1), N, D)?,
+        t(lcg_values(K * D, 2), K, D)?,
+    );
     let (mut idx, mut q) = (Tensor::default(), Tensor::default());
     let s = best_secs(device, 3, || {
         ops::vq_encode_forward(&x, &cb, &mut idx, &mut q).expect("vq")
@@ -71,7 +61,11 @@ fn bench(device: Device, peak: Option<f64>, numpy: &HashMap<String, f64>) -> bro
         numpy.get("vq_encode").copied(),
     );
 
-    let y = t(values(FSQ_ROWS * LEVELS.len(), 3), FSQ_ROWS, LEVELS.len())?;
+    let y = t(
+        lcg_values(FSQ_ROWS * LEVELS.len(), 3),
+        FSQ_ROWS,
+        LEVELS.len(),
+    )?;
     let lv = Tensor::from_slice_on(device, &LEVELS, LEVELS.len(), 1)?;
     let (mut fq, mut fp) = (Tensor::default(), Tensor::default());
     let s = best_secs(device, 3, || {
@@ -87,12 +81,12 @@ fn bench(device: Device, peak: Option<f64>, numpy: &HashMap<String, f64>) -> bro
     );
 
     for (tokens, chunked) in [(1usize, false), (PROMPT, true)] {
-        let qk = |seed| t(values(tokens * HEADS * DK, seed), tokens, HEADS * DK);
+        let qk = |seed| t(lcg_values(tokens * HEADS * DK, seed), tokens, HEADS * DK);
         let (qt, kt) = (qk(4)?, qk(5)?);
-        let v = t(values(tokens * HEADS * DV, 6), tokens, HEADS * DV)?;
-        let a = t(values(tokens * HEADS, 7), tokens, HEADS)?;
-        let b = t(values(tokens * HEADS, 8), tokens, HEADS)?;
-        let la = t(values(HEADS, 9), HEADS, 1)?;
+        let v = t(lcg_values(tokens * HEADS * DV, 6), tokens, HEADS * DV)?;
+        let a = t(lcg_values(tokens * HEADS, 7), tokens, HEADS)?;
+        let b = t(lcg_values(tokens * HEADS, 8), tokens, HEADS)?;
+        let la = t(lcg_values(HEADS, 9), HEADS, 1)?;
         let mut state = Tensor::zeros_on(device, HEADS, DV * DK, Dtype::F32)?;
         let mut o = Tensor::default();
         let f = if chunked {

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use brotensor::{ops, Device, Tensor};
-use brotensor_benches::{best_secs, best_secs_paired, selected_devices};
+use brotensor_benches::{best_secs, best_secs_paired, lcg_values, selected_devices};
 use num_complex::Complex32;
 use rayon::prelude::*;
 
@@ -19,19 +19,6 @@ const TOTAL: usize = 1 << 22;
 const LENS: [usize; 7] = [256, 400, 1000, 1009, 1024, 4096, 65536];
 const SIGNALS: usize = 8;
 const SAMPLES: usize = 480_000;
-
-/// Deterministic values in [-1, 1).
-fn values(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..len)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 /// The peers' best milliseconds per row name (`benches/fft_scipy.py`).
 fn peer_ms() -> HashMap<String, f64> {
@@ -98,7 +85,7 @@ fn bench(device: Device, peers: &HashMap<String, f64>) -> brotensor::Result<()> 
     for n in LENS {
         let rows = TOTAL / n;
         let flop = 5.0 * (rows * n) as f64 * (n as f64).log2();
-        let z = values(2 * rows * n, n as u64);
+        let z = lcg_values(2 * rows * n, n as u64);
         let zt = Tensor::from_slice_on(device, &z, rows, 2 * n)?;
         let mut y = Tensor::default();
         ops::fft(&zt, &mut y)?;
@@ -120,7 +107,7 @@ fn bench(device: Device, peers: &HashMap<String, f64>) -> brotensor::Result<()> 
         let p = |k: &str| peers.get(&format!("{k} fft {n}")).copied();
         row("fft", n, ms, flop, raw, p("scipy"), p("numpy"));
 
-        let x = values(rows * n, n as u64 + 1);
+        let x = lcg_values(rows * n, n as u64 + 1);
         let xt = Tensor::from_slice_on(device, &x, rows, n)?;
         ops::rfft(&xt, &mut y)?;
         let (ms, raw) = if cpu {
@@ -142,7 +129,7 @@ fn bench(device: Device, peers: &HashMap<String, f64>) -> brotensor::Result<()> 
         let p = |k: &str| peers.get(&format!("{k} rfft {n}")).copied();
         row("rfft", n, ms, flop / 2.0, raw, p("scipy"), p("numpy"));
     }
-    let sig = Tensor::from_slice_on(device, &values(SIGNALS * SAMPLES, 7), SIGNALS, SAMPLES)?;
+    let sig = Tensor::from_slice_on(device, &lcg_values(SIGNALS * SAMPLES, 7), SIGNALS, SAMPLES)?;
     let window = ops::hann_window(400, true)?.to(device)?;
     let spec = ops::StftSpec::new(400, 160);
     let mut out = Tensor::default();

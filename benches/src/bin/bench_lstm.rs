@@ -16,14 +16,9 @@ const SHAPES: [(usize, usize); 4] = [(128, 1), (128, 32), (512, 1), (512, 32)];
 
 /// Deterministic values in [-scale, scale).
 fn values(len: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed;
-    (0..len)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((s >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * scale
-        })
+    brotensor_benches::lcg_values(len, seed)
+        .into_iter()
+        .map(|v| v * scale)
         .collect()
 }
 

@@ -31,7 +31,7 @@ use super::linear::gemm_accumulate_at_b;
 use super::{
     add_inplace, check_dtype, checked_product, copy_into, dispatch, input, input_opt,
     linear_backward_batched, linear_forward_batched, matmul, updated, updated_opt, written,
-    written_opt, Dispatched,
+    written_opt, Dispatched, Operand,
 };
 use crate::backend::{CellPrev, StepRows};
 use crate::{Dtype, Error, Result, Tensor};
@@ -178,11 +178,43 @@ fn project(x: &Tensor, w: &LstmWeights<'_>) -> Result<Tensor> {
     Ok(p)
 }
 
-/// `h W_hh^T`, `(B, 4H)`.
-fn recurrent(h: &Tensor, w: &LstmWeights<'_>) -> Result<Tensor> {
-    let mut z = Tensor::default();
-    linear_forward_batched(w.w_hh, None, h, &mut z)?;
-    Ok(z)
+/// `z = h W_hh^T`, `(B, 4H)` (`z` keeps its allocation from step to step).
+fn recurrent(h: &Tensor, w: &LstmWeights<'_>, z: &mut Tensor) -> Result<()> {
+    linear_forward_batched(w.w_hh, None, h, z)
+}
+
+/// The operands both sequence forwards read, in their declaration order.
+fn forward_inputs<'a>(
+    x: &'a Tensor,
+    w: &LstmWeights<'a>,
+    (h0, c0): (Option<&'a Tensor>, Option<&'a Tensor>),
+) -> Vec<Operand<'a>> {
+    vec![
+        input("x", x),
+        input("w_ih", w.w_ih),
+        input("w_hh", w.w_hh),
+        input_opt("b_ih", w.b_ih),
+        input_opt("b_hh", w.b_hh),
+        input_opt("h0", h0),
+        input_opt("c0", c0),
+    ]
+}
+
+/// The checks both sequence forwards make; `(H, T B)`, with `y` sized `(T B, H)`.
+fn check_forward(
+    (be, op): (Dispatched, &'static str),
+    x: &Tensor,
+    w: &LstmWeights<'_>,
+    (h0, c0): (Option<&Tensor>, Option<&Tensor>),
+    (t, b): (usize, usize),
+    y: &mut Tensor,
+) -> Result<(usize, usize)> {
+    let (h, _) = check_weights(op, x, w)?;
+    let rows = check_steps(op, x, (t, b))?;
+    check_state(op, "h0", h0, [b, h])?;
+    check_state(op, "c0", c0, [b, h])?;
+    be.out("y", y, &[rows, h], Dtype::F32)?;
+    Ok((h, rows))
 }
 
 /// The forward steps over `x`: hidden states into `y`; gates and cells into `gates` and `c`
@@ -197,11 +229,18 @@ fn run_steps(
     cache: impl Fn(usize) -> usize,
 ) -> Result<()> {
     let p = project(x, w)?;
+    let mut z = Tensor::default();
     for t in 0..steps {
         let zrec = match (t, h0) {
             (0, None) => None,
-            (0, Some(h0)) => Some(recurrent(h0, w)?),
-            _ => Some(recurrent(&y.narrow(0, (t - 1) * b, b)?, w)?),
+            (0, Some(h0)) => {
+                recurrent(h0, w, &mut z)?;
+                Some(&z)
+            }
+            _ => {
+                recurrent(&y.narrow(0, (t - 1) * b, b)?, w, &mut z)?;
+                Some(&z)
+            }
         };
         let prev = match (t, c0) {
             (0, None) => CellPrev::Zero,
@@ -213,7 +252,7 @@ fn run_steps(
             y: t * b,
             cache: cache(t),
         };
-        be.lstm_step(op, (&p, zrec.as_ref()), prev, (y, gates, c), rows, (b, h))?;
+        be.lstm_step(op, (&p, zrec), prev, (y, gates, c), rows, (b, h))?;
     }
     Ok(())
 }
@@ -227,11 +266,10 @@ fn final_states(
     (h0, c0): (Option<&Tensor>, Option<&Tensor>),
     (h_t, c_t): (&mut Tensor, &mut Tensor),
 ) -> Result<()> {
-    let device = y.device();
-    let zeros = || Tensor::zeros_on(device, b, h, Dtype::F32);
     if steps == 0 {
-        copy_into(&h0.map_or_else(zeros, |t| Ok(t.clone()))?, h_t)?;
-        return copy_into(&c0.map_or_else(zeros, |t| Ok(t.clone()))?, c_t);
+        let zeros = Tensor::zeros_on(y.device(), b, h, Dtype::F32)?;
+        copy_into(h0.unwrap_or(&zeros), h_t)?;
+        return copy_into(c0.unwrap_or(&zeros), c_t);
     }
     copy_into(&y.narrow(0, y_row, b)?, h_t)?;
     copy_into(&c.narrow(0, c_row, b)?, c_t)
@@ -255,28 +293,16 @@ pub fn lstm_forward_train(
         Some((h, c)) => (Some(h), Some(c)),
         None => (None, None),
     };
-    let be = dispatch(
-        op,
-        &[
-            input("x", x),
-            input("w_ih", w.w_ih),
-            input("w_hh", w.w_hh),
-            input_opt("b_ih", w.b_ih),
-            input_opt("b_hh", w.b_hh),
-            input_opt("h0", h0),
-            input_opt("c0", c0),
-            written("y", y),
-            written("gates", gates),
-            written("c", c),
-            written_opt("h_t", h_t.as_deref()),
-            written_opt("c_t", c_t.as_deref()),
-        ],
-    )?;
-    let (h, _) = check_weights(op, x, w)?;
-    let rows = check_steps(op, x, (t, b))?;
-    check_state(op, "h0", h0, [b, h])?;
-    check_state(op, "c0", c0, [b, h])?;
-    be.out("y", y, &[rows, h], Dtype::F32)?;
+    let mut operands = forward_inputs(x, w, (h0, c0));
+    operands.extend([
+        written("y", y),
+        written("gates", gates),
+        written("c", c),
+        written_opt("h_t", h_t.as_deref()),
+        written_opt("c_t", c_t.as_deref()),
+    ]);
+    let be = dispatch(op, &operands)?;
+    let (h, rows) = check_forward((be, op), x, w, (h0, c0), (t, b), y)?;
     be.out("gates", gates, &[rows, 4 * h], Dtype::F32)?;
     be.out("c", c, &[rows, h], Dtype::F32)?;
     if rows > 0 {
@@ -305,26 +331,14 @@ pub fn lstm_forward(
         Some((h, c)) => (Some(h), Some(c)),
         None => (None, None),
     };
-    let be = dispatch(
-        op,
-        &[
-            input("x", x),
-            input("w_ih", w.w_ih),
-            input("w_hh", w.w_hh),
-            input_opt("b_ih", w.b_ih),
-            input_opt("b_hh", w.b_hh),
-            input_opt("h0", h0),
-            input_opt("c0", c0),
-            written("y", y),
-            written_opt("h_t", h_t.as_deref()),
-            written_opt("c_t", c_t.as_deref()),
-        ],
-    )?;
-    let (h, _) = check_weights(op, x, w)?;
-    let rows = check_steps(op, x, (t, b))?;
-    check_state(op, "h0", h0, [b, h])?;
-    check_state(op, "c0", c0, [b, h])?;
-    be.out("y", y, &[rows, h], Dtype::F32)?;
+    let mut operands = forward_inputs(x, w, (h0, c0));
+    operands.extend([
+        written("y", y),
+        written_opt("h_t", h_t.as_deref()),
+        written_opt("c_t", c_t.as_deref()),
+    ]);
+    let be = dispatch(op, &operands)?;
+    let (h, rows) = check_forward((be, op), x, w, (h0, c0), (t, b), y)?;
     let device = x.device();
     let two = checked_product(op, "2 * B", &[2, b])?;
     let mut gates = Tensor::zeros_on(device, two, 4 * h, Dtype::F32)?;
@@ -376,7 +390,8 @@ pub fn lstm_cell(x: &Tensor, w: &LstmWeights<'_>, h: &mut Tensor, c: &mut Tensor
         return Ok(());
     }
     let p = project(x, w)?;
-    let zrec = recurrent(h, w)?;
+    let mut zrec = Tensor::default();
+    recurrent(h, w, &mut zrec)?;
     let mut gates = Tensor::zeros_on(x.device(), b, 4 * hid, Dtype::F32)?;
     let rows = StepRows {
         p: 0,
