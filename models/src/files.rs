@@ -26,6 +26,12 @@ pub fn smollm2_gguf() -> PathBuf {
     models_dir().join("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
+/// Silero VAD's weights: the initializers of the package's `silero_vad_16k_op15.onnx`,
+/// converted to safetensors under their ONNX names.
+pub fn silero_weights() -> PathBuf {
+    models_dir().join("silero/silero_vad.safetensors")
+}
+
 /// scikit-learn's 8x8 digits as `scripts/fetch-models.sh` unpacks them: 1797 rows of 64
 /// pixels (0..16) and a label.
 pub fn digits_csv() -> PathBuf {
@@ -45,6 +51,7 @@ pub fn ensure_models() -> anyhow::Result<()> {
         minilm_dir().join("tokenizer.json"),
         smollm2_gguf(),
         digits_csv(),
+        silero_weights(),
     ])
 }
 

@@ -5,6 +5,8 @@
 //!   mean pooling and L2 normalisation as sentence-transformers does), F32 safetensors.
 //! - [`smollm2`]: SmolLM2-135M-Instruct text generation from its Q4_1 GGUF file (llama
 //!   architecture), on the quantized weights as they are, with a KV cache.
+//! - [`silero`]: Silero VAD v6, speech probabilities per 32 ms chunk and the speech segments.
+//! - [`audio`]: 16 kHz WAV input.
 //! - [`tokenizer`]: both tokenizers, built with the Hugging Face `tokenizers` crate.
 //! - [`digits`]: a small CNN trained on scikit-learn's 8x8 digits with the tape and Adam.
 //! - [`plot`]: the training loss curve as a PNG.
@@ -13,10 +15,12 @@
 //! The binaries `minilm` and `smollm2` are the command-line front ends; `tour` runs both on
 //! every device (the README's main job); `train_digits` trains the digits CNN.
 
+pub mod audio;
 pub mod digits;
 pub mod files;
 pub mod minilm;
 pub mod plot;
+pub mod silero;
 pub mod smollm2;
 pub mod tokenizer;
 

@@ -1,0 +1,133 @@
+//! Silero VAD against ONNX Runtime running the package's own ONNX graph on the committed
+//! speech (`tests/fixtures/models/silero_reference.json`, made by `make_silero.py`, which also
+//! checks ORT against a float64 numpy forward to 1.3e-6 and writes the segments the
+//! package's rules give), on the CPU and on every GPU in every dtype it has.
+
+use std::path::PathBuf;
+
+use brotensor::{Device, Dtype};
+use brotensor_models::silero::{speech_segments, Segment, SegmentRules, SileroVad, CHUNK};
+use brotensor_models::{audio, files};
+use serde_json::Value;
+
+fn reference() -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models/silero_reference.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
+}
+
+fn devices() -> Vec<Device> {
+    files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
+    let mut all = vec![Device::Cpu];
+    all.extend(brotensor_tests::gpu_devices());
+    all
+}
+
+fn max_error(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "chunk count");
+    got.iter()
+        .zip(want)
+        .map(|(&g, w)| (f64::from(g) - w).abs())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn silero_matches_onnx_runtime_and_finds_the_same_segments() {
+    let r = reference();
+    let want: Vec<f64> = r["ort_probs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let want_segments: Vec<Segment> = r["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| Segment {
+            start: s["start"].as_u64().unwrap() as usize,
+            end: s["end"].as_u64().unwrap() as usize,
+        })
+        .collect();
+    let samples = audio::read_wav_16k(&audio::test_speech_path()).unwrap();
+    assert_eq!(samples.len() as u64, r["n_samples"].as_u64().unwrap());
+    assert_eq!(want.len(), samples.len().div_ceil(CHUNK));
+    // The reference spans speech (p near 1) and noise (p near 0): a zeroed, halved or
+    // shifted output cannot stay within the bounds below.
+    assert!(want.iter().any(|&p| p > 0.9) && want.iter().any(|&p| p < 0.05));
+    let mut runs = 0;
+    for device in devices() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+            if device == Device::Cpu && dtype != Dtype::F32 {
+                continue;
+            }
+            if !brotensor::supports_dtype(device, dtype).unwrap() {
+                eprintln!("note: {device} has no {dtype}; Silero not run in it there");
+                continue;
+            }
+            let model = SileroVad::load(&files::silero_weights(), device, dtype).unwrap();
+            let probs = model.probabilities(&samples).unwrap();
+            let err = max_error(&probs, &want);
+            // F32: ORT is within 1.3e-6 of float64, and so must we be, up to FP32 rounding
+            // over 501 LSTM steps. 16-bit convolutions move it by a few 1e-3.
+            let bound = if dtype == Dtype::F32 { 1e-4 } else { 3e-2 };
+            assert!(err <= bound, "{device} {dtype}: max |p - ORT| = {err:e}");
+            if dtype == Dtype::F32 {
+                let found = speech_segments(&probs, samples.len(), &SegmentRules::default());
+                assert_eq!(found, want_segments, "{device}: segments");
+                // The streaming form gives the batch's probabilities, chunk by chunk.
+                let mut stream = model.stream().unwrap();
+                for (i, chunk) in samples.chunks_exact(CHUNK).take(40).enumerate() {
+                    let p = stream.push(chunk).unwrap();
+                    assert!((p - probs[i]).abs() <= 1e-5, "{device}: stream chunk {i}: {p} vs {}", probs[i]);
+                }
+            }
+            println!("{device} {dtype}: max |p - ORT| = {err:.1e}");
+            runs += 1;
+        }
+    }
+    assert!(runs >= 2, "Silero ran in only {runs} device/dtype pairs");
+}
+
+#[test]
+fn silero_refuses_a_chunk_of_the_wrong_length() {
+    files::ensure_models().expect("the model files");
+    let model = SileroVad::load(&files::silero_weights(), Device::Cpu, Dtype::F32).unwrap();
+    let mut stream = model.stream().unwrap();
+    let err = stream.push(&[0.0; 500]).unwrap_err().to_string();
+    assert!(err.contains("512"), "{err}");
+    assert!(model.probabilities(&[]).unwrap().is_empty());
+    assert!(SileroVad::load(&files::silero_weights(), Device::Cpu, Dtype::F16).is_err());
+}
+
+#[test]
+fn segments_follow_the_package_rules() {
+    let rules = SegmentRules::default();
+    // 20 chunks of speech, 2 of weak silence (not enough to end it), 10 more of speech, then
+    // silence: one segment, padded by 480 samples on both sides.
+    let mut p = vec![0.9f32; 20];
+    p.extend([0.1; 2]);
+    p.extend([0.9; 10]);
+    p.extend([0.0; 10]);
+    let n = p.len() * CHUNK;
+    assert_eq!(
+        speech_segments(&p, n, &rules),
+        [Segment { start: 0, end: 32 * CHUNK + 480 }]
+    );
+    // Too short to count (4 chunks = 2048 samples < 4000).
+    let short = [0.0, 0.9, 0.9, 0.9, 0.9, 0.0, 0.0, 0.0, 0.0, 0.0];
+    assert!(speech_segments(&short, short.len() * CHUNK, &rules).is_empty());
+    // Five silent chunks (2048 samples >= 1600) split the speech; the second segment is
+    // still open at the end; the 2560-sample gap (>= 2 pads) takes a full pad on each side.
+    let mut two = vec![0.9f32; 10];
+    two.extend([0.0; 5]);
+    two.extend([0.9; 10]);
+    two.extend([0.0; 4]);
+    assert_eq!(
+        speech_segments(&two, two.len() * CHUNK, &rules),
+        [
+            Segment { start: 0, end: 10 * CHUNK + 480 },
+            Segment { start: 15 * CHUNK - 480, end: 29 * CHUNK },
+        ]
+    );
+}
