@@ -32,6 +32,12 @@ pub fn silero_weights() -> PathBuf {
     models_dir().join("silero/silero_vad.safetensors")
 }
 
+/// Whisper tiny.en: `model.safetensors` (converted from CTranslate2's `model.bin`, which
+/// stays in `ct2/` for the Python references), `config.json`, `tokenizer.json`.
+pub fn whisper_dir() -> PathBuf {
+    models_dir().join("whisper")
+}
+
 /// scikit-learn's 8x8 digits as `scripts/fetch-models.sh` unpacks them: 1797 rows of 64
 /// pixels (0..16) and a label.
 pub fn digits_csv() -> PathBuf {
@@ -52,6 +58,7 @@ pub fn ensure_models() -> anyhow::Result<()> {
         smollm2_gguf(),
         digits_csv(),
         silero_weights(),
+        whisper_dir().join("model.safetensors"),
     ])
 }
 

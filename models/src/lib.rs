@@ -6,6 +6,8 @@
 //! - [`smollm2`]: SmolLM2-135M-Instruct text generation from its Q4_1 GGUF file (llama
 //!   architecture), on the quantized weights as they are, with a KV cache.
 //! - [`silero`]: Silero VAD v6, speech probabilities per 32 ms chunk and the speech segments.
+//! - [`whisper`]: Whisper tiny.en speech recognition (log-mel, encoder, greedy decoding with
+//!   timestamps), as faster-whisper runs it.
 //! - [`audio`]: 16 kHz WAV input.
 //! - [`tokenizer`]: both tokenizers, built with the Hugging Face `tokenizers` crate.
 //! - [`digits`]: a small CNN trained on scikit-learn's 8x8 digits with the tape and Adam.
@@ -23,6 +25,7 @@ pub mod plot;
 pub mod silero;
 pub mod smollm2;
 pub mod tokenizer;
+pub mod whisper;
 
 use brotensor::{Device, Dtype};
 

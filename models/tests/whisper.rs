@@ -1,0 +1,167 @@
+//! Whisper tiny.en against references that are not our code
+//! (`tests/fixtures/models/whisper_reference.json`, made by `make_whisper.py`): the log-mel
+//! against a float64 numpy implementation of faster-whisper's front end, the encoder output
+//! against CTranslate2's `Whisper.encode` (compute type float32) on that mel, and the
+//! transcript (tokens, segment times and text) against faster-whisper's greedy decoding, on
+//! the CPU and on every GPU (F32; the 16-bit dtypes on the encoder).
+
+use std::path::PathBuf;
+
+use brotensor::{Device, Dtype, Tensor};
+use brotensor_models::whisper::{Rules, Whisper, N_MELS, TIMESTAMP_BEGIN, VOCAB, WINDOW_FRAMES};
+use brotensor_models::{audio, files};
+use serde_json::Value;
+
+fn reference() -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models/whisper_reference.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+fn devices() -> Vec<Device> {
+    files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
+    let mut all = vec![Device::Cpu];
+    all.extend(brotensor_tests::gpu_devices());
+    all
+}
+
+/// The encoder input of the reference: the first 1600 mel frames, then zeros.
+fn first_window(mel: &brotensor_models::whisper::Mel) -> Vec<f32> {
+    let mut w = vec![0f32; N_MELS * WINDOW_FRAMES];
+    let used = mel.frames - 1;
+    for m in 0..N_MELS {
+        w[m * WINDOW_FRAMES..][..used].copy_from_slice(&mel.values[m * mel.frames..][..used]);
+    }
+    w
+}
+
+/// The largest difference between encoder rows of `got (1500, 384)` and the reference's.
+fn encoder_error(got: &Tensor, r: &Value) -> f64 {
+    let got = got.to_dtype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(got.len(), 1500 * 384);
+    let mut worst = 0f64;
+    for (row, want) in r["encoder"]["rows"].as_object().unwrap() {
+        let row: usize = row.parse().unwrap();
+        for (j, w) in floats(want).iter().enumerate() {
+            worst = worst.max((f64::from(got[row * 384 + j]) - w).abs());
+        }
+    }
+    worst
+}
+
+#[test]
+fn whisper_matches_faster_whisper_and_ctranslate2() {
+    let r = reference();
+    let samples = audio::read_wav_16k(&audio::test_speech_path()).unwrap();
+    assert_eq!(samples.len() as u64, r["audio"]["samples"].as_u64().unwrap());
+    let want_tokens: Vec<u32> = r["decode"]["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let want_segments = r["segments"].as_array().unwrap();
+    let mut runs = 0;
+    for device in devices() {
+        let model = Whisper::load(&files::whisper_dir(), device, Dtype::F32).unwrap();
+        // The log-mel: every 50th frame against float64 (values in [-0.75, 1.25]).
+        let mel = model.log_mel(&samples).unwrap();
+        assert_eq!(mel.frames, 1601, "{device}: mel frames");
+        let mut mel_err = 0f64;
+        for (frame, want) in r["mel"]["frames_every_50"].as_object().unwrap() {
+            let f: usize = frame.parse().unwrap();
+            for (m, w) in floats(want).iter().enumerate() {
+                mel_err = mel_err.max((f64::from(mel.values[m * mel.frames + f]) - w).abs());
+            }
+        }
+        assert!(mel_err <= 1e-4, "{device}: mel max error {mel_err:e}");
+        // The encoder (max |x| 11.9; CTranslate2 in F32 is itself 1.9e-4 from float64).
+        let encoded = model.encode(&first_window(&mel)).unwrap();
+        let enc_err = encoder_error(&encoded, &r);
+        assert!(enc_err <= 2e-3, "{device}: encoder max error {enc_err:e}");
+        // The transcript: faster-whisper's tokens, times and text.
+        let segments = model.transcribe(&samples, |_, _| {}).unwrap();
+        let tokens: Vec<u32> = segments.iter().flat_map(|s| s.tokens.clone()).collect();
+        assert_eq!(tokens, want_tokens[..tokens.len()], "{device}: tokens");
+        assert_eq!(segments.len(), want_segments.len(), "{device}: segments {segments:?}");
+        for (got, want) in segments.iter().zip(want_segments) {
+            assert_eq!(got.text, want["text"].as_str().unwrap(), "{device}");
+            assert!((got.start - want["start"].as_f64().unwrap()).abs() < 1e-9, "{device}");
+            assert!((got.end - want["end"].as_f64().unwrap()).abs() < 1e-9, "{device}");
+        }
+        println!("{device} F32: mel error {mel_err:.1e}, encoder error {enc_err:.1e}, transcript identical");
+        runs += 1;
+        // The 16-bit dtypes where the device has them: the encoder within their rounding.
+        for dtype in [Dtype::F16, Dtype::BF16] {
+            if device == Device::Cpu || !brotensor::supports_dtype(device, dtype).unwrap() {
+                continue;
+            }
+            let model = Whisper::load(&files::whisper_dir(), device, dtype).unwrap();
+            let err = encoder_error(&model.encode(&first_window(&mel)).unwrap(), &r);
+            let bound = if dtype == Dtype::F16 { 0.1 } else { 0.5 };
+            assert!(err <= bound, "{device} {dtype}: encoder max error {err:e}");
+            println!("{device} {dtype}: encoder error {err:.1e}");
+        }
+    }
+    assert!(runs >= 2, "Whisper ran on {runs} devices");
+}
+
+/// The timestamp rules on hand-made logits.
+#[test]
+fn decoding_rules_follow_ctranslate2() {
+    let rules = Rules {
+        suppress: vec![1, 2],
+        suppress_begin: vec![220, 50256],
+    };
+    let tb = TIMESTAMP_BEGIN as usize;
+    let allowed = |l: &[f32]| -> Vec<usize> { (0..VOCAB).filter(|&i| l[i] > f32::NEG_INFINITY).collect() };
+    // Step 0: only timestamps 0.00 ..= 1.00 s.
+    let mut l = vec![0f32; VOCAB];
+    rules.apply(&mut l, &[]);
+    assert_eq!(allowed(&l), (tb..=tb + 50).collect::<Vec<_>>());
+    // After the first timestamp: text (not the suppressed) or the end; no timestamp.
+    let mut l = vec![0f32; VOCAB];
+    rules.apply(&mut l, &[TIMESTAMP_BEGIN]);
+    let a = allowed(&l);
+    assert!(a.contains(&0) && a.contains(&50256) && !a.contains(&1) && !a.contains(&tb));
+    // After text: a timestamp is forced when the timestamps' summed probability beats
+    // every text token; earlier timestamps stay off.
+    let mut l = vec![f32::NEG_INFINITY; VOCAB];
+    l[10] = 0.0;
+    for t in tb + 5..tb + 10 {
+        l[t] = -1.0; // 5 x e^-1 = 1.84 > e^0
+    }
+    l[tb + 2] = 5.0;
+    let text = [TIMESTAMP_BEGIN + 3, 10];
+    rules.apply(&mut l, &text);
+    assert_eq!(allowed(&l), (tb + 5..tb + 10).collect::<Vec<_>>());
+    // ... and not when a text token beats them.
+    let mut l = vec![f32::NEG_INFINITY; VOCAB];
+    l[10] = 2.0;
+    l[tb + 5] = 0.0;
+    rules.apply(&mut l, &text);
+    assert_eq!(allowed(&l), [10, tb + 5]);
+    // A lone timestamp after text: the end or a timestamp not before it.
+    let mut l = vec![0f32; VOCAB];
+    l[tb..].fill(-20.0); // too unlikely to force a timestamp
+    rules.apply(&mut l, &[TIMESTAMP_BEGIN, 10, TIMESTAMP_BEGIN + 7]);
+    let a = allowed(&l);
+    assert!(a.contains(&50256) && !a.contains(&10) && !a.contains(&(tb + 6)) && a.contains(&(tb + 7)));
+    // A closed pair: no timestamp next.
+    let mut l = vec![0f32; VOCAB];
+    rules.apply(&mut l, &[TIMESTAMP_BEGIN, 10, TIMESTAMP_BEGIN + 7, TIMESTAMP_BEGIN + 7]);
+    assert!(allowed(&l).iter().all(|&i| i < tb));
+}
+
+#[test]
+fn whisper_refuses_bad_input() {
+    files::ensure_models().expect("the model files");
+    let model = Whisper::load(&files::whisper_dir(), Device::Cpu, Dtype::F32).unwrap();
+    assert!(model.encode(&[0.0; 80]).unwrap_err().to_string().contains("3000"));
+    assert!(model.log_mel(&[0.0]).is_err());
+    assert!(Whisper::load(&files::whisper_dir(), Device::Cpu, Dtype::BF16).is_err());
+}
