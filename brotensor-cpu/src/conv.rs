@@ -10,7 +10,8 @@
 //! `(C_in/groups*kH*kW) x tile` matrix in cache (im2col one tile at a time, never the whole
 //! matrix), which one product with the group's weight rows turns into the tile's outputs. A
 //! 1x1 convolution with stride 1 and no padding needs no gather (NCHW rows are already the
-//! product's right operand), and a depthwise convolution (one input and one output channel per
+//! product's right operand); batch entries with small output planes share one product (their
+//! patches side by side in the tile); and a depthwise convolution (one input and one output channel per
 //! group) runs as a direct loop, where a product of one row would waste the GEMM.
 
 use rayon::prelude::*;
@@ -198,46 +199,64 @@ impl Conv2d {
     /// (`C_in/groups` planes of `H*W`) into `col`, row `(ci, ky, kx)`, column `pixel - start`;
     /// zero where a tap falls in the padding.
     fn im2col(&self, x: &[f32], pixels: std::ops::Range<usize>, col: &mut [f32]) {
-        let (kh, kw) = (self.spec.kernel[0], self.spec.kernel[1]);
-        let (w, plane, sw) = (self.x.w, self.x.h * self.x.w, self.spec.stride[1]);
-        let width = pixels.len();
+        let plane = self.x.h * self.x.w;
         if plane == 0 {
             // An empty input: every tap is padding.
             col.fill(0.0);
             return;
         }
         // One task per input channel (its kH*kW rows of `col`).
-        let per_channel = kh * kw * width;
+        let per_channel = self.spec.kernel[0] * self.spec.kernel[1] * pixels.len();
         col.par_chunks_exact_mut(per_channel)
             .enumerate()
             .for_each(|(ci, block)| {
-                let src = &x[ci * plane..][..plane];
-                let mut rows = block.chunks_exact_mut(width);
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        let row = rows.next().expect("a channel's block holds kH*kW rows");
-                        self.runs(pixels.clone(), |t, run, oy, ox0| {
-                            let dst = &mut row[t..t + run];
-                            let Some(iy) = self.input_row(oy, ky) else {
-                                dst.fill(0.0);
-                                return;
-                            };
-                            let line = &src[iy * w..][..w];
-                            let (valid, ix) = self.valid_run(ox0, run, kx);
-                            dst[..valid.start].fill(0.0);
-                            dst[valid.end..].fill(0.0);
-                            let dst = &mut dst[valid.clone()];
-                            if sw == 1 {
-                                dst.copy_from_slice(&line[ix..ix + dst.len()]);
-                            } else {
-                                for (j, d) in dst.iter_mut().enumerate() {
-                                    *d = line[ix + j * sw];
-                                }
-                            }
-                        });
-                    }
-                }
+                self.im2col_channel(&x[ci * plane..][..plane], pixels.clone(), block)
             });
+    }
+
+    /// [`Conv2d::im2col`] on the calling thread, for callers that parallelise over batch
+    /// entries instead.
+    fn im2col_serial(&self, x: &[f32], pixels: std::ops::Range<usize>, col: &mut [f32]) {
+        let plane = self.x.h * self.x.w;
+        if plane == 0 {
+            col.fill(0.0);
+            return;
+        }
+        let per_channel = self.spec.kernel[0] * self.spec.kernel[1] * pixels.len();
+        for (ci, block) in col.chunks_exact_mut(per_channel).enumerate() {
+            self.im2col_channel(&x[ci * plane..][..plane], pixels.clone(), block);
+        }
+    }
+
+    /// The `kH*kW` im2col rows of one input channel's plane `src` for output `pixels`.
+    fn im2col_channel(&self, src: &[f32], pixels: std::ops::Range<usize>, block: &mut [f32]) {
+        let (kh, kw) = (self.spec.kernel[0], self.spec.kernel[1]);
+        let (w, sw) = (self.x.w, self.spec.stride[1]);
+        let mut rows = block.chunks_exact_mut(pixels.len());
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let row = rows.next().expect("a channel's block holds kH*kW rows");
+                self.runs(pixels.clone(), |t, run, oy, ox0| {
+                    let dst = &mut row[t..t + run];
+                    let Some(iy) = self.input_row(oy, ky) else {
+                        dst.fill(0.0);
+                        return;
+                    };
+                    let line = &src[iy * w..][..w];
+                    let (valid, ix) = self.valid_run(ox0, run, kx);
+                    dst[..valid.start].fill(0.0);
+                    dst[valid.end..].fill(0.0);
+                    let dst = &mut dst[valid.clone()];
+                    if sw == 1 {
+                        dst.copy_from_slice(&line[ix..ix + dst.len()]);
+                    } else {
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            *d = line[ix + j * sw];
+                        }
+                    }
+                });
+            }
+        }
     }
 
     /// Adds `col` (laid out as [`Conv2d::im2col`] writes it) back into the input planes
@@ -279,6 +298,18 @@ impl Conv2d {
                     }
                 }
             });
+    }
+
+    /// Batch entries whose output pixels share one product: as many as fill an im2col tile
+    /// when a plane is smaller than half a tile (a 4-frame spectrogram, say), else 1.
+    fn images_per_product(&self) -> usize {
+        let pixels = self.out_pixels().max(1);
+        let tile = tile_pixels(self.patch());
+        if 2 * pixels > tile {
+            1
+        } else {
+            tile / pixels
+        }
     }
 
     /// The tiles of the output pixels.
@@ -369,6 +400,38 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
                 out.iter_mut().for_each(|v| *v += b[c]);
             }
         });
+        return;
+    }
+    let images = conv.images_per_product();
+    if images >= 2 && conv.x.n >= 2 {
+        // Small output planes: one product covers the pixels of several batch entries.
+        y.par_chunks_mut(images * per_y)
+            .enumerate()
+            .for_each(|(chunk, ys)| {
+                let first = chunk * images;
+                let count = ys.len() / per_y;
+                let width = count * pixels;
+                let (mut col, mut patch) = (vec![0f32; k * width], vec![0f32; k * pixels]);
+                let mut out = vec![0f32; cg_out * width];
+                for g in 0..conv.spec.groups {
+                    for i in 0..count {
+                        let xg = &x[(first + i) * per_x + g * cg_in * plane..][..cg_in * plane];
+                        conv.im2col_serial(xg, 0..pixels, &mut patch);
+                        for (row, src) in col.chunks_exact_mut(width).zip(patch.chunks_exact(pixels)) {
+                            row[i * pixels..][..pixels].copy_from_slice(src);
+                        }
+                    }
+                    let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
+                    matmul(wg, Mat::new(&col, k, width), &mut out, false);
+                    for (i, yn) in ys.chunks_exact_mut(per_y).enumerate() {
+                        let yg = &mut yn[g * cg_out * pixels..][..cg_out * pixels];
+                        for (dst, src) in yg.chunks_exact_mut(pixels).zip(out.chunks_exact(width)) {
+                            dst.copy_from_slice(&src[i * pixels..][..pixels]);
+                        }
+                    }
+                }
+                ys.chunks_exact_mut(per_y).for_each(add_bias);
+            });
         return;
     }
     for (n, yn) in y.chunks_exact_mut(per_y).enumerate() {

@@ -3,7 +3,10 @@
 //! with SmolLM2-135M-Instruct, printing tokens/s and whether each result matched the
 //! float64 references in `tests/fixtures/models/`, and trains the digits CNN (its first 20
 //! losses against the float64 reference in `tests/fixtures/digits/`; ten epochs to the 97 %
-//! bar on the CPU and hardware GPUs). Exits non-zero on a mismatch.
+//! bar on the CPU and hardware GPUs), then finds the speech in the committed test speech with
+//! Silero VAD (against ONNX Runtime's probabilities and the package's segments) and
+//! transcribes it with Whisper tiny.en (against faster-whisper's text). Exits non-zero on a
+//! mismatch.
 //!
 //! `./scripts/tour.sh` (or `cargo run --release -p brotensor-models --bin tour`).
 
@@ -13,7 +16,9 @@ use std::time::Instant;
 use anyhow::Context;
 use brotensor::{Device, Dtype};
 use brotensor_models::digits::{Digits, Trainer};
-use brotensor_models::files;
+use brotensor_models::silero::{speech_segments, SegmentRules, SileroVad};
+use brotensor_models::whisper::Whisper;
+use brotensor_models::{audio, files};
 use brotensor_models::minilm::{cosine, MiniLm};
 use brotensor_models::smollm2::{Sampling, SmolLm2};
 use serde_json::Value;
@@ -169,12 +174,73 @@ fn digits(
     Ok(ok)
 }
 
+/// Silero VAD on `device`: the test speech's chunk probabilities against ONNX Runtime's and
+/// its speech segments against the package's.
+fn silero(device: Device, reference: &Value, samples: &[f32]) -> anyhow::Result<bool> {
+    let model = SileroVad::load(&files::silero_weights(), device, Dtype::F32)?;
+    model.probabilities(&samples[..16_000])?; // warm-up
+    let start = Instant::now();
+    let probs = model.probabilities(samples)?;
+    let secs = start.elapsed().as_secs_f64();
+    let want = reference["ort_probs"].as_array().context("ort_probs")?;
+    let err = probs
+        .iter()
+        .zip(want)
+        .map(|(&p, w)| (f64::from(p) - w.as_f64().unwrap_or(f64::NAN)).abs())
+        .fold(0.0, f64::max);
+    let segments = speech_segments(&probs, samples.len(), &SegmentRules::default());
+    let want_segments = reference["segments"].as_array().context("segments")?;
+    let same = segments.len() == want_segments.len()
+        && segments.iter().zip(want_segments).all(|(s, w)| {
+            w["start"].as_u64() == Some(s.start as u64) && w["end"].as_u64() == Some(s.end as u64)
+        });
+    let ok = err <= 1e-4 && probs.len() == want.len() && same;
+    let list: Vec<String> = segments
+        .iter()
+        .map(|s| {
+            let (a, b) = s.seconds();
+            format!("{a:.2}-{b:.2} s")
+        })
+        .collect();
+    println!(
+        "  Silero VAD: {} chunks in {:.1} ms ({:.0}x real time), speech at {}; {} (max error {err:.1e})",
+        probs.len(),
+        secs * 1e3,
+        samples.len() as f64 / 16_000.0 / secs,
+        list.join(", "),
+        verdict(ok)
+    );
+    Ok(ok)
+}
+
+/// Whisper tiny.en on `device`: the test speech's transcript against faster-whisper's.
+fn whisper(device: Device, reference: &Value, samples: &[f32]) -> anyhow::Result<bool> {
+    let model = Whisper::load(&files::whisper_dir(), device, Dtype::F32)?;
+    let start = Instant::now();
+    let segments = model.transcribe(samples, |_, _| {})?;
+    let secs = start.elapsed().as_secs_f64();
+    let text: String = segments.iter().map(|s| s.text.as_str()).collect();
+    let ok = text == reference["text"].as_str().unwrap_or("");
+    println!(
+        "  Whisper tiny.en: {:?}\n    {:.2} s for {:.1} s of audio (real-time factor {:.3}, first call); {}",
+        text.trim(),
+        secs,
+        samples.len() as f64 / 16_000.0,
+        secs * 16_000.0 / samples.len() as f64,
+        verdict(ok)
+    );
+    Ok(ok)
+}
+
 fn main() -> anyhow::Result<()> {
     brotensor::init()?;
     files::ensure_models()?;
     let minilm_ref = reference("models/minilm.json")?;
     let smollm2_ref = reference("models/smollm2.json")?;
     let digits_ref = reference("digits/first_steps.json")?;
+    let silero_ref = reference("models/silero_reference.json")?;
+    let whisper_ref = reference("models/whisper_reference.json")?;
+    let speech = audio::read_wav_16k(&audio::test_speech_path())?;
     let data = Digits::load(&files::digits_csv())?;
     let devices = brotensor::available_devices();
     println!("brotensor devices:");
@@ -190,6 +256,8 @@ fn main() -> anyhow::Result<()> {
         all_ok &= minilm(device, &minilm_ref)?;
         all_ok &= smollm2(device, &smollm2_ref, software)?;
         all_ok &= digits(device, &digits_ref, &data, software)?;
+        all_ok &= silero(device, &silero_ref, &speech)?;
+        all_ok &= whisper(device, &whisper_ref, &speech)?;
     }
     if !all_ok {
         anyhow::bail!("a result did not match its reference");
