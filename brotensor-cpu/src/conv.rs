@@ -417,7 +417,9 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
                     for i in 0..count {
                         let xg = &x[(first + i) * per_x + g * cg_in * plane..][..cg_in * plane];
                         conv.im2col_serial(xg, 0..pixels, &mut patch);
-                        for (row, src) in col.chunks_exact_mut(width).zip(patch.chunks_exact(pixels)) {
+                        for (row, src) in
+                            col.chunks_exact_mut(width).zip(patch.chunks_exact(pixels))
+                        {
                             row[i * pixels..][..pixels].copy_from_slice(src);
                         }
                     }

@@ -29,6 +29,8 @@ use brotensor::{Device, Dtype, Tensor};
 pub const CHUNK: usize = 512;
 /// Samples of the previous chunk fed in front of each chunk.
 pub const CONTEXT: usize = 64;
+/// Chunks per batch of [`SileroVad::probabilities`] (about 20 MB of intermediates).
+pub const FILE_BLOCK: usize = 512;
 /// The LSTM's width.
 const HIDDEN: usize = 128;
 /// STFT size (the basis' taps) and hop.
@@ -37,7 +39,8 @@ const HOP: usize = 128;
 /// Frequency bins of the 256-point real DFT.
 const BINS: usize = N_FFT / 2 + 1;
 /// The encoder's convolutions: (input channels, output channels, stride).
-const ENCODER: [(usize, usize, usize); 4] = [(BINS, 128, 1), (128, 64, 2), (64, 64, 2), (64, 128, 1)];
+const ENCODER: [(usize, usize, usize); 4] =
+    [(BINS, 128, 1), (128, 64, 2), (64, 64, 2), (64, 128, 1)];
 
 /// A convolution's weight `[C_out, C_in, 3]` and bias, with its stride.
 struct Conv {
@@ -78,6 +81,15 @@ fn load(file: &SafeTensors, name: &str, dims: &[usize], device: Device) -> anyho
     Ok(t)
 }
 
+/// `t` in `dtype` (itself when it already is).
+fn as_dtype(t: Tensor, dtype: Dtype) -> brotensor::Result<Tensor> {
+    if t.dtype() == dtype {
+        Ok(t)
+    } else {
+        t.to_dtype(dtype)
+    }
+}
+
 impl SileroVad {
     /// Loads the converted weights (`silero_vad.safetensors`, the ONNX initializers under
     /// their ONNX names) onto `device`, the convolutions' in `dtype`.
@@ -87,7 +99,8 @@ impl SileroVad {
         {
             bail!("{device} does not compute in {dtype}");
         }
-        let file = SafeTensors::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let file =
+            SafeTensors::open(path).with_context(|| format!("opening {}", path.display()))?;
         let conv = |name: &str, dims: &[usize]| -> anyhow::Result<Tensor> {
             Ok(load(&file, name, dims, device)?.to_dtype(dtype)?)
         };
@@ -107,7 +120,12 @@ impl SileroVad {
         let rnn = |part: &str, dims: &[usize]| {
             load(&file, &format!("model.decoder.rnn.{part}"), dims, device)
         };
-        let mut head_w = load(&file, "model.decoder.decoder.2.weight", &[1, HIDDEN, 1], device)?;
+        let mut head_w = load(
+            &file,
+            "model.decoder.decoder.2.weight",
+            &[1, HIDDEN, 1],
+            device,
+        )?;
         head_w.reshape_(&[1, HIDDEN])?;
         Ok(SileroVad {
             device,
@@ -146,24 +164,33 @@ impl SileroVad {
     fn features(&self, inputs: &Tensor) -> anyhow::Result<Tensor> {
         let n = inputs.rows();
         let mut padded = Tensor::default();
-        ops::pad1d_forward(inputs, (n, 1, CONTEXT + CHUNK), (0, CONTEXT), PadMode::Reflect, &mut padded)?;
+        ops::pad1d_forward(
+            inputs,
+            (n, 1, CONTEXT + CHUNK),
+            (0, CONTEXT),
+            PadMode::Reflect,
+            &mut padded,
+        )?;
         padded.reshape_(&[n, 1, CONTEXT + CHUNK + CONTEXT])?;
         let mut stft = Conv1dSpec::new([N_FFT]);
         stft.stride = [HOP];
-        let spectrum = padded
-            .to_dtype(self.dtype)?
-            .conv1d(&self.basis, None, &stft)?
-            .to_dtype(Dtype::F32)?;
+        let spectrum = as_dtype(
+            as_dtype(padded, self.dtype)?.conv1d(&self.basis, None, &stft)?,
+            Dtype::F32,
+        )?;
         let frames = spectrum.dims()[2];
         let re = ops::slice(&spectrum, &[0, 0, 0], &[n, BINS, frames], &[1, 1, 1])?;
         let im = ops::slice(&spectrum, &[0, BINS, 0], &[n, 2 * BINS, frames], &[1, 1, 1])?;
-        let mut x = ops::sqrt(&re.mul(&re)?.add(&im.mul(&im)?)?)?.to_dtype(self.dtype)?;
+        let mut x = as_dtype(ops::sqrt(&re.mul(&re)?.add(&im.mul(&im)?)?)?, self.dtype)?;
         for conv in &self.encoder {
             x = x.conv1d(&conv.w, Some(&conv.b), &conv.spec)?.relu()?;
         }
-        let mut x = x.to_dtype(Dtype::F32)?;
+        let mut x = as_dtype(x, Dtype::F32)?;
         if x.dims() != [n, HIDDEN, 1] {
-            bail!("silero: the encoder gave {:?}, expected [{n}, {HIDDEN}, 1]", x.dims());
+            bail!(
+                "silero: the encoder gave {:?}, expected [{n}, {HIDDEN}, 1]",
+                x.dims()
+            );
         }
         x.reshape_(&[n, HIDDEN])?;
         Ok(x)
@@ -177,26 +204,44 @@ impl SileroVad {
     }
 
     /// The speech probability of every 512-sample chunk of `samples` (16 kHz, `[-1, 1]`), as
-    /// a fresh stream would give them: the last partial chunk is padded with zeros.
+    /// a fresh stream would give them: the last partial chunk is padded with zeros. Runs
+    /// [`FILE_BLOCK`] chunks at a time (the LSTM state carried between blocks), so memory
+    /// stays bounded on long files.
     pub fn probabilities(&self, samples: &[f32]) -> anyhow::Result<Vec<f32>> {
         let n = samples.len().div_ceil(CHUNK);
-        if n == 0 {
-            return Ok(Vec::new());
-        }
+        let mut probs = Vec::with_capacity(n);
+        let mut state: Option<(Tensor, Tensor)> = None;
         let width = CONTEXT + CHUNK;
-        let mut host = vec![0f32; n * width];
-        for (i, row) in host.chunks_exact_mut(width).enumerate() {
-            // The context is the previous chunk's tail (zeros before the first chunk).
-            let start = (i * CHUNK).saturating_sub(CONTEXT);
-            let from = i * CHUNK - start;
-            let end = ((i + 1) * CHUNK).min(samples.len());
-            row[CONTEXT - from..CONTEXT - from + (end - start)].copy_from_slice(&samples[start..end]);
+        for first in (0..n).step_by(FILE_BLOCK) {
+            let count = FILE_BLOCK.min(n - first);
+            let mut host = vec![0f32; count * width];
+            for (j, row) in host.chunks_exact_mut(width).enumerate() {
+                // The context is the previous chunk's tail (zeros before the first chunk).
+                let i = first + j;
+                let start = (i * CHUNK).saturating_sub(CONTEXT);
+                let from = i * CHUNK - start;
+                let end = ((i + 1) * CHUNK).min(samples.len());
+                row[CONTEXT - from..][..end - start].copy_from_slice(&samples[start..end]);
+            }
+            let inputs = Tensor::from_slice_on(self.device, &host, count, width)?;
+            let features = self.features(&inputs)?;
+            let (mut h, mut h_t, mut c_t) =
+                (Tensor::default(), Tensor::default(), Tensor::default());
+            let initial = state
+                .as_ref()
+                .map_or((None, None), |(h, c)| (Some(h), Some(c)));
+            ops::lstm_forward(
+                &features,
+                &self.lstm(),
+                initial,
+                (count, 1),
+                &mut h,
+                Some((&mut h_t, &mut c_t)),
+            )?;
+            state = Some((h_t, c_t));
+            probs.extend(self.head(&h)?.to_vec::<f32>()?);
         }
-        let inputs = Tensor::from_slice_on(self.device, &host, n, width)?;
-        let features = self.features(&inputs)?;
-        let mut h = Tensor::default();
-        ops::lstm_forward(&features, &self.lstm(), (None, None), (n, 1), &mut h, None)?;
-        Ok(self.head(&h)?.to_vec::<f32>()?)
+        Ok(probs)
     }
 
     /// A new stream: zero LSTM state and zero context.
@@ -224,7 +269,10 @@ impl VadStream<'_> {
     /// The speech probability of the next chunk of exactly 512 samples.
     pub fn push(&mut self, chunk: &[f32]) -> anyhow::Result<f32> {
         if chunk.len() != CHUNK {
-            bail!("silero: a chunk holds {CHUNK} samples at 16 kHz, got {}", chunk.len());
+            bail!(
+                "silero: a chunk holds {CHUNK} samples at 16 kHz, got {}",
+                chunk.len()
+            );
         }
         self.input[CONTEXT..].copy_from_slice(chunk);
         let m = self.model;
@@ -307,7 +355,10 @@ pub fn speech_segments(probs: &[f32], n_samples: usize, rules: &SegmentRules) ->
     }
     if let Some(s) = start {
         if n_samples.saturating_sub(s) > rules.min_speech {
-            found.push(Segment { start: s, end: n_samples });
+            found.push(Segment {
+                start: s,
+                end: n_samples,
+            });
         }
     }
     pad_segments(&mut found, n_samples, rules.speech_pad);

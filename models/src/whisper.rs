@@ -165,7 +165,9 @@ impl Mel {
     /// The encoder input for frames `start .. start + len`: `(N_MELS, WINDOW_FRAMES)`, the
     /// rest 0.0 (as faster-whisper pads).
     fn window(&self, start: usize, len: usize) -> Vec<f32> {
-        let len = len.min(WINDOW_FRAMES).min(self.frames.saturating_sub(start));
+        let len = len
+            .min(WINDOW_FRAMES)
+            .min(self.frames.saturating_sub(start));
         let mut out = vec![0f32; N_MELS * WINDOW_FRAMES];
         for (m, row) in out.chunks_exact_mut(WINDOW_FRAMES).enumerate() {
             let src = &self.values[m * self.frames + start..][..len];
@@ -221,7 +223,11 @@ fn log_sum_exp(v: &[f32]) -> f64 {
         return f64::NEG_INFINITY;
     }
     let m = f64::from(m);
-    m + v.iter().map(|&x| (f64::from(x) - m).exp()).sum::<f64>().ln()
+    m + v
+        .iter()
+        .map(|&x| (f64::from(x) - m).exp())
+        .sum::<f64>()
+        .ln()
 }
 
 impl Rules {
@@ -293,7 +299,10 @@ impl Rules {
         if check {
             // A timestamp when their summed probability beats every text token's.
             let timestamps = log_sum_exp(&logits[tb..]);
-            let text = logits[..tb].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let text = logits[..tb]
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
             if timestamps > f64::from(text) {
                 logits[..tb].fill(off);
             }
@@ -378,7 +387,11 @@ impl Whisper {
         let get = |name: &str, dims: &[usize]| -> anyhow::Result<Tensor> {
             // The file's shape, with a leading 1 where the op wants a row (biases, norms).
             let view = file.get(name)?;
-            let squeezed = if dims.first() == Some(&1) { &dims[1..] } else { dims };
+            let squeezed = if dims.first() == Some(&1) {
+                &dims[1..]
+            } else {
+                dims
+            };
             if view.shape != squeezed {
                 bail!("`{name}` has shape {:?}, expected {squeezed:?}", view.shape);
             }
@@ -422,7 +435,10 @@ impl Whisper {
         };
         let conv1 = conv("encoder/conv1", N_MELS)?;
         let conv2 = conv("encoder/conv2", WIDTH)?;
-        let encoder_positions = get("encoder/position_encodings/encodings", &[AUDIO_POSITIONS, WIDTH])?;
+        let encoder_positions = get(
+            "encoder/position_encodings/encodings",
+            &[AUDIO_POSITIONS, WIDTH],
+        )?;
         let encoder_norm = norm("encoder/layer_norm")?;
         bar.inc(1);
         let mut encoder = Vec::with_capacity(LAYERS);
@@ -435,7 +451,10 @@ impl Whisper {
             bar.inc(1);
         }
         let embedding = get("decoder/embeddings/weight", &[VOCAB, WIDTH])?;
-        let decoder_positions = get("decoder/position_encodings/encodings", &[TEXT_POSITIONS, WIDTH])?;
+        let decoder_positions = get(
+            "decoder/position_encodings/encodings",
+            &[TEXT_POSITIONS, WIDTH],
+        )?;
         let decoder_norm = norm("decoder/layer_norm")?;
         bar.inc(1);
         let mut decoder = Vec::with_capacity(LAYERS);
@@ -490,7 +509,10 @@ impl Whisper {
     /// `(len + 160) / 160` frames (at least one sample is needed).
     pub fn log_mel(&self, samples: &[f32]) -> anyhow::Result<Mel> {
         if samples.len() < 2 {
-            bail!("whisper: the audio holds {} samples; at least 2 are needed", samples.len());
+            bail!(
+                "whisper: the audio holds {} samples; at least 2 are needed",
+                samples.len()
+            );
         }
         let mut padded = samples.to_vec();
         padded.resize(samples.len() + HOP, 0.0);
@@ -507,7 +529,9 @@ impl Whisper {
         let log = mel.clamp(1e-10, f32::MAX)?.log()?;
         let mut values = ops::transpose(&log, &[1, 0])?.to_vec::<f32>()?;
         let scale = std::f32::consts::LOG10_E;
-        let top = values.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v * scale));
+        let top = values
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &v| m.max(v * scale));
         for v in &mut values {
             *v = ((*v * scale).max(top - 8.0) + 4.0) / 4.0;
         }
@@ -517,15 +541,22 @@ impl Whisper {
     /// The encoder output `(1500, 384)` of one window `(80, 3000)` of log-mel values.
     pub fn encode(&self, window: &[f32]) -> anyhow::Result<Tensor> {
         if window.len() != N_MELS * WINDOW_FRAMES {
-            bail!("whisper: a window holds {N_MELS} x {WINDOW_FRAMES} values, got {}", window.len());
+            bail!(
+                "whisper: a window holds {N_MELS} x {WINDOW_FRAMES} values, got {}",
+                window.len()
+            );
         }
         let mut x = Tensor::from_slice_nd_on(self.device, window, &[1, N_MELS, WINDOW_FRAMES])?
             .to_dtype(self.dtype)?;
         let mut spec = Conv1dSpec::new([3]);
         spec.padding = [1];
-        x = x.conv1d(&self.conv1.0, Some(&self.conv1.1), &spec)?.gelu_exact()?;
+        x = x
+            .conv1d(&self.conv1.0, Some(&self.conv1.1), &spec)?
+            .gelu_exact()?;
         spec.stride = [2];
-        x = x.conv1d(&self.conv2.0, Some(&self.conv2.1), &spec)?.gelu_exact()?;
+        x = x
+            .conv1d(&self.conv2.0, Some(&self.conv2.1), &spec)?
+            .gelu_exact()?;
         x.reshape_(&[WIDTH, AUDIO_POSITIONS])?;
         let mut x = ops::transpose(&x, &[1, 0])?;
         ops::add_inplace(&mut x, &self.encoder_positions)?;
@@ -565,8 +596,12 @@ impl Whisper {
     fn kv_cache(&self) -> anyhow::Result<KvCache> {
         let zeros = || Tensor::zeros_on(self.device, TEXT_POSITIONS, WIDTH, self.dtype);
         Ok(KvCache {
-            k: (0..LAYERS).map(|_| zeros()).collect::<brotensor::Result<_>>()?,
-            v: (0..LAYERS).map(|_| zeros()).collect::<brotensor::Result<_>>()?,
+            k: (0..LAYERS)
+                .map(|_| zeros())
+                .collect::<brotensor::Result<_>>()?,
+            v: (0..LAYERS)
+                .map(|_| zeros())
+                .collect::<brotensor::Result<_>>()?,
             len: 0,
         })
     }
@@ -581,7 +616,10 @@ impl Whisper {
         let n = tokens.len();
         let pos = cache.len;
         if n == 0 || pos + n > TEXT_POSITIONS {
-            bail!("whisper: {} tokens after {pos} do not fit the {TEXT_POSITIONS} positions", n);
+            bail!(
+                "whisper: {} tokens after {pos} do not fit the {TEXT_POSITIONS} positions",
+                n
+            );
         }
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let positions: Vec<i32> = (pos..pos + n).map(|p| p as i32).collect();

@@ -19,7 +19,11 @@ fn reference() -> Value {
 }
 
 fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 fn devices() -> Vec<Device> {
@@ -57,7 +61,10 @@ fn encoder_error(got: &Tensor, r: &Value) -> f64 {
 fn whisper_matches_faster_whisper_and_ctranslate2() {
     let r = reference();
     let samples = audio::read_wav_16k(&audio::test_speech_path()).unwrap();
-    assert_eq!(samples.len() as u64, r["audio"]["samples"].as_u64().unwrap());
+    assert_eq!(
+        samples.len() as u64,
+        r["audio"]["samples"].as_u64().unwrap()
+    );
     let want_tokens: Vec<u32> = r["decode"]["tokens"]
         .as_array()
         .unwrap()
@@ -87,11 +94,21 @@ fn whisper_matches_faster_whisper_and_ctranslate2() {
         let segments = model.transcribe(&samples, |_, _| {}).unwrap();
         let tokens: Vec<u32> = segments.iter().flat_map(|s| s.tokens.clone()).collect();
         assert_eq!(tokens, want_tokens[..tokens.len()], "{device}: tokens");
-        assert_eq!(segments.len(), want_segments.len(), "{device}: segments {segments:?}");
+        assert_eq!(
+            segments.len(),
+            want_segments.len(),
+            "{device}: segments {segments:?}"
+        );
         for (got, want) in segments.iter().zip(want_segments) {
             assert_eq!(got.text, want["text"].as_str().unwrap(), "{device}");
-            assert!((got.start - want["start"].as_f64().unwrap()).abs() < 1e-9, "{device}");
-            assert!((got.end - want["end"].as_f64().unwrap()).abs() < 1e-9, "{device}");
+            assert!(
+                (got.start - want["start"].as_f64().unwrap()).abs() < 1e-9,
+                "{device}"
+            );
+            assert!(
+                (got.end - want["end"].as_f64().unwrap()).abs() < 1e-9,
+                "{device}"
+            );
         }
         println!("{device} F32: mel error {mel_err:.1e}, encoder error {enc_err:.1e}, transcript identical");
         runs += 1;
@@ -118,7 +135,8 @@ fn decoding_rules_follow_ctranslate2() {
         suppress_begin: vec![220, 50256],
     };
     let tb = TIMESTAMP_BEGIN as usize;
-    let allowed = |l: &[f32]| -> Vec<usize> { (0..VOCAB).filter(|&i| l[i] > f32::NEG_INFINITY).collect() };
+    let allowed =
+        |l: &[f32]| -> Vec<usize> { (0..VOCAB).filter(|&i| l[i] > f32::NEG_INFINITY).collect() };
     // Step 0: only timestamps 0.00 ..= 1.00 s.
     let mut l = vec![0f32; VOCAB];
     rules.apply(&mut l, &[]);
@@ -132,9 +150,7 @@ fn decoding_rules_follow_ctranslate2() {
     // every text token; earlier timestamps stay off.
     let mut l = vec![f32::NEG_INFINITY; VOCAB];
     l[10] = 0.0;
-    for t in tb + 5..tb + 10 {
-        l[t] = -1.0; // 5 x e^-1 = 1.84 > e^0
-    }
+    l[tb + 5..tb + 10].fill(-1.0); // 5 x e^-1 = 1.84 > e^0
     l[tb + 2] = 5.0;
     let text = [TIMESTAMP_BEGIN + 3, 10];
     rules.apply(&mut l, &text);
@@ -150,10 +166,20 @@ fn decoding_rules_follow_ctranslate2() {
     l[tb..].fill(-20.0); // too unlikely to force a timestamp
     rules.apply(&mut l, &[TIMESTAMP_BEGIN, 10, TIMESTAMP_BEGIN + 7]);
     let a = allowed(&l);
-    assert!(a.contains(&50256) && !a.contains(&10) && !a.contains(&(tb + 6)) && a.contains(&(tb + 7)));
+    assert!(
+        a.contains(&50256) && !a.contains(&10) && !a.contains(&(tb + 6)) && a.contains(&(tb + 7))
+    );
     // A closed pair: no timestamp next.
     let mut l = vec![0f32; VOCAB];
-    rules.apply(&mut l, &[TIMESTAMP_BEGIN, 10, TIMESTAMP_BEGIN + 7, TIMESTAMP_BEGIN + 7]);
+    rules.apply(
+        &mut l,
+        &[
+            TIMESTAMP_BEGIN,
+            10,
+            TIMESTAMP_BEGIN + 7,
+            TIMESTAMP_BEGIN + 7,
+        ],
+    );
     assert!(allowed(&l).iter().all(|&i| i < tb));
 }
 
@@ -161,7 +187,11 @@ fn decoding_rules_follow_ctranslate2() {
 fn whisper_refuses_bad_input() {
     files::ensure_models().expect("the model files");
     let model = Whisper::load(&files::whisper_dir(), Device::Cpu, Dtype::F32).unwrap();
-    assert!(model.encode(&[0.0; 80]).unwrap_err().to_string().contains("3000"));
+    assert!(model
+        .encode(&[0.0; 80])
+        .unwrap_err()
+        .to_string()
+        .contains("3000"));
     assert!(model.log_mel(&[0.0]).is_err());
     assert!(Whisper::load(&files::whisper_dir(), Device::Cpu, Dtype::BF16).is_err());
 }

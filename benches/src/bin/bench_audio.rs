@@ -97,7 +97,10 @@ fn run_json(cmd: &mut Command) -> Option<Value> {
     if !out.status.success() {
         eprintln!(
             "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         );
         return None;
     }
@@ -162,7 +165,10 @@ fn main() {
             us.extend(ours("silero", threads));
             them.extend(peer("silero_ort.py", threads, 5));
         }
-        let (file, stream) = (best(&us, "file_chunks_per_s", true), best(&us, "stream_chunks_per_s", true));
+        let (file, stream) = (
+            best(&us, "file_chunks_per_s", true),
+            best(&us, "stream_chunks_per_s", true),
+        );
         let ort = best(&them, "chunks_per_s", true);
         println!(
             "| {threads} | {file:.0} | {stream:.0} | {ort:.0} | {:.2} | {:.2} | {:.1} | {:.1} |",
@@ -173,7 +179,9 @@ fn main() {
         );
     }
     println!("\n## Whisper tiny.en, 30 s clip (log-mel + encoder + greedy decoding)\n");
-    println!("| threads | ours s | RTF | CTranslate2 s | RTF | vs CTranslate2 | ours MiB | CT2 MiB |");
+    println!(
+        "| threads | ours s | RTF | CTranslate2 s | RTF | vs CTranslate2 | ours MiB | CT2 MiB |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut texts = Vec::new();
     for threads in [1, 2] {
@@ -192,12 +200,18 @@ fn main() {
             best(&them, "peak_rss_mib", false)
         );
         texts.push((
-            us.first().and_then(|v| v["text"].as_str().map(String::from)),
-            them.first().and_then(|v| v["text"].as_str().map(String::from)),
+            us.first()
+                .and_then(|v| v["text"].as_str().map(String::from)),
+            them.first()
+                .and_then(|v| v["text"].as_str().map(String::from)),
         ));
     }
     for (ours, theirs) in texts.iter().take(1) {
-        println!("\nours: {}\nCTranslate2: {}", ours.as_deref().unwrap_or("-"), theirs.as_deref().unwrap_or("-"));
+        println!(
+            "\nours: {}\nCTranslate2: {}",
+            ours.as_deref().unwrap_or("-"),
+            theirs.as_deref().unwrap_or("-")
+        );
         println!("texts identical: {}", ours.is_some() && ours == theirs);
     }
 }

@@ -16,11 +16,11 @@ use std::time::Instant;
 use anyhow::Context;
 use brotensor::{Device, Dtype};
 use brotensor_models::digits::{Digits, Trainer};
+use brotensor_models::minilm::{cosine, MiniLm};
 use brotensor_models::silero::{speech_segments, SegmentRules, SileroVad};
+use brotensor_models::smollm2::{Sampling, SmolLm2};
 use brotensor_models::whisper::Whisper;
 use brotensor_models::{audio, files};
-use brotensor_models::minilm::{cosine, MiniLm};
-use brotensor_models::smollm2::{Sampling, SmolLm2};
 use serde_json::Value;
 
 /// A reference file: `name` under `tests/fixtures/` in the working directory (a copied

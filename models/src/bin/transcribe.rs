@@ -27,10 +27,17 @@ fn main() -> anyhow::Result<()> {
     let samples = audio::read_wav_16k(&path)?;
     let model = Whisper::load(&files::whisper_dir(), device, dtype)?;
     let audio_secs = samples.len() as f64 / f64::from(audio::SAMPLE_RATE);
-    eprintln!("{}: {audio_secs:.2} s of audio on {device} ({dtype})", path.display());
+    eprintln!(
+        "{}: {audio_secs:.2} s of audio on {device} ({dtype})",
+        path.display()
+    );
     let start = Instant::now();
     let segments = model.transcribe(&samples, |frame, frames| {
-        eprintln!("  window at {:.2} s of {:.2} s", frame as f64 * 0.01, frames as f64 * 0.01);
+        eprintln!(
+            "  window at {:.2} s of {:.2} s",
+            frame as f64 * 0.01,
+            frames as f64 * 0.01
+        );
     })?;
     let secs = start.elapsed().as_secs_f64();
     for s in &segments {

@@ -50,7 +50,10 @@ fn main() -> anyhow::Result<()> {
     );
     if args.probs {
         for (i, p) in probs.iter().enumerate() {
-            println!("  {:8.3} s  {p:.4}", (i * CHUNK) as f64 / f64::from(audio::SAMPLE_RATE));
+            println!(
+                "  {:8.3} s  {p:.4}",
+                (i * CHUNK) as f64 / f64::from(audio::SAMPLE_RATE)
+            );
         }
     }
     let segments = speech_segments(&probs, samples.len(), &rules);
