@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: fetch the real models and the digits (once), list every device, and on
 # each one embed sentences with all-MiniLM-L6-v2, generate text with SmolLM2-135M-Instruct
-# and train the digits CNN, checked against float64 references (models/src/bin/tour.rs).
+# train the digits CNN, find the speech in a recording with Silero VAD and transcribe it with
+# Whisper tiny.en, each checked against its reference (models/src/bin/tour.rs).
 # The synthetic op tour is
 # `cargo run -p brotensor --example tour`.
 set -euo pipefail
