@@ -205,6 +205,10 @@ impl Conv2d {
             col.fill(0.0);
             return;
         }
+        if col.len() <= 1 << 14 {
+            // A small tile (one short spectrogram's, say) costs less than a parallel split.
+            return self.im2col_serial(x, pixels, col);
+        }
         // One task per input channel (its kH*kW rows of `col`).
         let per_channel = self.spec.kernel[0] * self.spec.kernel[1] * pixels.len();
         col.par_chunks_exact_mut(per_channel)

@@ -14,8 +14,9 @@
 //! - [`plot`]: the training loss curve as a PNG.
 //! - [`files`]: where the model files live, fetched by `scripts/fetch-models.sh`.
 //!
-//! The binaries `minilm` and `smollm2` are the command-line front ends; `tour` runs both on
-//! every device (the README's main job); `train_digits` trains the digits CNN.
+//! The binaries `minilm`, `smollm2`, `vad` and `transcribe` are the command-line front ends;
+//! `tour` runs every model on every device (the README's main job); `train_digits` trains
+//! the digits CNN.
 
 pub mod audio;
 pub mod digits;

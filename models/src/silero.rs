@@ -5,9 +5,10 @@
 //! One chunk's forward (weights from the package's `silero_vad_16k_op15.onnx`, converted to
 //! safetensors by `scripts/fetch-models.sh`): the chunk with the previous chunk's last 64
 //! samples in front (zeros for the first), reflect-padded by 64 samples on the right (640
-//! samples); an STFT as a stride-128 convolution with the stored 258 x 256 basis (a periodic
-//! Hann window times the cosines and negated sines of a 256-point real DFT: 4 frames of 129
-//! bins), the magnitude `sqrt(re^2 + im^2)`; four kernel-3 convolutions with ReLU (129 ->
+//! samples); an STFT stored as a stride-128 convolution with a 258 x 256 basis, which is a
+//! periodic Hann window times the cosines and negated sines of a 256-point real DFT (checked
+//! at load, then run as `ops::stft`: 4 frames of 129 bins), the magnitude `sqrt(re^2 +
+//! im^2)`; four kernel-3 convolutions with ReLU (129 ->
 //! 128, 128 -> 64 stride 2, 64 -> 64 stride 2, 64 -> 128), which leave one time step; an
 //! LSTM cell of 128 carrying its state from chunk to chunk; ReLU, a 1x1 convolution to one
 //! value and a sigmoid.
@@ -22,7 +23,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use brotensor::io::safetensors::{self as st, SafeTensors};
-use brotensor::ops::{self, Conv1dSpec, LstmWeights, PadMode};
+use brotensor::ops::{self, Conv1dSpec, LstmWeights, PadMode, StftSpec};
 use brotensor::{Device, Dtype, Tensor};
 
 /// Samples per chunk at 16 kHz.
@@ -54,8 +55,8 @@ struct Conv {
 pub struct SileroVad {
     device: Device,
     dtype: Dtype,
-    /// The STFT basis as a convolution weight `[258, 1, 256]`.
-    basis: Tensor,
+    /// The periodic Hann window the stored STFT basis applies, `(256)`.
+    window: Tensor,
     encoder: Vec<Conv>,
     w_ih: Tensor,
     w_hh: Tensor,
@@ -81,6 +82,41 @@ fn load(file: &SafeTensors, name: &str, dims: &[usize], device: Device) -> anyho
     Ok(t)
 }
 
+/// Errors unless the stored STFT basis `[258, 1, 256]` is the periodic Hann window times
+/// the cosines (rows 0..=128) and negated sines (rows 129..) of a 256-point DFT, to FP32
+/// rounding: what lets `ops::stft` stand in for the convolution.
+fn check_stft_basis(file: &SafeTensors) -> anyhow::Result<()> {
+    let name = "model.stft.forward_basis_buffer";
+    let view = file.get(name)?;
+    if view.shape != [2 * BINS, 1, N_FFT] || view.dtype != st::StDtype::F32 {
+        bail!(
+            "`{name}` is {} {:?}, expected F32 [{}, 1, {N_FFT}]",
+            view.dtype.name(),
+            view.shape,
+            2 * BINS
+        );
+    }
+    let tau = std::f64::consts::TAU;
+    let mut worst = 0f64;
+    for (i, bytes) in view.data.chunks_exact(4).enumerate() {
+        let (row, t) = (i / N_FFT, (i % N_FFT) as f64);
+        let hann = 0.5 - 0.5 * (tau * t / N_FFT as f64).cos();
+        let bin = (row % BINS) as f64;
+        let phase = tau * bin * t / N_FFT as f64;
+        let want = if row < BINS {
+            hann * phase.cos()
+        } else {
+            -hann * phase.sin()
+        };
+        let got = f64::from(f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
+        worst = worst.max((got - want).abs());
+    }
+    if worst > 1e-6 {
+        bail!("`{name}` is not a Hann-windowed 256-point DFT (off by {worst:e})");
+    }
+    Ok(())
+}
+
 /// `t` in `dtype` (itself when it already is).
 fn as_dtype(t: Tensor, dtype: Dtype) -> brotensor::Result<Tensor> {
     if t.dtype() == dtype {
@@ -104,7 +140,7 @@ impl SileroVad {
         let conv = |name: &str, dims: &[usize]| -> anyhow::Result<Tensor> {
             Ok(load(&file, name, dims, device)?.to_dtype(dtype)?)
         };
-        let basis = conv("model.stft.forward_basis_buffer", &[2 * BINS, 1, N_FFT])?;
+        check_stft_basis(&file)?;
         let mut encoder = Vec::with_capacity(ENCODER.len());
         for (i, &(c_in, c_out, stride)) in ENCODER.iter().enumerate() {
             let prefix = format!("model.encoder.{i}.reparam_conv");
@@ -130,7 +166,7 @@ impl SileroVad {
         Ok(SileroVad {
             device,
             dtype,
-            basis,
+            window: ops::hann_window(N_FFT, true)?.to(device)?,
             encoder,
             w_ih: rnn("weight_ih", &[4 * HIDDEN, HIDDEN])?,
             w_hh: rnn("weight_hh", &[4 * HIDDEN, HIDDEN])?,
@@ -171,17 +207,15 @@ impl SileroVad {
             PadMode::Reflect,
             &mut padded,
         )?;
-        padded.reshape_(&[n, 1, CONTEXT + CHUNK + CONTEXT])?;
-        let mut stft = Conv1dSpec::new([N_FFT]);
-        stft.stride = [HOP];
-        let spectrum = as_dtype(
-            as_dtype(padded, self.dtype)?.conv1d(&self.basis, None, &stft)?,
-            Dtype::F32,
-        )?;
-        let frames = spectrum.dims()[2];
-        let re = ops::slice(&spectrum, &[0, 0, 0], &[n, BINS, frames], &[1, 1, 1])?;
-        let im = ops::slice(&spectrum, &[0, BINS, 0], &[n, 2 * BINS, frames], &[1, 1, 1])?;
-        let mut x = as_dtype(ops::sqrt(&re.mul(&re)?.add(&im.mul(&im)?)?)?, self.dtype)?;
+        // |rfft(hann * frame)| of the 4 frames: (n 4 129, 2) pairs, then (n, 129, 4).
+        let mut spec = StftSpec::new(N_FFT, HOP);
+        spec.center = false;
+        let mut pairs = padded.stft(&self.window, &spec)?;
+        let frames = pairs.rows() / n.max(1);
+        pairs.reshape_(&[n * frames * BINS, 2])?;
+        let mut magnitude = ops::sqrt(&pairs.mul(&pairs)?.sum(1)?)?;
+        magnitude.reshape_(&[n, frames, BINS])?;
+        let mut x = as_dtype(ops::transpose(&magnitude, &[0, 2, 1])?, self.dtype)?;
         for conv in &self.encoder {
             x = x.conv1d(&conv.w, Some(&conv.b), &conv.spec)?.relu()?;
         }

@@ -118,6 +118,37 @@ fn silero_refuses_a_chunk_of_the_wrong_length() {
     assert!(SileroVad::load(&files::silero_weights(), Device::Cpu, Dtype::F16).is_err());
 }
 
+/// The STFT runs as `ops::stft` only because the stored basis is a Hann-windowed DFT: a
+/// weights file whose basis is not (one value changed) is refused at load.
+#[test]
+fn silero_refuses_an_stft_basis_that_is_not_a_windowed_dft() {
+    use brotensor::io::safetensors::{serialize, SafeTensors, WriteEntry};
+    files::ensure_models().expect("the model files");
+    let file = SafeTensors::read(files::silero_weights()).unwrap();
+    let name = "model.stft.forward_basis_buffer";
+    let mut changed = file.get(name).unwrap().data.to_vec();
+    changed[4 * 300..4 * 301].copy_from_slice(&0.25f32.to_le_bytes());
+    let entries: Vec<WriteEntry> = file
+        .tensors()
+        .map(|t| WriteEntry {
+            name: t.name,
+            dtype: t.dtype,
+            shape: t.shape,
+            data: if t.name == name { &changed } else { t.data },
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("silero-basis-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.safetensors");
+    std::fs::write(&path, serialize(&entries, &Default::default()).unwrap()).unwrap();
+    let err = SileroVad::load(&path, Device::Cpu, Dtype::F32)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("not a Hann-windowed"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn segments_follow_the_package_rules() {
     let rules = SegmentRules::default();
