@@ -13,6 +13,10 @@
 //! driver is loaded. The peers need onnxruntime 1.32,
 //! ctranslate2 4.8.5 and faster-whisper 1.2.1 on `python3`'s path.
 //!
+//! With `--features candle`, candle-onnx 0.11 also runs the ONNX graph chunk by chunk (as
+//! candle's `silero-vad` example does), once per thread count; its line is printed as a
+//! comment under the Silero table.
+//!
 //! `cargo run --release -p brotensor-benches --bin bench_audio [-- --rounds 3]`
 
 use std::process::Command;
@@ -69,6 +73,71 @@ fn silero_child() -> Value {
         "chunks": chunks,
         "file_chunks_per_s": chunks as f64 / batch,
         "stream_chunks_per_s": chunks as f64 / stream,
+        "peak_rss_mib": peak_rss_mib(),
+    })
+}
+
+/// candle-onnx 0.11 running the package's ONNX graph chunk by chunk, as candle's
+/// `silero-vad` example does (built with `--features candle`).
+#[cfg(feature = "candle")]
+fn silero_candle_child() -> Value {
+    use candle_core::{Device as CDevice, Tensor as CTensor};
+    use std::collections::HashMap;
+    let samples = clip(60);
+    let path = files::silero_weights().with_file_name("silero_vad_16k_op15.onnx");
+    let model = candle_onnx::read_file(&path).expect("silero onnx");
+    let graph = model.graph.as_ref().expect("graph");
+    let inputs: Vec<Vec<f32>> = (0..samples.len() / CHUNK)
+        .map(|i| {
+            let mut x = vec![0f32; 576];
+            let start = (i * CHUNK).saturating_sub(64);
+            let from = i * CHUNK - start;
+            x[64 - from..].copy_from_slice(&samples[start..(i + 1) * CHUNK]);
+            x
+        })
+        .collect();
+    let pass = || {
+        let mut state =
+            CTensor::zeros((2, 1, 128), candle_core::DType::F32, &CDevice::Cpu).unwrap();
+        let mut probs = Vec::with_capacity(inputs.len());
+        for x in &inputs {
+            let mut feed = HashMap::new();
+            feed.insert(
+                "input".to_string(),
+                CTensor::from_slice(x, (1, 576), &CDevice::Cpu).unwrap(),
+            );
+            feed.insert("state".to_string(), state.clone());
+            feed.insert(
+                "sr".to_string(),
+                CTensor::new(16000i64, &CDevice::Cpu).unwrap(),
+            );
+            let mut out = candle_onnx::simple_eval(&model, feed).unwrap();
+            let name = |i: usize| graph.output[i].name.clone();
+            probs.push(
+                out.remove(&name(0))
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()[0],
+            );
+            state = out.remove(&name(1)).unwrap();
+        }
+        probs
+    };
+    let ours = SileroVad::load(&files::silero_weights(), Device::Cpu, Dtype::F32).unwrap();
+    let want = ours.probabilities(&samples).unwrap();
+    let got = pass();
+    let diff = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let secs = best_of(2, || drop(pass()));
+    json!({
+        "chunks": inputs.len(),
+        "stream_chunks_per_s": inputs.len() as f64 / secs,
+        "max_diff_vs_ours": diff,
         "peak_rss_mib": peak_rss_mib(),
     })
 }
@@ -144,6 +213,8 @@ fn main() {
         let out = match args.get(i + 1).map(String::as_str) {
             Some("silero") => silero_child(),
             Some("whisper") => whisper_child(),
+            #[cfg(feature = "candle")]
+            Some("silero-candle") => silero_candle_child(),
             other => panic!("unknown child {other:?}"),
         };
         println!("{out}");
@@ -170,6 +241,10 @@ fn main() {
             best(&us, "stream_chunks_per_s", true),
         );
         let ort = best(&them, "chunks_per_s", true);
+        #[cfg(feature = "candle")]
+        if let Some(c) = ours("silero-candle", threads) {
+            println!("<!-- candle-onnx, {threads} threads: {c} -->");
+        }
         println!(
             "| {threads} | {file:.0} | {stream:.0} | {ort:.0} | {:.2} | {:.2} | {:.1} | {:.1} |",
             file / ort,
