@@ -406,8 +406,9 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
         });
         return;
     }
-    let images = conv.images_per_product();
-    if images >= 2 && conv.x.n >= 2 {
+    // At most N entries per product, so `images * per_y` stays within `y`'s length.
+    let images = conv.images_per_product().min(conv.x.n);
+    if images >= 2 {
         // Small output planes: one product covers the pixels of several batch entries.
         y.par_chunks_mut(images * per_y)
             .enumerate()

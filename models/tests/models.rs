@@ -5,24 +5,14 @@
 //! The model files come from `scripts/fetch-models.sh` (the test script runs it first); a
 //! missing file fails the tests, it never skips them.
 
-use std::path::PathBuf;
-
 use brotensor::{Device, Dtype};
 use brotensor_models::minilm::{cosine, MiniLm};
 use brotensor_models::smollm2::{Sampling, SmolLm2};
 use brotensor_models::{files, tokenizer};
 use serde_json::Value;
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/models")
-        .join(name)
-}
-
-fn json(name: &str) -> Value {
-    let text = std::fs::read_to_string(fixture(name)).expect("fixture");
-    serde_json::from_str(&text).expect("fixture JSON")
-}
+mod common;
+use common::{devices, fixture, floats, json};
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
@@ -30,23 +20,6 @@ fn ids(v: &Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().expect("id") as u32)
         .collect()
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("number list")
-        .iter()
-        .map(|x| x.as_f64().expect("number"))
-        .collect()
-}
-
-/// The CPU and every GPU (failing when `BROTENSOR_REQUIRE_GPU` names a missing kind), after
-/// making sure the model files are there.
-fn devices() -> Vec<Device> {
-    files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
-    let mut all = vec![Device::Cpu];
-    all.extend(brotensor_tests::gpu_devices());
-    all
 }
 
 #[test]

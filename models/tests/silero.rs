@@ -3,27 +3,14 @@
 //! checks ORT against a float64 numpy forward to 1.3e-6 and writes the segments the
 //! package's rules give), on the CPU and on every GPU in every dtype it has.
 
-use std::path::PathBuf;
-
 use brotensor::{Device, Dtype};
 use brotensor_models::silero::{
     speech_segments, Segment, SegmentRules, SileroVad, CHUNK, FILE_BLOCK,
 };
 use brotensor_models::{audio, files};
-use serde_json::Value;
 
-fn reference() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/models/silero_reference.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
-}
-
-fn devices() -> Vec<Device> {
-    files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
-    let mut all = vec![Device::Cpu];
-    all.extend(brotensor_tests::gpu_devices());
-    all
-}
+mod common;
+use common::devices;
 
 fn max_error(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "chunk count");
@@ -35,7 +22,7 @@ fn max_error(got: &[f32], want: &[f64]) -> f64 {
 
 #[test]
 fn silero_matches_onnx_runtime_and_finds_the_same_segments() {
-    let r = reference();
+    let r = common::json("silero_reference.json");
     let want: Vec<f64> = r["ort_probs"]
         .as_array()
         .unwrap()

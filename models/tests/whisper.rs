@@ -5,33 +5,13 @@
 //! transcript (tokens, segment times and text) against faster-whisper's greedy decoding, on
 //! the CPU and on every GPU (F32; the 16-bit dtypes on the encoder).
 
-use std::path::PathBuf;
-
 use brotensor::{Device, Dtype, Tensor};
 use brotensor_models::whisper::{Rules, Whisper, N_MELS, TIMESTAMP_BEGIN, VOCAB, WINDOW_FRAMES};
 use brotensor_models::{audio, files};
 use serde_json::Value;
 
-fn reference() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/models/whisper_reference.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
-}
-
-fn devices() -> Vec<Device> {
-    files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
-    let mut all = vec![Device::Cpu];
-    all.extend(brotensor_tests::gpu_devices());
-    all
-}
+mod common;
+use common::{devices, floats};
 
 /// The encoder input of the reference: the first 1600 mel frames, then zeros.
 fn first_window(mel: &brotensor_models::whisper::Mel) -> Vec<f32> {
@@ -59,7 +39,7 @@ fn encoder_error(got: &Tensor, r: &Value) -> f64 {
 
 #[test]
 fn whisper_matches_faster_whisper_and_ctranslate2() {
-    let r = reference();
+    let r = common::json("whisper_reference.json");
     let samples = audio::read_wav_16k(&audio::test_speech_path()).unwrap();
     assert_eq!(
         samples.len() as u64,

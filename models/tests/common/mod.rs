@@ -1,0 +1,38 @@
+//! What the real-model tests share: their fixtures and the devices they run on.
+
+use brotensor::Device;
+use brotensor_models::files;
+use serde_json::Value;
+
+/// The path of a fixture in `tests/fixtures/models/`.
+#[allow(dead_code)] // not every test binary reads a binary fixture
+pub fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models")
+        .join(name)
+}
+
+/// A JSON fixture of `tests/fixtures/models/`.
+pub fn json(name: &str) -> Value {
+    let text = std::fs::read_to_string(fixture(name)).expect("fixture");
+    serde_json::from_str(&text).expect("fixture JSON")
+}
+
+/// A JSON list of numbers.
+#[allow(dead_code)] // not every test binary reads number lists
+pub fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .expect("number list")
+        .iter()
+        .map(|x| x.as_f64().expect("number"))
+        .collect()
+}
+
+/// The CPU and every GPU (failing when `BROTENSOR_REQUIRE_GPU` names a missing kind), after
+/// making sure the model files are there.
+pub fn devices() -> Vec<Device> {
+    files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
+    let mut all = vec![Device::Cpu];
+    all.extend(brotensor_tests::gpu_devices());
+    all
+}
