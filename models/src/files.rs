@@ -38,6 +38,12 @@ pub fn whisper_dir() -> PathBuf {
     models_dir().join("whisper")
 }
 
+/// The DCGAN face generator: the `netG_state_dict` of gan-face-generate's `weights.tar`,
+/// converted to safetensors under its PyTorch names.
+pub fn dcgan_weights() -> PathBuf {
+    models_dir().join("dcgan/generator.safetensors")
+}
+
 /// scikit-learn's 8x8 digits as `scripts/fetch-models.sh` unpacks them: 1797 rows of 64
 /// pixels (0..16) and a label.
 pub fn digits_csv() -> PathBuf {
@@ -59,6 +65,7 @@ pub fn ensure_models() -> anyhow::Result<()> {
         digits_csv(),
         silero_weights(),
         whisper_dir().join("model.safetensors"),
+        dcgan_weights(),
     ])
 }
 

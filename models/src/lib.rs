@@ -8,17 +8,19 @@
 //! - [`silero`]: Silero VAD v6, speech probabilities per 32 ms chunk and the speech segments.
 //! - [`whisper`]: Whisper tiny.en speech recognition (log-mel, encoder, greedy decoding with
 //!   timestamps), as faster-whisper runs it.
+//! - [`dcgan`]: a DCGAN drawing 64 x 64 faces from 100-d noise.
 //! - [`audio`]: 16 kHz WAV input.
 //! - [`tokenizer`]: both tokenizers, built with the Hugging Face `tokenizers` crate.
 //! - [`digits`]: a small CNN trained on scikit-learn's 8x8 digits with the tape and Adam.
 //! - [`plot`]: the training loss curve as a PNG.
 //! - [`files`]: where the model files live, fetched by `scripts/fetch-models.sh`.
 //!
-//! The binaries `minilm`, `smollm2`, `vad` and `transcribe` are the command-line front ends;
+//! The binaries `minilm`, `smollm2`, `vad`, `transcribe` and `faces` are the command-line front ends;
 //! `tour` runs every model on every device (the README's main job); `train_digits` trains
 //! the digits CNN.
 
 pub mod audio;
+pub mod dcgan;
 pub mod digits;
 pub mod files;
 pub mod minilm;
