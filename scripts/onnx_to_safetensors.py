@@ -33,8 +33,13 @@ def initializers(path):
     return tensors
 
 
-def write_safetensors(path, tensors):
+def write_safetensors(path, tensors, metadata=None):
+    """Write {name: numpy array} (names sorted); `metadata`, a {str: str} dict, becomes the
+    header's `__metadata__` entry when given."""
     header, blobs, offset = {}, [], 0
+    if metadata:
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+        header["__metadata__"] = dict(metadata)
     for name in sorted(tensors):
         a = tensors[name]
         if a.dtype not in DTYPES:
@@ -52,20 +57,22 @@ def write_safetensors(path, tensors):
             f.write(data)
 
 
-def read_safetensors(path):
-    """The inverse of write_safetensors, for the check."""
+def read_safetensors(path, with_metadata=False):
+    """The inverse of write_safetensors, for the check: {name: array}, and the `__metadata__`
+    dict ({} when absent) as a second value when `with_metadata`."""
     names = {v: k for k, v in DTYPES.items()}
     with open(path, "rb") as f:
         raw = f.read()
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8: 8 + n])
     body = raw[8 + n:]
+    metadata = header.pop("__metadata__", {})
     out = {}
     for name, info in header.items():
         begin, end = info["data_offsets"]
         dtype = names[info["dtype"]].newbyteorder("<")
         out[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(info["shape"])
-    return out
+    return (out, metadata) if with_metadata else out
 
 
 def main():

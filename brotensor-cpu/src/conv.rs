@@ -530,6 +530,41 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
     if per_x == 0 || per_y == 0 {
         return;
     }
+    // At most N entries per product, so `images * per_x` stays within `dx`'s length.
+    let images = conv.images_per_product().min(conv.x.n);
+    if images >= 2 && !conv.is_pointwise() {
+        // Small `dy` planes (a transposed convolution's early layers): one product covers
+        // the pixels of several batch entries, then each entry's columns add into its planes.
+        dx.par_chunks_mut(images * per_x)
+            .zip(dy.par_chunks(images * per_y))
+            .for_each(|(dxs, dys)| {
+                let width = (dxs.len() / per_x) * pixels;
+                let mut gathered = vec![0f32; cg_out * width];
+                let mut col = vec![0f32; k * width];
+                let mut own = vec![0f32; k * pixels];
+                for g in 0..conv.spec.groups {
+                    for (i, dyn_) in dys.chunks_exact(per_y).enumerate() {
+                        let dyg = &dyn_[g * cg_out * pixels..][..cg_out * pixels];
+                        for (row, src) in gathered
+                            .chunks_exact_mut(width)
+                            .zip(dyg.chunks_exact(pixels))
+                        {
+                            row[i * pixels..][..pixels].copy_from_slice(src);
+                        }
+                    }
+                    let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
+                    matmul(wg.t(), Mat::new(&gathered, cg_out, width), &mut col, false);
+                    for (i, dxn) in dxs.chunks_exact_mut(per_x).enumerate() {
+                        for (dst, src) in own.chunks_exact_mut(pixels).zip(col.chunks_exact(width))
+                        {
+                            dst.copy_from_slice(&src[i * pixels..][..pixels]);
+                        }
+                        conv.col2im(&own, 0..pixels, &mut dxn[g * cg_in * plane..][..cg_in * plane]);
+                    }
+                }
+            });
+        return;
+    }
     dx.par_chunks_mut(per_x)
         .zip(dy.par_chunks(per_y))
         .for_each(|(dxn, dyn_)| {

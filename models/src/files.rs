@@ -44,6 +44,12 @@ pub fn dcgan_weights() -> PathBuf {
     models_dir().join("dcgan/generator.safetensors")
 }
 
+/// The terrain diffusion UNet: adaptive-terrain-diffusion's ONNX graph (kept beside it as
+/// `terrain_unet.onnx`) converted by `scripts/terrain_to_safetensors.py`.
+pub fn terrain_weights() -> PathBuf {
+    models_dir().join("terrain/terrain_unet.safetensors")
+}
+
 /// scikit-learn's 8x8 digits as `scripts/fetch-models.sh` unpacks them: 1797 rows of 64
 /// pixels (0..16) and a label.
 pub fn digits_csv() -> PathBuf {
@@ -66,6 +72,7 @@ pub fn ensure_models() -> anyhow::Result<()> {
         silero_weights(),
         whisper_dir().join("model.safetensors"),
         dcgan_weights(),
+        terrain_weights(),
     ])
 }
 

@@ -9,6 +9,7 @@
 //! - [`whisper`]: Whisper tiny.en speech recognition (log-mel, encoder, greedy decoding with
 //!   timestamps), as faster-whisper runs it.
 //! - [`dcgan`]: a DCGAN drawing 64 x 64 faces from 100-d noise.
+//! - [`terrain`]: a diffusion UNet drawing 128 x 128 terrain height maps in one step.
 //! - [`audio`]: 16 kHz WAV input.
 //! - [`tokenizer`]: both tokenizers, built with the Hugging Face `tokenizers` crate.
 //! - [`digits`]: a small CNN trained on scikit-learn's 8x8 digits with the tape and Adam.
@@ -28,6 +29,7 @@ pub mod plot;
 pub mod silero;
 pub mod smollm2;
 pub mod tokenizer;
+pub mod terrain;
 pub mod whisper;
 
 use brotensor::{Device, Dtype};
