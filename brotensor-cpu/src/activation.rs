@@ -226,6 +226,31 @@ pub fn quick_gelu_backward(x: f32, dy: f32) -> f32 {
     dy * (s + QUICK_GELU_SCALE * x * s * (1.0 - s))
 }
 
+/// `x min(max(x + 3, 0), 6) / 6` (MobileNetV3's hardswish); NaN stays NaN.
+#[inline]
+pub fn hardswish(x: f32) -> f32 {
+    let r = if x < -3.0 {
+        0.0
+    } else if x > 3.0 {
+        6.0
+    } else {
+        x + 3.0
+    };
+    x * r / 6.0
+}
+
+/// `min(max(alpha x + beta, 0), 1)`; NaN stays NaN.
+#[inline]
+pub fn hard_sigmoid(x: f32, alpha: f32, beta: f32) -> f32 {
+    let v = alpha * x + beta;
+    let v = if v < 0.0 { 0.0 } else { v };
+    if v > 1.0 {
+        1.0
+    } else {
+        v
+    }
+}
+
 /// `x` for `x > 0`, else `alpha (e^x - 1)`.
 #[inline]
 pub fn elu(x: f32, alpha: f32) -> f32 {

@@ -559,7 +559,11 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
                         {
                             dst.copy_from_slice(&src[i * pixels..][..pixels]);
                         }
-                        conv.col2im(&own, 0..pixels, &mut dxn[g * cg_in * plane..][..cg_in * plane]);
+                        conv.col2im(
+                            &own,
+                            0..pixels,
+                            &mut dxn[g * cg_in * plane..][..cg_in * plane],
+                        );
                     }
                 }
             });

@@ -167,6 +167,21 @@ instruction_set! {
     );
     /// `x` for `x > 0`, else `a x` (leaky_relu_forward).
     LeakyRelu => select_many(x.greater_than(Vector::new(0.0f32)), x, Vector::new(a) * x);
+    /// `x min(max(x + 3, 0), 6) / 6`; NaN passes through (hardswish_forward).
+    HardSwish => {
+        let r = select_many(
+            x.less_than(Vector::new(-3.0f32)),
+            Vector::new(0.0f32),
+            select_many(x.greater_than(Vector::new(3.0f32)), Vector::new(6.0f32), x + Vector::new(3.0f32)),
+        );
+        x * r / Vector::new(6.0f32)
+    };
+    /// `min(max(a x + b, 0), 1)`; NaN passes through (hard_sigmoid_forward).
+    HardSigmoid => {
+        let v = Vector::new(a) * x + Vector::new(b);
+        let low = select_many(v.less_than(Vector::new(0.0f32)), Vector::new(0.0f32), v);
+        select_many(low.greater_than(Vector::new(1.0f32)), Vector::new(1.0f32), low)
+    };
 }
 
 instruction_set! {

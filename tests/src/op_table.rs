@@ -1058,6 +1058,12 @@ pub static OP_TABLE: &[OpEntry] = &[
             t3
         )
     ),
+    op!("hard_sigmoid_forward", |[t0, t1], p| {
+        ops::hard_sigmoid_forward(t0, p.f32(), p.f32(), t1)
+    }),
+    op!("hardswish_forward", |[t0, t1], p| ops::hardswish_forward(
+        t0, t1
+    )),
     op!("leaky_relu_backward", |[t0, t1, t2], p| {
         ops::leaky_relu_backward(t0, t1, p.f32(), t2)
     }),

@@ -111,7 +111,35 @@ pub fn leaky_relu_backward(
     )
 }
 
+/// MobileNetV3's hard swish: `y = x min(max(x + 3, 0), 6) / 6` (NaN stays NaN); `y` is
+/// resized to `x`. F32 math in every float dtype.
+pub fn hardswish_forward(x: &Tensor, y: &mut Tensor) -> Result<()> {
+    unary_out("hardswish_forward", Unary::HardSwish, x, y, (0.0, 0.0))
+}
+
+/// The piecewise-linear sigmoid `y = min(max(alpha x + beta, 0), 1)` (NaN stays NaN), as
+/// squeeze-excite gates use it (`alpha` 1/6 or 0.2, `beta` 0.5); `y` is resized to `x`.
+pub fn hard_sigmoid_forward(x: &Tensor, alpha: f32, beta: f32, y: &mut Tensor) -> Result<()> {
+    unary_out(
+        "hard_sigmoid_forward",
+        Unary::HardSigmoid,
+        x,
+        y,
+        (alpha, beta),
+    )
+}
+
 impl Tensor {
+    /// [`hardswish_forward`] in place.
+    pub fn hardswish_(&mut self) -> Result<()> {
+        unary_inplace("hardswish_", Unary::HardSwish, self, (0.0, 0.0))
+    }
+
+    /// [`hard_sigmoid_forward`] in place.
+    pub fn hard_sigmoid_(&mut self, alpha: f32, beta: f32) -> Result<()> {
+        unary_inplace("hard_sigmoid_", Unary::HardSigmoid, self, (alpha, beta))
+    }
+
     /// [`elu_forward`] in place.
     pub fn elu_(&mut self, alpha: f32) -> Result<()> {
         unary_inplace("elu_", Unary::Elu, self, (alpha, 0.0))

@@ -61,6 +61,17 @@ fn pointwise_forward() {
         ops::leaky_relu_forward(&t[0], 0.05, &mut y)?;
         Ok(y)
     });
+    parity(
+        "hardswish_forward",
+        0x114,
+        &one(ODD, -5.0, 5.0),
+        fwd(ops::hardswish_forward),
+    );
+    parity("hard_sigmoid_forward", 0x115, &one(SHAPE, -4.0, 4.0), |t| {
+        let mut y = Tensor::default();
+        ops::hard_sigmoid_forward(&t[0], 1.0 / 6.0, 0.5, &mut y)?;
+        Ok(y)
+    });
     parity("gelu_ in place", 0x112, &one(ODD, -3.0, 3.0), |t| {
         let mut y = t[0].clone();
         y.gelu_()?;

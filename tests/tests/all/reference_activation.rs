@@ -251,6 +251,64 @@ fn pointwise_backward() {
 }
 
 #[test]
+fn hardswish_and_hard_sigmoid_all_forms() {
+    const ALPHA: f32 = 0.2;
+    const BETA: f32 = 0.5;
+    let (a, b) = (f64::from(ALPHA), f64::from(BETA));
+    let hardswish = |x: f64| x * (x + 3.0).clamp(0.0, 6.0) / 6.0;
+    let hard_sigmoid = move |x: f64| (a * x + b).clamp(0.0, 1.0);
+    // Ranges past both kinks (+-3 for hardswish, -2.5 and 2.5 for the gate).
+    reference_with(
+        "hardswish_forward",
+        0x6220,
+        &one(ODD, -5.0, 5.0),
+        Check::default(),
+        |t| {
+            let mut y = stale(&t[0])?;
+            ops::hardswish_forward(&t[0], &mut y)?;
+            Ok(y)
+        },
+        map1(hardswish),
+    );
+    reference_with(
+        "hardswish_",
+        0x6221,
+        &one(VEC, -5.0, 5.0),
+        Check::default(),
+        |t| {
+            let mut y = t[0].clone();
+            y.hardswish_()?;
+            Ok(y)
+        },
+        map1(hardswish),
+    );
+    reference_with(
+        "hard_sigmoid_forward",
+        0x6222,
+        &one(VEC, -4.0, 4.0),
+        Check::default(),
+        |t| {
+            let mut y = stale(&t[0])?;
+            ops::hard_sigmoid_forward(&t[0], ALPHA, BETA, &mut y)?;
+            Ok(y)
+        },
+        map1(hard_sigmoid),
+    );
+    reference_with(
+        "hard_sigmoid_",
+        0x6223,
+        &one(ODD, -4.0, 4.0),
+        Check::default(),
+        |t| {
+            let mut y = t[0].clone();
+            y.hard_sigmoid_(ALPHA, BETA)?;
+            Ok(y)
+        },
+        map1(hard_sigmoid),
+    );
+}
+
+#[test]
 fn elu_and_leaky_relu_all_forms() {
     const ALPHA: f32 = 0.7;
     const SLOPE: f32 = 0.15;

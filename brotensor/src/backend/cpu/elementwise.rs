@@ -48,6 +48,8 @@ macro_rules! with_unary_fn {
             Unary::QuickGelu => $go!(act::quick_gelu),
             Unary::Elu => $go!(move |x: f32| act::elu(x, a)),
             Unary::LeakyRelu => $go!(move |x: f32| act::leaky_relu(x, a)),
+            Unary::HardSwish => $go!(act::hardswish),
+            Unary::HardSigmoid => $go!(move |x: f32| act::hard_sigmoid(x, a, b)),
         }
     }};
 }
