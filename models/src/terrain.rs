@@ -303,7 +303,10 @@ impl Terrain {
         };
         let attn = |prefix: &str, c: usize| -> anyhow::Result<Layer> {
             if c % hp.head_channels != 0 || c % hp.groups != 0 {
-                bail!("{prefix}: {c} channels do not split into heads of {}", hp.head_channels);
+                bail!(
+                    "{prefix}: {c} channels do not split into heads of {}",
+                    hp.head_channels
+                );
             }
             Ok(Layer::Attn(Attention {
                 norm: ld.norm(&format!("{prefix}.norm"), c)?,
@@ -344,7 +347,12 @@ impl Terrain {
             for i in 0..=hp.num_res_blocks {
                 let p = format!("output_blocks.{}", output_blocks.len());
                 let skip_ch = pushed.pop().context("the encoder pushed too few outputs")?;
-                let mut layers = vec![res(&format!("{p}.0"), ch + skip_ch, mult * mc, Resample::Keep)?];
+                let mut layers = vec![res(
+                    &format!("{p}.0"),
+                    ch + skip_ch,
+                    mult * mc,
+                    Resample::Keep,
+                )?];
                 ch = mult * mc;
                 if hp.attention_ds.contains(&ds) {
                     layers.push(attn(&format!("{p}.1"), ch)?);
@@ -394,7 +402,15 @@ impl Terrain {
         let mut y = Tensor::default();
         let dims = (d[0], d[1], d[2], d[3]);
         let rows = x.reshape(&[d[0], d[1] * d[2] * d[3]])?;
-        ops::group_norm_forward(&rows, &norm.gamma, &norm.beta, dims, self.groups, GN_EPS, &mut y)?;
+        ops::group_norm_forward(
+            &rows,
+            &norm.gamma,
+            &norm.beta,
+            dims,
+            self.groups,
+            GN_EPS,
+            &mut y,
+        )?;
         y.reshape_(d)?;
         Ok(y)
     }
@@ -430,7 +446,11 @@ impl Terrain {
         let mut h = if h.dims()[0] == 1 {
             // One sample: fold the modulation into GroupNorm's affine parameters.
             let gamma = r.out_norm.gamma.mul(&one_plus.reshape(&[c])?)?;
-            let beta = r.out_norm.beta.mul(&one_plus.reshape(&[c])?)?.add(&shift.reshape(&[c])?)?;
+            let beta = r
+                .out_norm
+                .beta
+                .mul(&one_plus.reshape(&[c])?)?
+                .add(&shift.reshape(&[c])?)?;
             self.group_norm(&h, &Norm { gamma, beta })?
         } else {
             let n = self.group_norm(&h, &r.out_norm)?;
@@ -535,10 +555,17 @@ impl Terrain {
         }
         h = self.run(&self.middle, h, &e)?;
         for block in &self.output_blocks {
-            let skip = skips.pop().context("the decoder needs more encoder outputs")?;
+            let skip = skips
+                .pop()
+                .context("the decoder needs more encoder outputs")?;
             let (d, cs) = (h.dims().to_vec(), skip.dims()[1]);
             let mut cat = Tensor::default();
-            ops::concat_nchw_channels(&[&h, &skip], (d[0], d[1] + cs, d[2], d[3]), &[d[1], cs], &mut cat)?;
+            ops::concat_nchw_channels(
+                &[&h, &skip],
+                (d[0], d[1] + cs, d[2], d[3]),
+                &[d[1], cs],
+                &mut cat,
+            )?;
             cat.reshape_(&[d[0], d[1] + cs, d[2], d[3]])?;
             h = self.run(block, cat, &e)?;
         }
@@ -633,7 +660,11 @@ pub fn karras_sigmas(n: usize, sigma_min: f64, sigma_max: f64, rho: f64) -> Vec<
     let (a, b) = (sigma_max.powf(1.0 / rho), sigma_min.powf(1.0 / rho));
     let mut sigmas: Vec<f32> = (0..n)
         .map(|i| {
-            let t = if n > 1 { i as f64 / (n - 1) as f64 } else { 0.0 };
+            let t = if n > 1 {
+                i as f64 / (n - 1) as f64
+            } else {
+                0.0
+            };
             (a + t * (b - a)).powf(rho) as f32
         })
         .collect();
@@ -655,7 +686,10 @@ impl Terrain {
         mut on_step: impl FnMut(usize, usize),
     ) -> anyhow::Result<Tensor> {
         if sigmas.len() < 2 {
-            bail!("terrain: a schedule needs at least two sigmas, got {}", sigmas.len());
+            bail!(
+                "terrain: a schedule needs at least two sigmas, got {}",
+                sigmas.len()
+            );
         }
         if sigmas.windows(2).any(|w| !(w[0] > w[1] && w[1] >= 0.0)) {
             bail!("terrain: sigmas must decrease to a value >= 0, got {sigmas:?}");

@@ -79,7 +79,10 @@ fn dcgan_noise_grid_and_errors() {
             Some(cpu) => assert_eq!(&z, cpu, "{device}: noise differs from the CPU's"),
         }
         let bad = Tensor::zeros_nd_on(device, &[2, LATENT + 1], Dtype::F32).unwrap();
-        let err = model.generate(&bad).err().expect("a [2, 101] latent is refused");
+        let err = model
+            .generate(&bad)
+            .err()
+            .expect("a [2, 101] latent is refused");
         assert!(err.to_string().contains("[B, 100]"), "{err}");
     }
     let faces: Vec<f32> = (0..2 * 3 * SIDE * SIDE)

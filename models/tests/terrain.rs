@@ -52,7 +52,10 @@ fn run_case(model: &Terrain, case: &Value) -> (f32, f32) {
     let difficulty = f32s(&case["difficulty_input"]);
     let got = model.denoise(&x, &sigma, &difficulty).unwrap();
     assert_eq!(got.dims(), [b, 1, h, w]);
-    (max_error(&got.to_vec::<f32>().unwrap(), &want), max_abs(&want))
+    (
+        max_error(&got.to_vec::<f32>().unwrap(), &want),
+        max_abs(&want),
+    )
 }
 
 /// The bound on |denoised - ORT| for a dtype, relative to the output's scale. F32: ORT is
@@ -92,8 +95,13 @@ fn terrain_matches_onnx_runtime() {
                 // Denoised outputs span +-0.38 and +-0.63: zeros or halves fail.
                 assert!(scale > 0.3, "{name}: reference scale {scale}");
                 let limit = bound(dtype) * scale;
-                assert!(err <= limit, "{device} {dtype} {name}: max |denoised - ORT| = {err:e}");
-                println!("{device} {dtype} {name}: max |denoised - ORT| = {err:.1e} (scale {scale:.3})");
+                assert!(
+                    err <= limit,
+                    "{device} {dtype} {name}: max |denoised - ORT| = {err:e}"
+                );
+                println!(
+                    "{device} {dtype} {name}: max |denoised - ORT| = {err:.1e} (scale {scale:.3})"
+                );
                 runs += 1;
             }
         }
@@ -130,7 +138,10 @@ fn terrain_samplers_match_onnx_runtime() {
             let got = got.to_vec::<f32>().unwrap();
             let (err, scale) = (max_error(&got, &want), max_abs(&want));
             assert!(scale > 0.5, "{file}: reference scale {scale}");
-            assert!(err <= 1e-3 * scale, "{device} {sampler:?}: max |x - ORT| = {err:e}");
+            assert!(
+                err <= 1e-3 * scale,
+                "{device} {sampler:?}: max |x - ORT| = {err:e}"
+            );
             println!("{device} {sampler:?}: max |x - ORT| = {err:.1e} (scale {scale:.3})");
         }
     }
@@ -145,7 +156,10 @@ fn terrain_height_map_follows_the_package() {
     let want_row = floats(&hm["first_row_8"]);
     let heights = height_map(&f32_fixture(r["files"]["ort"].as_str().unwrap()));
     for (g, w) in heights.iter().zip(&want_row) {
-        assert!((f64::from(*g) - w).abs() <= 1e-6 * w.abs().max(1.0), "{g} vs {w}");
+        assert!(
+            (f64::from(*g) - w).abs() <= 1e-6 * w.abs().max(1.0),
+            "{g} vs {w}"
+        );
     }
     let max = heights.iter().copied().fold(0f32, f32::max);
     let mean = heights.iter().map(|&v| f64::from(v)).sum::<f64>() / heights.len() as f64;
@@ -158,7 +172,9 @@ fn terrain_height_map_follows_the_package() {
 #[test]
 fn terrain_refuses_bad_inputs() {
     let path = files::terrain_weights();
-    let f16 = Terrain::load(&path, Device::Cpu, Dtype::F16).err().expect("F16 refused");
+    let f16 = Terrain::load(&path, Device::Cpu, Dtype::F16)
+        .err()
+        .expect("F16 refused");
     assert!(f16.to_string().contains("F16"), "{f16}");
     let model = Terrain::load(&path, Device::Cpu, Dtype::F32).unwrap();
     let x = |dims: &[usize]| Tensor::zeros_nd_on(Device::Cpu, dims, Dtype::F32).unwrap();
@@ -170,11 +186,23 @@ fn terrain_refuses_bad_inputs() {
         (x(&[1, 1, 32, 32]), vec![1.0], vec![f32::NAN], "finite"),
     ];
     for (noisy, sigma, difficulty, needle) in cases {
-        let err = model.denoise(&noisy, &sigma, &difficulty).err().expect("refused");
-        assert!(err.to_string().contains(needle), "{err} (wanted {needle:?})");
+        let err = model
+            .denoise(&noisy, &sigma, &difficulty)
+            .err()
+            .expect("refused");
+        assert!(
+            err.to_string().contains(needle),
+            "{err} (wanted {needle:?})"
+        );
     }
     let err = model
-        .sample(x(&[1, 1, 32, 32]), &[1.0, 2.0], &[0.5], Sampler::Euler, |_, _| {})
+        .sample(
+            x(&[1, 1, 32, 32]),
+            &[1.0, 2.0],
+            &[0.5],
+            Sampler::Euler,
+            |_, _| {},
+        )
         .err()
         .expect("increasing sigmas refused");
     assert!(err.to_string().contains("decrease"), "{err}");
@@ -183,7 +211,11 @@ fn terrain_refuses_bad_inputs() {
     // At sigma_min the model is the identity up to the clip.
     let v: Vec<f32> = (0..1024).map(|i| (i as f32 / 512.0) - 1.0 + 0.3).collect();
     let noisy = Tensor::from_slice_nd_on(Device::Cpu, &v, &[1, 1, 32, 32]).unwrap();
-    let out = model.denoise(&noisy, &[SIGMA_MIN], &[0.5]).unwrap().to_vec::<f32>().unwrap();
+    let out = model
+        .denoise(&noisy, &[SIGMA_MIN], &[0.5])
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
     for (o, i) in out.iter().zip(&v) {
         assert!((o - i.clamp(-1.0, 1.0)).abs() < 1e-6, "{o} vs {i}");
     }
