@@ -16,7 +16,7 @@
 
 use rayon::prelude::*;
 
-use crate::linear::{matmul, Mat};
+use crate::linear::{matmul, matmul_strided, Mat};
 use crate::simd::wide;
 use crate::spatial::{Conv2dSpec, Nchw};
 
@@ -442,6 +442,15 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
         return;
     }
     for (n, yn) in y.chunks_exact_mut(per_y).enumerate() {
+        // The bias first, then each product adds into its tile of `y` in place.
+        match bias {
+            Some(b) => {
+                for (row, &b) in yn.chunks_exact_mut(pixels).zip(b) {
+                    row.fill(b);
+                }
+            }
+            None => yn.fill(0.0),
+        }
         // (An input plane may be empty: then every tap reads padding.)
         let xn = &x[n * per_x..][..per_x];
         for g in 0..conv.spec.groups {
@@ -449,25 +458,17 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
             let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
             let yg = &mut yn[g * cg_out * pixels..][..cg_out * pixels];
             if conv.is_pointwise() {
-                matmul(wg, Mat::new(xg, cg_in, plane), yg, false);
+                matmul(wg, Mat::new(xg, cg_in, plane), yg, true);
                 continue;
             }
             let mut col = Vec::new();
-            let mut out = Vec::new();
             for tile in conv.tiles() {
                 col.resize(k * tile.len(), 0.0);
-                out.resize(cg_out * tile.len(), 0.0);
                 conv.im2col(xg, tile.clone(), &mut col);
-                matmul(wg, Mat::new(&col, k, tile.len()), &mut out, false);
-                for (dst, src) in yg
-                    .chunks_exact_mut(pixels)
-                    .zip(out.chunks_exact(tile.len()))
-                {
-                    dst[tile.clone()].copy_from_slice(src);
-                }
+                let b = Mat::new(&col, k, tile.len());
+                matmul_strided(wg, b, &mut yg[tile.start..], pixels, true);
             }
         }
-        add_bias(yn);
     }
 }
 

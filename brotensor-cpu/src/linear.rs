@@ -68,36 +68,60 @@ impl<'a> Mat<'a> {
 /// # Panics
 /// If the shapes do not chain or `c` does not hold exactly `m * n` elements.
 pub fn matmul(a: Mat<'_>, b: Mat<'_>, c: &mut [f32], accumulate: bool) {
-    let (m, k) = a.shape();
-    let (kb, n) = b.shape();
-    assert_eq!(k, kb, "matmul: inner dimensions {k} and {kb}");
+    let (m, n) = (a.shape().0, b.shape().1);
     assert!(
         m.checked_mul(n) == Some(c.len()),
         "matmul: output length {} for {m} x {n}",
         c.len()
     );
+    matmul_strided(a, b, c, n, accumulate);
+}
+
+/// [`matmul`] into rows `ldc` elements apart: row `i` of the `m x n` product is
+/// `c[i ldc .. i ldc + n]` (a tile of a wider matrix); the elements between rows are not
+/// touched.
+///
+/// # Panics
+/// If the shapes do not chain, `ldc < n`, or `c` is shorter than `(m - 1) ldc + n`.
+pub fn matmul_strided(a: Mat<'_>, b: Mat<'_>, c: &mut [f32], ldc: usize, accumulate: bool) {
+    let (m, k) = a.shape();
+    let (kb, n) = b.shape();
+    assert_eq!(k, kb, "matmul: inner dimensions {k} and {kb}");
     if m == 0 || n == 0 {
         return;
     }
+    assert!(ldc >= n, "matmul: row stride {ldc} below {n} columns");
+    let span = (m - 1)
+        .checked_mul(ldc)
+        .and_then(|v| v.checked_add(n))
+        .expect("matmul: the output span overflows");
+    assert!(
+        c.len() >= span,
+        "matmul: output length {} below the {m} x {n} span {span} at stride {ldc}",
+        c.len()
+    );
     if k == 0 {
         if !accumulate {
-            c.fill(0.0);
+            for row in c[..span].chunks_mut(ldc) {
+                row[..n].fill(0.0);
+            }
         }
         return;
     }
     let (a_cs, a_rs) = a.strides();
     let (b_cs, b_rs) = b.strides();
-    let parallelism = if c.len().saturating_mul(k) >= 1 << 15 {
+    let parallelism = if m.saturating_mul(n).saturating_mul(k) >= 1 << 15 {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None
     };
     // SAFETY: every pointer covers the matrix its dimensions and strides describe: `c` holds
-    // exactly m*n elements (checked, without overflow) with strides (1, n); `a` and `b` hold
-    // exactly rows*cols elements (checked without overflow in `Mat::new`, the only way to
-    // build a `Mat`) and their strides address only those. Slice lengths are at most
-    // isize::MAX, so the strides convert to isize exactly. `c` is a unique borrow, so it
-    // aliases neither input.
+    // at least (m-1)*ldc + n elements (checked, without overflow) and is addressed with
+    // strides (1, ldc), ldc >= n, so the m rows of n columns stay inside it and do not
+    // overlap; `a` and `b` hold exactly rows*cols elements (checked without overflow in
+    // `Mat::new`, the only way to build a `Mat`) and their strides address only those. Slice
+    // lengths are at most isize::MAX, so the strides convert to isize exactly. `c` is a
+    // unique borrow, so it aliases neither input.
     unsafe {
         gemm::gemm(
             m,
@@ -105,7 +129,7 @@ pub fn matmul(a: Mat<'_>, b: Mat<'_>, c: &mut [f32], accumulate: bool) {
             k,
             c.as_mut_ptr(),
             1,
-            n as isize,
+            ldc as isize,
             accumulate,
             a.data.as_ptr(),
             a_cs,

@@ -10,14 +10,16 @@
 //!   timestamps), as faster-whisper runs it.
 //! - [`dcgan`]: a DCGAN drawing 64 x 64 faces from 100-d noise.
 //! - [`terrain`]: a diffusion UNet drawing 128 x 128 terrain height maps in one step.
-//! - [`ppocr`]: PP-OCRv4's text detector, direction classifier and recogniser.
+//! - [`ppocr`]: PP-OCRv4's text detector, direction classifier and recogniser;
+//!   [`ocr`] runs rapidocr's whole pipeline around them, [`ocr_geometry`] its OpenCV and
+//!   Clipper steps (resize, warp, contours, boxes) bit for bit.
 //! - [`audio`]: 16 kHz WAV input.
 //! - [`tokenizer`]: both tokenizers, built with the Hugging Face `tokenizers` crate.
 //! - [`digits`]: a small CNN trained on scikit-learn's 8x8 digits with the tape and Adam.
 //! - [`plot`]: the training loss curve as a PNG.
 //! - [`files`]: where the model files live, fetched by `scripts/fetch-models.sh`.
 //!
-//! The binaries `minilm`, `smollm2`, `vad`, `transcribe` and `faces` are the command-line front ends;
+//! The binaries `minilm`, `smollm2`, `vad`, `transcribe`, `faces`, `terrain` and `ocr` are the command-line front ends;
 //! `tour` runs every model on every device (the README's main job); `train_digits` trains
 //! the digits CNN.
 
@@ -26,6 +28,8 @@ pub mod dcgan;
 pub mod digits;
 pub mod files;
 pub mod minilm;
+pub mod ocr;
+pub mod ocr_geometry;
 pub mod plot;
 pub mod ppocr;
 pub mod silero;

@@ -5,8 +5,10 @@
 //! losses against the float64 reference in `tests/fixtures/digits/`; ten epochs to the 97 %
 //! bar on the CPU and hardware GPUs), then finds the speech in the committed test speech with
 //! Silero VAD (against ONNX Runtime's probabilities and the package's segments) and
-//! transcribes it with Whisper tiny.en (against faster-whisper's text). Exits non-zero on a
-//! mismatch.
+//! transcribes it with Whisper tiny.en (against faster-whisper's text), draws faces with the
+//! DCGAN and terrain with the diffusion UNet (both against ONNX Runtime's outputs) and reads
+//! the two OCR test images with PP-OCRv4 (against the rapidocr package's text), writing the
+//! pictures into `tour-out/`. Exits non-zero on a mismatch.
 //!
 //! `./scripts/tour.sh` (or `cargo run --release -p brotensor-models --bin tour`).
 
@@ -14,26 +16,58 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use brotensor::{Device, Dtype};
+use brotensor::{Device, Dtype, Tensor};
+use brotensor_models::dcgan::{grid, DcGan, LATENT};
 use brotensor_models::digits::{Digits, Trainer};
 use brotensor_models::minilm::{cosine, MiniLm};
+use brotensor_models::ocr::{draw_boxes, load_bgr, Ocr};
 use brotensor_models::silero::{speech_segments, SegmentRules, SileroVad};
 use brotensor_models::smollm2::{Sampling, SmolLm2};
+use brotensor_models::terrain::{height_map, Terrain, SIDE, SIGMA_MAX};
 use brotensor_models::whisper::Whisper;
 use brotensor_models::{audio, files};
 use serde_json::Value;
 
-/// A reference file: `name` under `tests/fixtures/` in the working directory (a copied
-/// checkout), else in the checkout this binary was built from.
-fn reference(name: &str) -> anyhow::Result<Value> {
+/// The path of `name` under `tests/fixtures/` in the working directory (a copied checkout),
+/// else in the checkout this binary was built from.
+fn fixture_path(name: &str) -> PathBuf {
     let local = PathBuf::from("tests/fixtures").join(name);
-    let path = if local.is_file() {
+    if local.is_file() {
         local
     } else {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures")
             .join(name)
-    };
+    }
+}
+
+/// The little-endian f32 values of a binary fixture.
+fn floats_fixture(name: &str) -> anyhow::Result<Vec<f32>> {
+    let path = fixture_path(name);
+    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// The largest |a - b|.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return f32::INFINITY;
+    }
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Where the tour writes its pictures.
+const OUT: &str = "tour-out";
+
+/// A reference file: `name` under `tests/fixtures/`.
+fn reference(name: &str) -> anyhow::Result<Value> {
+    let path = fixture_path(name);
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     Ok(serde_json::from_str(&text)?)
@@ -232,6 +266,135 @@ fn whisper(device: Device, reference: &Value, samples: &[f32]) -> anyhow::Result
     Ok(ok)
 }
 
+/// The DCGAN on `device`: the reference latents against ONNX Runtime's faces, then 16 faces
+/// of seed 0 written as a PNG grid.
+fn faces(device: Device, reference: &Value) -> anyhow::Result<bool> {
+    let model = DcGan::load(&files::dcgan_weights(), device, Dtype::F32)?;
+    let batch = reference["batch"].as_u64().context("batch")? as usize;
+    let z = Tensor::from_slice_nd_on(
+        device,
+        &floats_fixture("models/dcgan_z.bin")?,
+        &[batch, LATENT],
+    )?;
+    let err = max_diff(
+        &model.generate(&z)?.to_vec::<f32>()?,
+        &floats_fixture("models/dcgan_faces.bin")?,
+    );
+    let z = model.noise(16, 0)?;
+    model.generate(&z)?; // warm-up
+    let start = Instant::now();
+    let faces = model.generate(&z)?;
+    let secs = start.elapsed().as_secs_f64();
+    let path = format!("{OUT}/faces-{}.png", device.to_string().replace(':', ""));
+    brotensor::io::image::save_png(&grid(&faces, 8)?, &path)?;
+    let ok = err <= 1e-4;
+    println!(
+        "  DCGAN: 16 faces in {:.1} ms -> {path}; {} (max error {err:.1e})",
+        secs * 1e3,
+        verdict(ok)
+    );
+    Ok(ok)
+}
+
+/// The terrain UNet on `device`: a reference case against ONNX Runtime (the 128 x 128 one on
+/// the CPU and hardware GPUs, the batch of two 64 x 64 maps on software ones), then four maps
+/// of seed 0 written as a PNG.
+fn terrain(device: Device, reference: &Value, software: bool) -> anyhow::Result<bool> {
+    let model = Terrain::load(&files::terrain_weights(), device, Dtype::F32)?;
+    let case = &reference[if software { "case_b" } else { "case_a" }];
+    let num = |k: &str| -> Vec<f32> {
+        case[k].as_array().map_or(Vec::new(), |a| {
+            a.iter()
+                .filter_map(Value::as_f64)
+                .map(|v| v as f32)
+                .collect()
+        })
+    };
+    let (b, h, w) = (
+        case["batch"].as_u64().unwrap_or(0) as usize,
+        case["height"].as_u64().unwrap_or(0) as usize,
+        case["width"].as_u64().unwrap_or(0) as usize,
+    );
+    let noisy = floats_fixture(&format!(
+        "models/{}",
+        case["files"]["noisy"].as_str().unwrap_or("")
+    ))?;
+    let want = floats_fixture(&format!(
+        "models/{}",
+        case["files"]["ort"].as_str().unwrap_or("")
+    ))?;
+    let x = Tensor::from_slice_nd_on(device, &noisy, &[b, 1, h, w])?;
+    let start = Instant::now();
+    let got = model
+        .denoise(&x, &num("sigma"), &num("difficulty_input"))?
+        .to_vec::<f32>()?;
+    let secs = start.elapsed().as_secs_f64();
+    let err = max_diff(&got, &want);
+    let maps = if software { 1 } else { 4 };
+    let noise = model.noise(maps, SIDE, 0)?;
+    let out = model.denoise(
+        &noise,
+        &vec![SIGMA_MAX; maps],
+        &vec![Terrain::difficulty_input(60)?; maps],
+    )?;
+    let values = out.to_vec::<f32>()?;
+    let mut canvas = Vec::with_capacity(values.len());
+    let mut rows = vec![Vec::new(); SIDE];
+    for map in values.chunks_exact(SIDE * SIDE) {
+        let heights = height_map(map);
+        let top = heights.iter().copied().fold(f32::MIN_POSITIVE, f32::max);
+        for (y, row) in heights.chunks_exact(SIDE).enumerate() {
+            rows[y].extend(row.iter().map(|v| v / top));
+        }
+    }
+    rows.into_iter().for_each(|r| canvas.extend(r));
+    let path = format!("{OUT}/terrain-{}.png", device.to_string().replace(':', ""));
+    let image = Tensor::from_slice_nd_on(Device::Cpu, &canvas, &[1, SIDE, maps * SIDE])?;
+    brotensor::io::image::save_png(&image, &path)?;
+    let ok = err <= 1e-4;
+    println!(
+        "  terrain UNet: {b} x {h} x {w} denoised in {:.1} ms (first call) -> {path}; {} (max error {err:.1e})",
+        secs * 1e3,
+        verdict(ok)
+    );
+    Ok(ok)
+}
+
+/// PP-OCRv4 on `device`: both test images' text against the rapidocr package's, and the photo
+/// with its boxes drawn written as a PNG.
+fn ocr(device: Device, reference: &Value) -> anyhow::Result<bool> {
+    let model = Ocr::load(&files::ppocr_dir(), device, Dtype::F32)?;
+    let mut ok = true;
+    for name in ["plain", "photo"] {
+        let image = load_bgr(&fixture_path(&format!("image/ocr_{name}.png")))?;
+        let start = Instant::now();
+        let (lines, _) = model.read(&image)?;
+        let secs = start.elapsed().as_secs_f64();
+        let want: Vec<&str> = reference["pipeline"][name]["result"]
+            .as_array()
+            .context("result")?
+            .iter()
+            .filter_map(|r| r["text"].as_str())
+            .collect();
+        let texts: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
+        let same = texts == want;
+        ok &= same;
+        let path = format!(
+            "{OUT}/ocr-{name}-{}.png",
+            device.to_string().replace(':', "")
+        );
+        brotensor::io::image::save_png(&draw_boxes(&image, &lines)?, &path)?;
+        println!(
+            "  PP-OCRv4 ({name}): {} lines in {:.1} ms (first call) -> {path}; {}\n    {}",
+            lines.len(),
+            secs * 1e3,
+            verdict(same),
+            texts.join(" | ")
+        );
+    }
+    Ok(ok)
+}
+
 fn main() -> anyhow::Result<()> {
     brotensor::init()?;
     files::ensure_models()?;
@@ -240,6 +403,10 @@ fn main() -> anyhow::Result<()> {
     let digits_ref = reference("digits/first_steps.json")?;
     let silero_ref = reference("models/silero_reference.json")?;
     let whisper_ref = reference("models/whisper_reference.json")?;
+    let dcgan_ref = reference("models/dcgan_reference.json")?;
+    let terrain_ref = reference("models/terrain_reference.json")?;
+    let ocr_ref = reference("models/ocr_reference.json")?;
+    std::fs::create_dir_all(OUT).with_context(|| format!("creating {OUT}/"))?;
     let speech = audio::read_wav_16k(&audio::test_speech_path())?;
     let data = Digits::load(&files::digits_csv())?;
     let devices = brotensor::available_devices();
@@ -258,6 +425,9 @@ fn main() -> anyhow::Result<()> {
         all_ok &= digits(device, &digits_ref, &data, software)?;
         all_ok &= silero(device, &silero_ref, &speech)?;
         all_ok &= whisper(device, &whisper_ref, &speech)?;
+        all_ok &= faces(device, &dcgan_ref)?;
+        all_ok &= terrain(device, &terrain_ref, software)?;
+        all_ok &= ocr(device, &ocr_ref)?;
     }
     if !all_ok {
         anyhow::bail!("a result did not match its reference");
