@@ -5,10 +5,10 @@
 //! 1. The image (BGR bytes) is scaled when a side is past 2000 or under 30 pixels, and
 //!    letterboxed with black rows when it is at most 30 high or more than 8 times as wide
 //!    as high.
-//! 2. The detector sees it resized (OpenCV's bilinear, [`ocr_geometry::resize_linear`]) so
+//! 2. The detector sees it resized (OpenCV's bilinear, [`crate::ocr_geometry::resize_linear`]) so
 //!    that its short side is at least 736, both sides rounded to multiples of 32, as `[-1,
 //!    1]` values (`ops::image_u8_to_f32_nhwc_to_nchw`, `ops::image_normalize`); its
-//!    probability map becomes boxes by DB post-processing ([`ocr_geometry::db_boxes`]:
+//!    probability map becomes boxes by DB post-processing ([`crate::ocr_geometry::db_boxes`]:
 //!    threshold, dilation, contours, minimum-area rectangles scored on the map, unclipped
 //!    by 1.6 x area / perimeter), sorted top to bottom, then left to right.
 //! 3. Each box is cut out by a perspective warp (bicubic) and turned a quarter when it is at

@@ -23,7 +23,7 @@
 //!   concatenates the encoder's outputs on the channel axis; GroupNorm 32, eps 1e-5.
 //!
 //! The network is fully convolutional: any height and width divisible by 16 works (the
-//! package runs 128 x 128). [`Terrain::height_map`] turns a denoised sample into metres as
+//! package runs 128 x 128). [`height_map`] turns a denoised sample into metres as
 //! the package's generator does.
 
 use std::path::Path;
@@ -226,9 +226,9 @@ struct Attention {
 
 /// One element of a UNet block's sequence.
 enum Layer {
-    Conv(Conv),
-    Res(ResBlock),
-    Attn(Attention),
+    Conv(Box<Conv>),
+    Res(Box<ResBlock>),
+    Attn(Box<Attention>),
 }
 
 /// The loaded UNet on one device, computing in its dtype (F32, or BF16 on GPUs that have
@@ -290,7 +290,7 @@ impl Terrain {
             } else {
                 Some(ld.conv(&format!("{prefix}.skip_connection"), c_in, c_out, 1)?)
             };
-            Ok(Layer::Res(ResBlock {
+            Ok(Layer::Res(Box::new(ResBlock {
                 c_out,
                 in_norm: ld.norm(&format!("{prefix}.in_layers.0"), c_in)?,
                 in_conv: ld.conv(&format!("{prefix}.in_layers.2"), c_in, c_out, 3)?,
@@ -299,23 +299,28 @@ impl Terrain {
                 out_conv: ld.conv(&format!("{prefix}.out_layers.3"), c_out, c_out, 3)?,
                 skip,
                 resample,
-            }))
+            })))
         };
         let attn = |prefix: &str, c: usize| -> anyhow::Result<Layer> {
-            if c % hp.head_channels != 0 || c % hp.groups != 0 {
+            if !c.is_multiple_of(hp.head_channels) || !c.is_multiple_of(hp.groups) {
                 bail!(
                     "{prefix}: {c} channels do not split into heads of {}",
                     hp.head_channels
                 );
             }
-            Ok(Layer::Attn(Attention {
+            Ok(Layer::Attn(Box::new(Attention {
                 norm: ld.norm(&format!("{prefix}.norm"), c)?,
                 qkv: ld.linear(&format!("{prefix}.qkv"), c, 3 * c)?,
                 proj: ld.linear(&format!("{prefix}.proj_out"), c, c)?,
-            }))
+            })))
         };
         // guided-diffusion's UNetModel layout.
-        let mut input_blocks = vec![vec![Layer::Conv(ld.conv("input_blocks.0.0", 1, mc, 3)?)]];
+        let mut input_blocks = vec![vec![Layer::Conv(Box::new(ld.conv(
+            "input_blocks.0.0",
+            1,
+            mc,
+            3,
+        )?))]];
         let mut pushed = vec![mc];
         let (mut ch, mut ds) = (mc, 1);
         let levels = hp.channel_mult.len();
@@ -590,7 +595,13 @@ impl Terrain {
         difficulty: &[f32],
     ) -> anyhow::Result<Tensor> {
         let d = noisy.dims();
-        if d.len() != 4 || d[1] != 1 || d[2] % 16 != 0 || d[3] % 16 != 0 || d[2] == 0 || d[3] == 0 {
+        if d.len() != 4
+            || d[1] != 1
+            || !d[2].is_multiple_of(16)
+            || !d[3].is_multiple_of(16)
+            || d[2] == 0
+            || d[3] == 0
+        {
             bail!("terrain: noisy must be [B, 1, H, W] with H and W positive multiples of 16, got {d:?}");
         }
         let b = d[0];

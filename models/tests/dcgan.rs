@@ -81,8 +81,7 @@ fn dcgan_noise_grid_and_errors() {
         let bad = Tensor::zeros_nd_on(device, &[2, LATENT + 1], Dtype::F32).unwrap();
         let err = model
             .generate(&bad)
-            .err()
-            .expect("a [2, 101] latent is refused");
+            .expect_err("a [2, 101] latent is refused");
         assert!(err.to_string().contains("[B, 100]"), "{err}");
     }
     let faces: Vec<f32> = (0..2 * 3 * SIDE * SIDE)

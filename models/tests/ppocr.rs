@@ -170,24 +170,20 @@ fn ppocr_refuses_bad_inputs() {
     let x = |d: &[usize]| Tensor::zeros_nd_on(Device::Cpu, d, Dtype::F32).unwrap();
     let err = det
         .forward(&x(&[1, 3, 48, 64]))
-        .err()
-        .expect("48 rows refused");
+        .expect_err("48 rows refused");
     assert!(err.to_string().contains("multiples of 32"), "{err}");
     assert!(det.forward(&x(&[1, 1, 64, 64])).is_err());
     let rec = Recognizer::load(&dir.join("rec.safetensors"), Device::Cpu, Dtype::F32).unwrap();
     let err = rec
         .forward(&x(&[1, 3, 32, 100]))
-        .err()
-        .expect("32 rows refused");
+        .expect_err("32 rows refused");
     assert!(err.to_string().contains("48 pixels high"), "{err}");
     assert_eq!(rec.character(0), "");
     assert_eq!(rec.character(6624), " ");
     assert_eq!(rec.classes(), 6625);
     // A file of one kind is not loaded as another.
-    let wrong = Classifier::load(&dir.join("det.safetensors"), Device::Cpu, Dtype::F32);
-    assert!(wrong
-        .err()
-        .expect("det is not cls")
-        .to_string()
-        .contains("`cls`"));
+    let Err(wrong) = Classifier::load(&dir.join("det.safetensors"), Device::Cpu, Dtype::F32) else {
+        panic!("det.safetensors loaded as a classifier");
+    };
+    assert!(wrong.to_string().contains("`cls`"), "{wrong}");
 }

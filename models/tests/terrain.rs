@@ -172,9 +172,9 @@ fn terrain_height_map_follows_the_package() {
 #[test]
 fn terrain_refuses_bad_inputs() {
     let path = files::terrain_weights();
-    let f16 = Terrain::load(&path, Device::Cpu, Dtype::F16)
-        .err()
-        .expect("F16 refused");
+    let Err(f16) = Terrain::load(&path, Device::Cpu, Dtype::F16) else {
+        panic!("the terrain UNet loaded in F16");
+    };
     assert!(f16.to_string().contains("F16"), "{f16}");
     let model = Terrain::load(&path, Device::Cpu, Dtype::F32).unwrap();
     let x = |dims: &[usize]| Tensor::zeros_nd_on(Device::Cpu, dims, Dtype::F32).unwrap();
@@ -188,8 +188,7 @@ fn terrain_refuses_bad_inputs() {
     for (noisy, sigma, difficulty, needle) in cases {
         let err = model
             .denoise(&noisy, &sigma, &difficulty)
-            .err()
-            .expect("refused");
+            .expect_err("refused");
         assert!(
             err.to_string().contains(needle),
             "{err} (wanted {needle:?})"
@@ -203,8 +202,7 @@ fn terrain_refuses_bad_inputs() {
             Sampler::Euler,
             |_, _| {},
         )
-        .err()
-        .expect("increasing sigmas refused");
+        .expect_err("increasing sigmas refused");
     assert!(err.to_string().contains("decrease"), "{err}");
     assert!(Terrain::difficulty_input(0).is_err() && Terrain::difficulty_input(101).is_err());
     assert_eq!(Terrain::difficulty_input(100).unwrap(), 1.0);
