@@ -97,6 +97,9 @@ def load_state_dict(path, key):
         if order != "little":
             sys.exit(f"{path}: storages are {order}-endian; only little-endian is handled")
         obj = RestrictedUnpickler(z.open(pkl[0])).load()
+        if key and (not isinstance(obj, dict) or key not in obj):
+            found = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+            sys.exit(f"{path}: no `{key}` in the checkpoint (it holds {found})")
         state = obj[key] if key else obj
         out = {}
         for name, t in state.items():

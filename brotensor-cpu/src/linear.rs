@@ -91,6 +91,10 @@ pub fn matmul_strided(a: Mat<'_>, b: Mat<'_>, c: &mut [f32], ldc: usize, accumul
         return;
     }
     assert!(ldc >= n, "matmul: row stride {ldc} below {n} columns");
+    assert!(
+        isize::try_from(ldc).is_ok(),
+        "matmul: row stride {ldc} past isize::MAX"
+    );
     let span = (m - 1)
         .checked_mul(ldc)
         .and_then(|v| v.checked_add(n))
@@ -120,7 +124,8 @@ pub fn matmul_strided(a: Mat<'_>, b: Mat<'_>, c: &mut [f32], ldc: usize, accumul
     // strides (1, ldc), ldc >= n, so the m rows of n columns stay inside it and do not
     // overlap; `a` and `b` hold exactly rows*cols elements (checked without overflow in
     // `Mat::new`, the only way to build a `Mat`) and their strides address only those. Slice
-    // lengths are at most isize::MAX, so the strides convert to isize exactly. `c` is a
+    // lengths are at most isize::MAX, so the strides convert to isize exactly (`ldc` is
+    // checked to, for the one-row case where it need not fit in `c`). `c` is a
     // unique borrow, so it aliases neither input.
     unsafe {
         gemm::gemm(

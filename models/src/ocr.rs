@@ -58,8 +58,11 @@ pub struct Line {
 /// Seconds spent in each stage of [`Ocr::read`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Timings {
+    /// Resize, detector and box extraction.
     pub detect: f64,
+    /// The direction classifier's batches.
     pub classify: f64,
+    /// The recogniser's batches and decoding.
     pub recognize: f64,
 }
 
@@ -216,11 +219,9 @@ impl Ocr {
 
     /// The text lines of a BGR image, top to bottom, with the time of each stage.
     pub fn read(&self, image: &Bgr) -> anyhow::Result<(Vec<Line>, Timings)> {
-        if image.width == 0 || image.height == 0 {
-            bail!("ocr: the image is empty");
-        }
+        check_image(image)?;
         let mut times = Timings::default();
-        let (img, scale) = global_resize(image);
+        let (img, scale) = global_resize(image)?;
         let (img, pad) = letterbox(img);
         let start = Instant::now();
         let boxes = self.detect(&img)?;
@@ -267,6 +268,24 @@ impl Ocr {
     }
 }
 
+/// Errors unless `img` is non-empty and holds exactly `width * height * 3` bytes.
+fn check_image(img: &Bgr) -> anyhow::Result<()> {
+    let want = img
+        .width
+        .checked_mul(img.height)
+        .and_then(|p| p.checked_mul(3));
+    if img.width == 0 || img.height == 0 || want != Some(img.data.len()) {
+        bail!(
+            "ocr: a {} x {} BGR image must hold {} bytes, has {}",
+            img.width,
+            img.height,
+            want.map_or("too many".to_string(), |n| n.to_string()),
+            img.data.len()
+        );
+    }
+    Ok(())
+}
+
 /// Crop indices in ascending width / height order (stable).
 fn by_aspect(crops: &[Bgr]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..crops.len()).collect();
@@ -275,25 +294,38 @@ fn by_aspect(crops: &[Bgr]) -> Vec<usize> {
     order
 }
 
-/// The package's global size rule: a side past 2000 scales the image down to 2000, a side
-/// under 30 scales it up to 30 (both sides then rounded to multiples of 32). Returns the
-/// image and the factors that map its x and y back to the original's.
-fn global_resize(img: &Bgr) -> (Bgr, (f32, f32)) {
-    let (w, h) = (img.width, img.height);
-    let mut ratio = 1.0;
-    if w.max(h) > 2000 {
-        ratio = 2000.0 / w.max(h) as f64;
+/// `img` resized by `ratio`, both sides `int(side ratio)` rounded to a multiple of 32; an
+/// error when one rounds to 0 (the package refuses those too).
+fn rescale(img: &Bgr, ratio: f64) -> anyhow::Result<Bgr> {
+    let side = |v: usize| (round_half_even((v as f64 * ratio).trunc() / 32.0) * 32.0) as usize;
+    let (rw, rh) = (side(img.width), side(img.height));
+    if rw == 0 || rh == 0 {
+        bail!(
+            "ocr: a {} x {} image scaled by {ratio:.4} leaves a side of 0 pixels",
+            img.width,
+            img.height
+        );
     }
-    if w.min(h) < 30 {
-        ratio = 30.0 / w.min(h) as f64;
+    Ok(geo::resize_linear(img, rw, rh))
+}
+
+/// The package's global size rules, in its order: a longest side past 2000 scales the image
+/// down to 2000, then a shortest side under 30 scales it up to 30 (each time both sides
+/// rounded to multiples of 32). Returns the image and the factors that map its x and y back
+/// to the original's.
+fn global_resize(img: &Bgr) -> anyhow::Result<(Bgr, (f32, f32))> {
+    let mut out = img.clone();
+    if out.width.max(out.height) > 2000 {
+        out = rescale(&out, 2000.0 / out.width.max(out.height) as f64)?;
     }
-    if ratio == 1.0 {
-        return (img.clone(), (1.0, 1.0));
+    if out.width.min(out.height) < 30 {
+        out = rescale(&out, 30.0 / out.width.min(out.height) as f64)?;
     }
-    let rw = multiple_of_32((w as f64 * ratio) as usize);
-    let rh = multiple_of_32((h as f64 * ratio) as usize);
-    let out = geo::resize_linear(img, rw, rh);
-    (out, (w as f32 / rw as f32, h as f32 / rh as f32))
+    let back = (
+        img.width as f32 / out.width as f32,
+        img.height as f32 / out.height as f32,
+    );
+    Ok((out, back))
 }
 
 /// Black rows above and below an image at most 30 high or more than 8 times as wide as
@@ -311,8 +343,11 @@ fn letterbox(img: Bgr) -> (Bgr, usize) {
     (out, p)
 }
 
-/// The BGR bytes of an image file (PNG or JPEG; gray and alpha images converted to RGB
-/// first).
+/// The BGR bytes of an image file (PNG or JPEG), decoded by the `image` crate with gray,
+/// palette and alpha images converted to RGB. The package reads RGB files the same way (8-bit
+/// RGB PNGs give identical bytes), but not the others: it inverts RGBA images whose masked
+/// mean is positive, takes a palette image's indices as gray levels, and decodes JPEG with
+/// libjpeg-turbo, whose bytes may differ by one level.
 pub fn load_bgr(path: &Path) -> anyhow::Result<Bgr> {
     let rgb = brotensor::io::image::load_rgb(path, Device::Cpu)?;
     let (h, w) = (rgb.dims()[2], rgb.dims()[3]);
@@ -331,6 +366,7 @@ pub fn load_bgr(path: &Path) -> anyhow::Result<Bgr> {
 /// The image as a `[3, H, W]` RGB tensor in `[0, 1]` with each line's box drawn in red,
 /// 2 pixels wide, for `brotensor::io::image::save_png`.
 pub fn draw_boxes(img: &Bgr, lines: &[Line]) -> anyhow::Result<Tensor> {
+    check_image(img)?;
     let (w, h) = (img.width, img.height);
     let mut px = vec![0f32; 3 * w * h];
     for p in 0..w * h {
@@ -360,4 +396,61 @@ pub fn draw_boxes(img: &Bgr, lines: &[Line]) -> anyhow::Result<Tensor> {
         }
     }
     Ok(Tensor::from_slice_nd_on(Device::Cpu, &px, &[3, h, w])?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gray(width: usize, height: usize) -> Bgr {
+        Bgr::new(width, height, vec![128; width * height * 3]).expect("sized")
+    }
+
+    /// The package's rules in its order (worked by hand from `main.py`): 2500 x 25 first
+    /// shrinks to 2000 x 20, rounded to 1984 x 32, whose short side then needs no growing;
+    /// it is 62 times as wide as high, so 232 black rows go above and below.
+    #[test]
+    fn size_rules_follow_the_package_order() {
+        let (img, back) = global_resize(&gray(2500, 25)).unwrap();
+        assert_eq!((img.width, img.height), (1984, 32));
+        assert_eq!(back, (2500.0 / 1984.0, 25.0 / 32.0));
+        let (boxed, pad) = letterbox(img);
+        assert_eq!((pad, boxed.width, boxed.height), (232, 1984, 32 + 2 * 232));
+        assert!(boxed.data[..232 * 1984 * 3].iter().all(|&b| b == 0));
+        assert_eq!(boxed.data[232 * 1984 * 3], 128);
+        // A short side under 30 alone: 100 x 20 grows by 1.5 to 150 x 30, rounded to 160 x 32.
+        let (img, _) = global_resize(&gray(100, 20)).unwrap();
+        assert_eq!((img.width, img.height), (160, 32));
+        // Ordinary sizes pass untouched.
+        let (img, back) = global_resize(&gray(640, 480)).unwrap();
+        assert_eq!((img.width, img.height, back), (640, 480, (1.0, 1.0)));
+        assert_eq!(letterbox(img).1, 0);
+    }
+
+    /// 4000 x 28 shrinks to 2000 x 14, whose height rounds to 0: refused, as the package
+    /// refuses it; so is an image whose bytes do not match its size.
+    #[test]
+    fn degenerate_images_are_refused() {
+        let err = global_resize(&gray(4000, 28)).expect_err("a zero side");
+        assert!(err.to_string().contains("side of 0"), "{err}");
+        let bad = Bgr {
+            width: 10,
+            height: 10,
+            data: vec![0; 7],
+        };
+        assert!(check_image(&bad).is_err());
+        assert!(draw_boxes(&bad, &[]).is_err());
+        assert!(check_image(&gray(3, 2)).is_ok());
+    }
+
+    #[test]
+    fn python_rounding_and_multiples_of_32() {
+        assert_eq!(round_half_even(2.5), 2.0);
+        assert_eq!(round_half_even(3.5), 4.0);
+        assert_eq!(round_half_even(30.66), 31.0);
+        // 981 / 32 = 30.66 -> 992; 736 stays; 16 / 32 = 0.5 -> 0 -> at least 32.
+        assert_eq!(multiple_of_32(981), 992);
+        assert_eq!(multiple_of_32(736), 736);
+        assert_eq!(multiple_of_32(16), 32);
+    }
 }

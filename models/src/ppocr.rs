@@ -302,10 +302,12 @@ impl Weights {
     /// A dense layer stored `[in, out]`.
     fn dense(&self, name: &str) -> anyhow::Result<Dense> {
         let m = self.meta(name)?;
-        let (c_in, c_out) = (
-            m["in"].as_u64().context("in")? as usize,
-            m["out"].as_u64().context("out")? as usize,
-        );
+        let count = |k: &str| {
+            m[k].as_u64()
+                .map(|v| v as usize)
+                .with_context(|| format!("`{name}`: metadata `{k}`"))
+        };
+        let (c_in, c_out) = (count("in")?, count("out")?);
         let w = self.host(&format!("{name}.weight"), &[c_in, c_out])?;
         let mut t = vec![0f32; w.len()];
         for (i, row) in w.chunks_exact(c_out).enumerate() {
@@ -321,8 +323,12 @@ impl Weights {
 
     fn layer_norm(&self, name: &str) -> anyhow::Result<(Tensor, Tensor, f32)> {
         let m = self.meta(name)?;
-        let c = m["dim"].as_u64().context("dim")? as usize;
-        let eps = m["eps"].as_f64().context("eps")? as f32;
+        let c = m["dim"]
+            .as_u64()
+            .with_context(|| format!("`{name}`: metadata `dim`"))? as usize;
+        let eps = m["eps"]
+            .as_f64()
+            .with_context(|| format!("`{name}`: metadata `eps`"))? as f32;
         let gamma = self.upload(&self.host(&format!("{name}.weight"), &[c])?, &[c])?;
         let beta = self.upload(&self.host(&format!("{name}.bias"), &[c])?, &[c])?;
         Ok((gamma, beta, eps))
@@ -422,8 +428,15 @@ impl Detector {
             Ok((w.conv(&format!("{name}.conv"))?, se))
         };
         let blocks = lc_blocks(&w)?;
-        if taps.iter().any(|&t| t >= blocks.len()) {
-            bail!("a neck tap {taps:?} is past the {} blocks", blocks.len());
+        if taps.is_empty()
+            || taps.len() > 6
+            || taps.windows(2).any(|w| w[0] >= w[1])
+            || taps.iter().any(|&t| t >= blocks.len())
+        {
+            bail!(
+                "the neck taps {taps:?} must be 1 to 6 increasing blocks below {}",
+                blocks.len()
+            );
         }
         let levels = 0..taps.len();
         Ok(Detector {
@@ -550,8 +563,10 @@ impl Classifier {
     /// 192]` (F32).
     pub fn forward(&self, x: &Tensor) -> anyhow::Result<Tensor> {
         let [n, _, h, w] = check_input("ppocr classifier", x)?;
-        if h < 16 || w < 16 {
-            bail!("ppocr classifier: input must be at least 16 x 16, got {h} x {w}");
+        if h != 48 || w < 8 {
+            bail!(
+                "ppocr classifier: input must be 48 pixels high and at least 8 wide, got {h} x {w}"
+            );
         }
         let mut t = self.conv1.forward(&as_dtype(x, self.dtype)?)?;
         for (expand, dw, se, linear, residual) in &self.blocks {

@@ -101,6 +101,12 @@ impl Hyper {
         if h.channel_mult.is_empty() || h.head_channels == 0 || h.groups == 0 {
             bail!("the weights' metadata describes an empty network");
         }
+        if h.channel_mult.len() > 8 {
+            bail!(
+                "the weights' metadata asks for {} levels (at most 8)",
+                h.channel_mult.len()
+            );
+        }
         Ok(h)
     }
 }
@@ -238,10 +244,11 @@ pub struct Terrain {
     dtype: Dtype,
     groups: usize,
     head_channels: usize,
+    /// Height and width must be multiples of it: 2^(levels - 1).
+    multiple: usize,
     time_embed: [Linear; 2],
     label_emb: [Linear; 2],
     input_blocks: Vec<Vec<Layer>>,
-    /// The channels each input block pushes for the decoder.
     middle: Vec<Layer>,
     output_blocks: Vec<Vec<Layer>>,
     out_norm: Norm,
@@ -373,6 +380,7 @@ impl Terrain {
         Ok(Terrain {
             device,
             dtype,
+            multiple: 1 << (levels - 1),
             groups: hp.groups,
             head_channels: hp.head_channels,
             time_embed: [
@@ -585,7 +593,7 @@ impl Terrain {
     }
 
     /// One evaluation of the denoiser: `denoised [B, 1, H, W]` (F32, in `[-1, 1]`) of
-    /// `noisy [B, 1, H, W]` (F32, on the model's device, `H` and `W` multiples of 16) at
+    /// `noisy [B, 1, H, W]` (F32, on the model's device, `H` and `W` multiples of 16 for this model's 5 levels) at
     /// noise levels `sigma` (`B` positive values) and difficulties `difficulty` (`B` values
     /// in `[0, 1]`: the package's `(d - 1) / 99` for a difficulty `d` in 1..=100).
     pub fn denoise(
@@ -594,15 +602,15 @@ impl Terrain {
         sigma: &[f32],
         difficulty: &[f32],
     ) -> anyhow::Result<Tensor> {
-        let d = noisy.dims();
+        let (d, m) = (noisy.dims(), self.multiple);
         if d.len() != 4
             || d[1] != 1
-            || !d[2].is_multiple_of(16)
-            || !d[3].is_multiple_of(16)
+            || !d[2].is_multiple_of(m)
+            || !d[3].is_multiple_of(m)
             || d[2] == 0
             || d[3] == 0
         {
-            bail!("terrain: noisy must be [B, 1, H, W] with H and W positive multiples of 16, got {d:?}");
+            bail!("terrain: noisy must be [B, 1, H, W] with H and W positive multiples of {m}, got {d:?}");
         }
         let b = d[0];
         if sigma.len() != b || difficulty.len() != b {

@@ -148,7 +148,7 @@ fn terrain_samplers_match_onnx_runtime() {
 }
 
 /// The height map of case A's ORT output against the package's formula (the reference
-/// JSON's statistics and first row), and the same from our denoised output.
+/// JSON's statistics and first row).
 #[test]
 fn terrain_height_map_follows_the_package() {
     let r = &common::json("terrain_reference.json")["case_a"];
