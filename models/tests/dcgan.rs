@@ -7,16 +7,7 @@ use brotensor_models::dcgan::{grid, DcGan, LATENT, SIDE};
 use brotensor_models::files;
 
 mod common;
-use common::devices;
-
-/// The little-endian f32 values of a binary fixture.
-fn f32_fixture(name: &str) -> Vec<f32> {
-    let bytes = std::fs::read(common::fixture(name)).expect("fixture");
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
-}
+use common::{devices, f32_fixture};
 
 #[test]
 fn dcgan_matches_onnx_runtime() {

@@ -9,16 +9,7 @@ use brotensor_models::ppocr::{Classifier, Detector, Recognizer};
 use serde_json::Value;
 
 mod common;
-use common::{devices, floats};
-
-/// The little-endian f32 values of a binary fixture.
-fn f32_fixture(name: &str) -> Vec<f32> {
-    let bytes = std::fs::read(common::fixture(name)).expect("fixture");
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
-}
+use common::{devices, f32_fixture, floats};
 
 fn dims(v: &Value) -> Vec<usize> {
     floats(v).into_iter().map(|x| x as usize).collect()

@@ -11,16 +11,7 @@ use brotensor_models::terrain::{height_map, karras_sigmas, Sampler, Terrain, SIG
 use serde_json::Value;
 
 mod common;
-use common::{devices, floats};
-
-/// The little-endian f32 values of a binary fixture.
-fn f32_fixture(name: &str) -> Vec<f32> {
-    let bytes = std::fs::read(common::fixture(name)).expect("fixture");
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
-}
+use common::{devices, f32_fixture, floats};
 
 fn max_abs(v: &[f32]) -> f32 {
     v.iter().fold(0f32, |m, x| m.max(x.abs()))

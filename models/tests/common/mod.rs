@@ -12,6 +12,16 @@ pub fn fixture(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// The little-endian f32 values of a binary fixture of `tests/fixtures/models/`.
+#[allow(dead_code)] // not every test binary reads a binary fixture
+pub fn f32_fixture(name: &str) -> Vec<f32> {
+    let bytes = std::fs::read(fixture(name)).expect("fixture");
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
 /// A JSON fixture of `tests/fixtures/models/`.
 pub fn json(name: &str) -> Value {
     let text = std::fs::read_to_string(fixture(name)).expect("fixture");
