@@ -22,10 +22,30 @@ pub enum Device {
     Wgpu(usize),
 }
 
+/// The runtime a [`Device`] belongs to, without its ordinal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceKind {
+    /// The host.
+    Cpu,
+    /// CUDA devices.
+    Cuda,
+    /// wgpu adapters.
+    Wgpu,
+}
+
 impl Device {
     /// Whether this is a GPU device (CUDA or wgpu).
     pub fn is_gpu(self) -> bool {
         !matches!(self, Device::Cpu)
+    }
+
+    /// Its runtime.
+    pub fn kind(self) -> DeviceKind {
+        match self {
+            Device::Cpu => DeviceKind::Cpu,
+            Device::Cuda(_) => DeviceKind::Cuda,
+            Device::Wgpu(_) => DeviceKind::Wgpu,
+        }
     }
 }
 

@@ -108,6 +108,16 @@ pub enum Error {
         /// The runtime's message.
         reason: String,
     },
+    /// A collective failed across ranks: the ranks disagree on the call (op, shape, dtype,
+    /// root), a rank did not arrive within the communicator's timeout, or the engine (MPI,
+    /// NCCL) reported an error. After a timeout the communicator refuses further calls.
+    #[error("brotensor: {op}: {reason}")]
+    Collective {
+        /// The collective.
+        op: &'static str,
+        /// What went wrong, naming the ranks.
+        reason: String,
+    },
 }
 
 fn detail_suffix(reason: &str) -> String {

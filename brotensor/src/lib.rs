@@ -19,6 +19,7 @@
 pub mod autograd;
 mod backend;
 pub mod custom;
+pub mod distributed;
 mod device;
 mod display;
 mod dtype;
@@ -37,14 +38,15 @@ mod view;
 /// The CubeCL version brotensor is built on, for writing your own `#[cube]` kernels (see
 /// [`custom`]).
 pub use cubecl;
-pub use device::Device;
+pub use device::{Device, DeviceKind};
 pub use dtype::Dtype;
 pub use error::{Error, Result};
 pub use layout::MAX_RANK;
 /// The complex element type of C64 (`Complex<f32>`) and C128 (`Complex<f64>`) tensors.
 pub use num_complex::Complex;
 pub use runtime::{
-    available_devices, compute_dtype, compute_dtype_on, cpu_tier, default_device, device_name,
+    available_devices, compute_dtype, compute_dtype_on, cpu_tier, default_device, device_count,
+    device_name,
     init, is_available, is_software, matmul_uses_matrix_units, max_buffer_bytes, memory_info,
     memory_trim, set_default_device, supports_dtype, sync, sync_all, DeviceScope, MemoryInfo,
     CPU_TIER_ENV, DEFAULT_DEVICE_ENV,

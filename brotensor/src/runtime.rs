@@ -6,7 +6,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::backend::cpu::CPU;
 use crate::backend::Backend;
 pub use crate::backend::MemoryInfo;
-use crate::{Device, Dtype, Error, Result};
+use crate::{Device, DeviceKind, Dtype, Error, Result};
 
 /// Environment variable that names the default device: `cpu`, `cuda[:N]` or `wgpu[:N]`.
 pub const DEFAULT_DEVICE_ENV: &str = "BROTENSOR_DEFAULT_DEVICE";
@@ -98,6 +98,15 @@ pub fn available_devices() -> Vec<Device> {
     std::iter::once(Device::Cpu)
         .chain(registry().gpus.iter().map(|b| b.device()))
         .collect()
+}
+
+/// How many usable devices of `kind` this machine has (1 for the CPU): `cuda:0 ..
+/// cuda:{n-1}` or `wgpu:0 .. wgpu:{n-1}`. Discovers the devices first.
+pub fn device_count(kind: DeviceKind) -> usize {
+    available_devices()
+        .into_iter()
+        .filter(|d| d.kind() == kind)
+        .count()
 }
 
 /// Whether `device` is usable.

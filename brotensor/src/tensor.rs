@@ -581,6 +581,37 @@ impl Tensor {
 
     // ---- crate-internal access for the views, ops and backends ----
 
+    /// Copies `src`'s elements into this tensor's own storage (same device, dims and
+    /// dtype; this tensor dense and not shared), so the allocation and its id stay: the
+    /// in-place write of the collectives that compute on the host.
+    pub(crate) fn overwrite_with(&mut self, op: &'static str, src: &Tensor) -> Result<()> {
+        if src.device != self.device || src.dtype != self.dtype || src.dims() != self.dims() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "internal: overwrite of a {:?} {} tensor on {} with a {:?} {} one on {}",
+                    self.dims(),
+                    self.dtype,
+                    self.device,
+                    src.dims(),
+                    src.dtype,
+                    src.device
+                ),
+            ));
+        }
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        self.check_writable(op, "tensor")?;
+        let bytes = self.storage_bytes();
+        let be = backend(op, self.device)?;
+        let from = src.dense_storage(op)?;
+        let to = self
+            .storage_mut()
+            .ok_or_else(|| Error::invalid(op, "`tensor` has no storage of its own"))?;
+        be.copy(from, to, bytes)
+    }
+
     /// A tensor sharing this one's storage under `layout`.
     pub(crate) fn view(&self, layout: Layout) -> Tensor {
         Tensor {

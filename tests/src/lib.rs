@@ -9,6 +9,7 @@
 
 use std::io::Write;
 
+pub mod collectives;
 pub mod op_table;
 pub mod reference;
 

@@ -17,6 +17,7 @@ mod default_device;
 mod delta_rule;
 mod diffusion;
 mod dispatch;
+mod distributed;
 mod embedding;
 mod fft;
 mod flash_attention;
