@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build=$(cargo test --workspace --all-targets --no-run --message-format=json)
+build=$(cargo test --workspace --all-targets --features="${BROTENSOR_FEATURES-}" --no-run --message-format=json)
 exe() { # the test executable of target $1
   echo "$build" | sed -n "s/.*\"name\":\"$1\".*\"test\":true.*\"executable\":\"\([^\"]*\)\".*/\1/p" | head -n 1
 }

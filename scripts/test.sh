@@ -68,14 +68,14 @@ step "fmt" cargo fmt --all -- --check
 step "fetch models" scripts/fetch-models.sh >/dev/null
 step "coverage check" python3 scripts/coverage-check.py  # every "yes" in docs/op-coverage.md names a tested function
 # The build alone first, so the table tells building from testing; its slowest units follow.
-step "build tests" cargo test --workspace --all-targets --no-run --timings
+step "build tests" cargo test --workspace --all-targets --features="$BROTENSOR_FEATURES" --no-run --timings
 python3 scripts/build-timings.py "${CARGO_TARGET_DIR:-target}/cargo-timings/cargo-timing.html" 20
 # Every test, example (the custom-kernel example checks a user's #[cube] kernel against f64 on
 # every device) and model. The CUDA lowering test keeps its units for the NVRTC step below.
-BROTENSOR_CUDA_DIR="$work/cu" step "tests (every device)" cargo test --workspace --all-targets
-step "doc tests" cargo test --workspace --doc
+BROTENSOR_CUDA_DIR="$work/cu" step "tests (every device)" cargo test --workspace --all-targets --features="$BROTENSOR_FEATURES"
+step "doc tests" cargo test --workspace --features="$BROTENSOR_FEATURES" --doc
 # Every public item's docs build, with no broken links.
-RUSTDOCFLAGS="-D warnings" step "docs" cargo doc --workspace --no-deps
+RUSTDOCFLAGS="-D warnings" step "docs" cargo doc --workspace --features="$BROTENSOR_FEATURES" --no-deps
 # The CPU-only build (no GPU runtimes) must keep compiling. After the docs: it reuses the
 # dependencies they checked.
 step "check, no GPU runtimes" cargo check -p brotensor --no-default-features

@@ -7,12 +7,21 @@
 //! of the activations, unlike llama.cpp), and an embedding row is decoded from its Q8_0
 //! blocks on the host when its token comes in. Attention runs over a KV cache with
 //! `ops::flash_attention_decode` (causal, bottom-right, GQA without copying K/V).
+//!
+//! Tensor parallelism ([`SmolLm2::load_shard`], [`SmolLm2::generate_sharded`]): each rank of
+//! a [`Communicator`] world holds whole KV groups of the attention (their query, key and
+//! value rows and the matching columns of the output projection) and a slice of the FFN
+//! (gate and up rows, down columns), cut at quantization-block boundaries from the GGUF
+//! bytes; the norms, the embedding and the output head are whole on every rank. Each layer
+//! sums the ranks' partial outputs with two all-reduces, after the attention output and after
+//! the FFN.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
+use brotensor::distributed::{Communicator, ReduceOp};
 use brotensor::io::gguf::{self, GgufFile, TensorInfo};
 use brotensor::ops::{self, Act, RopeParams};
 use brotensor::{Device, Dtype, Tensor};
@@ -46,6 +55,66 @@ pub struct Config {
     pub rope_base: f32,
 }
 
+/// Which part of the model a rank holds: rank `rank` of `world` (the whole model is rank 0 of
+/// 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This rank.
+    pub rank: usize,
+    /// The number of ranks the model is split over.
+    pub world: usize,
+}
+
+impl Shard {
+    /// The whole model on one rank.
+    pub const WHOLE: Shard = Shard { rank: 0, world: 1 };
+}
+
+/// `rank`'s range of `n` units split over `world` (the first `n % world` ranks take one more).
+fn split(n: usize, world: usize, rank: usize) -> (usize, usize) {
+    let (q, rem) = (n / world, n % world);
+    let lo = rank * q + rank.min(rem);
+    (lo, lo + q + usize::from(rank < rem))
+}
+
+/// What one rank computes: its query / KV heads and FFN columns.
+#[derive(Debug, Clone, Copy)]
+struct Local {
+    heads: usize,
+    kv_heads: usize,
+}
+
+/// Rows `lo..hi` of a row-major matrix of `rows` rows stored as `data`.
+fn rows_of(data: &[u8], rows: usize, lo: usize, hi: usize) -> &[u8] {
+    let row = data.len() / rows;
+    &data[lo * row..hi * row]
+}
+
+/// Columns `lo..hi` of every row of a row-major `rows x cols` matrix of `dtype` blocks
+/// stored as `data`; the cut must fall on block boundaries.
+fn cols_of(
+    name: &str,
+    data: &[u8],
+    (rows, cols): (usize, usize),
+    dtype: Dtype,
+    (lo, hi): (usize, usize),
+) -> anyhow::Result<Vec<u8>> {
+    let block = dtype.block_size();
+    if lo % block != 0 || hi % block != 0 {
+        bail!(
+            "{name}: cannot split {cols} columns at {lo}..{hi}: not on {dtype} block \
+             boundaries (every {block} columns)"
+        );
+    }
+    let row = data.len() / rows;
+    let (a, b) = (lo / block * dtype.block_bytes(), hi / block * dtype.block_bytes());
+    let mut out = Vec::with_capacity(rows * (b - a));
+    for r in 0..rows {
+        out.extend_from_slice(&data[r * row + a..r * row + b]);
+    }
+    Ok(out)
+}
+
 struct Layer {
     attn_norm: Tensor,
     q: Tensor,
@@ -61,8 +130,10 @@ struct Layer {
 
 /// The loaded model on one device.
 pub struct SmolLm2 {
-    /// Its hyper-parameters.
+    /// Its hyper-parameters (of the whole model).
     pub config: Config,
+    shard: Shard,
+    local: Local,
     device: Device,
     dtype: Dtype,
     file: GgufFile,
@@ -153,6 +224,18 @@ impl SmolLm2 {
     /// Maps the GGUF at `path` and uploads its weights to `device` (quantized matrices as
     /// their blocks; norms in `dtype`, the dtype activations are computed in).
     pub fn load(path: &Path, device: Device, dtype: Dtype) -> anyhow::Result<SmolLm2> {
+        SmolLm2::load_shard(path, device, dtype, Shard::WHOLE)
+    }
+
+    /// [`SmolLm2::load`] of `shard`'s part for tensor parallelism: whole KV groups of the
+    /// attention and a slice of the FFN (see the module docs). Errors when the world has
+    /// more ranks than KV heads or a cut misses a quantization block boundary.
+    pub fn load_shard(
+        path: &Path,
+        device: Device,
+        dtype: Dtype,
+        shard: Shard,
+    ) -> anyhow::Result<SmolLm2> {
         let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
         let arch = file.meta_str("general.architecture")?;
         if arch != "llama" {
@@ -182,6 +265,22 @@ impl SmolLm2 {
         {
             bail!("unsupported head layout: {config:?}");
         }
+        if shard.world == 0 || shard.rank >= shard.world || shard.world > config.kv_heads {
+            bail!(
+                "cannot take rank {} of {}: the model splits over 1 to {} ranks (its KV heads)",
+                shard.rank,
+                shard.world,
+                config.kv_heads
+            );
+        }
+        let group = heads / config.kv_heads;
+        let (kv0, kv1) = split(config.kv_heads, shard.world, shard.rank);
+        let local = Local {
+            heads: (kv1 - kv0) * group,
+            kv_heads: kv1 - kv0,
+        };
+        let hd = config.head_dim;
+        let (q_rows, kv_rows) = ((kv0 * group * hd, kv1 * group * hd), (kv0 * hd, kv1 * hd));
         let tokenizer = tokenizer::from_gguf(&file)?;
         let bos = tokenizer::gguf_adds_bos(&file)?;
         let eos = u32::try_from(file.meta_u64("tokenizer.ggml.eos_token_id")?)?;
@@ -189,9 +288,6 @@ impl SmolLm2 {
         let bar = progress(config.layers as u64 + 1, "smollm2");
         let info =
             |name: &str| -> anyhow::Result<TensorInfo> { Ok(file.get_tensor(name)?.clone()) };
-        let raw = |name: &str| -> anyhow::Result<Tensor> {
-            Ok(gguf::upload_raw_on(device, &file, &info(name)?)?)
-        };
         let norm = |name: &str| -> anyhow::Result<Tensor> {
             Ok(gguf::dequantize_tensor_on(device, &file, &info(name)?)?.to_dtype(dtype)?)
         };
@@ -205,34 +301,63 @@ impl SmolLm2 {
         let mut layers = Vec::with_capacity(config.layers);
         for i in 0..config.layers {
             let name = |t: &str| format!("blk.{i}.{t}.weight");
+            let quant = |info: &TensorInfo| {
+                info.dtype
+                    .ok_or_else(|| anyhow!("{} is {}", info.name, info.type_name))
+            };
+            // Rows `lo..hi` of a `[rows, width]` matrix.
+            let row_part = |t: &str, rows: usize, (lo, hi): (usize, usize)| -> anyhow::Result<Tensor> {
+                let info = info(&name(t))?;
+                let bytes = rows_of(file.data(&info), rows, lo, hi);
+                Ok(Tensor::from_raw_bytes_nd_on(device, bytes, &[hi - lo, width], quant(&info)?)?)
+            };
+            // Columns `lo..hi` of a `[width, cols]` matrix.
+            let col_part = |t: &str, cols: usize, (lo, hi): (usize, usize)| -> anyhow::Result<Tensor> {
+                let info = info(&name(t))?;
+                let dt = quant(&info)?;
+                let bytes = cols_of(&info.name, file.data(&info), (width, cols), dt, (lo, hi))?;
+                Ok(Tensor::from_raw_bytes_nd_on(device, &bytes, &[width, hi - lo], dt)?)
+            };
             let gate = info(&name("ffn_gate"))?;
             let up = info(&name("ffn_up"))?;
             if gate.dtype != up.dtype || gate.shape != up.shape {
                 bail!("blk.{i}: ffn_gate and ffn_up differ in type or shape");
             }
-            let dt = gate
-                .dtype
-                .ok_or_else(|| anyhow!("blk.{i}.ffn_gate is {}", gate.type_name))?;
-            let mut bytes = Vec::with_capacity(gate.nbytes + up.nbytes);
-            bytes.extend_from_slice(file.data(&gate));
-            bytes.extend_from_slice(file.data(&up));
-            let gate_up =
-                Tensor::from_raw_bytes_nd_on(device, &bytes, &[2 * config.ffn, width], dt)?;
+            let dt = quant(&gate)?;
+            // The FFN is cut in whole blocks of `ffn_down`'s columns.
+            let down_block = quant(&info(&name("ffn_down"))?)?.block_size();
+            if config.ffn % down_block != 0 {
+                bail!("blk.{i}: ffn_down's {} columns are not whole blocks", config.ffn);
+            }
+            let (b0, b1) = split(config.ffn / down_block, shard.world, shard.rank);
+            let ffn_cols = (b0 * down_block, b1 * down_block);
+            let mut bytes = Vec::new();
+            for t in [&gate, &up] {
+                bytes.extend_from_slice(rows_of(file.data(t), config.ffn, ffn_cols.0, ffn_cols.1));
+            }
+            let gate_up = Tensor::from_raw_bytes_nd_on(
+                device,
+                &bytes,
+                &[2 * (ffn_cols.1 - ffn_cols.0), width],
+                dt,
+            )?;
             layers.push(Layer {
                 attn_norm: norm(&name("attn_norm"))?,
-                q: raw(&name("attn_q"))?,
-                k: raw(&name("attn_k"))?,
-                v: raw(&name("attn_v"))?,
-                out: raw(&name("attn_output"))?,
+                q: row_part("attn_q", heads * hd, q_rows)?,
+                k: row_part("attn_k", config.kv_heads * hd, kv_rows)?,
+                v: row_part("attn_v", config.kv_heads * hd, kv_rows)?,
+                out: col_part("attn_output", heads * hd, q_rows)?,
                 ffn_norm: norm(&name("ffn_norm"))?,
                 gate_up,
-                down: raw(&name("ffn_down"))?,
+                down: col_part("ffn_down", config.ffn, ffn_cols)?,
             });
             bar.inc(1);
         }
         bar.finish_and_clear();
         Ok(SmolLm2 {
             config,
+            shard,
+            local,
             device,
             dtype,
             file,
@@ -289,7 +414,7 @@ impl SmolLm2 {
     /// An empty KV cache for `capacity` tokens.
     pub fn new_cache(&self, capacity: usize) -> anyhow::Result<Cache> {
         let c = &self.config;
-        let cols = c.kv_heads * c.head_dim;
+        let cols = self.local.kv_heads * c.head_dim;
         let mut k = Vec::with_capacity(c.layers);
         let mut v = Vec::with_capacity(c.layers);
         for _ in 0..c.layers {
@@ -330,7 +455,28 @@ impl SmolLm2 {
     /// Runs `ids` (at positions `cache.len() ..`) through the decoder, appending their keys
     /// and values to `cache`; returns the next-token logits `(1, vocab)` F32 of the last one.
     pub fn forward(&self, ids: &[u32], cache: &mut Cache) -> anyhow::Result<Tensor> {
-        self.forward_inner(ids, cache, None)
+        self.forward_inner(ids, cache, None, None)
+    }
+
+    /// [`SmolLm2::forward`] of a model loaded by [`SmolLm2::load_shard`]: every rank of
+    /// `comm` (whose rank and world must be the shard's) calls it with the same tokens and
+    /// gets the same logits.
+    pub fn forward_sharded(
+        &self,
+        ids: &[u32],
+        cache: &mut Cache,
+        comm: &dyn Communicator,
+    ) -> anyhow::Result<Tensor> {
+        if (comm.rank(), comm.world_size()) != (self.shard.rank, self.shard.world) {
+            bail!(
+                "the communicator is rank {} of {}, the model's shard rank {} of {}",
+                comm.rank(),
+                comm.world_size(),
+                self.shard.rank,
+                self.shard.world
+            );
+        }
+        self.forward_inner(ids, cache, None, Some(comm))
     }
 
     /// [`SmolLm2::forward`], adding each op's time to `times` (the device is synchronized
@@ -341,7 +487,7 @@ impl SmolLm2 {
         cache: &mut Cache,
         times: &mut OpTimes,
     ) -> anyhow::Result<Tensor> {
-        self.forward_inner(ids, cache, Some(times))
+        self.forward_inner(ids, cache, Some(times), None)
     }
 
     fn forward_inner(
@@ -349,8 +495,13 @@ impl SmolLm2 {
         ids: &[u32],
         cache: &mut Cache,
         mut times: Option<&mut OpTimes>,
+        comm: Option<&dyn Communicator>,
     ) -> anyhow::Result<Tensor> {
+        if comm.is_none() && self.shard.world > 1 {
+            bail!("this model is a shard: run it with forward_sharded");
+        }
         let c = &self.config;
+        let (heads, kv_heads) = (self.local.heads, self.local.kv_heads);
         let n = ids.len();
         if n == 0 {
             bail!("forward needs at least one token");
@@ -396,8 +547,8 @@ impl SmolLm2 {
                 ops::quant_linear(&l.v, None, &h, Act::None, &mut v)
             })?;
             timed("rope", &mut || {
-                ops::rope_forward(&q, c.head_dim, c.heads, pos, &rope, &mut qr)?;
-                ops::rope_forward(&k, c.head_dim, c.kv_heads, pos, &rope, &mut kr)
+                ops::rope_forward(&q, c.head_dim, heads, pos, &rope, &mut qr)?;
+                ops::rope_forward(&k, c.head_dim, kv_heads, pos, &rope, &mut kr)
             })?;
             let (kc, vc) = (&mut cache.k[i], &mut cache.v[i]);
             timed("kv_cache_append", &mut || {
@@ -409,8 +560,8 @@ impl SmolLm2 {
                     kc,
                     vc,
                     pos + n,
-                    c.heads,
-                    c.kv_heads,
+                    heads,
+                    kv_heads,
                     0.0,
                     0,
                     &mut o,
@@ -419,6 +570,9 @@ impl SmolLm2 {
             timed("quant_linear out", &mut || {
                 ops::quant_linear(&l.out, None, &o, Act::None, &mut a)
             })?;
+            if let Some(comm) = comm {
+                comm.all_reduce(&mut a, ReduceOp::Sum)?;
+            }
             timed("add (residual)", &mut || ops::add_inplace(&mut x, &a))?;
             timed("rms_norm", &mut || {
                 ops::rms_norm_forward(&x, &l.ffn_norm, c.rms_eps, &mut h)
@@ -430,6 +584,9 @@ impl SmolLm2 {
             timed("quant_linear down", &mut || {
                 ops::quant_linear(&l.down, None, &s, Act::None, &mut a)
             })?;
+            if let Some(comm) = comm {
+                comm.all_reduce(&mut a, ReduceOp::Sum)?;
+            }
             timed("add (residual)", &mut || ops::add_inplace(&mut x, &a))?;
         }
         cache.len = pos + n;
@@ -492,5 +649,44 @@ impl SmolLm2 {
             }
             Ok(out)
         })
+    }
+
+    /// [`SmolLm2::generate`] of a shard: every rank of `comm` calls it with the same prompt
+    /// and gets the same tokens (rank 0 picks each token and broadcasts it). Runs on the
+    /// calling thread (not inside the CPU pool: ranks that are threads of one process would
+    /// otherwise wait for each other on pool threads).
+    pub fn generate_sharded(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &Sampling,
+        comm: &dyn Communicator,
+    ) -> anyhow::Result<Vec<u32>> {
+        let capacity = prompt
+            .len()
+            .checked_add(max_tokens)
+            .context("prompt plus max_tokens overflows")?;
+        let mut cache = self.new_cache(capacity)?;
+        let mut out = Vec::with_capacity(max_tokens);
+        if max_tokens == 0 {
+            return Ok(out);
+        }
+        if self.config.vocab > 1 << 24 {
+            bail!("token ids past 2^24 do not survive the F32 broadcast");
+        }
+        let mut logits = self.forward_sharded(prompt, &mut cache, comm)?;
+        for step in 0..max_tokens {
+            let id = self.pick(&logits, sampling, step as u64)?;
+            // Token ids below 2^24 are exact in F32.
+            let mut picked = Tensor::from_slice_on(Device::Cpu, &[id as f32], 1, 1)?;
+            comm.broadcast(&mut picked, 0)?;
+            let id = picked.to_vec::<f32>()?[0] as u32;
+            out.push(id);
+            if id == self.eos || step + 1 == max_tokens {
+                break;
+            }
+            logits = self.forward_sharded(&[id], &mut cache, comm)?;
+        }
+        Ok(out)
     }
 }

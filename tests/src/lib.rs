@@ -511,3 +511,57 @@ fn compare_on(
         Err(e) => panic!("{case} on {device} {dtype}: {e}"),
     }
 }
+
+/// Whether this process was started by `mpirun` (Open MPI's or MPICH's launcher variables).
+pub fn launched_by_mpirun() -> bool {
+    std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some() || std::env::var_os("PMI_SIZE").is_some()
+}
+
+/// Runs the current executable as `ranks` MPI processes over loopback (`mpirun
+/// --oversubscribe`, as root too, shared-memory transport), each with one CPU thread, and
+/// kills the run after `limit`. Panics (fails the test) if `mpirun` is missing, the run
+/// fails or it times out; returns everything the ranks printed.
+pub fn mpirun_self(ranks: usize, limit: std::time::Duration) -> String {
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-np"])
+        .arg(ranks.to_string())
+        .arg(&exe)
+        .env("OMPI_MCA_btl", "self,vader")
+        .env("RAYON_NUM_THREADS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot start mpirun ({e}): install Open MPI (Debian: openmpi-bin libopenmpi-dev)")
+        });
+    let out_pipe = child.stdout.take().unwrap();
+    let err_pipe = child.stderr.take().unwrap();
+    let read = |mut p: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = p.read_to_string(&mut s);
+            s
+        })
+    };
+    let (out, err) = (read(Box::new(out_pipe)), read(Box::new(err_pipe)));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let text = out.join().unwrap() + &err.join().unwrap();
+    match status {
+        Some(s) if s.success() => text,
+        Some(s) => panic!("mpirun -np {ranks} failed ({s}):\n{text}"),
+        None => panic!("mpirun -np {ranks} ran past {limit:?} and was killed:\n{text}"),
+    }
+}
