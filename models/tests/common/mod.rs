@@ -40,6 +40,7 @@ pub fn floats(v: &Value) -> Vec<f64> {
 
 /// The CPU and every GPU (failing when `BROTENSOR_REQUIRE_GPU` names a missing kind), after
 /// making sure the model files are there.
+#[allow(dead_code)] // the MPI test runs on the CPU only
 pub fn devices() -> Vec<Device> {
     files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
     let mut all = vec![Device::Cpu];
