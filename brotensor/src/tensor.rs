@@ -519,8 +519,9 @@ impl Tensor {
         }
     }
 
-    /// A copy on `device` (a deep copy when it is the tensor's own device), dense. Crossing
-    /// runtimes bounces through host memory. An uncommitted tensor stays uncommitted.
+    /// A copy on `device` (a deep copy when it is the tensor's own device), dense. Between
+    /// two CUDA devices it is a peer copy (`cuMemcpyPeer`, no NCCL needed); between other
+    /// devices it bounces through host memory. An uncommitted tensor stays uncommitted.
     pub fn to(&self, device: Device) -> Result<Tensor> {
         if self.storage.is_none() {
             return Ok(Tensor {
@@ -538,8 +539,18 @@ impl Tensor {
             be.copy(src, &mut dst, bytes)?;
             dst
         } else {
-            let host = backend("to", self.device)?.download(src, bytes)?;
-            backend("to", device)?.upload(&host)?
+            match (self.device, device) {
+                #[cfg(feature = "cuda")]
+                (Device::Cuda(from), Device::Cuda(to)) => {
+                    let mut dst = backend("to", device)?.alloc(bytes)?;
+                    crate::backend::peer::cuda_copy("to", (from, src), (to, &mut dst), bytes)?;
+                    dst
+                }
+                _ => {
+                    let host = backend("to", self.device)?.download(src, bytes)?;
+                    backend("to", device)?.upload(&host)?
+                }
+            }
         };
         Ok(Tensor::committed(layout, self.dtype, device, storage))
     }

@@ -12,6 +12,8 @@ mod attention;
 mod codec;
 mod concat;
 mod conv;
+#[cfg(feature = "cuda")]
+pub(crate) mod peer;
 pub(crate) mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;
@@ -154,6 +156,15 @@ pub(crate) trait Backend:
     ) -> Result<()>;
     /// Sets the first `bytes` bytes of `dst` to zero.
     fn zero(&self, dst: &mut Storage, bytes: usize) -> Result<()>;
+    /// The CUDA device address of `src`'s first byte (CUDA devices only), with what keeps it
+    /// valid; the caller syncs the device before another engine touches the memory.
+    #[cfg(feature = "cuda")]
+    fn cuda_address(&self, op: &'static str, _src: &Storage) -> Result<CudaAddress> {
+        Err(crate::Error::NotImplemented {
+            op,
+            device: self.device(),
+        })
+    }
     /// Notes that the calling thread is about to queue work on the device, so that
     /// [`Backend::sync`] can wait for it too (GPU runtimes queue per thread).
     fn note_thread(&self) {}
@@ -196,4 +207,11 @@ pub(crate) mod checks {
     pub use super::algebra::checks as algebra;
     pub use super::elementwise::checks as elementwise;
     pub use super::host_pool::checks as host_pool;
+}
+
+/// A CUDA device address of a buffer, and the runtime's hold on the memory behind it.
+#[cfg(feature = "cuda")]
+pub(crate) struct CudaAddress {
+    pub(crate) ptr: u64,
+    pub(crate) _hold: Box<dyn std::any::Any>,
 }

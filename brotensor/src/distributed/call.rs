@@ -5,7 +5,7 @@
 use half::{bf16, f16};
 
 use super::ReduceOp;
-#[cfg(feature = "distributed")]
+#[cfg(any(feature = "distributed", feature = "cuda"))]
 use crate::MAX_RANK;
 use crate::{Device, Dtype, Error, Result, Tensor};
 
@@ -29,10 +29,10 @@ pub(crate) struct Call {
 }
 
 /// Words of [`Call::encode`].
-#[cfg(feature = "distributed")]
+#[cfg(any(feature = "distributed", feature = "cuda"))]
 pub(crate) const CALL_WORDS: usize = 4 + MAX_RANK;
 
-#[cfg(feature = "distributed")]
+#[cfg(any(feature = "distributed", feature = "cuda"))]
 fn reduce_code(op: ReduceOp) -> u64 {
     match op {
         ReduceOp::Sum => 0,
@@ -41,7 +41,7 @@ fn reduce_code(op: ReduceOp) -> u64 {
     }
 }
 
-#[cfg(feature = "distributed")]
+#[cfg(any(feature = "distributed", feature = "cuda"))]
 fn reduce_from(code: u64) -> Option<ReduceOp> {
     Some(match code {
         0 => ReduceOp::Sum,
@@ -74,7 +74,7 @@ impl Call {
     }
 
     /// A fixed-size form for engines that exchange plain words (MPI).
-    #[cfg(feature = "distributed")]
+    #[cfg(any(feature = "distributed", feature = "cuda"))]
     pub fn encode(&self) -> [u64; CALL_WORDS] {
         let (code, a, b) = match self.kind {
             Kind::AllReduce(op) => (1, reduce_code(op), 0),
@@ -97,7 +97,7 @@ impl Call {
     }
 
     /// The call [`Call::encode`] wrote; `None` for words no rank of this build writes.
-    #[cfg(feature = "distributed")]
+    #[cfg(any(feature = "distributed", feature = "cuda"))]
     pub fn decode(w: &[u64; CALL_WORDS]) -> Option<Call> {
         let (a, b) = (usize::try_from(w[1]).ok()?, usize::try_from(w[2]).ok()?);
         let kind = match w[0] {

@@ -13,6 +13,10 @@
 //!   one process driving several local devices. Always built.
 //! - `MpiComm` (feature `distributed`): ranks are processes launched by `mpirun` (Open MPI
 //!   through the `mpi` crate), on any device: tensors are staged through the host.
+//! - `NcclComm` (feature `cuda`): one rank per CUDA device, NCCL through cudarc (loaded at
+//!   run time), the tensors staying on the device; its id reaches the other ranks through
+//!   MPI (`NcclComm::with_mpi`), a torchrun-style environment (`NcclComm::from_env`) or any
+//!   channel of the caller's (`NcclComm::from_rank`).
 //!
 //! ```
 //! use brotensor::distributed::{thread_group, Communicator, ReduceOp};
@@ -40,14 +44,20 @@
 //! ```
 
 mod call;
+#[cfg(feature = "cuda")]
+mod env;
 #[cfg(feature = "distributed")]
 mod mpi;
+#[cfg(feature = "cuda")]
+mod nccl;
 mod thread;
 
 use std::time::Duration;
 
 #[cfg(feature = "distributed")]
 pub use mpi::MpiComm;
+#[cfg(feature = "cuda")]
+pub use nccl::{NcclComm, NcclId};
 pub use thread::{thread_group, ThreadComm};
 
 use crate::{Result, Tensor};
@@ -78,7 +88,7 @@ pub trait Communicator {
     /// The number of ranks.
     fn world_size(&self) -> usize;
 
-    /// The engine underneath: `"threads"`, `"mpi"`.
+    /// The engine underneath: `"threads"`, `"mpi"`, `"nccl"`.
     fn engine(&self) -> &'static str;
 
     /// Every rank's `tensor` becomes the elementwise `op` over all ranks' tensors, written in

@@ -146,3 +146,29 @@ fn copies_between_every_pair_of_devices() {
         }
     }
 }
+
+/// NCCL on the first CUDA device as a world of one rank (NCCL refuses two ranks on one GPU):
+/// loading, init, the call exchange, dtype handling and stream ordering, through the whole
+/// conformance suite. Skips, saying so, without a CUDA device or the NCCL library, unless
+/// `BROTENSOR_REQUIRE_GPU=cuda`.
+#[test]
+fn nccl_world_of_one() {
+    use brotensor::distributed::{NcclComm, NcclId};
+    let Some(device) = gpu_devices().into_iter().find(|d| d.kind() == DeviceKind::Cuda) else {
+        eprintln!("nccl_world_of_one: SKIPPED (no CUDA device)");
+        return;
+    };
+    let id = match NcclId::new() {
+        Ok(id) => id,
+        Err(e) if std::env::var("BROTENSOR_REQUIRE_GPU").as_deref() != Ok("cuda") => {
+            eprintln!("nccl_world_of_one: SKIPPED ({e})");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let comm = NcclComm::from_rank(device, 0, 1, &id).unwrap();
+    let timeout = Duration::from_secs(60);
+    conformance(&comm, device, timeout).unwrap();
+    // A rank beyond the world is refused before NCCL sees it.
+    assert!(NcclComm::from_rank(device, 1, 1, &id).is_err());
+}

@@ -307,6 +307,24 @@ impl<R: Runtime> Backend for CubeBackend<R> {
         }
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_address(&self, op: &'static str, src: &Storage) -> Result<super::CudaAddress> {
+        use cubecl::cuda::CudaRuntime;
+        let client = (&self.client as &dyn std::any::Any)
+            .downcast_ref::<ComputeClient<CudaRuntime>>()
+            .ok_or(Error::NotImplemented {
+                op,
+                device: self.device,
+            })?;
+        let resource = client
+            .get_resource(gpu(src).clone())
+            .map_err(|e| self.gpu_error(op, format!("{e:?}")))?;
+        Ok(super::CudaAddress {
+            ptr: resource.resource().ptr,
+            _hold: Box::new(resource),
+        })
+    }
+
     fn sync(&self) -> Result<()> {
         self.on_every_stream(|| {
             cubecl::future::block_on(self.client.sync())
