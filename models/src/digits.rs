@@ -12,6 +12,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use brotensor::autograd::{Adam, Var};
+use brotensor::distributed::{all_reduce_gradients, Communicator, ReduceOp};
 use brotensor::ops::{self, splitmix64, Conv2dSpec, Pool2dSpec};
 use brotensor::{Device, Dtype, Tensor};
 
@@ -286,17 +287,22 @@ impl Trainer {
         TRAIN / self.batch
     }
 
-    /// One step on the next batch (a new epoch's order when the last one is used up);
-    /// returns the batch's loss before the update.
-    pub fn step(&mut self, data: &Digits) -> brotensor::Result<f32> {
+    /// The rows of the next batch (a new epoch's order when the last one is used up).
+    fn next_rows(&mut self) -> &[usize] {
         if self.next_batch >= self.steps_per_epoch() {
             self.order = (0..TRAIN).collect();
             shuffle(&mut self.order, &mut self.order_state);
             self.next_batch = 0;
         }
-        let rows = &self.order[self.next_batch * self.batch..][..self.batch];
         self.next_batch += 1;
-        let (x, labels) = data.batch(rows, self.device)?;
+        &self.order[(self.next_batch - 1) * self.batch..][..self.batch]
+    }
+
+    /// One step on the next batch (a new epoch's order when the last one is used up);
+    /// returns the batch's loss before the update.
+    pub fn step(&mut self, data: &Digits) -> brotensor::Result<f32> {
+        let rows = self.next_rows().to_vec();
+        let (x, labels) = data.batch(&rows, self.device)?;
         let loss = self
             .net
             .forward(&Var::constant(x))?
@@ -307,5 +313,49 @@ impl Trainer {
         self.adam.step()?;
         self.adam.zero_grad();
         Ok(value)
+    }
+
+    /// [`Trainer::step`] split over the ranks of `comm` (data parallelism): every rank holds
+    /// the same network and batch order and calls this together; each runs the forward and
+    /// backward of its share of the batch (the first `batch % world` ranks take one row
+    /// more), the gradients are summed weighted by the shares
+    /// ([`all_reduce_gradients`]), and every rank takes the same Adam step, so the weights
+    /// follow one rank's training on the whole batch. Returns the whole batch's mean loss.
+    /// Errors when the batch has fewer rows than there are ranks.
+    pub fn step_data_parallel(
+        &mut self,
+        data: &Digits,
+        comm: &dyn Communicator,
+    ) -> brotensor::Result<f32> {
+        let (rank, world) = (comm.rank(), comm.world_size());
+        if self.batch < world {
+            return Err(brotensor::Error::InvalidArgument {
+                op: "digits::Trainer::step_data_parallel",
+                reason: format!("a batch of {} rows cannot feed {world} ranks", self.batch),
+            });
+        }
+        let (q, rem) = (self.batch / world, self.batch % world);
+        let lo = rank * q + rank.min(rem);
+        let mine = q + usize::from(rank < rem);
+        let rows = self.next_rows()[lo..lo + mine].to_vec();
+        let share = mine as f32 / self.batch as f32;
+        let (x, labels) = data.batch(&rows, self.device)?;
+        let loss = self
+            .net
+            .forward(&Var::constant(x))?
+            .cross_entropy(&labels)?;
+        let mut total = Tensor::from_slice_on(
+            Device::Cpu,
+            &[loss.value().to_vec::<f32>()?[0] * share],
+            1,
+            1,
+        )?;
+        loss.backward()?;
+        drop(loss);
+        all_reduce_gradients(comm, &self.net.parameters(), share)?;
+        comm.all_reduce(&mut total, ReduceOp::Sum)?;
+        self.adam.step()?;
+        self.adam.zero_grad();
+        Ok(total.to_vec::<f32>()?[0])
     }
 }

@@ -151,6 +151,12 @@ impl Var {
         Ok(f(g.as_mut()))
     }
 
+    /// Replaces the accumulated gradient.
+    pub(crate) fn set_grad(&self, grad: Tensor) -> Result<()> {
+        *self.0.grad.lock().map_err(|_| poisoned("grad"))? = Some(grad);
+        Ok(())
+    }
+
     /// Clears the accumulated gradient.
     pub fn zero_grad(&self) {
         if let Ok(mut g) = self.0.grad.lock() {

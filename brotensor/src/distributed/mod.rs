@@ -60,7 +60,8 @@ pub use mpi::MpiComm;
 pub use nccl::{NcclComm, NcclId};
 pub use thread::{thread_group, ThreadComm};
 
-use crate::{Result, Tensor};
+use crate::autograd::Var;
+use crate::{ops, Result, Tensor};
 
 /// How [`Communicator::all_reduce`] and [`Communicator::reduce_scatter`] combine the ranks'
 /// elements.
@@ -117,4 +118,34 @@ pub trait Communicator {
 
     /// Returns once every rank has called it.
     fn barrier(&self) -> Result<()>;
+}
+
+/// Data parallelism's gradient step: every rank's gradient of each parameter in `params`
+/// (the same list, in the same order, on every rank) becomes `sum over ranks of weight * grad`,
+/// in place. With each rank's `weight` its share of the global batch (`rows / total rows`)
+/// and each rank's loss the mean over its rows, that is the gradient of the mean loss over
+/// the whole batch, as one rank would compute it. A parameter without a gradient on a rank
+/// (no backward reached it there) counts as zeros and gets the sum.
+pub fn all_reduce_gradients(comm: &dyn Communicator, params: &[Var], weight: f32) -> Result<()> {
+    for p in params {
+        let summed = p.with_grad(|g| -> Result<Option<Tensor>> {
+            match g {
+                Some(g) => {
+                    ops::scale_inplace(g, weight)?;
+                    comm.all_reduce(g, ReduceOp::Sum)?;
+                    Ok(None)
+                }
+                None => {
+                    let v = p.value();
+                    let mut zeros = Tensor::zeros_nd_on(v.device(), v.dims(), v.dtype())?;
+                    comm.all_reduce(&mut zeros, ReduceOp::Sum)?;
+                    Ok(Some(zeros))
+                }
+            }
+        })??;
+        if let Some(g) = summed {
+            p.set_grad(g)?;
+        }
+    }
+    Ok(())
 }
