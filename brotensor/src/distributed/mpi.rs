@@ -39,6 +39,10 @@ pub struct MpiComm {
     send_words: *mut u64,
     recv_words: *mut u64,
     recv_len: usize,
+    /// The send and receive host buffers of the reductions, kept between calls so large
+    /// buffers are not allocated (and faulted in) anew.
+    send_buf: RefCell<Vec<f32>>,
+    recv_buf: RefCell<Vec<f32>>,
     // Dropped last: finalises MPI.
     _universe: Universe,
 }
@@ -67,6 +71,8 @@ impl MpiComm {
             send_words: leak(CALL_WORDS),
             recv_words: leak(recv_len),
             recv_len,
+            send_buf: RefCell::new(Vec::new()),
+            recv_buf: RefCell::new(Vec::new()),
             _universe: universe,
         })
     }
@@ -219,12 +225,27 @@ impl Communicator for MpiComm {
             Ok(c)
         });
         self.exchange(name, &mine)?;
-        let data = call::stage(tensor)?;
-        let mut out = vec![0f32; data.len()];
-        self.world
-            .all_reduce_into(&data[..], &mut out[..], system_op(op));
+        if tensor.numel() == 0 {
+            return Ok(());
+        }
+        let w = self.world_size() as f32;
+        let mut send = self.send_buf.borrow_mut();
+        send.clear();
+        if tensor.device() == crate::Device::Cpu && tensor.dtype() == crate::Dtype::F32 {
+            // The tensor's own memory receives the result: one copy out, none back.
+            let host = tensor.host_mut::<f32>();
+            send.extend_from_slice(host);
+            self.world.all_reduce_into(&send[..], host, system_op(op));
+            if op == ReduceOp::Mean {
+                host.iter_mut().for_each(|v| *v /= w);
+            }
+            return Ok(());
+        }
+        send.extend_from_slice(&call::stage(tensor)?);
+        let mut out = self.recv_buf.borrow_mut();
+        out.resize(send.len(), 0.0);
+        self.world.all_reduce_into(&send[..], &mut out[..], system_op(op));
         if op == ReduceOp::Mean {
-            let w = self.world_size() as f32;
             out.iter_mut().for_each(|v| *v /= w);
         }
         call::unstage_into(name, tensor, &out)

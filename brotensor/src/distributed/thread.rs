@@ -3,7 +3,9 @@
 //! then works on the posted copies: an all-reduce reduces one slice per rank (each slice
 //! computed once, so every rank gets the same bits) and gathers the slices.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,10 @@ pub struct ThreadComm {
     /// Collective calls made so far: posts alternate between two boards by its parity, so a
     /// fast rank's next post never overwrites a post a slow rank has yet to read.
     calls: std::cell::Cell<usize>,
+    /// This rank's reduced slice of an all-reduce, and the host copy of a tensor that is not
+    /// CPU F32; kept between calls, so large buffers are not allocated (and faulted in) anew.
+    scratch: RefCell<Vec<f32>>,
+    staging: RefCell<Vec<f32>>,
 }
 
 /// `world` connected ranks, rank `r` at index `r`, with the [`DEFAULT_TIMEOUT`]. Errors for
@@ -30,12 +36,13 @@ pub fn thread_group(world: usize) -> Result<Vec<ThreadComm>> {
     }
     let group = Arc::new(Group {
         world,
+        passed: AtomicU64::new(0),
         board: Mutex::new(Board {
             arrived: 0,
             generation: 0,
             poisoned: None,
             posts: [vec![None; world], vec![None; world]],
-            parts: [vec![None; world], vec![None; world]],
+            buffers: vec![HostSpan::default(); world],
         }),
         turn: Condvar::new(),
         mail: Mutex::new(Mail::default()),
@@ -47,6 +54,8 @@ pub fn thread_group(world: usize) -> Result<Vec<ThreadComm>> {
             group: group.clone(),
             timeout: DEFAULT_TIMEOUT,
             calls: std::cell::Cell::new(0),
+            scratch: RefCell::new(Vec::new()),
+            staging: RefCell::new(Vec::new()),
         })
         .collect())
 }
@@ -61,6 +70,9 @@ impl ThreadComm {
 
 type Shared = Arc<Vec<f32>>;
 
+/// How long a rank spins (yielding) at a meeting before it sleeps on the condition variable.
+const SPIN: Duration = Duration::from_micros(50);
+
 #[derive(Clone)]
 struct Post {
     call: Call,
@@ -73,7 +85,15 @@ struct Board {
     /// Why the group stopped (a rank timed out); every later call fails with it.
     poisoned: Option<String>,
     posts: [Vec<Option<Post>>; 2],
-    parts: [Vec<Option<Shared>>; 2],
+    /// Each rank's host buffer during an all-reduce (see `ThreadComm::all_reduce`).
+    buffers: Vec<HostSpan>,
+}
+
+/// A rank's host buffer, shared by address for the length of one all-reduce.
+#[derive(Clone, Copy, Default)]
+struct HostSpan {
+    addr: usize,
+    len: usize,
 }
 
 struct Letter {
@@ -93,6 +113,8 @@ struct Mail {
 
 struct Group {
     world: usize,
+    /// The board's generation, readable without the lock (for the spin in `meet`).
+    passed: AtomicU64,
     board: Mutex<Board>,
     turn: Condvar,
     mail: Mutex<Mail>,
@@ -111,8 +133,21 @@ impl ThreadComm {
 
     /// Waits until every rank has arrived here, or the timeout passes (then the group is
     /// poisoned and every waiting and later call fails).
-    fn meet(&self, op: &'static str, mut b: MutexGuard<'_, Board>) -> Result<()> {
-        if let Some(why) = &b.poisoned {
+    fn meet(&self, op: &'static str, b: MutexGuard<'_, Board>) -> Result<()> {
+        self.meet_within(op, b, true)
+    }
+
+    /// [`ThreadComm::meet`]; `bounded: false` waits without a timeout and ignores the poison:
+    /// for the meetings of an all-reduce's data phase, which every rank reaches once it has
+    /// passed the first (they only copy memory), and which no rank may leave early while
+    /// another still reads or writes its buffer.
+    fn meet_within(
+        &self,
+        op: &'static str,
+        mut b: MutexGuard<'_, Board>,
+        bounded: bool,
+    ) -> Result<()> {
+        if let (true, Some(why)) = (bounded, &b.poisoned) {
             return Err(Error::Collective {
                 op,
                 reason: why.clone(),
@@ -123,12 +158,34 @@ impl ThreadComm {
         if b.arrived == self.group.world {
             b.arrived = 0;
             b.generation += 1;
+            self.group.passed.store(b.generation, Ordering::Release);
             self.group.turn.notify_all();
             return Ok(());
         }
+        // A short spin first: decode steps all-reduce small tensors many times per token,
+        // and a condition-variable sleep and wake-up costs tens of microseconds.
+        drop(b);
+        let spin = Instant::now();
+        while spin.elapsed() < SPIN {
+            if self.group.passed.load(Ordering::Acquire) != generation {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+        let mut b = self.board();
         let deadline = Instant::now() + self.timeout;
         loop {
+            if b.generation != generation {
+                return Ok(());
+            }
             let now = Instant::now();
+            if !bounded {
+                b = self.group.turn.wait(b).unwrap_or_else(|p| p.into_inner());
+                if b.generation != generation {
+                    return Ok(());
+                }
+                continue;
+            }
             if now >= deadline {
                 let why = format!(
                     "rank {} waited {:?} for the other ranks ({} of {} arrived); the group \
@@ -158,14 +215,14 @@ impl ThreadComm {
     }
 
     /// Posts this rank's call and data, meets the others, checks that all calls agree, and
-    /// returns every rank's data in rank order with the board parity of this call. A rank
+    /// returns every rank's data in rank order. A rank
     /// whose own checks failed (`mine` is an error) still posts, so the others fail at once
     /// instead of waiting out the timeout; it returns its own error.
     fn exchange(
         &self,
         op: &'static str,
         mine: Result<(Call, Vec<f32>)>,
-    ) -> Result<(Vec<Shared>, usize)> {
+    ) -> Result<Vec<Shared>> {
         let parity = self.calls.get() % 2;
         self.calls.set(self.calls.get() + 1);
         let mut b = self.board();
@@ -197,7 +254,7 @@ impl ThreadComm {
             .iter()
             .map(|p| p.as_ref().map(|p| p.data.clone()).expect("agree saw every call"))
             .collect();
-        Ok((data, parity))
+        Ok(data)
     }
 
     /// Reduces this rank's slice `lo..hi` of every rank's data.
@@ -230,25 +287,72 @@ impl Communicator for ThreadComm {
         "threads"
     }
 
+    /// In place over the ranks' host buffers, with no copy for a CPU F32 tensor (its own
+    /// memory) and one reused host copy otherwise: the buffers' addresses are posted; each
+    /// rank reduces its slice of all of them into its scratch (reads only); after a meeting,
+    /// each writes its reduced slice into every rank's buffer (disjoint writes); after a last
+    /// meeting, each owns its buffer again. Every slice is computed once, so all ranks get the
+    /// same bits.
     fn all_reduce(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<()> {
         let name = "all_reduce";
+        let direct = tensor.device() == crate::Device::Cpu
+            && tensor.dtype() == crate::Dtype::F32
+            && tensor.numel() > 0;
         let mine = Call::new(name, Kind::AllReduce(op), tensor).and_then(|c| {
             tensor.check_writable(name, "tensor")?;
-            Ok((c, call::stage(tensor)?))
+            if !direct {
+                let staged = call::stage(tensor)?;
+                let mut s = self.staging.borrow_mut();
+                s.clear();
+                s.extend_from_slice(&staged);
+            }
+            Ok((c, Vec::new()))
         });
-        let (data, parity) = self.exchange(name, mine)?;
+        let mut staging = self.staging.borrow_mut();
+        let span = match (&mine, direct) {
+            (Err(_), _) => HostSpan::default(),
+            (Ok(_), true) => {
+                let host = tensor.host_mut::<f32>();
+                HostSpan {
+                    addr: host.as_mut_ptr() as usize,
+                    len: host.len(),
+                }
+            }
+            (Ok(_), false) => HostSpan {
+                addr: staging.as_mut_ptr() as usize,
+                len: staging.len(),
+            },
+        };
+        self.board().buffers[self.rank] = span;
+        self.exchange(name, mine)?;
         let world = self.group.world;
-        let n = data[0].len();
-        let (lo, hi) = slice_of(n, world, self.rank);
-        let part = Arc::new(Self::reduce_slice(op, &data, lo, hi));
-        let mut b = self.board();
-        b.parts[parity][self.rank] = Some(part);
-        self.meet(name, b)?;
-        let mut out = Vec::with_capacity(n);
-        for p in &self.board().parts[parity] {
-            out.extend_from_slice(p.as_ref().expect("every rank posted its part"));
+        let spans = self.board().buffers.clone();
+        let (lo, hi) = slice_of(span.len, world, self.rank);
+        let mut scratch = self.scratch.borrow_mut();
+        scratch.resize(hi - lo, 0.0);
+        {
+            // SAFETY: every rank posted the address and length of a live buffer of `len`
+            // f32 (its tensor's storage or its staging vector, neither touched by its owner
+            // until the last meeting below), and all lengths are equal (the calls agreed on
+            // the dims). Until the next meeting every rank only reads the buffers.
+            let parts: Vec<&[f32]> = spans
+                .iter()
+                .map(|b| unsafe { std::slice::from_raw_parts((b.addr as *const f32).add(lo), hi - lo) })
+                .collect();
+            call::reduce(op, &parts, &mut scratch);
         }
-        call::unstage_into(name, tensor, &out)
+        self.meet_within(name, self.board(), false)?;
+        for b in &spans {
+            // SAFETY: as above; now each rank writes only its own slice `lo..hi` of each
+            // buffer (the slices of different ranks are disjoint) and nobody reads them.
+            let dst = unsafe { std::slice::from_raw_parts_mut((b.addr as *mut f32).add(lo), hi - lo) };
+            dst.copy_from_slice(&scratch);
+        }
+        self.meet_within(name, self.board(), false)?;
+        if direct {
+            return Ok(());
+        }
+        call::unstage_into(name, tensor, &staging)
     }
 
     fn all_gather(&self, tensor: &Tensor) -> Result<Tensor> {
@@ -258,7 +362,7 @@ impl Communicator for ThreadComm {
             dims.as_ref().map_err(Clone::clone)?;
             Ok((c, call::stage(tensor)?))
         });
-        let (data, _) = self.exchange(name, mine)?;
+        let data = self.exchange(name, mine)?;
         let dims = dims?;
         let out: Vec<f32> = data.iter().flat_map(|d| d.iter().copied()).collect();
         call::unstage(tensor.device(), &dims, tensor.dtype(), &out)
@@ -271,7 +375,7 @@ impl Communicator for ThreadComm {
             dims.as_ref().map_err(Clone::clone)?;
             Ok((c, call::stage(tensor)?))
         });
-        let (data, _) = self.exchange(name, mine)?;
+        let data = self.exchange(name, mine)?;
         let dims = dims?;
         let n = data[0].len() / self.group.world;
         let out = Self::reduce_slice(op, &data, self.rank * n, (self.rank + 1) * n);
@@ -290,7 +394,7 @@ impl Communicator for ThreadComm {
             };
             Ok((c, data))
         });
-        let (data, _) = self.exchange(name, mine)?;
+        let data = self.exchange(name, mine)?;
         if self.rank == root {
             return Ok(());
         }
