@@ -19,9 +19,9 @@
 pub mod autograd;
 mod backend;
 pub mod custom;
-pub mod distributed;
 mod device;
 mod display;
+pub mod distributed;
 mod dtype;
 mod error;
 #[cfg(feature = "internals")]
@@ -46,10 +46,9 @@ pub use layout::MAX_RANK;
 pub use num_complex::Complex;
 pub use runtime::{
     available_devices, compute_dtype, compute_dtype_on, cpu_tier, default_device, device_count,
-    device_name,
-    init, is_available, is_software, matmul_uses_matrix_units, max_buffer_bytes, memory_info,
-    memory_trim, set_default_device, supports_dtype, sync, sync_all, DeviceScope, MemoryInfo,
-    CPU_TIER_ENV, DEFAULT_DEVICE_ENV,
+    device_name, init, is_available, is_software, matmul_uses_matrix_units, max_buffer_bytes,
+    memory_info, memory_trim, set_default_device, supports_dtype, sync, sync_all, DeviceScope,
+    MemoryInfo, CPU_TIER_ENV, DEFAULT_DEVICE_ENV,
 };
 pub use tensor::{Element, Tensor, GPU_MAX_ELEMENTS};
 

@@ -107,7 +107,10 @@ fn cols_of(
         );
     }
     let row = data.len() / rows;
-    let (a, b) = (lo / block * dtype.block_bytes(), hi / block * dtype.block_bytes());
+    let (a, b) = (
+        lo / block * dtype.block_bytes(),
+        hi / block * dtype.block_bytes(),
+    );
     let mut out = Vec::with_capacity(rows * (b - a));
     for r in 0..rows {
         out.extend_from_slice(&data[r * row + a..r * row + b]);
@@ -306,18 +309,30 @@ impl SmolLm2 {
                     .ok_or_else(|| anyhow!("{} is {}", info.name, info.type_name))
             };
             // Rows `lo..hi` of a `[rows, width]` matrix.
-            let row_part = |t: &str, rows: usize, (lo, hi): (usize, usize)| -> anyhow::Result<Tensor> {
-                let info = info(&name(t))?;
-                let bytes = rows_of(file.data(&info), rows, lo, hi);
-                Ok(Tensor::from_raw_bytes_nd_on(device, bytes, &[hi - lo, width], quant(&info)?)?)
-            };
+            let row_part =
+                |t: &str, rows: usize, (lo, hi): (usize, usize)| -> anyhow::Result<Tensor> {
+                    let info = info(&name(t))?;
+                    let bytes = rows_of(file.data(&info), rows, lo, hi);
+                    Ok(Tensor::from_raw_bytes_nd_on(
+                        device,
+                        bytes,
+                        &[hi - lo, width],
+                        quant(&info)?,
+                    )?)
+                };
             // Columns `lo..hi` of a `[width, cols]` matrix.
-            let col_part = |t: &str, cols: usize, (lo, hi): (usize, usize)| -> anyhow::Result<Tensor> {
-                let info = info(&name(t))?;
-                let dt = quant(&info)?;
-                let bytes = cols_of(&info.name, file.data(&info), (width, cols), dt, (lo, hi))?;
-                Ok(Tensor::from_raw_bytes_nd_on(device, &bytes, &[width, hi - lo], dt)?)
-            };
+            let col_part =
+                |t: &str, cols: usize, (lo, hi): (usize, usize)| -> anyhow::Result<Tensor> {
+                    let info = info(&name(t))?;
+                    let dt = quant(&info)?;
+                    let bytes = cols_of(&info.name, file.data(&info), (width, cols), dt, (lo, hi))?;
+                    Ok(Tensor::from_raw_bytes_nd_on(
+                        device,
+                        &bytes,
+                        &[width, hi - lo],
+                        dt,
+                    )?)
+                };
             let gate = info(&name("ffn_gate"))?;
             let up = info(&name("ffn_up"))?;
             if gate.dtype != up.dtype || gate.shape != up.shape {
@@ -327,7 +342,10 @@ impl SmolLm2 {
             // The FFN is cut in whole blocks of `ffn_down`'s columns.
             let down_block = quant(&info(&name("ffn_down"))?)?.block_size();
             if config.ffn % down_block != 0 {
-                bail!("blk.{i}: ffn_down's {} columns are not whole blocks", config.ffn);
+                bail!(
+                    "blk.{i}: ffn_down's {} columns are not whole blocks",
+                    config.ffn
+                );
             }
             let (b0, b1) = split(config.ffn / down_block, shard.world, shard.rank);
             let ffn_cols = (b0 * down_block, b1 * down_block);
@@ -555,17 +573,7 @@ impl SmolLm2 {
                 ops::kv_cache_append(&kr, &v, pos, kc, vc)
             })?;
             timed("flash_attention_decode", &mut || {
-                ops::flash_attention_decode(
-                    &qr,
-                    kc,
-                    vc,
-                    pos + n,
-                    heads,
-                    kv_heads,
-                    0.0,
-                    0,
-                    &mut o,
-                )
+                ops::flash_attention_decode(&qr, kc, vc, pos + n, heads, kv_heads, 0.0, 0, &mut o)
             })?;
             timed("quant_linear out", &mut || {
                 ops::quant_linear(&l.out, None, &o, Act::None, &mut a)

@@ -166,17 +166,32 @@ fn data_parallel_training_follows_one_rank() {
         });
         for (rank, (l, w)) in runs.iter().enumerate() {
             for (i, (a, b)) in l.iter().zip(&losses).enumerate() {
-                assert!((a - b).abs() <= 1e-5 * b.abs(), "world {world} rank {rank} step {i}: loss {a} vs {b}");
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs(),
+                    "world {world} rank {rank} step {i}: loss {a} vs {b}"
+                );
             }
             for (p, (got, exp)) in w.iter().zip(&want).enumerate() {
                 let scale = exp.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let err = got.iter().zip(exp).fold(0f32, |m, (g, e)| m.max((g - e).abs()));
-                assert!(err <= 1e-4 * scale, "world {world} rank {rank} parameter {p}: {err} of {scale}");
+                let err = got
+                    .iter()
+                    .zip(exp)
+                    .fold(0f32, |m, (g, e)| m.max((g - e).abs()));
+                assert!(
+                    err <= 1e-4 * scale,
+                    "world {world} rank {rank} parameter {p}: {err} of {scale}"
+                );
             }
         }
         // The weights moved: a check that could not fail if training did nothing.
         let start = weights(&Trainer::new(Device::Cpu, 1e-3, 64).unwrap());
-        let moved = start[0].iter().zip(&runs[0].1[0]).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(moved > 1e-3, "world {world}: the weights did not move ({moved})");
+        let moved = start[0]
+            .iter()
+            .zip(&runs[0].1[0])
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            moved > 1e-3,
+            "world {world}: the weights did not move ({moved})"
+        );
     }
 }

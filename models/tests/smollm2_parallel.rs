@@ -77,9 +77,18 @@ fn sharded_smollm2_gives_the_reference_tokens_on_every_world_size() {
                 .zip(&want)
                 .map(|(g, w)| f64::from(*g - *w).abs())
                 .fold(0.0, f64::max);
-            eprintln!("{device} world {world} rank {rank}: largest logit error {err:.3e} of {scale:.2}");
-            assert!(err <= LOGIT_TOL * scale, "{device} world {world} rank {rank}: {err}");
-            assert_eq!(tokens, &greedy[..steps], "{device} world {world} rank {rank}: greedy tokens");
+            eprintln!(
+                "{device} world {world} rank {rank}: largest logit error {err:.3e} of {scale:.2}"
+            );
+            assert!(
+                err <= LOGIT_TOL * scale,
+                "{device} world {world} rank {rank}: {err}"
+            );
+            assert_eq!(
+                tokens,
+                &greedy[..steps],
+                "{device} world {world} rank {rank}: greedy tokens"
+            );
         }
     }
 }
@@ -101,7 +110,11 @@ fn a_shard_refuses_bad_worlds_and_the_plain_forward() {
     let model =
         SmolLm2::load_shard(&path, Device::Cpu, Dtype::F32, Shard { rank: 1, world: 2 }).unwrap();
     let mut cache = model.new_cache(4).unwrap();
-    let e = model.forward(&[1, 2], &mut cache).err().unwrap().to_string();
+    let e = model
+        .forward(&[1, 2], &mut cache)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("forward_sharded"), "{e}");
     // A communicator of another world is refused.
     let ranks = thread_group(1).unwrap();

@@ -72,8 +72,7 @@ fn all_reduce_cases(comm: &dyn Communicator, device: Device) -> Check {
             for (case, dims) in shapes.iter().enumerate() {
                 let n: usize = dims.iter().product();
                 let seed = 10 + case as u64;
-                let inputs: Vec<Vec<f32>> =
-                    (0..world).map(|r| input(seed, r, n, dtype)).collect();
+                let inputs: Vec<Vec<f32>> = (0..world).map(|r| input(seed, r, n, dtype)).collect();
                 let mut t = upload(device, &inputs[rank], dims, dtype)?;
                 let id = t.allocation_id();
                 comm.all_reduce(&mut t, op).map_err(|e| e.to_string())?;
@@ -91,23 +90,39 @@ fn all_reduce_cases(comm: &dyn Communicator, device: Device) -> Check {
 fn gather_scatter_cases(comm: &dyn Communicator, device: Device) -> Check {
     let (rank, world) = (comm.rank(), comm.world_size());
     for dtype in dtypes(device) {
-        for (case, dims) in [&[5usize, 3][..], &[0, 3], &[], &[2, 1, 4]].iter().enumerate() {
+        for (case, dims) in [&[5usize, 3][..], &[0, 3], &[], &[2, 1, 4]]
+            .iter()
+            .enumerate()
+        {
             let n: usize = dims.iter().product();
-            let inputs: Vec<Vec<f32>> = (0..world).map(|r| input(30 + case as u64, r, n, dtype)).collect();
+            let inputs: Vec<Vec<f32>> = (0..world)
+                .map(|r| input(30 + case as u64, r, n, dtype))
+                .collect();
             let t = upload(device, &inputs[rank], dims, dtype)?;
             let g = comm.all_gather(&t).map_err(|e| e.to_string())?;
             let tag = format!("all_gather {dims:?} {dtype} on {device}");
-            let mut want_dims = if dims.is_empty() { vec![1] } else { dims.to_vec() };
+            let mut want_dims = if dims.is_empty() {
+                vec![1]
+            } else {
+                dims.to_vec()
+            };
             want_dims[0] *= world;
             if g.dims() != want_dims || g.device() != device || g.dtype() != dtype {
-                return Err(format!("{tag}: got {:?} {} on {}", g.dims(), g.dtype(), g.device()));
+                return Err(format!(
+                    "{tag}: got {:?} {} on {}",
+                    g.dims(),
+                    g.dtype(),
+                    g.device()
+                ));
             }
             let want: Vec<f64> = inputs.iter().flatten().map(|&v| v as f64).collect();
             close(&tag, &want, &read(&g)?, dtype)?;
         }
         for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
             let dims = [world * 3, 4];
-            let inputs: Vec<Vec<f32>> = (0..world).map(|r| input(40, r, dims[0] * 4, dtype)).collect();
+            let inputs: Vec<Vec<f32>> = (0..world)
+                .map(|r| input(40, r, dims[0] * 4, dtype))
+                .collect();
             let t = upload(device, &inputs[rank], &dims, dtype)?;
             let s = comm.reduce_scatter(&t, op).map_err(|e| e.to_string())?;
             let tag = format!("reduce_scatter {op:?} {dims:?} {dtype} on {device}");
@@ -117,7 +132,12 @@ fn gather_scatter_cases(comm: &dyn Communicator, device: Device) -> Check {
             let all = reduced(op, &inputs);
             close(&tag, &all[rank * 12..(rank + 1) * 12], &read(&s)?, dtype)?;
         }
-        let odd = upload(device, &input(41, rank, (world * 3 + 1) * 2, dtype), &[world * 3 + 1, 2], dtype)?;
+        let odd = upload(
+            device,
+            &input(41, rank, (world * 3 + 1) * 2, dtype),
+            &[world * 3 + 1, 2],
+            dtype,
+        )?;
         match comm.reduce_scatter(&odd, ReduceOp::Sum) {
             Err(Error::Shape { reason, .. }) if reason.contains("divisible") || world == 1 => {}
             Ok(_) if world == 1 => {}
@@ -132,7 +152,9 @@ fn broadcast_and_p2p_cases(comm: &dyn Communicator, device: Device) -> Check {
     for dtype in dtypes(device) {
         for root in [0, world - 1] {
             let dims = [4, 33];
-            let inputs: Vec<Vec<f32>> = (0..world).map(|r| input(50 + root as u64, r, 132, dtype)).collect();
+            let inputs: Vec<Vec<f32>> = (0..world)
+                .map(|r| input(50 + root as u64, r, 132, dtype))
+                .collect();
             let mut t = upload(device, &inputs[rank], &dims, dtype)?;
             let id = t.allocation_id();
             comm.broadcast(&mut t, root).map_err(|e| e.to_string())?;
@@ -152,16 +174,27 @@ fn broadcast_and_p2p_cases(comm: &dyn Communicator, device: Device) -> Check {
                 comm.send(&t, peer).map_err(|e| e.to_string())?;
             }
             for peer in 1..world {
-                let mut back = Tensor::zeros_nd_on(device, &dims, dtype).map_err(|e| e.to_string())?;
+                let mut back =
+                    Tensor::zeros_nd_on(device, &dims, dtype).map_err(|e| e.to_string())?;
                 comm.recv(&mut back, peer).map_err(|e| e.to_string())?;
                 let want: Vec<f64> = letter(peer).iter().map(|&v| 2.0 * v as f64).collect();
-                close(&format!("recv from {peer} {dtype} on {device}"), &want, &read(&back)?, dtype)?;
+                close(
+                    &format!("recv from {peer} {dtype} on {device}"),
+                    &want,
+                    &read(&back)?,
+                    dtype,
+                )?;
             }
         } else {
             let mut t = Tensor::zeros_nd_on(device, &dims, dtype).map_err(|e| e.to_string())?;
             comm.recv(&mut t, 0).map_err(|e| e.to_string())?;
             let want: Vec<f64> = letter(rank).iter().map(|&v| v as f64).collect();
-            close(&format!("recv on rank {rank} {dtype} on {device}"), &want, &read(&t)?, dtype)?;
+            close(
+                &format!("recv on rank {rank} {dtype} on {device}"),
+                &want,
+                &read(&t)?,
+                dtype,
+            )?;
             let mut doubled = t.try_clone().map_err(|e| e.to_string())?;
             brotensor::ops::scale_inplace(&mut doubled, 2.0).map_err(|e| e.to_string())?;
             comm.send(&doubled, 0).map_err(|e| e.to_string())?;
@@ -180,9 +213,17 @@ fn disagreement_cases(comm: &dyn Communicator, device: Device, timeout: Duration
     let start = Instant::now();
     let cols = if rank == 0 { 3 } else { 2 };
     let mut t = Tensor::zeros_on(device, 2, cols, Dtype::F32).map_err(|e| e.to_string())?;
-    expect_collective_error("shapes differ", comm.all_reduce(&mut t, ReduceOp::Sum), "disagree")?;
+    expect_collective_error(
+        "shapes differ",
+        comm.all_reduce(&mut t, ReduceOp::Sum),
+        "disagree",
+    )?;
     if rank == 0 {
-        expect_collective_error("ops differ", comm.all_reduce(&mut t, ReduceOp::Sum), "disagree")?;
+        expect_collective_error(
+            "ops differ",
+            comm.all_reduce(&mut t, ReduceOp::Sum),
+            "disagree",
+        )?;
     } else {
         expect_collective_error("ops differ", comm.broadcast(&mut t, 0), "disagree")?;
     }
@@ -195,7 +236,11 @@ fn disagreement_cases(comm: &dyn Communicator, device: Device, timeout: Duration
         }
     } else {
         let mut ok = Tensor::zeros_on(device, 2, 2, Dtype::F32).map_err(|e| e.to_string())?;
-        expect_collective_error("a rank refused", comm.all_reduce(&mut ok, ReduceOp::Sum), "refused")?;
+        expect_collective_error(
+            "a rank refused",
+            comm.all_reduce(&mut ok, ReduceOp::Sum),
+            "refused",
+        )?;
     }
     // A receive into the wrong shape fails on both sides.
     if rank == 0 {
@@ -203,14 +248,22 @@ fn disagreement_cases(comm: &dyn Communicator, device: Device, timeout: Duration
         expect_collective_error("send to a wrong shape", comm.send(&t, 1), "")?;
     } else if rank == 1 {
         let mut t = Tensor::zeros_on(device, 5, 2, Dtype::F32).map_err(|e| e.to_string())?;
-        expect_collective_error("recv into a wrong shape", comm.recv(&mut t, 0), "receives into")?;
+        expect_collective_error(
+            "recv into a wrong shape",
+            comm.recv(&mut t, 0),
+            "receives into",
+        )?;
     }
     if start.elapsed() >= timeout / 2 {
-        return Err(format!("disagreements took {:?}, near the timeout", start.elapsed()));
+        return Err(format!(
+            "disagreements took {:?}, near the timeout",
+            start.elapsed()
+        ));
     }
     // Still usable.
     let mut t = upload(device, &[rank as f32 + 1.0], &[1], Dtype::F32)?;
-    comm.all_reduce(&mut t, ReduceOp::Sum).map_err(|e| e.to_string())?;
+    comm.all_reduce(&mut t, ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
     let want = (world * (world + 1) / 2) as f32;
     if read(&t)? != [want] {
         return Err(format!("after the errors: {:?}, want {want}", read(&t)?));
@@ -222,7 +275,14 @@ fn disagreement_cases(comm: &dyn Communicator, device: Device, timeout: Duration
 /// world calls it at the same time); `timeout` is the communicator's. Returns the first
 /// failure, naming the case.
 pub fn conformance(comm: &dyn Communicator, device: Device, timeout: Duration) -> Check {
-    let tag = |e: String| format!("{} rank {} of {}: {e}", comm.engine(), comm.rank(), comm.world_size());
+    let tag = |e: String| {
+        format!(
+            "{} rank {} of {}: {e}",
+            comm.engine(),
+            comm.rank(),
+            comm.world_size()
+        )
+    };
     all_reduce_cases(comm, device).map_err(tag)?;
     gather_scatter_cases(comm, device).map_err(tag)?;
     broadcast_and_p2p_cases(comm, device).map_err(tag)?;

@@ -534,7 +534,9 @@ pub fn mpirun_self(ranks: usize, limit: std::time::Duration) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| {
-            panic!("cannot start mpirun ({e}): install Open MPI (Debian: openmpi-bin libopenmpi-dev)")
+            panic!(
+                "cannot start mpirun ({e}): install Open MPI (Debian: openmpi-bin libopenmpi-dev)"
+            )
         });
     let out_pipe = child.stdout.take().unwrap();
     let err_pipe = child.stderr.take().unwrap();

@@ -45,7 +45,8 @@ fn all_reduce_secs(comm: &dyn Communicator, kib: usize) -> f64 {
     once();
     let start = Instant::now();
     once();
-    let mut probe = Tensor::from_slice_on(Device::Cpu, &[start.elapsed().as_secs_f64() as f32], 1, 1).unwrap();
+    let mut probe =
+        Tensor::from_slice_on(Device::Cpu, &[start.elapsed().as_secs_f64() as f32], 1, 1).unwrap();
     comm.broadcast(&mut probe, 0).unwrap();
     let per = f64::from(probe.to_vec::<f32>().unwrap()[0]).max(1e-7);
     let calls = ((0.2 / per) as usize).clamp(3, 10_000);
@@ -82,7 +83,11 @@ fn row(engine: &str, world: usize, kib: usize, secs: f64, copy: f64) {
     let copy_bw = bytes / copy / 1e9;
     println!(
         "| {engine} | {world} | {} | {:.1} | {algbw:.2} | {busbw:.2} | {copy_bw:.2} | {:.2} |",
-        if kib >= 1024 { format!("{} MiB", kib / 1024) } else { format!("{kib} KiB") },
+        if kib >= 1024 {
+            format!("{} MiB", kib / 1024)
+        } else {
+            format!("{kib} KiB")
+        },
         secs * 1e6,
         busbw / copy_bw
     );
@@ -94,7 +99,8 @@ fn decode_rate(comm: Option<&dyn Communicator>) -> f64 {
         rank: c.rank(),
         world: c.world_size(),
     });
-    let model = SmolLm2::load_shard(&files::smollm2_gguf(), Device::Cpu, Dtype::F32, shard).unwrap();
+    let model =
+        SmolLm2::load_shard(&files::smollm2_gguf(), Device::Cpu, Dtype::F32, shard).unwrap();
     let prompt = model.encode("The capital of France is").unwrap();
     let mut best = f64::INFINITY;
     for _ in 0..2 {
@@ -139,7 +145,11 @@ fn run_mpi() -> String {
         .env("RAYON_NUM_THREADS", "1")
         .output()
         .expect("mpirun (Open MPI) is needed for the MPI rows");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -167,7 +177,9 @@ fn main() {
                 .into_iter()
                 .map(|c| s.spawn(move || all_reduce_secs(&c, kib)))
                 .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).fold(0.0, f64::max)
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .fold(0.0, f64::max)
         });
         thread_secs.push(secs);
         row("threads", world, kib, secs, copy_secs(kib));
@@ -194,12 +206,17 @@ fn main() {
                 .into_iter()
                 .map(|c| s.spawn(move || decode_rate(Some(&c))))
                 .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).fold(f64::INFINITY, f64::min)
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .fold(f64::INFINITY, f64::min)
         });
         two = two.max(rate);
     }
     let rate = two;
-    println!("| 1 rank ({} CPU threads) | {one:.1} |", rayon::current_num_threads());
+    println!(
+        "| 1 rank ({} CPU threads) | {one:.1} |",
+        rayon::current_num_threads()
+    );
     println!("| 2 ranks, threads (sharing the CPU pool) | {rate:.1} |");
     #[cfg(feature = "distributed")]
     for line in mpi.lines().filter_map(|l| l.strip_prefix("mpi-decode ")) {

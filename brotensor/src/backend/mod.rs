@@ -12,8 +12,6 @@ mod attention;
 mod codec;
 mod concat;
 mod conv;
-#[cfg(feature = "cuda")]
-pub(crate) mod peer;
 pub(crate) mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod cube;
@@ -30,6 +28,8 @@ mod loss;
 mod lstm;
 mod norm;
 mod optim;
+#[cfg(feature = "cuda")]
+pub(crate) mod peer;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) mod probe;
 mod quant;

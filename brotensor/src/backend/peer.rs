@@ -15,7 +15,10 @@ pub(crate) fn cuda_copy(
     (to, dst): (usize, &mut Storage),
     bytes: usize,
 ) -> Result<()> {
-    let (src_be, dst_be) = (backend(op, Device::Cuda(from))?, backend(op, Device::Cuda(to))?);
+    let (src_be, dst_be) = (
+        backend(op, Device::Cuda(from))?,
+        backend(op, Device::Cuda(to))?,
+    );
     src_be.sync()?;
     dst_be.sync()?;
     if bytes == 0 {

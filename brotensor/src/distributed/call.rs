@@ -164,14 +164,23 @@ pub(crate) fn stage(tensor: &Tensor) -> Result<Vec<f32>> {
     }
     Ok(match tensor.dtype() {
         Dtype::F16 => tensor.to_vec::<f16>()?.iter().map(|v| v.to_f32()).collect(),
-        Dtype::BF16 => tensor.to_vec::<bf16>()?.iter().map(|v| v.to_f32()).collect(),
+        Dtype::BF16 => tensor
+            .to_vec::<bf16>()?
+            .iter()
+            .map(|v| v.to_f32())
+            .collect(),
         _ => tensor.to_vec::<f32>()?,
     })
 }
 
 /// A new tensor of `dims` and `dtype` on `device` holding `data` (rounded once to a 16-bit
 /// dtype).
-pub(crate) fn unstage(device: Device, dims: &[usize], dtype: Dtype, data: &[f32]) -> Result<Tensor> {
+pub(crate) fn unstage(
+    device: Device,
+    dims: &[usize],
+    dtype: Dtype,
+    data: &[f32],
+) -> Result<Tensor> {
     match dtype {
         Dtype::F16 => {
             let v: Vec<f16> = data.iter().map(|&x| f16::from_f32(x)).collect();

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
 use mpi::request::{Request, StaticScope};
-use mpi::topology::SimpleCommunicator;
 use mpi::topology::Communicator as _;
+use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Threading;
 
@@ -56,10 +56,12 @@ impl MpiComm {
     /// which this type's `!Sync` ensures) and returns this process's rank of the world.
     /// Errors if MPI was initialised before in this process.
     pub fn init() -> Result<MpiComm> {
-        let (universe, _level) = mpi::initialize_with_threading(Threading::Serialized)
-            .ok_or_else(|| Error::Collective {
-                op: "MpiComm::init",
-                reason: "MPI is already initialised in this process".into(),
+        let (universe, _level) =
+            mpi::initialize_with_threading(Threading::Serialized).ok_or_else(|| {
+                Error::Collective {
+                    op: "MpiComm::init",
+                    reason: "MPI is already initialised in this process".into(),
+                }
             })?;
         let world = universe.world();
         let size = usize::try_from(world.size()).unwrap_or(0).max(1);
@@ -244,7 +246,8 @@ impl Communicator for MpiComm {
         send.extend_from_slice(&call::stage(tensor)?);
         let mut out = self.recv_buf.borrow_mut();
         out.resize(send.len(), 0.0);
-        self.world.all_reduce_into(&send[..], &mut out[..], system_op(op));
+        self.world
+            .all_reduce_into(&send[..], &mut out[..], system_op(op));
         if op == ReduceOp::Mean {
             out.iter_mut().for_each(|v| *v /= w);
         }
@@ -314,7 +317,10 @@ impl Communicator for MpiComm {
         self.check_poisoned(name)?;
         call::check_rank(name, "peer", peer, self.world_size())?;
         if peer == self.rank() {
-            return Err(Error::invalid(name, format!("rank {peer} cannot send to itself")));
+            return Err(Error::invalid(
+                name,
+                format!("rank {peer} cannot send to itself"),
+            ));
         }
         let call = Call::new(
             name,
@@ -356,7 +362,10 @@ impl Communicator for MpiComm {
         self.check_poisoned(name)?;
         call::check_rank(name, "peer", peer, self.world_size())?;
         if peer == self.rank() {
-            return Err(Error::invalid(name, format!("rank {peer} cannot receive from itself")));
+            return Err(Error::invalid(
+                name,
+                format!("rank {peer} cannot receive from itself"),
+            ));
         }
         let expected = Call::new(
             name,

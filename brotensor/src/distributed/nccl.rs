@@ -12,9 +12,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop,
-};
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
 use cudarc::nccl::{self, Comm, NcclType};
 
 use super::call::{self, agree, Call, Kind, CALL_WORDS};
@@ -120,7 +118,8 @@ impl NcclComm {
         let ctx = CudaContext::new(ordinal).map_err(|e| driver_error(op, e))?;
         let stream = ctx.new_stream().map_err(|e| driver_error(op, e))?;
         let id = nccl::Id::uninit(id.0.map(|b| b as std::ffi::c_char));
-        let comm = Comm::from_rank(stream.clone(), rank, world, id).map_err(|e| nccl_error(op, e))?;
+        let comm =
+            Comm::from_rank(stream.clone(), rank, world, id).map_err(|e| nccl_error(op, e))?;
         Ok(NcclComm {
             comm,
             stream,
@@ -200,7 +199,10 @@ impl NcclComm {
             Err(_) => [0; CALL_WORDS],
         };
         let world = self.world_size();
-        let send = self.stream.clone_htod(&words).map_err(|e| driver_error(op, e))?;
+        let send = self
+            .stream
+            .clone_htod(&words)
+            .map_err(|e| driver_error(op, e))?;
         let mut recv = self
             .stream
             .alloc_zeros::<u64>(CALL_WORDS * world)
@@ -208,7 +210,10 @@ impl NcclComm {
         self.comm
             .all_gather(&send, &mut recv)
             .map_err(|e| nccl_error(op, e))?;
-        let all = self.stream.clone_dtoh(&recv).map_err(|e| driver_error(op, e))?;
+        let all = self
+            .stream
+            .clone_dtoh(&recv)
+            .map_err(|e| driver_error(op, e))?;
         if let Err(e) = mine {
             return Err(e.clone());
         }
@@ -243,9 +248,13 @@ impl NcclComm {
         buf: &mut Raw<T>,
     ) -> Result<()> {
         if sending {
-            self.comm.send(&*buf, peer as i32).map_err(|e| nccl_error(op, e))?;
+            self.comm
+                .send(&*buf, peer as i32)
+                .map_err(|e| nccl_error(op, e))?;
         } else {
-            self.comm.recv(buf, peer as i32).map_err(|e| nccl_error(op, e))?;
+            self.comm
+                .recv(buf, peer as i32)
+                .map_err(|e| nccl_error(op, e))?;
         }
         self.finish(op)
     }
@@ -304,7 +313,10 @@ impl Communicator for NcclComm {
         let (src, dst) = (self.address(name, tensor)?, self.address(name, &out)?);
         let bytes = tensor.storage_bytes();
         self.comm
-            .all_gather(&self.raw::<u8>(&src, bytes), &mut self.raw::<u8>(&dst, bytes * self.world_size()))
+            .all_gather(
+                &self.raw::<u8>(&src, bytes),
+                &mut self.raw::<u8>(&dst, bytes * self.world_size()),
+            )
             .map_err(|e| nccl_error(name, e))?;
         self.finish(name)?;
         Ok(out)
@@ -359,15 +371,38 @@ impl Communicator for NcclComm {
         let name = "send";
         call::check_rank(name, "peer", peer, self.world_size())?;
         if peer == self.rank() {
-            return Err(Error::invalid(name, format!("rank {peer} cannot send to itself")));
+            return Err(Error::invalid(
+                name,
+                format!("rank {peer} cannot send to itself"),
+            ));
         }
-        let call = Call::new(name, Kind::Send { from: self.rank(), to: peer }, tensor)?;
+        let call = Call::new(
+            name,
+            Kind::Send {
+                from: self.rank(),
+                to: peer,
+            },
+            tensor,
+        )?;
         // The receiver's verdict on the call first, so a mismatch is an error on both sides.
-        let words = self.stream.clone_htod(&call.encode()).map_err(|e| driver_error(name, e))?;
-        self.comm.send(&words, peer as i32).map_err(|e| nccl_error(name, e))?;
-        let mut verdict = self.stream.alloc_zeros::<u64>(1).map_err(|e| driver_error(name, e))?;
-        self.comm.recv(&mut verdict, peer as i32).map_err(|e| nccl_error(name, e))?;
-        let verdict = self.stream.clone_dtoh(&verdict).map_err(|e| driver_error(name, e))?;
+        let words = self
+            .stream
+            .clone_htod(&call.encode())
+            .map_err(|e| driver_error(name, e))?;
+        self.comm
+            .send(&words, peer as i32)
+            .map_err(|e| nccl_error(name, e))?;
+        let mut verdict = self
+            .stream
+            .alloc_zeros::<u64>(1)
+            .map_err(|e| driver_error(name, e))?;
+        self.comm
+            .recv(&mut verdict, peer as i32)
+            .map_err(|e| nccl_error(name, e))?;
+        let verdict = self
+            .stream
+            .clone_dtoh(&verdict)
+            .map_err(|e| driver_error(name, e))?;
         if verdict[0] != 1 {
             return Err(Error::Collective {
                 op: name,
@@ -382,37 +417,62 @@ impl Communicator for NcclComm {
             return Ok(());
         }
         let address = self.address(name, tensor)?;
-        self.p2p(name, peer, true, &mut self.raw::<u8>(&address, tensor.storage_bytes()))
+        self.p2p(
+            name,
+            peer,
+            true,
+            &mut self.raw::<u8>(&address, tensor.storage_bytes()),
+        )
     }
 
     fn recv(&self, tensor: &mut Tensor, peer: usize) -> Result<()> {
         let name = "recv";
         call::check_rank(name, "peer", peer, self.world_size())?;
         if peer == self.rank() {
-            return Err(Error::invalid(name, format!("rank {peer} cannot receive from itself")));
+            return Err(Error::invalid(
+                name,
+                format!("rank {peer} cannot receive from itself"),
+            ));
         }
-        let expected = Call::new(name, Kind::Send { from: peer, to: self.rank() }, tensor)?;
+        let expected = Call::new(
+            name,
+            Kind::Send {
+                from: peer,
+                to: self.rank(),
+            },
+            tensor,
+        )?;
         tensor.check_writable(name, "tensor")?;
         let mut words = self
             .stream
             .alloc_zeros::<u64>(CALL_WORDS)
             .map_err(|e| driver_error(name, e))?;
-        self.comm.recv(&mut words, peer as i32).map_err(|e| nccl_error(name, e))?;
-        let words = self.stream.clone_dtoh(&words).map_err(|e| driver_error(name, e))?;
+        self.comm
+            .recv(&mut words, peer as i32)
+            .map_err(|e| nccl_error(name, e))?;
+        let words = self
+            .stream
+            .clone_dtoh(&words)
+            .map_err(|e| driver_error(name, e))?;
         let sent = Call::decode(words[..].try_into().expect("CALL_WORDS words"));
         let accepted = sent.as_ref() == Some(&expected);
         let verdict = self
             .stream
             .clone_htod(&[u64::from(accepted)])
             .map_err(|e| driver_error(name, e))?;
-        self.comm.send(&verdict, peer as i32).map_err(|e| nccl_error(name, e))?;
+        self.comm
+            .send(&verdict, peer as i32)
+            .map_err(|e| nccl_error(name, e))?;
         self.finish(name)?;
         if !accepted {
             return Err(Error::Collective {
                 op: name,
                 reason: format!(
                     "rank {peer} sent {} but rank {} receives into {:?} {}",
-                    sent.map_or("something that is not a tensor".into(), |c| format!("{:?} {}", c.dims, c.dtype)),
+                    sent.map_or("something that is not a tensor".into(), |c| format!(
+                        "{:?} {}",
+                        c.dims, c.dtype
+                    )),
                     self.rank(),
                     tensor.dims(),
                     tensor.dtype()
@@ -423,7 +483,12 @@ impl Communicator for NcclComm {
             return Ok(());
         }
         let address = self.address(name, tensor)?;
-        self.p2p(name, peer, false, &mut self.raw::<u8>(&address, tensor.storage_bytes()))
+        self.p2p(
+            name,
+            peer,
+            false,
+            &mut self.raw::<u8>(&address, tensor.storage_bytes()),
+        )
     }
 
     fn barrier(&self) -> Result<()> {

@@ -32,7 +32,10 @@ pub struct ThreadComm {
 /// a world of zero ranks.
 pub fn thread_group(world: usize) -> Result<Vec<ThreadComm>> {
     if world == 0 {
-        return Err(Error::invalid("thread_group", "a world needs at least one rank"));
+        return Err(Error::invalid(
+            "thread_group",
+            "a world needs at least one rank",
+        ));
     }
     let group = Arc::new(Group {
         world,
@@ -218,11 +221,7 @@ impl ThreadComm {
     /// returns every rank's data in rank order. A rank
     /// whose own checks failed (`mine` is an error) still posts, so the others fail at once
     /// instead of waiting out the timeout; it returns its own error.
-    fn exchange(
-        &self,
-        op: &'static str,
-        mine: Result<(Call, Vec<f32>)>,
-    ) -> Result<Vec<Shared>> {
+    fn exchange(&self, op: &'static str, mine: Result<(Call, Vec<f32>)>) -> Result<Vec<Shared>> {
         let parity = self.calls.get() % 2;
         self.calls.set(self.calls.get() + 1);
         let mut b = self.board();
@@ -252,7 +251,11 @@ impl ThreadComm {
         )?;
         let data = posts
             .iter()
-            .map(|p| p.as_ref().map(|p| p.data.clone()).expect("agree saw every call"))
+            .map(|p| {
+                p.as_ref()
+                    .map(|p| p.data.clone())
+                    .expect("agree saw every call")
+            })
             .collect();
         Ok(data)
     }
@@ -337,7 +340,9 @@ impl Communicator for ThreadComm {
             // the dims). Until the next meeting every rank only reads the buffers.
             let parts: Vec<&[f32]> = spans
                 .iter()
-                .map(|b| unsafe { std::slice::from_raw_parts((b.addr as *const f32).add(lo), hi - lo) })
+                .map(|b| unsafe {
+                    std::slice::from_raw_parts((b.addr as *const f32).add(lo), hi - lo)
+                })
                 .collect();
             call::reduce(op, &parts, &mut scratch);
         }
@@ -345,7 +350,8 @@ impl Communicator for ThreadComm {
         for b in &spans {
             // SAFETY: as above; now each rank writes only its own slice `lo..hi` of each
             // buffer (the slices of different ranks are disjoint) and nobody reads them.
-            let dst = unsafe { std::slice::from_raw_parts_mut((b.addr as *mut f32).add(lo), hi - lo) };
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut((b.addr as *mut f32).add(lo), hi - lo) };
             dst.copy_from_slice(&scratch);
         }
         self.meet_within(name, self.board(), false)?;
@@ -405,7 +411,10 @@ impl Communicator for ThreadComm {
         let name = "send";
         call::check_rank(name, "peer", peer, self.group.world)?;
         if peer == self.rank {
-            return Err(Error::invalid(name, format!("rank {peer} cannot send to itself")));
+            return Err(Error::invalid(
+                name,
+                format!("rank {peer} cannot send to itself"),
+            ));
         }
         let call = Call::new(
             name,
@@ -436,10 +445,7 @@ impl Communicator for ThreadComm {
                 }
                 return Err(Error::Collective {
                     op: name,
-                    reason: format!(
-                        "rank {peer} did not receive within {:?}",
-                        self.timeout
-                    ),
+                    reason: format!("rank {peer} did not receive within {:?}", self.timeout),
                 });
             }
             mail = self
@@ -455,7 +461,10 @@ impl Communicator for ThreadComm {
         let name = "recv";
         call::check_rank(name, "peer", peer, self.group.world)?;
         if peer == self.rank {
-            return Err(Error::invalid(name, format!("rank {peer} cannot receive from itself")));
+            return Err(Error::invalid(
+                name,
+                format!("rank {peer} cannot receive from itself"),
+            ));
         }
         let expected = Call::new(
             name,
@@ -469,7 +478,11 @@ impl Communicator for ThreadComm {
         let mut mail = lock(&self.group.mail);
         let deadline = Instant::now() + self.timeout;
         let letter = loop {
-            if let Some(l) = mail.queues.get_mut(&(peer, self.rank)).and_then(VecDeque::pop_front) {
+            if let Some(l) = mail
+                .queues
+                .get_mut(&(peer, self.rank))
+                .and_then(VecDeque::pop_front)
+            {
                 break l;
             }
             let now = Instant::now();

@@ -16,13 +16,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
+use brotensor::distributed::{thread_group, Communicator};
 use brotensor::{Device, Dtype, Tensor};
 use brotensor_models::dcgan::{grid, DcGan, LATENT};
 use brotensor_models::digits::{Digits, Trainer};
 use brotensor_models::minilm::{cosine, MiniLm};
 use brotensor_models::ocr::{draw_boxes, load_bgr, Ocr};
 use brotensor_models::silero::{speech_segments, SegmentRules, SileroVad};
-use brotensor_models::smollm2::{Sampling, SmolLm2};
+use brotensor_models::smollm2::{Sampling, Shard, SmolLm2};
 use brotensor_models::terrain::{height_map, Terrain, SIDE, SIGMA_MAX};
 use brotensor_models::whisper::Whisper;
 use brotensor_models::{audio, files};
@@ -160,6 +161,61 @@ fn smollm2(device: Device, reference: &Value, software: bool) -> anyhow::Result<
         chat.len() as f64 / prefill.as_secs_f64(),
         answer.len().saturating_sub(1),
         answer.len().saturating_sub(1) as f64 / decode
+    );
+    Ok(ok)
+}
+
+/// SmolLM2 split over `world` ranks (threads, tensor parallelism) on the CPU: the reference's
+/// greedy tokens, as one rank gives them.
+fn smollm2_split(reference: &Value, world: usize) -> anyhow::Result<bool> {
+    let want: Vec<u32> = reference["greedy"]
+        .as_array()
+        .context("greedy")?
+        .iter()
+        .filter_map(|v| v.as_u64().map(|x| x as u32))
+        .collect();
+    let text = reference["prompt"].as_str().context("prompt")?;
+    let start = Instant::now();
+    let runs: Vec<anyhow::Result<Vec<u32>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = thread_group(world)?
+            .into_iter()
+            .map(|comm| {
+                let want = &want;
+                s.spawn(move || -> anyhow::Result<Vec<u32>> {
+                    let shard = Shard {
+                        rank: comm.rank(),
+                        world: comm.world_size(),
+                    };
+                    let model = SmolLm2::load_shard(
+                        &files::smollm2_gguf(),
+                        Device::Cpu,
+                        Dtype::F32,
+                        shard,
+                    )?;
+                    let prompt = model.encode(text)?;
+                    model.generate_sharded(&prompt, want.len(), &Sampling::greedy(), &comm)
+                })
+            })
+            .collect();
+        anyhow::Ok(
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a rank panicked")))
+                })
+                .collect(),
+        )
+    })?;
+    let mut ok = true;
+    for r in runs {
+        ok &= r? == want;
+    }
+    println!(
+        "  SmolLM2 split over {world} ranks (threads, tensor parallel): {} ({} greedy tokens, {:.2} s)",
+        verdict(ok),
+        want.len(),
+        start.elapsed().as_secs_f64()
     );
     Ok(ok)
 }
@@ -434,6 +490,10 @@ fn main() -> anyhow::Result<()> {
         all_ok &= faces(device, &dcgan_ref)?;
         all_ok &= terrain(device, &terrain_ref, software)?;
         all_ok &= ocr(device, &ocr_ref, software)?;
+    }
+    println!("\n== several ranks");
+    for world in [2, 3] {
+        all_ok &= smollm2_split(&smollm2_ref, world)?;
     }
     if !all_ok {
         anyhow::bail!("a result did not match its reference");

@@ -108,7 +108,10 @@ fn argument_errors_name_the_operand() {
     assert!(e.contains("peer 5"), "{e}");
     let view = t.narrow(0, 0, 1).unwrap();
     let mut view = view;
-    let e = c.all_reduce(&mut view, ReduceOp::Sum).unwrap_err().to_string();
+    let e = c
+        .all_reduce(&mut view, ReduceOp::Sum)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("view"), "{e}");
     assert!(thread_group(0).is_err());
 }
@@ -142,7 +145,11 @@ fn copies_between_every_pair_of_devices() {
             let x = Tensor::from_slice_nd_on(a, &data, &[2, 3, 4]).unwrap();
             let y = x.to(b).unwrap();
             assert_eq!((y.device(), y.dims()), (b, &[2usize, 3, 4][..]));
-            assert_eq!(y.to(a).unwrap().to_vec::<f32>().unwrap(), data, "{a} -> {b}");
+            assert_eq!(
+                y.to(a).unwrap().to_vec::<f32>().unwrap(),
+                data,
+                "{a} -> {b}"
+            );
         }
     }
 }
@@ -154,7 +161,10 @@ fn copies_between_every_pair_of_devices() {
 #[test]
 fn nccl_world_of_one() {
     use brotensor::distributed::{NcclComm, NcclId};
-    let Some(device) = gpu_devices().into_iter().find(|d| d.kind() == DeviceKind::Cuda) else {
+    let Some(device) = gpu_devices()
+        .into_iter()
+        .find(|d| d.kind() == DeviceKind::Cuda)
+    else {
         eprintln!("nccl_world_of_one: SKIPPED (no CUDA device)");
         return;
     };
