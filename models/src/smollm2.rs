@@ -341,7 +341,7 @@ impl SmolLm2 {
             let dt = quant(&gate)?;
             // The FFN is cut in whole blocks of `ffn_down`'s columns.
             let down_block = quant(&info(&name("ffn_down"))?)?.block_size();
-            if config.ffn % down_block != 0 {
+            if !config.ffn.is_multiple_of(down_block) {
                 bail!(
                     "blk.{i}: ffn_down's {} columns are not whole blocks",
                     config.ffn

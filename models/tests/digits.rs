@@ -128,8 +128,8 @@ fn ten_epochs_on_the_cpu_reach_97_percent() {
     assert!(chance < 0.3, "untrained accuracy {chance}");
 }
 
-/// Data parallelism on the thread engine: the batch of 64 split over 2 and 3 ranks (22 + 21
-/// + 21 rows), gradients all-reduced with the shares as weights, gives the losses and weights
+/// Data parallelism on the thread engine: the batch of 64 split over 2 and 3 ranks (22, 21
+/// and 21 rows for 3), gradients all-reduced with the shares as weights, gives the losses and weights
 /// of one rank training on the whole batch, step by step.
 #[test]
 fn data_parallel_training_follows_one_rank() {

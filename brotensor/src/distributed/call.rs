@@ -130,7 +130,7 @@ impl Call {
             Kind::Barrier => return "barrier".into(),
             Kind::Send { from, to } => format!("send(from {from} to {to})"),
         };
-        format!("{what} of {} {}", format!("{:?}", self.dims), self.dtype)
+        format!("{what} of {:?} {}", self.dims, self.dtype)
     }
 }
 
@@ -243,7 +243,7 @@ pub(crate) fn gathered_dims(op: &'static str, dims: &[usize], world: usize) -> R
     out[0] = out[0].checked_mul(world).ok_or_else(|| {
         Error::shape(
             op,
-            format!("{} ranks of {} overflow", world, format!("{dims:?}")),
+            format!("{world} ranks of {dims:?} overflow"),
         )
     })?;
     Ok(out)
@@ -259,10 +259,7 @@ pub(crate) fn scattered_dims(op: &'static str, dims: &[usize], world: usize) -> 
         }
         _ => Err(Error::shape(
             op,
-            format!(
-                "`tensor` {} must have a first axis divisible by the {world} ranks",
-                format!("{dims:?}")
-            ),
+            format!("`tensor` {dims:?} must have a first axis divisible by the {world} ranks"),
         )),
     }
 }

@@ -64,10 +64,8 @@ impl Launch {
             .map_err(|e| Self::io(op, &format!("listening at {}", self.addr), e))?;
         let (bytes, others) = (*bytes, self.world - 1);
         std::thread::spawn(move || {
-            for stream in listener.incoming().take(others) {
-                if let Ok(mut s) = stream {
-                    let _ = s.write_all(&bytes);
-                }
+            for mut s in listener.incoming().take(others).flatten() {
+                let _ = s.write_all(&bytes);
             }
         });
         Ok(())

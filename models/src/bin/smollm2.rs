@@ -126,9 +126,9 @@ fn sharded(args: &Args, device: brotensor::Device, dtype: brotensor::Dtype) -> a
                     let prompt = model.encode(&text)?;
                     let tokens =
                         model.generate_sharded(&prompt, args.max_tokens, sampling, &comm)?;
-                    Ok((comm.rank() == 0)
+                    (comm.rank() == 0)
                         .then(|| model.decode(&tokens))
-                        .transpose()?)
+                        .transpose()
                 })
             })
             .collect();
