@@ -240,12 +240,9 @@ pub(crate) fn gathered_dims(op: &'static str, dims: &[usize], world: usize) -> R
     } else {
         dims.to_vec()
     };
-    out[0] = out[0].checked_mul(world).ok_or_else(|| {
-        Error::shape(
-            op,
-            format!("{world} ranks of {dims:?} overflow"),
-        )
-    })?;
+    out[0] = out[0]
+        .checked_mul(world)
+        .ok_or_else(|| Error::shape(op, format!("{world} ranks of {dims:?} overflow")))?;
     Ok(out)
 }
 
