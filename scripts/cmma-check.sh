@@ -80,7 +80,7 @@ ledger="$root/tmp/parity-ledger"
 # /proc/self/exe.
 skip=()
 if mount -t proc proc "$root/proc" 2>/dev/null; then
-  trap 'umount "$root/proc"' EXIT
+  trap 'umount "$root/proc" 2>/dev/null || umount -l "$root/proc"' EXIT
 else
   echo "cmma-check: cannot mount /proc in the root: the child-process tests NOT RUN here (they run in the main suite)"
   skip=(--skip default_device:: --skip cpu_tier:: --skip internals::host_pool_freed)
