@@ -40,12 +40,11 @@ step() {
   tail -n 25 "$logs/$name.log"
 }
 
-# NCCL for the collectives' world-of-one test (distributed::nccl_world_of_one): cudarc loads
-# `libnccl.so`, NVIDIA's pip wheel (under torch) ships `libnccl.so.2`; link one to the other.
-nccl=$(python3 -c 'import site, glob; print(next(iter(sum((glob.glob(p + "/nvidia/nccl/lib/libnccl.so*") for p in site.getsitepackages()), [])), ""))' 2>/dev/null)
+# NCCL for the collectives' world-of-one test (distributed::nccl_world_of_one): brotensor
+# opens `libnccl.so.2`; NVIDIA's pip wheel (under torch) has it outside the loader's path.
+nccl=$(python3 -c 'import site, glob; print(next(iter(sum((glob.glob(p + "/nvidia/nccl/lib/libnccl.so.2") for p in site.getsitepackages()), [])), ""))' 2>/dev/null)
 if [ -n "$nccl" ]; then
-  mkdir -p "$bin/nccl" && ln -sf "$nccl" "$bin/nccl/libnccl.so"
-  export LD_LIBRARY_PATH="$bin/nccl:${LD_LIBRARY_PATH:-}"
+  export LD_LIBRARY_PATH="$(dirname "$nccl"):${LD_LIBRARY_PATH:-}"
   echo "NCCL: $nccl"
 else
   echo "NCCL: not found in Python's site-packages; the NCCL test will say it skipped"

@@ -7,12 +7,15 @@
 
 use brotensor::{Device, Dtype};
 use brotensor_models::minilm::{cosine, MiniLm};
-use brotensor_models::smollm2::{Sampling, SmolLm2};
+use std::time::Duration;
+
+use brotensor::distributed::{thread_group, Communicator};
+use brotensor_models::smollm2::{Sampling, Shard, SmolLm2};
 use brotensor_models::{files, tokenizer};
 use serde_json::Value;
 
 mod common;
-use common::{devices, fixture, floats, json};
+use common::{devices, f32_fixture, fixture, floats, json};
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
@@ -223,4 +226,153 @@ fn smollm2_follows_the_float64_reference_and_samples_alike_everywhere() {
             first.0
         );
     }
+}
+
+// ---- Tensor parallelism: SmolLM2 split over ranks (threads; MPI processes) ----
+
+/// The ranks' greedy tokens and prompt logits with SmolLM2 split over 2 and 3 thread ranks on
+/// the CPU and 2 on every GPU: the float64 reference's, as one rank gives them.
+#[test]
+fn sharded_smollm2_gives_the_reference_tokens_on_every_world_size() {
+    let reference = json("smollm2.json");
+    let prompt = ids(&reference["ids"]);
+    let greedy = ids(&reference["greedy"]);
+    let want = f32_fixture("smollm2_logits.bin");
+    let scale = want.iter().fold(0.0f64, |m, x| m.max(f64::from(x.abs())));
+    let runs = [2, 3]
+        .map(|w| (Device::Cpu, w))
+        .into_iter()
+        .chain(devices().into_iter().filter(|d| d.is_gpu()).map(|d| (d, 2)));
+    for (device, world) in runs {
+        let steps = if brotensor::is_software(device).unwrap() {
+            4
+        } else {
+            greedy.len()
+        };
+        let ranks = thread_group(world).unwrap();
+        let results: Vec<(Vec<f32>, Vec<u32>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = ranks
+                .into_iter()
+                .map(|comm| {
+                    let prompt = &prompt;
+                    s.spawn(move || {
+                        let comm = comm.with_timeout(Duration::from_secs(120));
+                        let shard = Shard {
+                            rank: comm.rank(),
+                            world: comm.world_size(),
+                        };
+                        let model =
+                            SmolLm2::load_shard(&files::smollm2_gguf(), device, Dtype::F32, shard)
+                                .unwrap();
+                        let mut cache = model.new_cache(prompt.len()).unwrap();
+                        let logits = model
+                            .forward_sharded(prompt, &mut cache, &comm)
+                            .unwrap()
+                            .to_vec::<f32>()
+                            .unwrap();
+                        let tokens = model
+                            .generate_sharded(prompt, steps, &Sampling::greedy(), &comm)
+                            .unwrap();
+                        (logits, tokens)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, (logits, tokens)) in results.iter().enumerate() {
+            let err = logits
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| f64::from(*g - *w).abs())
+                .fold(0.0, f64::max);
+            eprintln!(
+                "{device} world {world} rank {rank}: largest logit error {err:.3e} of {scale:.2}"
+            );
+            assert!(
+                err <= LOGIT_TOL * scale,
+                "{device} world {world} rank {rank}: {err}"
+            );
+            assert_eq!(
+                tokens,
+                &greedy[..steps],
+                "{device} world {world} rank {rank}: greedy tokens"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_shard_refuses_bad_worlds_and_the_plain_forward() {
+    let path = files::smollm2_gguf();
+    // 3 KV heads: at most 3 ranks.
+    let e = SmolLm2::load_shard(&path, Device::Cpu, Dtype::F32, Shard { rank: 0, world: 4 })
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("1 to 3 ranks"), "{e}");
+    let e = SmolLm2::load_shard(&path, Device::Cpu, Dtype::F32, Shard { rank: 2, world: 2 })
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("rank 2 of 2"), "{e}");
+    let model =
+        SmolLm2::load_shard(&path, Device::Cpu, Dtype::F32, Shard { rank: 1, world: 2 }).unwrap();
+    let mut cache = model.new_cache(4).unwrap();
+    let e = model
+        .forward(&[1, 2], &mut cache)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("forward_sharded"), "{e}");
+    // A communicator of another world is refused.
+    let ranks = thread_group(1).unwrap();
+    let e = model
+        .forward_sharded(&[1, 2], &mut cache, &ranks[0])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("rank 0 of 1"), "{e}");
+}
+
+/// Tensor parallelism over MPI: this binary's `smollm2_mpi_rank` as 2 processes under
+/// `mpirun` (feature `distributed`, which the test script turns on).
+#[cfg(feature = "distributed")]
+#[test]
+fn sharded_smollm2_over_mpi_gives_the_reference_tokens() {
+    let text = brotensor_tests::mpirun_test(2, "smollm2_mpi_rank", Duration::from_secs(600));
+    for r in 0..2 {
+        assert!(
+            text.contains(&format!("rank {r}: the reference's 16 greedy tokens")),
+            "rank {r} did not pass:\n{text}"
+        );
+    }
+}
+
+/// One MPI rank of [`sharded_smollm2_over_mpi_gives_the_reference_tokens`] (alone: the
+/// whole model as a world of one).
+#[cfg(feature = "distributed")]
+#[test]
+#[ignore = "an MPI rank: sharded_smollm2_over_mpi_gives_the_reference_tokens runs it"]
+fn smollm2_mpi_rank() {
+    use brotensor::distributed::MpiComm;
+    let comm = MpiComm::init()
+        .unwrap()
+        .with_timeout(Duration::from_secs(120));
+    let reference = json("smollm2.json");
+    let (prompt, greedy) = (ids(&reference["ids"]), ids(&reference["greedy"]));
+    let shard = Shard {
+        rank: comm.rank(),
+        world: comm.world_size(),
+    };
+    let model =
+        SmolLm2::load_shard(&files::smollm2_gguf(), Device::Cpu, Dtype::F32, shard).unwrap();
+    let tokens = model
+        .generate_sharded(&prompt, greedy.len(), &Sampling::greedy(), &comm)
+        .unwrap();
+    assert_eq!(tokens, greedy, "rank {}", comm.rank());
+    println!(
+        "rank {}: the reference's {} greedy tokens",
+        comm.rank(),
+        tokens.len()
+    );
 }

@@ -512,22 +512,24 @@ fn compare_on(
     }
 }
 
-/// Whether this process was started by `mpirun` (Open MPI's or MPICH's launcher variables).
-pub fn launched_by_mpirun() -> bool {
-    std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some() || std::env::var_os("PMI_SIZE").is_some()
-}
-
-/// Runs the current executable as `ranks` MPI processes over loopback (`mpirun
-/// --oversubscribe`, as root too, shared-memory transport), each with one CPU thread, and
-/// kills the run after `limit`. Panics (fails the test) if `mpirun` is missing, the run
-/// fails or it times out; returns everything the ranks printed.
-pub fn mpirun_self(ranks: usize, limit: std::time::Duration) -> String {
+/// Runs the ignored test `test` (its full path) of the running test binary as `ranks` MPI
+/// processes over loopback (`mpirun --oversubscribe`, as root too, shared-memory transport),
+/// each with one CPU thread, and kills the run after `limit`. Panics (fails the test) if
+/// `mpirun` is missing, the run fails or it times out; returns everything the ranks printed.
+pub fn mpirun_test(ranks: usize, test: &str, limit: std::time::Duration) -> String {
     use std::process::{Command, Stdio};
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new("mpirun")
         .args(["--allow-run-as-root", "--oversubscribe", "-np"])
         .arg(ranks.to_string())
         .arg(&exe)
+        .args([
+            "--ignored",
+            "--exact",
+            test,
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("OMPI_MCA_btl", "self,vader")
         .env("RAYON_NUM_THREADS", "1")
         .stdout(Stdio::piped())

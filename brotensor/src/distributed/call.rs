@@ -271,3 +271,28 @@ pub(crate) fn check_rank(op: &'static str, what: &str, rank: usize, world: usize
     }
     Ok(())
 }
+
+/// The call of a point-to-point transfer between this rank `me` and `peer` in a world of
+/// `world`: what the sender announces (`sending`), or what the receiver expects of `tensor`
+/// (which must then be writable). Errors for a peer outside the world or the rank itself.
+pub(crate) fn point_to_point(
+    op: &'static str,
+    tensor: &Tensor,
+    (me, peer, world): (usize, usize, usize),
+    sending: bool,
+) -> Result<Call> {
+    check_rank(op, "peer", peer, world)?;
+    if peer == me {
+        let verb = if sending { "send to" } else { "receive from" };
+        return Err(Error::invalid(
+            op,
+            format!("rank {peer} cannot {verb} itself"),
+        ));
+    }
+    let (from, to) = if sending { (me, peer) } else { (peer, me) };
+    let call = Call::new(op, Kind::Send { from, to }, tensor)?;
+    if !sending {
+        tensor.check_writable(op, "tensor")?;
+    }
+    Ok(call)
+}

@@ -13,8 +13,8 @@
 //!   one process driving several local devices. Always built.
 //! - `MpiComm` (feature `distributed`): ranks are processes launched by `mpirun` (Open MPI
 //!   through the `mpi` crate), on any device: tensors are staged through the host.
-//! - `NcclComm` (feature `cuda`): one rank per CUDA device, NCCL through cudarc (loaded at
-//!   run time), the tensors staying on the device; its id reaches the other ranks through
+//! - `NcclComm` (feature `cuda`): one rank per CUDA device, NCCL opened at run time
+//!   (`libnccl.so.2`), the tensors staying on the device; its id reaches the other ranks through
 //!   MPI (`NcclComm::with_mpi`), a torchrun-style environment (`NcclComm::from_env`) or any
 //!   channel of the caller's (`NcclComm::from_rank`).
 //!

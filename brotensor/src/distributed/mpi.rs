@@ -315,21 +315,8 @@ impl Communicator for MpiComm {
     fn send(&self, tensor: &Tensor, peer: usize) -> Result<()> {
         let name = "send";
         self.check_poisoned(name)?;
-        call::check_rank(name, "peer", peer, self.world_size())?;
-        if peer == self.rank() {
-            return Err(Error::invalid(
-                name,
-                format!("rank {peer} cannot send to itself"),
-            ));
-        }
-        let call = Call::new(
-            name,
-            Kind::Send {
-                from: self.rank(),
-                to: peer,
-            },
-            tensor,
-        )?;
+        let call =
+            call::point_to_point(name, tensor, (self.rank(), peer, self.world_size()), true)?;
         Self::checked_count(name, tensor.numel())?;
         let data = call::stage(tensor)?;
         let target = self.world.process_at_rank(peer as i32);
@@ -360,22 +347,8 @@ impl Communicator for MpiComm {
     fn recv(&self, tensor: &mut Tensor, peer: usize) -> Result<()> {
         let name = "recv";
         self.check_poisoned(name)?;
-        call::check_rank(name, "peer", peer, self.world_size())?;
-        if peer == self.rank() {
-            return Err(Error::invalid(
-                name,
-                format!("rank {peer} cannot receive from itself"),
-            ));
-        }
-        let expected = Call::new(
-            name,
-            Kind::Send {
-                from: peer,
-                to: self.rank(),
-            },
-            tensor,
-        )?;
-        tensor.check_writable(name, "tensor")?;
+        let expected =
+            call::point_to_point(name, tensor, (self.rank(), peer, self.world_size()), false)?;
         let source = self.world.process_at_rank(peer as i32);
         // SAFETY: see `words`; both requests complete or poison before we return.
         let (_, recv) = unsafe { self.words() };

@@ -181,6 +181,12 @@ impl ThreadComm {
             if b.generation != generation {
                 return Ok(());
             }
+            if let (true, Some(why)) = (bounded, &b.poisoned) {
+                return Err(Error::Collective {
+                    op,
+                    reason: why.clone(),
+                });
+            }
             let now = Instant::now();
             if !bounded {
                 b = self.group.turn.wait(b).unwrap_or_else(|p| p.into_inner());
@@ -205,15 +211,6 @@ impl ThreadComm {
                 .wait_timeout(b, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
-            if b.generation != generation {
-                return Ok(());
-            }
-            if let Some(why) = &b.poisoned {
-                return Err(Error::Collective {
-                    op,
-                    reason: why.clone(),
-                });
-            }
         }
     }
 
@@ -409,21 +406,7 @@ impl Communicator for ThreadComm {
 
     fn send(&self, tensor: &Tensor, peer: usize) -> Result<()> {
         let name = "send";
-        call::check_rank(name, "peer", peer, self.group.world)?;
-        if peer == self.rank {
-            return Err(Error::invalid(
-                name,
-                format!("rank {peer} cannot send to itself"),
-            ));
-        }
-        let call = Call::new(
-            name,
-            Kind::Send {
-                from: self.rank,
-                to: peer,
-            },
-            tensor,
-        )?;
+        let call = call::point_to_point(name, tensor, (self.rank, peer, self.group.world), true)?;
         let data = Arc::new(call::stage(tensor)?);
         let mut mail = lock(&self.group.mail);
         let id = mail.next_id;
@@ -459,22 +442,8 @@ impl Communicator for ThreadComm {
 
     fn recv(&self, tensor: &mut Tensor, peer: usize) -> Result<()> {
         let name = "recv";
-        call::check_rank(name, "peer", peer, self.group.world)?;
-        if peer == self.rank {
-            return Err(Error::invalid(
-                name,
-                format!("rank {peer} cannot receive from itself"),
-            ));
-        }
-        let expected = Call::new(
-            name,
-            Kind::Send {
-                from: peer,
-                to: self.rank,
-            },
-            tensor,
-        )?;
-        tensor.check_writable(name, "tensor")?;
+        let expected =
+            call::point_to_point(name, tensor, (self.rank, peer, self.group.world), false)?;
         let mut mail = lock(&self.group.mail);
         let deadline = Instant::now() + self.timeout;
         let letter = loop {

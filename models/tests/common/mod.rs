@@ -40,7 +40,7 @@ pub fn floats(v: &Value) -> Vec<f64> {
 
 /// The CPU and every GPU (failing when `BROTENSOR_REQUIRE_GPU` names a missing kind), after
 /// making sure the model files are there.
-#[allow(dead_code)] // the MPI test runs on the CPU only
+#[allow(dead_code)] // not every test binary runs on every device
 pub fn devices() -> Vec<Device> {
     files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
     let mut all = vec![Device::Cpu];

@@ -179,6 +179,165 @@ fn nccl_world_of_one() {
     let comm = NcclComm::from_rank(device, 0, 1, &id).unwrap();
     let timeout = Duration::from_secs(60);
     conformance(&comm, device, timeout).unwrap();
+    // The benchmark row of a lent GPU: latency per all-reduce of a world of one, which NCCL
+    // runs as a device copy, plus the call exchange and the syncs around it.
+    for kib in [4usize, 1024, 65536] {
+        let n = kib * 256;
+        let mut t = Tensor::zeros_on(device, 1, n, Dtype::F32).unwrap();
+        comm.all_reduce(&mut t, ReduceOp::Sum).unwrap();
+        let start = Instant::now();
+        for _ in 0..20 {
+            comm.all_reduce(&mut t, ReduceOp::Sum).unwrap();
+        }
+        let us = start.elapsed().as_secs_f64() * 1e6 / 20.0;
+        eprintln!("nccl_world_of_one: all_reduce F32 {kib} KiB: {us:.1} us per call");
+    }
     // A rank beyond the world is refused before NCCL sees it.
     assert!(NcclComm::from_rank(device, 1, 1, &id).is_err());
+}
+
+/// The C++ library's two-GPU test for every GPU kind with two devices or more: a copy from
+/// `:0` to `:1` (a peer copy on CUDA), a matmul there, the result copied back and a second
+/// matmul on `:0`, against the float64 chain. Skips, saying so, with fewer than two devices
+/// of a kind.
+#[test]
+fn two_devices_of_a_kind_pipeline() {
+    let (m, k, n) = (5, 7, 3);
+    let x: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7) % 11) as f32 * 0.25 - 1.0)
+        .collect();
+    let w1: Vec<f32> = (0..k * n)
+        .map(|i| ((i * 5) % 13) as f32 * 0.125 - 0.75)
+        .collect();
+    let w2: Vec<f32> = (0..n * 2).map(|i| i as f32 * 0.5 - 1.0).collect();
+    let mut h = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            h[i * n + j] = (0..k)
+                .map(|p| f64::from(x[i * k + p]) * f64::from(w1[p * n + j]))
+                .sum();
+        }
+    }
+    let want: Vec<f32> = (0..m * 2)
+        .map(|e| {
+            (0..n)
+                .map(|p| h[(e / 2) * n + p] * f64::from(w2[p * 2 + e % 2]))
+                .sum::<f64>() as f32
+        })
+        .collect();
+    for kind in [DeviceKind::Cuda, DeviceKind::Wgpu] {
+        if brotensor::device_count(kind) < 2 {
+            eprintln!(
+                "two_devices_of_a_kind_pipeline: SKIPPED for {kind:?} ({} device(s))",
+                brotensor::device_count(kind)
+            );
+            continue;
+        }
+        let (d0, d1) = match kind {
+            DeviceKind::Cuda => (Device::Cuda(0), Device::Cuda(1)),
+            _ => (Device::Wgpu(0), Device::Wgpu(1)),
+        };
+        let x0 = Tensor::from_slice_on(d0, &x, m, k).unwrap();
+        let x1 = x0.to(d1).unwrap();
+        let h1 = x1
+            .matmul(&Tensor::from_slice_on(d1, &w1, k, n).unwrap())
+            .unwrap();
+        let y = h1
+            .to(d0)
+            .unwrap()
+            .matmul(&Tensor::from_slice_on(d0, &w2, n, 2).unwrap())
+            .unwrap();
+        brotensor_tests::assert_close(
+            "two-device pipeline",
+            &want,
+            &y.to_vec::<f32>().unwrap(),
+            brotensor_tests::tolerance(Dtype::F32),
+        );
+    }
+}
+
+/// Without the NCCL library or a CUDA device the NCCL engine returns errors that say what
+/// is missing, never a panic.
+#[test]
+fn nccl_refuses_cleanly_what_it_cannot_run() {
+    use brotensor::distributed::{NcclComm, NcclId};
+    let id = match NcclId::new() {
+        Ok(id) => id,
+        Err(e) => {
+            let text = e.to_string();
+            assert!(text.contains("libnccl.so.2"), "{text}");
+            NcclId([0; 128])
+        }
+    };
+    let e = NcclComm::from_rank(Device::Cpu, 0, 1, &id)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("not a CUDA device"), "{e}");
+    let e = NcclComm::from_rank(Device::Cuda(0), 2, 2, &id)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("rank 2 is not a rank"), "{e}");
+    if brotensor::device_count(DeviceKind::Cuda) == 0 {
+        let e = NcclComm::from_rank(Device::Cuda(0), 0, 1, &id)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("not available"), "{e}");
+    }
+}
+
+/// The conformance suite on the MPI engine: this binary's `rank_runs_conformance` as 2 and 3
+/// processes under `mpirun` (feature `distributed`, which the test script turns on).
+#[cfg(feature = "distributed")]
+#[test]
+fn conformance_on_mpi_2_and_3_processes() {
+    for ranks in [2, 3] {
+        let text = brotensor_tests::mpirun_test(
+            ranks,
+            "distributed::mpi_rank_runs_conformance",
+            Duration::from_secs(600),
+        );
+        for r in 0..ranks {
+            assert!(
+                text.contains(&format!("rank {r}: conformance passed")),
+                "mpirun -np {ranks}: rank {r} did not pass:\n{text}"
+            );
+        }
+    }
+}
+
+/// One MPI rank of [`conformance_on_mpi_2_and_3_processes`]: the suite on the CPU and every
+/// GPU device, then rank 0 waits alone at a barrier with a short timeout (the others join
+/// late, which completes the abandoned exchange before MPI is finalised) and is refused
+/// afterwards. Alone (no `mpirun`), a world of one rank.
+#[cfg(feature = "distributed")]
+#[test]
+#[ignore = "an MPI rank: conformance_on_mpi_2_and_3_processes runs it under mpirun"]
+fn mpi_rank_runs_conformance() {
+    use brotensor::distributed::MpiComm;
+    let timeout = Duration::from_secs(60);
+    let comm = MpiComm::init().unwrap().with_timeout(timeout);
+    let rank = comm.rank();
+    let devices: Vec<Device> = std::iter::once(Device::Cpu).chain(gpu_devices()).collect();
+    for &device in &devices {
+        if let Err(e) = conformance(&comm, device, timeout) {
+            panic!("rank {rank}: {e}");
+        }
+    }
+    let short = comm.with_timeout(Duration::from_millis(300));
+    if rank == 0 && short.world_size() > 1 {
+        for what in ["a lone barrier", "a call after the timeout"] {
+            match short.barrier() {
+                Err(Error::Collective { reason, .. }) if reason.contains("unusable") => {}
+                other => panic!("rank 0: {what}: {other:?}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+    } else if short.world_size() > 1 {
+        std::thread::sleep(Duration::from_millis(800));
+        short.with_timeout(timeout).barrier().unwrap();
+    }
+    println!("rank {rank}: conformance passed on {devices:?}");
 }
