@@ -77,7 +77,7 @@ fn split(n: usize, world: usize, rank: usize) -> (usize, usize) {
     (lo, lo + q + usize::from(rank < rem))
 }
 
-/// What one rank computes: its query / KV heads and FFN columns.
+/// The attention heads one rank computes (its FFN slice is in the shapes of its weights).
 #[derive(Debug, Clone, Copy)]
 struct Local {
     heads: usize,
@@ -442,6 +442,15 @@ impl SmolLm2 {
         Ok(Cache { k, v, len: 0 })
     }
 
+    /// An empty cache for `prompt` and up to `max_tokens` generated tokens.
+    fn generation_cache(&self, prompt: &[u32], max_tokens: usize) -> anyhow::Result<Cache> {
+        let capacity = prompt
+            .len()
+            .checked_add(max_tokens)
+            .context("prompt plus max_tokens overflows")?;
+        self.new_cache(capacity)
+    }
+
     /// The embedding rows of `ids`, decoded from their Q8_0 blocks on the host.
     fn embed_rows(&self, ids: &[u32]) -> anyhow::Result<Tensor> {
         let dt = self
@@ -636,11 +645,7 @@ impl SmolLm2 {
         mut on_token: impl FnMut(u32) -> anyhow::Result<()> + Send,
     ) -> anyhow::Result<Vec<u32>> {
         crate::in_cpu_pool(|| {
-            let capacity = prompt
-                .len()
-                .checked_add(max_tokens)
-                .context("prompt plus max_tokens overflows")?;
-            let mut cache = self.new_cache(capacity)?;
+            let mut cache = self.generation_cache(prompt, max_tokens)?;
             let mut out = Vec::with_capacity(max_tokens);
             if max_tokens == 0 {
                 return Ok(out);
@@ -670,11 +675,7 @@ impl SmolLm2 {
         sampling: &Sampling,
         comm: &dyn Communicator,
     ) -> anyhow::Result<Vec<u32>> {
-        let capacity = prompt
-            .len()
-            .checked_add(max_tokens)
-            .context("prompt plus max_tokens overflows")?;
-        let mut cache = self.new_cache(capacity)?;
+        let mut cache = self.generation_cache(prompt, max_tokens)?;
         let mut out = Vec::with_capacity(max_tokens);
         if max_tokens == 0 {
             return Ok(out);

@@ -240,9 +240,12 @@ pub(crate) fn gathered_dims(op: &'static str, dims: &[usize], world: usize) -> R
     } else {
         dims.to_vec()
     };
-    out[0] = out[0]
-        .checked_mul(world)
-        .ok_or_else(|| Error::shape(op, format!("{world} ranks of {dims:?} overflow")))?;
+    let overflow = || Error::shape(op, format!("{world} ranks of {dims:?} overflow"));
+    out[0] = out[0].checked_mul(world).ok_or_else(overflow)?;
+    // The whole output's element count too: the engines size host buffers from it.
+    out.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(overflow)?;
     Ok(out)
 }
 

@@ -169,6 +169,14 @@ impl MpiComm {
         agree(op, &calls)
     }
 
+    /// A mean is MPI's sum divided by the world size.
+    fn finish_mean(&self, op: ReduceOp, sums: &mut [f32]) {
+        if op == ReduceOp::Mean {
+            let w = self.world_size() as f32;
+            sums.iter_mut().for_each(|v| *v /= w);
+        }
+    }
+
     fn checked_count(op: &'static str, n: usize) -> Result<()> {
         if i32::try_from(n).is_err() {
             return Err(Error::invalid(
@@ -230,7 +238,6 @@ impl Communicator for MpiComm {
         if tensor.numel() == 0 {
             return Ok(());
         }
-        let w = self.world_size() as f32;
         let mut send = self.send_buf.borrow_mut();
         send.clear();
         if tensor.device() == crate::Device::Cpu && tensor.dtype() == crate::Dtype::F32 {
@@ -238,9 +245,7 @@ impl Communicator for MpiComm {
             let host = tensor.host_mut::<f32>();
             send.extend_from_slice(host);
             self.world.all_reduce_into(&send[..], host, system_op(op));
-            if op == ReduceOp::Mean {
-                host.iter_mut().for_each(|v| *v /= w);
-            }
+            self.finish_mean(op, host);
             return Ok(());
         }
         send.extend_from_slice(&call::stage(tensor)?);
@@ -248,9 +253,7 @@ impl Communicator for MpiComm {
         out.resize(send.len(), 0.0);
         self.world
             .all_reduce_into(&send[..], &mut out[..], system_op(op));
-        if op == ReduceOp::Mean {
-            out.iter_mut().for_each(|v| *v /= w);
-        }
+        self.finish_mean(op, &mut out);
         call::unstage_into(name, tensor, &out)
     }
 
@@ -282,10 +285,7 @@ impl Communicator for MpiComm {
         let mut out = vec![0f32; data.len() / self.world_size()];
         self.world
             .reduce_scatter_block_into(&data[..], &mut out[..], system_op(op));
-        if op == ReduceOp::Mean {
-            let w = self.world_size() as f32;
-            out.iter_mut().for_each(|v| *v /= w);
-        }
+        self.finish_mean(op, &mut out);
         call::unstage(tensor.device(), &dims?, tensor.dtype(), &out)
     }
 

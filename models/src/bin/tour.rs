@@ -122,16 +122,21 @@ fn minilm(device: Device, reference: &Value) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
-/// SmolLM2 on `device`: the reference prompt's greedy continuation, then a chat answer.
-fn smollm2(device: Device, reference: &Value, software: bool) -> anyhow::Result<bool> {
-    let model = SmolLm2::load(&files::smollm2_gguf(), device, Dtype::F32)?;
-    let prompt = model.encode(reference["prompt"].as_str().context("prompt")?)?;
-    let want: Vec<u32> = reference["greedy"]
+/// The reference's greedy token ids.
+fn greedy_ids(reference: &Value) -> anyhow::Result<Vec<u32>> {
+    Ok(reference["greedy"]
         .as_array()
         .context("greedy")?
         .iter()
         .filter_map(|v| v.as_u64().map(|x| x as u32))
-        .collect();
+        .collect())
+}
+
+/// SmolLM2 on `device`: the reference prompt's greedy continuation, then a chat answer.
+fn smollm2(device: Device, reference: &Value, software: bool) -> anyhow::Result<bool> {
+    let model = SmolLm2::load(&files::smollm2_gguf(), device, Dtype::F32)?;
+    let prompt = model.encode(reference["prompt"].as_str().context("prompt")?)?;
+    let want = greedy_ids(reference)?;
     let got = model.generate(&prompt, want.len(), &Sampling::greedy(), |_| Ok(()))?;
     let ok = got == want;
     println!(
@@ -168,12 +173,7 @@ fn smollm2(device: Device, reference: &Value, software: bool) -> anyhow::Result<
 /// SmolLM2 split over `world` ranks (threads, tensor parallelism) on the CPU: the reference's
 /// greedy tokens, as one rank gives them.
 fn smollm2_split(reference: &Value, world: usize) -> anyhow::Result<bool> {
-    let want: Vec<u32> = reference["greedy"]
-        .as_array()
-        .context("greedy")?
-        .iter()
-        .filter_map(|v| v.as_u64().map(|x| x as u32))
-        .collect();
+    let want = greedy_ids(reference)?;
     let text = reference["prompt"].as_str().context("prompt")?;
     let start = Instant::now();
     let runs: Vec<anyhow::Result<Vec<u32>>> = std::thread::scope(|s| {
