@@ -16,7 +16,8 @@
 
 use rayon::prelude::*;
 
-use crate::linear::{matmul, matmul_strided, Mat};
+use crate::linear::{matmul, Mat};
+use crate::packed::{self, PackedLhs};
 use crate::simd::wide;
 use crate::spatial::{Conv2dSpec, Nchw};
 
@@ -234,33 +235,70 @@ impl Conv2d {
 
     /// The `kH*kW` im2col rows of one input channel's plane `src` for output `pixels`.
     fn im2col_channel(&self, src: &[f32], pixels: std::ops::Range<usize>, block: &mut [f32]) {
-        let (kh, kw) = (self.spec.kernel[0], self.spec.kernel[1]);
-        let (w, sw) = (self.x.w, self.spec.stride[1]);
-        let mut rows = block.chunks_exact_mut(pixels.len());
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let row = rows.next().expect("a channel's block holds kH*kW rows");
-                self.runs(pixels.clone(), |t, run, oy, ox0| {
-                    let dst = &mut row[t..t + run];
-                    let Some(iy) = self.input_row(oy, ky) else {
-                        dst.fill(0.0);
-                        return;
-                    };
-                    let line = &src[iy * w..][..w];
-                    let (valid, ix) = self.valid_run(ox0, run, kx);
-                    dst[..valid.start].fill(0.0);
-                    dst[valid.end..].fill(0.0);
-                    let dst = &mut dst[valid.clone()];
-                    if sw == 1 {
-                        dst.copy_from_slice(&line[ix..ix + dst.len()]);
-                    } else {
-                        for (j, d) in dst.iter_mut().enumerate() {
-                            *d = line[ix + j * sw];
-                        }
-                    }
-                });
-            }
+        let kw = self.spec.kernel[1];
+        for (t, row) in block.chunks_exact_mut(pixels.len()).enumerate() {
+            self.patch_row(src, (t / kw, t % kw), pixels.clone(), row);
         }
+    }
+
+    /// Rows `rows` of one group's im2col matrix (row `(ci, ky, kx)` flattened) for output
+    /// `pixels`, gathered from the group's input planes `x` into `dst` (`rows.len()` rows
+    /// of `pixels.len()`).
+    fn patch_rows(
+        &self,
+        x: &[f32],
+        rows: std::ops::Range<usize>,
+        pixels: std::ops::Range<usize>,
+        dst: &mut [f32],
+    ) {
+        let plane = self.x.h * self.x.w;
+        let (kh, kw) = (self.spec.kernel[0], self.spec.kernel[1]);
+        for (r, row) in rows.zip(dst.chunks_exact_mut(pixels.len())) {
+            let (ci, tap) = (r / (kh * kw), r % (kh * kw));
+            if plane == 0 {
+                // An empty input: every tap is padding.
+                row.fill(0.0);
+                continue;
+            }
+            self.patch_row(
+                &x[ci * plane..][..plane],
+                (tap / kw, tap % kw),
+                pixels.clone(),
+                row,
+            );
+        }
+    }
+
+    /// The im2col row of tap `(ky, kx)` of one input plane `src` for output `pixels`:
+    /// the input value each pixel's tap reads, zero in the padding.
+    #[inline(always)]
+    fn patch_row(
+        &self,
+        src: &[f32],
+        (ky, kx): (usize, usize),
+        pixels: std::ops::Range<usize>,
+        row: &mut [f32],
+    ) {
+        let (w, sw) = (self.x.w, self.spec.stride[1]);
+        self.runs(pixels, |t, run, oy, ox0| {
+            let dst = &mut row[t..t + run];
+            let Some(iy) = self.input_row(oy, ky) else {
+                dst.fill(0.0);
+                return;
+            };
+            let line = &src[iy * w..][..w];
+            let (valid, ix) = self.valid_run(ox0, run, kx);
+            dst[..valid.start].fill(0.0);
+            dst[valid.end..].fill(0.0);
+            let dst = &mut dst[valid.clone()];
+            if sw == 1 {
+                dst.copy_from_slice(&line[ix..ix + dst.len()]);
+            } else {
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = line[ix + j * sw];
+                }
+            }
+        });
     }
 
     /// Adds `col` (laid out as [`Conv2d::im2col`] writes it) back into the input planes
@@ -441,35 +479,65 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
             });
         return;
     }
+    // Each group's weights packed once; then blocks of output pixels (and, when they are
+    // too few to keep every thread busy, of output channels) run in parallel, each
+    // gathering its patches one cache-sized block of im2col rows at a time.
+    let lhs: Vec<PackedLhs> = (0..conv.spec.groups)
+        .map(|g| PackedLhs::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k))
+        .collect();
+    let cols = packed::block_cols(k).min(pixels);
+    let blocks = pixels.div_ceil(cols);
+    let jobs = conv.x.n * conv.spec.groups * blocks;
+    let wanted = 4 * rayon::current_num_threads();
+    let panel = lhs[0].panel_rows();
+    let row_chunk = if jobs >= wanted {
+        cg_out
+    } else {
+        (cg_out * jobs)
+            .div_ceil(wanted)
+            .next_multiple_of(panel)
+            .max(panel)
+    };
+    let mut items = Vec::with_capacity(jobs * cg_out.div_ceil(row_chunk));
     for (n, yn) in y.chunks_exact_mut(per_y).enumerate() {
-        // The bias first, then each product adds into its tile of `y` in place.
-        match bias {
-            Some(b) => {
-                for (row, &b) in yn.chunks_exact_mut(pixels).zip(b) {
-                    row.fill(b);
+        for (g, yg) in yn.chunks_exact_mut(cg_out * pixels).enumerate() {
+            let mut per_block: Vec<Vec<&mut [f32]>> =
+                (0..blocks).map(|_| Vec::with_capacity(cg_out)).collect();
+            for row in yg.chunks_exact_mut(pixels) {
+                for (b, piece) in row.chunks_mut(cols).enumerate() {
+                    per_block[b].push(piece);
                 }
             }
-            None => yn.fill(0.0),
-        }
-        // (An input plane may be empty: then every tap reads padding.)
-        let xn = &x[n * per_x..][..per_x];
-        for g in 0..conv.spec.groups {
-            let xg = &xn[g * cg_in * plane..][..cg_in * plane];
-            let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
-            let yg = &mut yn[g * cg_out * pixels..][..cg_out * pixels];
-            if conv.is_pointwise() {
-                matmul(wg, Mat::new(xg, cg_in, plane), yg, true);
-                continue;
-            }
-            let mut col = Vec::new();
-            for tile in conv.tiles() {
-                col.resize(k * tile.len(), 0.0);
-                conv.im2col(xg, tile.clone(), &mut col);
-                let b = Mat::new(&col, k, tile.len());
-                matmul_strided(wg, b, &mut yg[tile.start..], pixels, true);
+            for (b, mut outs) in per_block.into_iter().enumerate() {
+                let mut r0 = 0;
+                while !outs.is_empty() {
+                    let rest = outs.split_off(row_chunk.min(outs.len()));
+                    let rows = r0..r0 + outs.len();
+                    r0 = rows.end;
+                    items.push((n, g, b * cols, rows, outs));
+                    outs = rest;
+                }
             }
         }
     }
+    items.into_par_iter().for_each_init(
+        packed::Scratch::default,
+        |scratch, (n, g, c0, rows, mut outs)| {
+            // (An input plane may be empty: then every tap reads padding.)
+            let xg = &x[n * per_x + g * cg_in * plane..][..cg_in * plane];
+            let width = outs[0].len();
+            let pixels = c0..c0 + width;
+            packed::product_block(
+                &lhs[g],
+                rows,
+                &mut outs,
+                width,
+                bias.map(|b| &b[g * cg_out..][..cg_out]),
+                |kr, dst| conv.patch_rows(xg, kr, pixels.clone(), dst),
+                scratch,
+            );
+        },
+    );
 }
 
 /// One output plane of a depthwise convolution: for each output row, each tap adds its

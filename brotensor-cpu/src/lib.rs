@@ -29,6 +29,7 @@ pub mod loss;
 pub mod lstm;
 pub mod norm;
 pub mod optim;
+pub mod packed;
 pub mod pad;
 pub mod pooling;
 pub mod quant;
