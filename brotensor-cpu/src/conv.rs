@@ -488,16 +488,7 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
     let cols = packed::block_cols(k).min(pixels);
     let blocks = pixels.div_ceil(cols);
     let jobs = conv.x.n * conv.spec.groups * blocks;
-    let wanted = 4 * rayon::current_num_threads();
-    let panel = lhs[0].panel_rows();
-    let row_chunk = if jobs >= wanted {
-        cg_out
-    } else {
-        (cg_out * jobs)
-            .div_ceil(wanted)
-            .next_multiple_of(panel)
-            .max(panel)
-    };
+    let row_chunk = packed::row_chunk(cg_out, jobs, lhs[0].panel_rows());
     let mut items = Vec::with_capacity(jobs * cg_out.div_ceil(row_chunk));
     for (n, yn) in y.chunks_exact_mut(per_y).enumerate() {
         for (g, yg) in yn.chunks_exact_mut(cg_out * pixels).enumerate() {
@@ -508,15 +499,10 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
                     per_block[b].push(piece);
                 }
             }
-            for (b, mut outs) in per_block.into_iter().enumerate() {
-                let mut r0 = 0;
-                while !outs.is_empty() {
-                    let rest = outs.split_off(row_chunk.min(outs.len()));
-                    let rows = r0..r0 + outs.len();
-                    r0 = rows.end;
-                    items.push((n, g, b * cols, rows, outs));
-                    outs = rest;
-                }
+            for (b, outs) in per_block.into_iter().enumerate() {
+                packed::split_rows(outs, row_chunk, |rows, outs| {
+                    items.push((n, g, b * cols, rows, outs))
+                });
             }
         }
     }

@@ -258,12 +258,24 @@ pub fn gemm(a: &[f32], b: &[f32], bias: Option<&[f32]>, c: &mut [f32], g: Gemm) 
     let (a_shape, b_shape) = (stored(g.trans_a, m, k), stored(g.trans_b, k, n));
     for z in 0..g.batch {
         let out = &mut c[z * g.strides.2..z * g.strides.2 + m * n];
-        matmul(
-            view(a, z * g.strides.0, a_shape, g.trans_a),
-            view(b, z * g.strides.1, b_shape, g.trans_b),
-            out,
-            g.accumulate,
-        );
+        if !g.trans_a && g.trans_b && m <= crate::packed::dots::MAX_ROWS {
+            // A few rows against a weight stored as rows: dot products of contiguous rows.
+            let (az, bz) = (z * g.strides.0, z * g.strides.1);
+            crate::packed::dots::a_bt(
+                &a[az..az + m * k],
+                &b[bz..bz + n * k],
+                out,
+                (m, n, k),
+                g.accumulate,
+            );
+        } else {
+            matmul(
+                view(a, z * g.strides.0, a_shape, g.trans_a),
+                view(b, z * g.strides.1, b_shape, g.trans_b),
+                out,
+                g.accumulate,
+            );
+        }
         if let Some(b) = bias {
             add_row_bias(out, b);
         }

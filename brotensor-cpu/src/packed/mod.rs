@@ -12,6 +12,7 @@
 //! The register tiles: AVX-512 12 x 32, AVX2 6 x 16, NEON 8 x 8, the baseline 4 x 8
 //! ([`vectors`]). The tier is [`crate::simd::tier`]'s (so `BROTENSOR_CPU_TIER` caps it).
 
+pub mod dots;
 mod vectors;
 
 use std::ops::Range;
@@ -184,19 +185,63 @@ pub fn product_block(
     match lhs.kernel {
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512 => unsafe {
-            Avx512::enter(|| block::<Avx512, 12, 2>(lhs, rows, out, cols, bias, rhs, scratch))
+            Avx512::enter(
+                #[inline(always)]
+                || block::<Avx512, 12, 2>(lhs, rows, out, cols, bias, rhs, scratch),
+            )
         },
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx2 => unsafe {
-            Avx2::enter(|| block::<Avx2, 6, 2>(lhs, rows, out, cols, bias, rhs, scratch))
+            Avx2::enter(
+                #[inline(always)]
+                || block::<Avx2, 6, 2>(lhs, rows, out, cols, bias, rhs, scratch),
+            )
         },
         #[cfg(target_arch = "aarch64")]
         Kernel::Neon => unsafe {
-            Neon::enter(|| block::<Neon, 8, 2>(lhs, rows, out, cols, bias, rhs, scratch))
+            Neon::enter(
+                #[inline(always)]
+                || block::<Neon, 8, 2>(lhs, rows, out, cols, bias, rhs, scratch),
+            )
         },
         Kernel::Portable => unsafe {
-            Portable::enter(|| block::<Portable, 4, 2>(lhs, rows, out, cols, bias, rhs, scratch))
+            Portable::enter(
+                #[inline(always)]
+                || block::<Portable, 4, 2>(lhs, rows, out, cols, bias, rhs, scratch),
+            )
         },
+    }
+}
+
+/// Rows per work item when `jobs` blocks of columns share an `m`-row product: all of them
+/// when the blocks alone keep every thread busy (4 per thread), else fewer, a multiple of
+/// the panel height `panel`.
+pub fn row_chunk(m: usize, jobs: usize, panel: usize) -> usize {
+    let wanted = 4 * rayon::current_num_threads();
+    if jobs >= wanted {
+        m.max(1)
+    } else {
+        (m * jobs)
+            .div_ceil(wanted)
+            .next_multiple_of(panel)
+            .max(panel)
+    }
+}
+
+/// Cuts the output rows `outs` of one column block into items of at most `chunk` rows:
+/// `item(rows, outs)` with the rows' range.
+pub fn split_rows<'a>(
+    mut outs: Vec<&'a mut [f32]>,
+    chunk: usize,
+    mut item: impl FnMut(Range<usize>, Vec<&'a mut [f32]>),
+) {
+    let mut r0 = 0;
+    while !outs.is_empty() {
+        let rest = outs.split_off(chunk.min(outs.len()));
+        let rows = r0..r0 + outs.len();
+        r0 = rows.end;
+        item(rows, outs);
+        outs = rest;
     }
 }
 

@@ -30,6 +30,8 @@ pub(super) trait Vector {
     unsafe fn mul_add(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// `a + b`.
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+    /// The sum of the lanes.
+    unsafe fn sum(v: Self::V) -> f32;
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -77,6 +79,10 @@ mod x86 {
         unsafe fn add(a: __m512, b: __m512) -> __m512 {
             _mm512_add_ps(a, b)
         }
+        #[inline(always)]
+        unsafe fn sum(v: __m512) -> f32 {
+            _mm512_reduce_add_ps(v)
+        }
     }
 
     /// AVX2 + FMA: 8 lanes.
@@ -114,6 +120,12 @@ mod x86 {
         #[inline(always)]
         unsafe fn add(a: __m256, b: __m256) -> __m256 {
             _mm256_add_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn sum(v: __m256) -> f32 {
+            let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+            _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)))
         }
     }
 }
@@ -163,6 +175,10 @@ mod neon {
         unsafe fn add(a: float32x4_t, b: float32x4_t) -> float32x4_t {
             vaddq_f32(a, b)
         }
+        #[inline(always)]
+        unsafe fn sum(v: float32x4_t) -> f32 {
+            vaddvq_f32(v)
+        }
     }
 }
 
@@ -202,5 +218,9 @@ impl Vector for Portable {
     #[inline(always)]
     unsafe fn add(a: [f32; 4], b: [f32; 4]) -> [f32; 4] {
         [0, 1, 2, 3].map(|i| a[i] + b[i])
+    }
+    #[inline(always)]
+    unsafe fn sum(v: [f32; 4]) -> f32 {
+        (v[0] + v[2]) + (v[1] + v[3])
     }
 }
