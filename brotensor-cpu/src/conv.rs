@@ -243,17 +243,19 @@ impl Conv2d {
 
     /// Rows `rows` of one group's im2col matrix (row `(ci, ky, kx)` flattened) for output
     /// `pixels`, gathered from the group's input planes `x` into `dst` (`rows.len()` rows
-    /// of `pixels.len()`).
+    /// of `pixels.len()`, `stride` apart).
     fn patch_rows(
         &self,
         x: &[f32],
         rows: std::ops::Range<usize>,
         pixels: std::ops::Range<usize>,
         dst: &mut [f32],
+        stride: usize,
     ) {
         let plane = self.x.h * self.x.w;
         let (kh, kw) = (self.spec.kernel[0], self.spec.kernel[1]);
-        for (r, row) in rows.zip(dst.chunks_exact_mut(pixels.len())) {
+        for (r, row) in rows.zip(dst.chunks_mut(stride)) {
+            let row = &mut row[..pixels.len()];
             let (ci, tap) = (r / (kh * kw), r % (kh * kw));
             if plane == 0 {
                 // An empty input: every tap is padding.
@@ -294,8 +296,10 @@ impl Conv2d {
             if sw == 1 {
                 dst.copy_from_slice(&line[ix..ix + dst.len()]);
             } else {
-                for (j, d) in dst.iter_mut().enumerate() {
-                    *d = line[ix + j * sw];
+                // Every sw-th input from ix: the first of each group of sw (the last group
+                // may be short), without a bounds check per element.
+                for (d, group) in dst.iter_mut().zip(line[ix..].chunks(sw)) {
+                    *d = group[0];
                 }
             }
         });
@@ -519,7 +523,7 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
                 &mut outs,
                 width,
                 bias.map(|b| &b[g * cg_out..][..cg_out]),
-                |kr, dst| conv.patch_rows(xg, kr, pixels.clone(), dst),
+                |kr, dst, stride| conv.patch_rows(xg, kr, pixels.clone(), dst, stride),
                 scratch,
             );
         },

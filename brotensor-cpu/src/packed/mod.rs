@@ -6,8 +6,9 @@
 //! the tier's register-tile height (`MR` rows, every `k` step's `MR` values side by side), packed
 //! once. [`product_block`] computes the rows of one block of columns: the caller's `rhs`
 //! writes `B`'s rows `k0..k1` for those columns (at most [`K_BLOCK`] rows at a time, so the
-//! block stays in L2), the engine lays them out in panels of `NR` columns and runs a register
-//! tile of `MR x NR` accumulators over each panel pair, FP32 accumulation throughout.
+//! block stays in L2; its rows padded with zeros to a multiple of `NR` columns), and the engine
+//! runs a register tile of `MR x NR` accumulators over each `A` panel and `NR` columns of the
+//! block, FP32 accumulation throughout.
 //!
 //! The register tiles: AVX-512 12 x 32, AVX2 6 x 16, NEON 8 x 8, the baseline 4 x 8
 //! ([`vectors`]). The tier is [`crate::simd::tier`]'s (so `BROTENSOR_CPU_TIER` caps it).
@@ -136,7 +137,6 @@ impl PackedLhs {
 #[derive(Default)]
 pub struct Scratch {
     rows: Vec<f32>,
-    panels: Vec<f32>,
 }
 
 /// Columns per block for an inner dimension `k`: about 256 KiB of one pass's `B` rows
@@ -147,8 +147,9 @@ pub fn block_cols(k: usize) -> usize {
 
 /// Rows `rows` of `C = A . B` (+ `bias[row]`) for one block of `cols` columns, written
 /// into `out` (`out[i]` receives row `rows.start + i`, its first `cols` elements; each
-/// slice may be longer). `rhs(k_range, dst)` writes `B`'s rows `k_range` for these columns
-/// into `dst`, `k_range.len() x cols` row-major; it is called for consecutive ranges of at
+/// slice may be longer). `rhs(k_range, dst, stride)` writes `B`'s rows `k_range` for these
+/// columns into `dst`, row `i` at `dst[i stride..][..cols]` (the rest of each row must be
+/// left as it is); it is called for consecutive ranges of at
 /// most [`K_BLOCK`] rows covering `0..k`. With `k == 0`, `out` receives the bias (or zeros).
 ///
 /// # Panics
@@ -160,7 +161,7 @@ pub fn product_block(
     out: &mut [&mut [f32]],
     cols: usize,
     bias: Option<&[f32]>,
-    rhs: impl FnMut(Range<usize>, &mut [f32]),
+    rhs: impl FnMut(Range<usize>, &mut [f32], usize),
     scratch: &mut Scratch,
 ) {
     assert!(
@@ -256,7 +257,7 @@ unsafe fn block<S: Vector, const MR: usize, const NV: usize>(
     out: &mut [&mut [f32]],
     cols: usize,
     bias: Option<&[f32]>,
-    mut rhs: impl FnMut(Range<usize>, &mut [f32]),
+    mut rhs: impl FnMut(Range<usize>, &mut [f32], usize),
     scratch: &mut Scratch,
 ) {
     let nr = NV * S::LANES;
@@ -273,17 +274,17 @@ unsafe fn block<S: Vector, const MR: usize, const NV: usize>(
     while k0 < k {
         let kc = (k - k0).min(K_BLOCK);
         let first = k0 == 0;
-        // B's rows k0..k0+kc, row-major, then in panels of nr columns (zero past `cols`).
-        scratch.rows.resize(kc * cols, 0.0);
-        rhs(k0..k0 + kc, &mut scratch.rows);
-        scratch.panels.resize(col_panels * kc * nr, 0.0);
-        for (j, panel) in scratch.panels.chunks_exact_mut(kc * nr).enumerate() {
-            let (c0, width) = (j * nr, nr.min(cols - j * nr));
-            for (p, dst) in panel.chunks_exact_mut(nr).enumerate() {
-                dst[..width].copy_from_slice(&scratch.rows[p * cols + c0..][..width]);
-                dst[width..].fill(0.0);
+        // B's rows k0..k0+kc, `stride` apart (the columns past `cols` zero, so the last
+        // register tile reads zeros there).
+        let stride = col_panels * nr;
+        scratch.rows.resize(kc * stride, 0.0);
+        let block = &mut scratch.rows[..kc * stride];
+        if stride > cols {
+            for row in block.chunks_exact_mut(stride) {
+                row[cols..].fill(0.0);
             }
         }
+        rhs(k0..k0 + kc, block, stride);
         // Row panels of A (packed MR at a time); rows.start need not be a panel boundary.
         let mut r = rows.start;
         while r < rows.end {
@@ -293,9 +294,9 @@ unsafe fn block<S: Vector, const MR: usize, const NV: usize>(
             let dst = &mut out[r - rows.start..][..take];
             for j in 0..col_panels {
                 let (c0, width) = (j * nr, nr.min(cols - j * nr));
-                let b = scratch.panels.as_ptr().add(j * kc * nr);
+                let b = scratch.rows.as_ptr().add(j * nr);
                 tile::<S, MR, NV>(
-                    kc,
+                    (kc, stride),
                     a,
                     b,
                     Rows {
@@ -335,13 +336,15 @@ enum Start<'a> {
     Add,
 }
 
-/// One `MR x NV*LANES` register tile: `acc = start + A panel (kc x MR) . B panel (kc x NR)`.
+/// One `MR x NV*LANES` register tile: `acc = start + A panel (kc x MR) . B (kc x NR, rows
+/// `ldb` apart)`.
 ///
 /// # Safety
-/// The CPU must run `S`'s instructions; `a` addresses `kc * MR` floats and `b` `kc * NR`.
+/// The CPU must run `S`'s instructions; `a` addresses `kc * MR` floats and `b` `kc` rows of
+/// `NR` floats, `ldb` apart.
 #[inline(always)]
 unsafe fn tile<S: Vector, const MR: usize, const NV: usize>(
-    kc: usize,
+    (kc, ldb): (usize, usize),
     a: *const f32,
     b: *const f32,
     to: Rows<'_, '_>,
@@ -360,7 +363,7 @@ unsafe fn tile<S: Vector, const MR: usize, const NV: usize>(
     for p in 0..kc {
         let mut bv = [S::zero(); NV];
         for (v, x) in bv.iter_mut().enumerate() {
-            *x = S::load(b.add(p * nr + v * l));
+            *x = S::load(b.add(p * ldb + v * l));
         }
         let ap = a.add(p * MR);
         for (r, row) in acc.iter_mut().enumerate() {
@@ -485,9 +488,10 @@ mod tests {
                                 .take(rows.len())
                                 .map(|r| &mut r[cs.start..])
                                 .collect();
-                            let rhs = |kr: Range<usize>, dst: &mut [f32]| {
-                                for (p, row) in kr.zip(dst.chunks_exact_mut(cs.len())) {
-                                    row.copy_from_slice(&b[p * n + cs.start..p * n + cs.end]);
+                            let rhs = |kr: Range<usize>, dst: &mut [f32], stride: usize| {
+                                for (p, row) in kr.zip(dst.chunks_exact_mut(stride)) {
+                                    row[..cs.len()]
+                                        .copy_from_slice(&b[p * n + cs.start..p * n + cs.end]);
                                 }
                             };
                             product_block(
@@ -522,7 +526,7 @@ mod tests {
         let lhs = PackedLhs::new(&[1.0; 6], 2, 3);
         let mut row = [0f32; 4];
         let mut outs: Vec<&mut [f32]> = vec![&mut row];
-        let rhs = |_: Range<usize>, d: &mut [f32]| d.fill(1.0);
+        let rhs = |_: Range<usize>, d: &mut [f32], _: usize| d.fill(1.0);
         let mut s = Scratch::default();
         // Rows past A, output shorter than the block, short bias.
         assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
