@@ -305,45 +305,52 @@ impl Conv2d {
         });
     }
 
-    /// Adds `col` (laid out as [`Conv2d::im2col`] writes it) back into the input planes
-    /// `dx` it was gathered from: the adjoint of the gather.
-    fn col2im(&self, col: &[f32], pixels: std::ops::Range<usize>, dx: &mut [f32]) {
+    /// Adds the im2col rows in `col` (rows `stride` apart, row `(ci, ky, kx)` for the
+    /// channels whose planes `dx` holds, output `pixels` from column `offset`) back into
+    /// those planes: the adjoint of the gather, on the calling thread.
+    fn col2im(
+        &self,
+        (col, stride, offset): (&[f32], usize, usize),
+        pixels: std::ops::Range<usize>,
+        dx: &mut [f32],
+    ) {
         let (kh, kw) = (self.spec.kernel[0], self.spec.kernel[1]);
         let (w, plane, sw) = (self.x.w, self.x.h * self.x.w, self.spec.stride[1]);
         let width = pixels.len();
-        if plane == 0 {
+        if plane == 0 || width == 0 {
             return;
         }
-        // One task per input channel: its kH*kW rows of `col` add into its own plane.
-        let per_channel = kh * kw * width;
-        dx[..self.group_in() * plane]
-            .par_chunks_exact_mut(plane)
-            .zip(col.par_chunks_exact(per_channel))
-            .for_each(|(dst, block)| {
-                let mut rows = block.chunks_exact(width);
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        let row = rows.next().expect("a channel's block holds kH*kW rows");
-                        self.runs(pixels.clone(), |t, run, oy, ox0| {
-                            let Some(iy) = self.input_row(oy, ky) else {
-                                return;
-                            };
-                            let line = &mut dst[iy * w..][..w];
-                            let (valid, ix) = self.valid_run(ox0, run, kx);
-                            let src = &row[t..t + run][valid];
-                            if sw == 1 {
-                                for (d, &v) in line[ix..ix + src.len()].iter_mut().zip(src) {
-                                    *d += v;
-                                }
-                            } else {
-                                for (j, &v) in src.iter().enumerate() {
-                                    line[ix + j * sw] += v;
-                                }
+        // Each channel's kH*kW rows of `col` add into its own plane.
+        let per_channel = kh * kw * stride;
+        for (dst, block) in dx
+            .chunks_exact_mut(plane)
+            .zip(col.chunks_exact(per_channel))
+        {
+            let mut rows = block.chunks_exact(stride);
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let row = rows.next().expect("a channel's block holds kH*kW rows");
+                    let row = &row[offset..offset + width];
+                    self.runs(pixels.clone(), |t, run, oy, ox0| {
+                        let Some(iy) = self.input_row(oy, ky) else {
+                            return;
+                        };
+                        let line = &mut dst[iy * w..][..w];
+                        let (valid, ix) = self.valid_run(ox0, run, kx);
+                        let src = &row[t..t + run][valid];
+                        if sw == 1 {
+                            for (d, &v) in line[ix..ix + src.len()].iter_mut().zip(src) {
+                                *d += v;
                             }
-                        });
-                    }
+                        } else {
+                            for (j, &v) in src.iter().enumerate() {
+                                line[ix + j * sw] += v;
+                            }
+                        }
+                    });
                 }
-            });
+            }
+        }
     }
 
     /// Batch entries whose output pixels share one product: as many as fill an im2col tile
@@ -589,71 +596,128 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
     if per_x == 0 || per_y == 0 {
         return;
     }
-    // At most N entries per product, so `images * per_x` stays within `dx`'s length.
-    let images = conv.images_per_product().min(conv.x.n);
-    if images >= 2 && !conv.is_pointwise() {
-        // Small `dy` planes (a transposed convolution's early layers): one product covers
-        // the pixels of several batch entries, then each entry's columns add into its planes.
-        dx.par_chunks_mut(images * per_x)
-            .zip(dy.par_chunks(images * per_y))
-            .for_each(|(dxs, dys)| {
-                let width = (dxs.len() / per_x) * pixels;
-                let mut gathered = vec![0f32; cg_out * width];
-                let mut col = vec![0f32; k * width];
-                let mut own = vec![0f32; k * pixels];
-                for g in 0..conv.spec.groups {
-                    for (i, dyn_) in dys.chunks_exact(per_y).enumerate() {
-                        let dyg = &dyn_[g * cg_out * pixels..][..cg_out * pixels];
-                        for (row, src) in gathered
-                            .chunks_exact_mut(width)
-                            .zip(dyg.chunks_exact(pixels))
-                        {
-                            row[i * pixels..][..pixels].copy_from_slice(src);
-                        }
-                    }
-                    let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
-                    matmul(wg.t(), Mat::new(&gathered, cg_out, width), &mut col, false);
-                    for (i, dxn) in dxs.chunks_exact_mut(per_x).enumerate() {
-                        for (dst, src) in own.chunks_exact_mut(pixels).zip(col.chunks_exact(width))
-                        {
-                            dst.copy_from_slice(&src[i * pixels..][..pixels]);
-                        }
-                        conv.col2im(
-                            &own,
-                            0..pixels,
-                            &mut dxn[g * cg_in * plane..][..cg_in * plane],
-                        );
-                    }
-                }
-            });
-        return;
+    // dx's im2col rows are W^T . dY: W^T packed once per group (rows (ci, ky, kx), inner
+    // dimension the output channels), dY's rows read block by block as they are. Each work
+    // item owns some input channels of one image (their planes of dx): it computes their
+    // im2col rows one pixel block at a time into a cache-sized buffer and adds them back.
+    let taps = conv.spec.kernel[0] * conv.spec.kernel[1];
+    let lhs: Vec<PackedLhs> = (0..conv.spec.groups)
+        .map(|g| PackedLhs::transposed(&w[g * cg_out * k..][..cg_out * k], cg_out, k))
+        .collect();
+    // Small dY planes (a transposed convolution's first layers): the pixels of several
+    // images side by side in one block.
+    let cols = packed::block_cols(cg_out);
+    let images = if 2 * pixels <= cols {
+        (cols / pixels.max(1)).min(conv.x.n)
+    } else {
+        1
+    };
+    let cols = cols.min(pixels);
+    let jobs = conv.x.n.div_ceil(images) * conv.spec.groups;
+    let wanted = 4 * rayon::current_num_threads();
+    let for_threads = if jobs >= wanted {
+        cg_in
+    } else {
+        (cg_in * jobs).div_ceil(wanted)
+    };
+    let for_cache = (1usize << 16) / (taps * cols * images);
+    let channels = for_threads.min(for_cache).max(1);
+    // Items: (first image, group, first channel, the channels' planes in each image).
+    let mut items = Vec::new();
+    for (chunk, dxs) in dx.chunks_mut(images * per_x).enumerate() {
+        let mut slots: Vec<_> = dxs
+            .chunks_exact_mut(per_x)
+            .map(|dxn| {
+                dxn.chunks_exact_mut(cg_in * plane)
+                    .flat_map(|dxg| dxg.chunks_mut(channels * plane))
+                    .collect::<Vec<_>>()
+                    .into_iter()
+            })
+            .collect();
+        for g in 0..conv.spec.groups {
+            for c0 in (0..cg_in).step_by(channels) {
+                let planes: Vec<&mut [f32]> = slots
+                    .iter_mut()
+                    .map(|it| it.next().expect("one chunk per group and channel block"))
+                    .collect();
+                items.push((chunk * images, g, c0, planes));
+            }
+        }
     }
-    dx.par_chunks_mut(per_x)
-        .zip(dy.par_chunks(per_y))
-        .for_each(|(dxn, dyn_)| {
-            let mut col = Vec::new();
-            let mut tile_dy = Vec::new();
-            for g in 0..conv.spec.groups {
-                let dxg = &mut dxn[g * cg_in * plane..][..cg_in * plane];
-                let wg = Mat::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k);
-                let dyg = &dyn_[g * cg_out * pixels..][..cg_out * pixels];
-                if conv.is_pointwise() {
-                    matmul(wg.t(), Mat::new(dyg, cg_out, pixels), dxg, false);
-                    continue;
-                }
-                for tile in conv.tiles() {
-                    columns(dyg, pixels, tile.clone(), &mut tile_dy);
-                    col.resize(k * tile.len(), 0.0);
-                    matmul(
-                        wg.t(),
-                        Mat::new(&tile_dy, cg_out, tile.len()),
-                        &mut col,
-                        false,
-                    );
-                    conv.col2im(&col, tile.clone(), dxg);
+    if items.len() < wanted && pixels > cols {
+        // Too few channels to keep the threads busy (a transposed convolution into one or
+        // three channels): each item's pixel blocks run in parallel into one im2col buffer
+        // of all its pixels, then add back on this thread (neighbouring blocks' taps can
+        // reach the same input pixels).
+        for (n0, g, c0, mut planes) in items {
+            let rows = c0 * taps..(c0 + planes[0].len() / plane) * taps;
+            let dyg = &dy[n0 * per_y + g * cg_out * pixels..][..cg_out * pixels];
+            let mut col = vec![0f32; rows.len() * pixels];
+            let mut per_block: Vec<Vec<&mut [f32]>> = (0..pixels.div_ceil(cols))
+                .map(|_| Vec::with_capacity(rows.len()))
+                .collect();
+            for row in col.chunks_exact_mut(pixels) {
+                for (b, piece) in row.chunks_mut(cols).enumerate() {
+                    per_block[b].push(piece);
                 }
             }
-        });
+            per_block.into_par_iter().enumerate().for_each_init(
+                packed::Scratch::default,
+                |scratch, (b, mut outs)| {
+                    let (p0, width) = (b * cols, outs[0].len());
+                    packed::product_block(
+                        &lhs[g],
+                        rows.clone(),
+                        &mut outs,
+                        width,
+                        None,
+                        |kr, dst, stride| {
+                            for (c, row) in kr.zip(dst.chunks_mut(stride)) {
+                                row[..width].copy_from_slice(&dyg[c * pixels + p0..][..width]);
+                            }
+                        },
+                        scratch,
+                    );
+                },
+            );
+            // (One image per item: the planes are too large to share a block.)
+            conv.col2im((&col, pixels, 0), 0..pixels, planes[0]);
+        }
+        return;
+    }
+    items.into_par_iter().for_each_init(
+        || (packed::Scratch::default(), Vec::new()),
+        |(scratch, col), (n0, g, c0, mut planes)| {
+            let count = planes.len();
+            let rows = c0 * taps..(c0 + planes[0].len() / plane) * taps;
+            let dy_rows =
+                |i: usize| &dy[(n0 + i) * per_y + g * cg_out * pixels..][..cg_out * pixels];
+            for p0 in (0..pixels).step_by(cols) {
+                let per_image = cols.min(pixels - p0);
+                let width = count * per_image;
+                col.resize(rows.len() * width, 0.0);
+                let mut outs: Vec<&mut [f32]> = col.chunks_exact_mut(width).collect();
+                packed::product_block(
+                    &lhs[g],
+                    rows.clone(),
+                    &mut outs,
+                    width,
+                    None,
+                    |kr, dst, stride| {
+                        for (c, row) in kr.zip(dst.chunks_mut(stride)) {
+                            for (i, part) in row[..width].chunks_exact_mut(per_image).enumerate() {
+                                part.copy_from_slice(&dy_rows(i)[c * pixels + p0..][..per_image]);
+                            }
+                        }
+                    },
+                    scratch,
+                );
+                for (i, dst) in planes.iter_mut().enumerate() {
+                    conv.col2im((col, width, i * per_image), p0..p0 + per_image, dst);
+                }
+            }
+        },
+    );
 }
 
 /// `dw += dy (x patches)^T`, the weight gradient, accumulated into `dw`.

@@ -87,6 +87,37 @@ impl PackedLhs {
         Self::with_kernel(a, m, k, Kernel::detect())
     }
 
+    /// Packs the transpose of `a`, a row-major `rows x cols` matrix: the packed matrix is
+    /// `cols x rows` (`m = cols`, `k = rows`), without materializing the transpose.
+    ///
+    /// # Panics
+    /// If `a` does not hold exactly `rows * cols` elements (or that product overflows).
+    pub fn transposed(a: &[f32], rows: usize, cols: usize) -> Self {
+        let kernel = Kernel::detect();
+        assert!(
+            rows.checked_mul(cols) == Some(a.len()),
+            "PackedLhs: {} elements for {rows} x {cols}",
+            a.len()
+        );
+        let (m, k, mr) = (cols, rows, kernel.mr());
+        let panels = m.div_ceil(mr);
+        let len = (panels * mr)
+            .checked_mul(k)
+            .expect("PackedLhs: the packed size overflows");
+        let mut data = vec![0f32; len];
+        for (i, panel) in data
+            .chunks_exact_mut(mr * k.max(1))
+            .enumerate()
+            .take(panels)
+        {
+            let (r0, take) = (i * mr, mr.min(m - i * mr));
+            for (p, dst) in panel.chunks_exact_mut(mr).enumerate() {
+                dst[..take].copy_from_slice(&a[p * cols + r0..][..take]);
+            }
+        }
+        PackedLhs { data, m, k, kernel }
+    }
+
     fn with_kernel(a: &[f32], m: usize, k: usize, kernel: Kernel) -> Self {
         assert!(
             m.checked_mul(k) == Some(a.len()),
@@ -519,6 +550,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn packing_a_transpose_equals_packing_the_transposed_matrix() {
+        for &(rows, cols) in &[(1, 1), (5, 13), (13, 5), (0, 7), (7, 0), (40, 25)] {
+            let a = values(rows * cols, 4);
+            let at: Vec<f32> = (0..cols)
+                .flat_map(|j| (0..rows).map(move |i| (i, j)))
+                .map(|(i, j)| a[i * cols + j])
+                .collect();
+            let direct = PackedLhs::transposed(&a, rows, cols);
+            let via = PackedLhs::new(&at, cols, rows);
+            assert_eq!((direct.m, direct.k), (cols, rows));
+            assert_eq!(direct.data, via.data, "{rows} x {cols}");
+        }
+        assert!(std::panic::catch_unwind(|| PackedLhs::transposed(&[1.0; 5], 2, 3)).is_err());
     }
 
     #[test]
