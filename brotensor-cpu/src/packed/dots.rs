@@ -204,6 +204,8 @@ unsafe fn tile<S: Vector, const MT: usize, const NT: usize>(
     let l = S::LANES;
     let body = k / l * l;
     let mut acc = [[S::zero(); NT]; MT];
+    // SAFETY (the loads below): `a` and `b` were sliced to MT and NT rows of k, and each load
+    // reads LANES floats at p, p + LANES <= body <= k, within one row.
     let (pa, pb) = (a.as_ptr(), b.as_ptr());
     let mut p = 0;
     while p < body {

@@ -321,10 +321,14 @@ unsafe fn block<S: Vector, const MR: usize, const NV: usize>(
         while r < rows.end {
             let (panel, offset) = (r / MR, r % MR);
             let take = (MR - offset).min(rows.end - r);
+            // SAFETY: panel `panel` holds MR * k floats from panel * MR * k, and the tile reads
+            // its steps k0..k0 + kc, all inside it (k0 + kc <= k).
             let a = lhs.data.as_ptr().add(panel * MR * k + k0 * MR);
             let dst = &mut out[r - rows.start..][..take];
             for j in 0..col_panels {
                 let (c0, width) = (j * nr, nr.min(cols - j * nr));
+                // SAFETY: `rows` holds kc rows of `stride` floats and j * nr + nr <= stride, so
+                // the tile's kc reads of nr floats from here stay inside it.
                 let b = scratch.rows.as_ptr().add(j * nr);
                 tile::<S, MR, NV>(
                     (kc, stride),
