@@ -503,14 +503,10 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
     let mut items = Vec::with_capacity(jobs * cg_out.div_ceil(row_chunk));
     for (n, yn) in y.chunks_exact_mut(per_y).enumerate() {
         for (g, yg) in yn.chunks_exact_mut(cg_out * pixels).enumerate() {
-            let mut per_block: Vec<Vec<&mut [f32]>> =
-                (0..blocks).map(|_| Vec::with_capacity(cg_out)).collect();
-            for row in yg.chunks_exact_mut(pixels) {
-                for (b, piece) in row.chunks_mut(cols).enumerate() {
-                    per_block[b].push(piece);
-                }
-            }
-            for (b, outs) in per_block.into_iter().enumerate() {
+            for (b, outs) in packed::column_blocks(yg, pixels, cols)
+                .into_iter()
+                .enumerate()
+            {
                 packed::split_rows(outs, row_chunk, |rows, outs| {
                     items.push((n, g, b * cols, rows, outs))
                 });
@@ -653,14 +649,7 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
             let rows = c0 * taps..(c0 + planes[0].len() / plane) * taps;
             let dyg = &dy[n0 * per_y + g * cg_out * pixels..][..cg_out * pixels];
             let mut col = vec![0f32; rows.len() * pixels];
-            let mut per_block: Vec<Vec<&mut [f32]>> = (0..pixels.div_ceil(cols))
-                .map(|_| Vec::with_capacity(rows.len()))
-                .collect();
-            for row in col.chunks_exact_mut(pixels) {
-                for (b, piece) in row.chunks_mut(cols).enumerate() {
-                    per_block[b].push(piece);
-                }
-            }
+            let per_block = packed::column_blocks(&mut col, pixels, cols);
             per_block.into_par_iter().enumerate().for_each_init(
                 packed::Scratch::default,
                 |scratch, (b, mut outs)| {
@@ -671,11 +660,7 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
                         &mut outs,
                         width,
                         None,
-                        |kr, dst, stride| {
-                            for (c, row) in kr.zip(dst.chunks_mut(stride)) {
-                                row[..width].copy_from_slice(&dyg[c * pixels + p0..][..width]);
-                            }
-                        },
+                        |kr, dst, stride| dy_columns(&[dyg], (p0, width), pixels, kr, dst, stride),
                         scratch,
                     );
                 },
@@ -690,8 +675,9 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
         |(scratch, col), (n0, g, c0, mut planes)| {
             let count = planes.len();
             let rows = c0 * taps..(c0 + planes[0].len() / plane) * taps;
-            let dy_rows =
-                |i: usize| &dy[(n0 + i) * per_y + g * cg_out * pixels..][..cg_out * pixels];
+            let dys: Vec<&[f32]> = (0..count)
+                .map(|i| &dy[(n0 + i) * per_y + g * cg_out * pixels..][..cg_out * pixels])
+                .collect();
             for p0 in (0..pixels).step_by(cols) {
                 let per_image = cols.min(pixels - p0);
                 let width = count * per_image;
@@ -703,13 +689,7 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
                     &mut outs,
                     width,
                     None,
-                    |kr, dst, stride| {
-                        for (c, row) in kr.zip(dst.chunks_mut(stride)) {
-                            for (i, part) in row[..width].chunks_exact_mut(per_image).enumerate() {
-                                part.copy_from_slice(&dy_rows(i)[c * pixels + p0..][..per_image]);
-                            }
-                        }
-                    },
+                    |kr, dst, stride| dy_columns(&dys, (p0, per_image), pixels, kr, dst, stride),
                     scratch,
                 );
                 for (i, dst) in planes.iter_mut().enumerate() {
@@ -718,6 +698,24 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
             }
         },
     );
+}
+
+/// The input-gradient product's right-operand rows `kr` (output channels): for each image's
+/// dY planes in `dys` (planes of `pixels`), columns `p0..p0 + width` side by side, into
+/// `dst` (rows `stride` apart).
+fn dy_columns(
+    dys: &[&[f32]],
+    (p0, width): (usize, usize),
+    pixels: usize,
+    kr: std::ops::Range<usize>,
+    dst: &mut [f32],
+    stride: usize,
+) {
+    for (c, row) in kr.zip(dst.chunks_mut(stride)) {
+        for (part, dy) in row[..dys.len() * width].chunks_exact_mut(width).zip(dys) {
+            part.copy_from_slice(&dy[c * pixels + p0..][..width]);
+        }
+    }
 }
 
 /// `dw += dy (x patches)^T`, the weight gradient, accumulated into `dw`.

@@ -85,9 +85,14 @@ pub fn a_bt(
         }
     };
     if per_block >= n {
-        let mut out = vec![0f32; m * n];
-        run(0, &mut out, n);
-        store(c, &out, 0, n, n, accumulate);
+        // One block: straight into `c` unless it must be added to what `c` holds.
+        if accumulate {
+            let mut out = vec![0f32; m * n];
+            run(0, &mut out, n);
+            store(c, &out, 0, n, n, true);
+        } else {
+            run(0, c, n);
+        }
         return;
     }
     let parts: Vec<(usize, Vec<f32>)> = (0..n)

@@ -260,6 +260,21 @@ pub fn row_chunk(m: usize, jobs: usize, panel: usize) -> usize {
     }
 }
 
+/// The rows of `c` (rows of `row_len`) cut into blocks of `cols` columns: entry `b` holds
+/// every row's columns `b cols ..` (the last block may be narrower).
+pub fn column_blocks(c: &mut [f32], row_len: usize, cols: usize) -> Vec<Vec<&mut [f32]>> {
+    let rows = c.len() / row_len.max(1);
+    let mut blocks: Vec<Vec<&mut [f32]>> = (0..row_len.div_ceil(cols.max(1)))
+        .map(|_| Vec::with_capacity(rows))
+        .collect();
+    for row in c.chunks_exact_mut(row_len.max(1)) {
+        for (b, piece) in row.chunks_mut(cols.max(1)).enumerate() {
+            blocks[b].push(piece);
+        }
+    }
+    blocks
+}
+
 /// Cuts the output rows `outs` of one column block into items of at most `chunk` rows:
 /// `item(rows, outs)` with the rows' range.
 pub fn split_rows<'a>(
