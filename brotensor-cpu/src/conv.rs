@@ -138,6 +138,12 @@ impl Conv2d {
             && self.out == [self.x.h, self.x.w]
     }
 
+    /// Whether [`conv2d_forward`] runs on packed weights (so [`PackedWeights::forward`]
+    /// serves it): every case but depthwise ones and small planes of several images.
+    pub fn forward_packs_weights(&self) -> bool {
+        !self.is_depthwise() && self.images_per_product().min(self.x.n) < 2
+    }
+
     /// Whether each group has one input and one output channel.
     fn is_depthwise(&self) -> bool {
         self.group_in() == 1 && self.group_out() == 1
@@ -409,11 +415,85 @@ fn columns(rows: &[f32], width: usize, tile: std::ops::Range<usize>, out: &mut V
     }
 }
 
-/// `y = conv2d(x, w) + bias`, overwriting `y`.
+/// A convolution's weights packed for its product, one packing per group: `W` for the
+/// forward convolution, `W^T` for the input gradient (and so the transposed convolution).
+/// Made once and passed back to the op while the weights stay the same.
+pub struct PackedWeights {
+    groups: Vec<PackedLhs>,
+    transposed: bool,
+}
+
+impl PackedWeights {
+    /// `w` (`conv`'s weight) packed for [`conv2d_forward`].
+    ///
+    /// # Panics
+    /// If `w`'s length differs from `conv.lens`.
+    pub fn forward(conv: &Conv2d, w: &[f32]) -> Self {
+        Self::pack(conv, w, false)
+    }
+
+    /// `w` (`conv`'s weight) packed for [`conv2d_backward_input`].
+    ///
+    /// # Panics
+    /// If `w`'s length differs from `conv.lens`.
+    pub fn input_gradient(conv: &Conv2d, w: &[f32]) -> Self {
+        Self::pack(conv, w, true)
+    }
+
+    fn pack(conv: &Conv2d, w: &[f32], transposed: bool) -> Self {
+        assert_eq!(w.len(), conv.lens[1], "PackedWeights: weight length");
+        let Sizes { cg_out, k, .. } = conv.sizes();
+        let groups = (0..conv.spec.groups)
+            .map(|g| {
+                let wg = &w[g * cg_out * k..][..cg_out * k];
+                if transposed {
+                    PackedLhs::transposed(wg, cg_out, k)
+                } else {
+                    PackedLhs::new(wg, cg_out, k)
+                }
+            })
+            .collect();
+        PackedWeights { groups, transposed }
+    }
+
+    /// Whether this packing serves `conv` in the given direction on the tier the CPU runs.
+    fn fits(&self, conv: &Conv2d, transposed: bool) -> bool {
+        let Sizes { cg_out, k, .. } = conv.sizes();
+        let (m, depth) = if transposed { (k, cg_out) } else { (cg_out, k) };
+        self.transposed == transposed
+            && self.groups.len() == conv.spec.groups
+            && self.groups.iter().all(|p| p.fits(m, depth))
+    }
+}
+
+/// The packed weights of `conv` in one direction: `packed` when it fits, else packed now
+/// into `own`.
+fn packed_groups<'a>(
+    conv: &Conv2d,
+    w: &[f32],
+    packed: Option<&'a PackedWeights>,
+    transposed: bool,
+    own: &'a mut Option<PackedWeights>,
+) -> &'a [PackedLhs] {
+    match packed.filter(|p| p.fits(conv, transposed)) {
+        Some(p) => &p.groups,
+        None => &own.insert(PackedWeights::pack(conv, w, transposed)).groups,
+    }
+}
+
+/// `y = conv2d(x, w) + bias`, overwriting `y`. `packed`, when it is
+/// [`PackedWeights::forward`] of these weights, saves packing them again.
 ///
 /// # Panics
 /// If a slice length differs from `conv.lens` (the bias must hold `C_out` values).
-pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+pub fn conv2d_forward(
+    conv: &Conv2d,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    packed: Option<&PackedWeights>,
+) {
     conv.assert_lens(x.len(), w.len(), y.len());
     assert!(
         bias.is_none_or(|b| b.len() == conv.c_out),
@@ -457,7 +537,7 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
     }
     // At most N entries per product, so `images * per_y` stays within `y`'s length.
     let images = conv.images_per_product().min(conv.x.n);
-    if images >= 2 {
+    if !conv.forward_packs_weights() {
         // Small output planes: one product covers the pixels of several batch entries.
         y.par_chunks_mut(images * per_y)
             .enumerate()
@@ -493,9 +573,8 @@ pub fn conv2d_forward(conv: &Conv2d, x: &[f32], w: &[f32], bias: Option<&[f32]>,
     // Each group's weights packed once; then blocks of output pixels (and, when they are
     // too few to keep every thread busy, of output channels) run in parallel, each
     // gathering its patches one cache-sized block of im2col rows at a time.
-    let lhs: Vec<PackedLhs> = (0..conv.spec.groups)
-        .map(|g| PackedLhs::new(&w[g * cg_out * k..][..cg_out * k], cg_out, k))
-        .collect();
+    let mut own = None;
+    let lhs = packed_groups(conv, w, packed, false, &mut own);
     let cols = packed::block_cols(k).min(pixels);
     let blocks = pixels.div_ceil(cols);
     let jobs = conv.x.n * conv.spec.groups * blocks;
@@ -573,11 +652,18 @@ fn depthwise_plane(
 }
 
 /// `dx`, the gradient of the input, from `dy` and the weight: the transposed convolution,
-/// overwriting `dx`.
+/// overwriting `dx`. `packed`, when it is [`PackedWeights::input_gradient`] of these
+/// weights, saves packing them again.
 ///
 /// # Panics
 /// If a slice length differs from `conv.lens` (`dx` as `x`, `dy` as `y`).
-pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32]) {
+pub fn conv2d_backward_input(
+    conv: &Conv2d,
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    packed: Option<&PackedWeights>,
+) {
     conv.assert_lens(dx.len(), w.len(), dy.len());
     dx.fill(0.0);
     let Sizes {
@@ -587,7 +673,7 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
         cg_out,
         pixels,
         plane,
-        k,
+        ..
     } = conv.sizes();
     if per_x == 0 || per_y == 0 {
         return;
@@ -597,9 +683,8 @@ pub fn conv2d_backward_input(conv: &Conv2d, dy: &[f32], w: &[f32], dx: &mut [f32
     // item owns some input channels of one image (their planes of dx): it computes their
     // im2col rows one pixel block at a time into a cache-sized buffer and adds them back.
     let taps = conv.spec.kernel[0] * conv.spec.kernel[1];
-    let lhs: Vec<PackedLhs> = (0..conv.spec.groups)
-        .map(|g| PackedLhs::transposed(&w[g * cg_out * k..][..cg_out * k], cg_out, k))
-        .collect();
+    let mut own = None;
+    let lhs = packed_groups(conv, w, packed, true, &mut own);
     // Small dY planes (a transposed convolution's first layers): the pixels of several
     // images side by side in one block.
     let cols = packed::block_cols(cg_out);
@@ -934,18 +1019,32 @@ mod tests {
                 values(conv.c_out, 99),
             );
             let mut y = vec![f32::NAN; ny];
-            conv2d_forward(&conv, &x, &w, Some(&b), &mut y);
+            conv2d_forward(&conv, &x, &w, Some(&b), &mut y, None);
             close(
                 &y,
                 &reference(&conv, &x, &w, Some(&b)),
                 &format!("{conv:?}"),
             );
-            conv2d_forward(&conv, &x, &w, None, &mut y);
+            conv2d_forward(&conv, &x, &w, None, &mut y, None);
             close(
                 &y,
                 &reference(&conv, &x, &w, None),
                 &format!("{conv:?} without bias"),
             );
+            // Weights packed ahead give the same result; a packing for the other direction
+            // does not fit and is not used.
+            let unpacked = y.clone();
+            for packed in [
+                PackedWeights::forward(&conv, &w),
+                PackedWeights::input_gradient(&conv, &w),
+            ] {
+                y.fill(f32::NAN);
+                conv2d_forward(&conv, &x, &w, None, &mut y, Some(&packed));
+                assert!(
+                    y.iter().zip(&unpacked).all(|(a, b)| a == b),
+                    "{conv:?}: packed ahead"
+                );
+            }
         }
     }
 
@@ -965,7 +1064,7 @@ mod tests {
             assert!(ny * 4 >= crate::stream::STREAM_MIN_BYTES, "16 MiB");
             let (x, wt, b) = (values(nx, 3), values(nw, 4), values(64, 5));
             let mut y = vec![f32::NAN; ny];
-            conv2d_forward(&conv, &x, &wt, Some(&b), &mut y);
+            conv2d_forward(&conv, &x, &wt, Some(&b), &mut y, None);
             close(
                 &y,
                 &reference(&conv, &x, &wt, Some(&b)),
@@ -988,7 +1087,18 @@ mod tests {
             );
             let what = format!("{conv:?}");
             let mut dx = vec![f32::NAN; nx];
-            conv2d_backward_input(&conv, &dy, &w, &mut dx);
+            conv2d_backward_input(&conv, &dy, &w, &mut dx, None);
+            for packed in [
+                PackedWeights::input_gradient(&conv, &w),
+                PackedWeights::forward(&conv, &w),
+            ] {
+                let mut again = vec![f32::NAN; nx];
+                conv2d_backward_input(&conv, &dy, &w, &mut again, Some(&packed));
+                assert!(
+                    again.iter().zip(&dx).all(|(a, b)| a == b),
+                    "{what}: packed ahead"
+                );
+            }
             // dx[j] = <conv(e_j, w), dy>: the forward of a one-hot input, in float64. Every
             // element up to 2048 inputs; beyond, 2048 elements spread over all of them and
             // the last (each one costs a whole reference forward, and this suite also runs

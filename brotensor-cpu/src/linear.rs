@@ -4,6 +4,7 @@
 use gemm::Parallelism;
 
 use crate::activation as act;
+use crate::packed::PackedRhs;
 
 /// A row-major matrix operand, possibly read transposed. Its fields are private so that
 /// `data` always holds exactly `rows * cols` elements ([`Mat::new`] checks it), which
@@ -247,18 +248,35 @@ fn view(d: &[f32], at: usize, (rows, cols): (usize, usize), trans: bool) -> Mat<
 }
 
 /// The product [`Gemm`] describes, with an optional bias of `n` elements added to every row
-/// before the activation.
+/// before the activation. `packed_b`, when given, is `b` packed for a product with its
+/// shape ([`PackedRhs::transposed`] of the stored `n x k` matrix, so only with `trans_b`);
+/// it serves every product of more rows than the dot-product path takes.
 ///
 /// # Panics
-/// When a batch entry the dimensions and strides reach lies outside its slice.
-pub fn gemm(a: &[f32], b: &[f32], bias: Option<&[f32]>, c: &mut [f32], g: Gemm) {
+/// When a batch entry the dimensions and strides reach lies outside its slice, or
+/// `packed_b` does not fit the product.
+pub fn gemm(
+    a: &[f32],
+    b: &[f32],
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    g: Gemm,
+    packed_b: Option<&PackedRhs>,
+) {
     let (m, n, k) = (g.m, g.n, g.k);
     let stored =
         |trans: bool, rows: usize, cols: usize| if trans { (cols, rows) } else { (rows, cols) };
     let (a_shape, b_shape) = (stored(g.trans_a, m, k), stored(g.trans_b, k, n));
     for z in 0..g.batch {
         let out = &mut c[z * g.strides.2..z * g.strides.2 + m * n];
-        if !g.trans_a && g.trans_b && m <= crate::packed::dots::MAX_ROWS {
+        if let Some(packed) = packed_b.filter(|_| m > crate::packed::dots::MAX_ROWS) {
+            assert!(
+                !g.trans_a && g.trans_b && packed.fits(n, k),
+                "gemm: the packed right operand does not fit the product"
+            );
+            let az = z * g.strides.0;
+            crate::packed::matmul_packed(&a[az..az + m * k], m, packed, out, g.accumulate);
+        } else if !g.trans_a && g.trans_b && m <= crate::packed::dots::MAX_ROWS {
             // A few rows against a weight stored as rows: dot products of contiguous rows.
             let (az, bz) = (z * g.strides.0, z * g.strides.1);
             crate::packed::dots::a_bt(

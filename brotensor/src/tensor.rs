@@ -3,6 +3,7 @@
 
 use half::{bf16, f16};
 
+use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
 use crate::backend::Storage;
@@ -64,6 +65,9 @@ pub struct Tensor {
     storage: Option<Arc<Storage>>,
     /// A dense copy of a non-dense view, made once by the first op that reads the view.
     dense: OnceLock<Storage>,
+    /// A form of the elements an op derived and keeps for reuse (the CPU's packed weights),
+    /// made at first use and dropped whenever the elements, shape or storage change.
+    derived: OnceLock<Arc<dyn Any + Send + Sync>>,
     /// Identifies the current allocation (0 when uncommitted); changes only on reallocation.
     allocation: u64,
 }
@@ -83,6 +87,7 @@ impl Default for Tensor {
             device: Device::Cpu,
             storage: None,
             dense: OnceLock::new(),
+            derived: OnceLock::new(),
             allocation: 0,
         }
     }
@@ -144,6 +149,7 @@ impl Tensor {
             device,
             storage: Some(Arc::new(storage)),
             dense: OnceLock::new(),
+            derived: OnceLock::new(),
             allocation: next_allocation(),
         }
     }
@@ -395,6 +401,7 @@ impl Tensor {
     pub fn reshape_(&mut self, dims: &[usize]) -> Result<()> {
         self.layout = self.reshaped_layout("reshape", dims)?;
         self.dense = OnceLock::new();
+        self.derived = OnceLock::new();
         Ok(())
     }
 
@@ -469,6 +476,7 @@ impl Tensor {
         }
         self.layout = layout;
         self.dense = OnceLock::new();
+        self.derived = OnceLock::new();
         self.dtype = dtype;
         Ok(())
     }
@@ -508,6 +516,7 @@ impl Tensor {
         let bytes = self.storage_bytes();
         let be = backend("zero", self.device)?;
         self.check_writable("zero", "self")?;
+        self.derived = OnceLock::new();
         match self.storage.as_mut().map(Arc::get_mut) {
             Some(Some(s)) => be.zero(s, bytes),
             Some(None) => unreachable!("check_writable refused shared storage"),
@@ -631,8 +640,19 @@ impl Tensor {
             device: self.device,
             storage: self.storage.clone(),
             dense: OnceLock::new(),
+            derived: OnceLock::new(),
             allocation: self.allocation,
         }
+    }
+
+    /// What `make` derives from this tensor's current elements (made at the first call and
+    /// kept until they change), or `None` when an earlier call kept a derived form of
+    /// another type.
+    pub(crate) fn derived<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Option<Arc<T>> {
+        let kept = self
+            .derived
+            .get_or_init(|| Arc::new(make()) as Arc<dyn Any + Send + Sync>);
+        Arc::clone(kept).downcast::<T>().ok()
     }
 
     /// The storage this tensor (or the base it views) owns, whatever the layout.
@@ -682,6 +702,8 @@ impl Tensor {
         if !self.layout.is_dense() {
             return None;
         }
+        // The caller may change the elements: what was derived from them goes.
+        self.derived = OnceLock::new();
         self.storage.as_mut().and_then(Arc::get_mut)
     }
 

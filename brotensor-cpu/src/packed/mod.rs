@@ -14,9 +14,14 @@
 //! (module `vectors`). The tier is [`crate::simd::tier`]'s (so `BROTENSOR_CPU_TIER` caps it).
 
 pub mod dots;
+mod rhs;
 mod vectors;
 
+pub use rhs::{matmul_packed, PackedRhs};
+
 use std::ops::Range;
+
+use rayon::prelude::*;
 
 #[cfg(target_arch = "aarch64")]
 use vectors::Neon;
@@ -65,6 +70,19 @@ impl Kernel {
             #[cfg(target_arch = "aarch64")]
             Kernel::Neon => 8,
             Kernel::Portable => 4,
+        }
+    }
+
+    /// Columns of the register tile (two vectors).
+    fn nr(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => 32,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => 16,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon => 8,
+            Kernel::Portable => 8,
         }
     }
 }
@@ -126,23 +144,33 @@ impl PackedLhs {
         );
         let mr = kernel.mr();
         let panels = m.div_ceil(mr);
+        // `data` holds exactly `panels` chunks of mr * k (none when k == 0).
         // panels * mr <= m + mr - 1 rows of k: at most (m + mr) k, which fits when m k does
         // unless k is huge; checked.
         let len = (panels * mr)
             .checked_mul(k)
             .expect("PackedLhs: the packed size overflows");
         let mut data = vec![0f32; len];
-        for (i, panel) in data
-            .chunks_exact_mut(mr * k.max(1))
-            .enumerate()
-            .take(panels)
-        {
-            for r in 0..mr.min(m - i * mr) {
-                let row = &a[(i * mr + r) * k..][..k];
-                for (p, &v) in row.iter().enumerate() {
-                    panel[p * mr + r] = v;
+        let pack = |(i, panel): (usize, &mut [f32])| {
+            let rows = &a[i * mr * k..][..mr.min(m - i * mr) * k];
+            // Steps of 16 columns, so the panel's writes stay within a few cache lines.
+            for p0 in (0..k).step_by(16) {
+                let steps = 16.min(k - p0);
+                for (r, row) in rows.chunks_exact(k).enumerate() {
+                    for (p, &v) in row[p0..p0 + steps].iter().enumerate() {
+                        panel[(p0 + p) * mr + r] = v;
+                    }
                 }
             }
+        };
+        if m * k >= 1 << 16 {
+            data.par_chunks_exact_mut(mr * k.max(1))
+                .enumerate()
+                .for_each(pack);
+        } else {
+            data.chunks_exact_mut(mr * k.max(1))
+                .enumerate()
+                .for_each(pack);
         }
         PackedLhs { data, m, k, kernel }
     }
@@ -161,6 +189,11 @@ impl PackedLhs {
     /// The inner dimension (`k`).
     pub fn depth(&self) -> usize {
         self.k
+    }
+
+    /// Whether this packing is of an `m x k` matrix for the tier the CPU runs now.
+    pub fn fits(&self, m: usize, k: usize) -> bool {
+        self.m == m && self.k == k && self.kernel == Kernel::detect()
     }
 }
 
@@ -347,7 +380,7 @@ unsafe fn block<S: Vector, const MR: usize, const NV: usize>(
                 let b = scratch.rows.as_ptr().add(j * nr);
                 tile::<S, MR, NV>(
                     (kc, stride),
-                    a,
+                    Panel::<MR>(a),
                     b,
                     Rows {
                         out: dst,
@@ -386,16 +419,50 @@ enum Start<'a> {
     Add,
 }
 
-/// One `MR x NV*LANES` register tile: `acc = start + A panel (kc x MR) . B (kc x NR, rows
-/// `ldb` apart)`.
+/// Where a register tile reads `A`'s value of tile row `r` at step `p`.
+trait Lhs: Copy {
+    /// # Safety
+    /// `(p, r)` must lie within the tile's steps and rows.
+    unsafe fn at(self, p: usize, r: usize) -> f32;
+}
+
+/// A packed panel: step `p`'s `MR` values side by side.
+#[derive(Clone, Copy)]
+struct Panel<const MR: usize>(*const f32);
+
+impl<const MR: usize> Lhs for Panel<MR> {
+    #[inline(always)]
+    unsafe fn at(self, p: usize, r: usize) -> f32 {
+        // SAFETY: the caller keeps (p, r) within the panel.
+        unsafe { *self.0.add(p * MR + r) }
+    }
+}
+
+/// `MR` rows of a row-major matrix, `lda` floats apart.
+#[derive(Clone, Copy)]
+struct RowMajor {
+    a: *const f32,
+    lda: usize,
+}
+
+impl Lhs for RowMajor {
+    #[inline(always)]
+    unsafe fn at(self, p: usize, r: usize) -> f32 {
+        // SAFETY: the caller keeps (p, r) within the rows.
+        unsafe { *self.a.add(r * self.lda + p) }
+    }
+}
+
+/// One `MR x NV*LANES` register tile: `acc = start + A (kc x MR) . B (kc x NR, rows `ldb`
+/// apart)`.
 ///
 /// # Safety
-/// The CPU must run `S`'s instructions; `a` addresses `kc * MR` floats and `b` `kc` rows of
-/// `NR` floats, `ldb` apart.
+/// The CPU must run `S`'s instructions; `a` addresses `kc` steps of `MR` rows and `b` `kc`
+/// rows of `NR` floats, `ldb` apart.
 #[inline(always)]
 unsafe fn tile<S: Vector, const MR: usize, const NV: usize>(
     (kc, ldb): (usize, usize),
-    a: *const f32,
+    a: impl Lhs,
     b: *const f32,
     to: Rows<'_, '_>,
     start: Start<'_>,
@@ -415,9 +482,8 @@ unsafe fn tile<S: Vector, const MR: usize, const NV: usize>(
         for (v, x) in bv.iter_mut().enumerate() {
             *x = S::load(b.add(p * ldb + v * l));
         }
-        let ap = a.add(p * MR);
         for (r, row) in acc.iter_mut().enumerate() {
-            let av = S::splat(*ap.add(r));
+            let av = S::splat(a.at(p, r));
             for v in 0..NV {
                 row[v] = S::mul_add(av, bv[v], row[v]);
             }
@@ -450,7 +516,7 @@ mod tests {
     use super::*;
 
     /// Every kernel this CPU can run.
-    fn kernels() -> Vec<Kernel> {
+    pub(super) fn kernels() -> Vec<Kernel> {
         let mut ks = vec![Kernel::Portable];
         #[cfg(target_arch = "x86_64")]
         {
@@ -470,7 +536,7 @@ mod tests {
         ks
     }
 
-    fn values(n: usize, seed: u32) -> Vec<f32> {
+    pub(super) fn values(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
             .map(|i| {
                 let h = (i as u32)

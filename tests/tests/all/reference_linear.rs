@@ -3,7 +3,7 @@
 //! Parameter gradients start from a known non-zero tensor, so accumulation is checked;
 //! overwritten outputs start from unrelated contents, so overwriting is checked.
 
-use brotensor::ops::{self, AbtSpec, Act};
+use brotensor::ops::{self, AbtSpec, Act, Conv2dSpec};
 use brotensor::{Dtype, Result, Tensor};
 use brotensor_tests::reference::{as_row, epilogue, erf};
 use brotensor_tests::{reference_with, Check, Input, SplitMix64};
@@ -214,9 +214,15 @@ fn linear_single_vs_f64() {
 #[test]
 fn linear_batched_vs_f64() {
     let (out, inp) = (19, 36);
-    for (i, (batch, bias, reuse)) in [(1, true, false), (6, true, true), (5, false, false)]
-        .into_iter()
-        .enumerate()
+    // 40 rows: past the CPU's dot-product path, on its packed-weight product.
+    for (i, (batch, bias, reuse)) in [
+        (1, true, false),
+        (6, true, true),
+        (5, false, false),
+        (40, true, false),
+    ]
+    .into_iter()
+    .enumerate()
     {
         reference_with(
             &format!("linear_forward_batched B={batch} bias={bias} reused={reuse}"),
@@ -572,4 +578,80 @@ fn quantize_int8_per_row_host_vs_f64() {
     let (q, _) = ops::quantize_int8_per_row_host(&[0.5, -1.0, 127.0, 2.5], 2, 2).unwrap();
     assert_eq!(q, vec![64, -127, 127, 2]);
     assert!(ops::quantize_int8_per_row_host(&[1.0; 5], 2, 3).is_err());
+}
+
+/// The CPU keeps a weight packed once for the products that read it (linear layers on more
+/// than 16 rows, convolutions): after the weight changes in place, or is reshaped, products
+/// must follow the new elements, checked against float64 products of what the weight holds.
+#[test]
+fn packed_weights_follow_changes_to_the_weight() -> Result<()> {
+    let (out, inp, rows) = (40, 48, 33);
+    let mut rng = SplitMix64::new(0x7190);
+    let mut draw = |n: usize| rng.uniform(n, -1.0, 1.0);
+    let (w0, x0) = (draw(out * inp), draw(rows * inp));
+    let wide = |v: &[f32]| -> Vec<f64> { v.iter().map(|&a| a as f64).collect() };
+    let check = |got: &Tensor, want: &[f64], what: &str| -> Result<()> {
+        let got = got.to_vec::<f32>()?;
+        let scale = want.iter().fold(1e-30f64, |s, v| s.max(v.abs()));
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g as f64 - w).abs() <= 1e-5 * scale,
+                "{what}: [{i}] {g} vs {w}"
+            );
+        }
+        Ok(())
+    };
+    let mut w = Tensor::from_slice(&w0, out, inp)?;
+    let x = Tensor::from_slice(&x0, rows, inp)?;
+    let mut y = Tensor::default();
+    let product =
+        |w: &[f32], o: usize, i: usize| mm(&wide(&x0[..rows * i]), &tr(&wide(w), o, i), rows, i, o);
+    ops::linear_forward_batched(&w, None, &x, &mut y)?;
+    check(&y, &product(&w0, out, inp), "first product")?;
+    ops::scale_inplace(&mut w, -2.0)?;
+    let doubled: Vec<f32> = w0.iter().map(|v| -2.0 * v).collect();
+    ops::linear_forward_batched(&w, None, &x, &mut y)?;
+    check(&y, &product(&doubled, out, inp), "after scale_inplace")?;
+    // The same elements as a (48, 40) weight: 40 inputs per row.
+    w.reshape_(&[inp, out])?;
+    let x40 = Tensor::from_slice(&x0[..rows * out], rows, out)?;
+    ops::linear_forward_batched(&w, None, &x40, &mut y)?;
+    check(&y, &product(&doubled, inp, out), "after reshape_")?;
+
+    // A convolution weight (3x3, 8 -> 16 channels) changed in place.
+    let spec = Conv2dSpec {
+        padding: [1, 1],
+        ..Conv2dSpec::new([3, 3])
+    };
+    let (c_in, c_out, h) = (8, 16, 6);
+    let cw0 = draw(c_out * c_in * 9);
+    let cx0 = draw(c_in * h * h);
+    let mut cw = Tensor::from_slice_nd(&cw0, &[c_out, c_in, 3, 3])?;
+    let cx = Tensor::from_slice_nd(&cx0, &[1, c_in, h, h])?;
+    let conv = |w: &[f32]| -> Vec<f64> {
+        let mut y = vec![0f64; c_out * h * h];
+        for o in 0..c_out {
+            for (oy, ox) in (0..h).flat_map(|a| (0..h).map(move |b| (a, b))) {
+                let mut s = 0f64;
+                for (c, ky, kx) in (0..c_in).flat_map(|c| (0..9).map(move |t| (c, t / 3, t % 3))) {
+                    let (iy, ix) = ((oy + ky) as isize - 1, (ox + kx) as isize - 1);
+                    if (0..h as isize).contains(&iy) && (0..h as isize).contains(&ix) {
+                        let xv = cx0[(c * h + iy as usize) * h + ix as usize] as f64;
+                        s += xv * w[((o * c_in + c) * 3 + ky) * 3 + kx] as f64;
+                    }
+                }
+                y[(o * h + oy) * h + ox] = s;
+            }
+        }
+        y
+    };
+    let mut cy = Tensor::default();
+    ops::conv2d_forward(&cx, &cw, None, (1, c_in, h, h), c_out, &spec, &mut cy)?;
+    check(&cy, &conv(&cw0), "first convolution")?;
+    ops::scale_inplace(&mut cw, 0.5)?;
+    let halved: Vec<f32> = cw0.iter().map(|v| 0.5 * v).collect();
+    ops::conv2d_forward(&cx, &cw, None, (1, c_in, h, h), c_out, &spec, &mut cy)?;
+    check(&cy, &conv(&halved), "convolution after scale_inplace")?;
+    Ok(())
 }

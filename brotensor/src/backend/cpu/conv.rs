@@ -57,7 +57,19 @@ impl ConvOps for CpuBackend {
     ) -> Result<()> {
         in_f32(&[Some(x), Some(w), bias], &mut [y], &mut [], |i, o| {
             let bias = i[2].map(|b| b.host());
-            cv::conv2d_forward(conv, host(i[0]), host(i[1]), bias, o[0].host_mut());
+            let w = i[1].expect("the weight is present");
+            let packed = conv
+                .forward_packs_weights()
+                .then(|| w.derived(|| cv::PackedWeights::forward(conv, w.host())))
+                .flatten();
+            cv::conv2d_forward(
+                conv,
+                host(i[0]),
+                w.host(),
+                bias,
+                o[0].host_mut(),
+                packed.as_deref(),
+            );
             Ok(())
         })
     }
@@ -117,7 +129,9 @@ impl ConvOps for CpuBackend {
     ) -> Result<()> {
         in_f32(&[Some(w), Some(dy), bias], &mut [dx], &mut [], |i, o| {
             let dx = o[0].host_mut();
-            cv::conv2d_backward_input(conv, host(i[1]), host(i[0]), dx);
+            let w = i[0].expect("the weight is present");
+            let packed = w.derived(|| cv::PackedWeights::input_gradient(conv, w.host()));
+            cv::conv2d_backward_input(conv, host(i[1]), w.host(), dx, packed.as_deref());
             if let Some(b) = i[2] {
                 cv::add_channel_bias(dx, b.host(), conv.x.h * conv.x.w);
             }

@@ -2,6 +2,7 @@
 //! their operands and narrow `C` once (`dtype_policy::through_f32`).
 
 use brotensor_cpu::linear as lin;
+use brotensor_cpu::packed::{dots, PackedRhs};
 
 use super::dtype_policy::{is_half, through_f32, Narrowed};
 use super::CpuBackend;
@@ -39,8 +40,14 @@ impl LinearOps for CpuBackend {
     }
 }
 
-/// The FP32 product on F32 tensors.
+/// The FP32 product on F32 tensors. A single product `A . B^T` of more rows than the
+/// dot-product path takes (a linear layer on many tokens) reads `B` (the weight) packed: it
+/// is packed at the first such product and kept with the tensor until its elements change.
 fn gemm_f32(a: &Tensor, b: &Tensor, bias: Option<&Tensor>, c: &mut Tensor, g: Gemm) {
     let bias = bias.map(|t| t.host::<f32>());
-    lin::gemm(a.host(), b.host(), bias, c.host_mut(), g);
+    let packed = (g.batch == 1 && !g.trans_a && g.trans_b && g.m > dots::MAX_ROWS)
+        .then(|| b.derived(|| PackedRhs::transposed(&b.host()[..g.n * g.k], g.n, g.k)))
+        .flatten()
+        .filter(|p| p.fits(g.n, g.k));
+    lin::gemm(a.host(), b.host(), bias, c.host_mut(), g, packed.as_deref());
 }
