@@ -481,6 +481,10 @@ fn packed_groups<'a>(
     }
 }
 
+/// The most floats of im2col matrices [`conv2d_forward`] gathers ahead for small planes
+/// (16 MiB).
+const SHARED_PATCHES: usize = 1 << 22;
+
 /// `y = conv2d(x, w) + bias`, overwriting `y`. `packed`, when it is
 /// [`PackedWeights::forward`] of these weights, saves packing them again.
 ///
@@ -579,6 +583,24 @@ pub fn conv2d_forward(
     let blocks = pixels.div_ceil(cols);
     let jobs = conv.x.n * conv.spec.groups * blocks;
     let row_chunk = packed::row_chunk(cg_out, jobs, lhs[0].panel_rows());
+    // When the output channels are split, the items of one pixel block would each gather
+    // the same patches: small planes gather every im2col matrix once instead (rows padded
+    // to whole register tiles), and the products read it in place.
+    let ld = pixels.next_multiple_of(64);
+    let shared_len = (conv.x.n * conv.spec.groups)
+        .checked_mul(k)
+        .and_then(|v| v.checked_mul(ld))
+        .filter(|&len| row_chunk < cg_out && len <= SHARED_PATCHES);
+    let shared = shared_len.map(|len| {
+        let mut col = vec![0f32; len];
+        col.par_chunks_mut(ld).enumerate().for_each(|(i, row)| {
+            let (image, r) = (i / k, i % k);
+            let (n, g) = (image / conv.spec.groups, image % conv.spec.groups);
+            let xg = &x[n * per_x + g * cg_in * plane..][..cg_in * plane];
+            conv.patch_rows(xg, r..r + 1, 0..pixels, row, ld);
+        });
+        col
+    });
     let mut items = Vec::with_capacity(jobs * cg_out.div_ceil(row_chunk));
     for (n, yn) in y.chunks_exact_mut(per_y).enumerate() {
         for (g, yg) in yn.chunks_exact_mut(cg_out * pixels).enumerate() {
@@ -598,13 +620,19 @@ pub fn conv2d_forward(
             // (An input plane may be empty: then every tap reads padding.)
             let xg = &x[n * per_x + g * cg_in * plane..][..cg_in * plane];
             let width = outs[0].len();
+            let bias = bias.map(|b| &b[g * cg_out..][..cg_out]);
+            if let Some(col) = &shared {
+                let b = &col[(n * conv.spec.groups + g) * k * ld + c0..];
+                packed::product_block_in_place(&lhs[g], rows, &mut outs, width, bias, (b, ld));
+                return;
+            }
             let pixels = c0..c0 + width;
             packed::product_block(
                 &lhs[g],
                 rows,
                 &mut outs,
                 width,
-                bias.map(|b| &b[g * cg_out..][..cg_out]),
+                bias,
                 |kr, dst, stride| conv.patch_rows(xg, kr, pixels.clone(), dst, stride),
                 scratch,
             );
@@ -978,7 +1006,7 @@ mod tests {
         // N, C_in, H, W, C_out, kernel, stride, padding, dilation, groups; the last two
         // have empty input planes with padding (the output is the bias alone).
         type Case = ([usize; 4], usize, [[usize; 2]; 4], usize);
-        let cases: [Case; 11] = [
+        let cases: [Case; 13] = [
             ([2, 3, 7, 9], 4, [[3, 3], [1, 1], [1, 1], [1, 1]], 1),
             ([1, 4, 11, 6], 6, [[3, 2], [2, 1], [0, 2], [1, 2]], 2),
             ([3, 5, 6, 5], 5, [[3, 3], [1, 2], [1, 1], [2, 1]], 5),
@@ -991,6 +1019,10 @@ mod tests {
             ([2, 3, 9, 8], 3, [[2, 3], [3, 2], [1, 0], [1, 1]], 3),
             ([2, 2, 0, 3], 2, [[1, 1], [1, 1], [1, 0], [1, 1]], 1),
             ([1, 2, 4, 0], 2, [[1, 3], [1, 1], [0, 2], [1, 1]], 2),
+            // Enough output channels per group that they are split between work items: the
+            // small planes' patches are gathered once, ahead.
+            ([2, 5, 9, 7], 40, [[3, 3], [1, 1], [1, 1], [1, 1]], 1),
+            ([1, 6, 6, 10], 52, [[3, 3], [2, 1], [1, 1], [1, 1]], 2),
         ];
         cases
             .into_iter()

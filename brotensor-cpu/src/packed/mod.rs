@@ -228,6 +228,108 @@ pub fn product_block(
     rhs: impl FnMut(Range<usize>, &mut [f32], usize),
     scratch: &mut Scratch,
 ) {
+    check_block(lhs, &rows, out, cols, bias);
+    if cols == 0 || rows.is_empty() {
+        return;
+    }
+    dispatch(lhs, rows, out, cols, bias, Source::Gather(rhs, scratch));
+}
+
+/// [`product_block`] with `B` read in place: row `p` of the block's columns is
+/// `b[p ld .. p ld + cols]`. The register tiles read whole tiles of columns, so every row
+/// must hold `cols` rounded up to a multiple of 64 (zero past `cols`, else those columns'
+/// products are computed but never stored).
+///
+/// # Panics
+/// As [`product_block`], and if `b` is shorter than `(k - 1) ld` plus the rounded columns
+/// or `ld` is below them.
+pub fn product_block_in_place(
+    lhs: &PackedLhs,
+    rows: Range<usize>,
+    out: &mut [&mut [f32]],
+    cols: usize,
+    bias: Option<&[f32]>,
+    (b, ld): (&[f32], usize),
+) {
+    check_block(lhs, &rows, out, cols, bias);
+    if cols == 0 || rows.is_empty() {
+        return;
+    }
+    let padded = cols.next_multiple_of(64);
+    let needed = lhs
+        .k
+        .saturating_sub(1)
+        .checked_mul(ld)
+        .and_then(|v| v.checked_add(padded));
+    assert!(
+        ld >= padded && needed.is_some_and(|n| lhs.k == 0 || b.len() >= n),
+        "product_block_in_place: {} elements of B for {} rows of {padded} columns {ld} apart",
+        b.len(),
+        lhs.k
+    );
+    let source: Source<'_, fn(Range<usize>, &mut [f32], usize)> = Source::InPlace(b, ld);
+    dispatch(lhs, rows, out, cols, bias, source);
+}
+
+/// Where [`block`] finds `B`'s rows.
+enum Source<'a, F> {
+    /// Written block by block by the caller's closure into the scratch.
+    Gather(F, &'a mut Scratch),
+    /// In place, rows `ld` apart.
+    InPlace(&'a [f32], usize),
+}
+
+/// Runs [`block`] on the kernel `lhs` was packed for.
+fn dispatch(
+    lhs: &PackedLhs,
+    rows: Range<usize>,
+    out: &mut [&mut [f32]],
+    cols: usize,
+    bias: Option<&[f32]>,
+    source: Source<'_, impl FnMut(Range<usize>, &mut [f32], usize)>,
+) {
+    // SAFETY (each arm): `Kernel::detect` chose this kernel only on a CPU whose tier runs
+    // its instructions (the tier checks every feature it enables), and `lhs` was packed
+    // for it.
+    match lhs.kernel {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => unsafe {
+            Avx512::enter(
+                #[inline(always)]
+                || block::<Avx512, 12, 2>(lhs, rows, out, cols, bias, source),
+            )
+        },
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => unsafe {
+            Avx2::enter(
+                #[inline(always)]
+                || block::<Avx2, 6, 2>(lhs, rows, out, cols, bias, source),
+            )
+        },
+        #[cfg(target_arch = "aarch64")]
+        Kernel::Neon => unsafe {
+            Neon::enter(
+                #[inline(always)]
+                || block::<Neon, 8, 2>(lhs, rows, out, cols, bias, source),
+            )
+        },
+        Kernel::Portable => unsafe {
+            Portable::enter(
+                #[inline(always)]
+                || block::<Portable, 4, 2>(lhs, rows, out, cols, bias, source),
+            )
+        },
+    }
+}
+
+/// The checks [`product_block`] and [`product_block_in_place`] share.
+fn check_block(
+    lhs: &PackedLhs,
+    rows: &Range<usize>,
+    out: &[&mut [f32]],
+    cols: usize,
+    bias: Option<&[f32]>,
+) {
     assert!(
         rows.end <= lhs.m,
         "product_block: rows {rows:?} of {}",
@@ -241,41 +343,6 @@ pub fn product_block(
         bias.is_none_or(|b| b.len() >= lhs.m),
         "product_block: bias length"
     );
-    if cols == 0 || rows.is_empty() {
-        return;
-    }
-    // SAFETY (each arm): `Kernel::detect` chose this kernel only on a CPU whose tier runs
-    // its instructions (the tier checks every feature it enables), and `lhs` was packed
-    // for it.
-    match lhs.kernel {
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => unsafe {
-            Avx512::enter(
-                #[inline(always)]
-                || block::<Avx512, 12, 2>(lhs, rows, out, cols, bias, rhs, scratch),
-            )
-        },
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => unsafe {
-            Avx2::enter(
-                #[inline(always)]
-                || block::<Avx2, 6, 2>(lhs, rows, out, cols, bias, rhs, scratch),
-            )
-        },
-        #[cfg(target_arch = "aarch64")]
-        Kernel::Neon => unsafe {
-            Neon::enter(
-                #[inline(always)]
-                || block::<Neon, 8, 2>(lhs, rows, out, cols, bias, rhs, scratch),
-            )
-        },
-        Kernel::Portable => unsafe {
-            Portable::enter(
-                #[inline(always)]
-                || block::<Portable, 4, 2>(lhs, rows, out, cols, bias, rhs, scratch),
-            )
-        },
-    }
 }
 
 /// Rows per work item when `jobs` blocks of columns share an `m`-row product: all of them
@@ -336,8 +403,7 @@ unsafe fn block<S: Vector, const MR: usize, const NV: usize>(
     out: &mut [&mut [f32]],
     cols: usize,
     bias: Option<&[f32]>,
-    mut rhs: impl FnMut(Range<usize>, &mut [f32], usize),
-    scratch: &mut Scratch,
+    mut source: Source<'_, impl FnMut(Range<usize>, &mut [f32], usize)>,
 ) {
     let nr = NV * S::LANES;
     let k = lhs.k;
@@ -355,15 +421,23 @@ unsafe fn block<S: Vector, const MR: usize, const NV: usize>(
         let first = k0 == 0;
         // B's rows k0..k0+kc, `stride` apart (the columns past `cols` zero, so the last
         // register tile reads zeros there).
-        let stride = col_panels * nr;
-        scratch.rows.resize(kc * stride, 0.0);
-        let block = &mut scratch.rows[..kc * stride];
-        if stride > cols {
-            for row in block.chunks_exact_mut(stride) {
-                row[cols..].fill(0.0);
+        let (b_rows, stride) = match &mut source {
+            Source::Gather(rhs, scratch) => {
+                let stride = col_panels * nr;
+                scratch.rows.resize(kc * stride, 0.0);
+                let block = &mut scratch.rows[..kc * stride];
+                if stride > cols {
+                    for row in block.chunks_exact_mut(stride) {
+                        row[cols..].fill(0.0);
+                    }
+                }
+                rhs(k0..k0 + kc, block, stride);
+                (scratch.rows.as_ptr(), stride)
             }
-        }
-        rhs(k0..k0 + kc, block, stride);
+            // SAFETY: `product_block_in_place` checked that `b` holds k rows `ld` apart of
+            // at least col_panels * nr floats, so row k0 starts inside it.
+            Source::InPlace(b, ld) => (b.as_ptr().add(k0 * *ld), *ld),
+        };
         // Row panels of A (packed MR at a time); rows.start need not be a panel boundary.
         let mut r = rows.start;
         while r < rows.end {
@@ -375,9 +449,10 @@ unsafe fn block<S: Vector, const MR: usize, const NV: usize>(
             let dst = &mut out[r - rows.start..][..take];
             for j in 0..col_panels {
                 let (c0, width) = (j * nr, nr.min(cols - j * nr));
-                // SAFETY: `rows` holds kc rows of `stride` floats and j * nr + nr <= stride, so
-                // the tile's kc reads of nr floats from here stay inside it.
-                let b = scratch.rows.as_ptr().add(j * nr);
+                // SAFETY: `b_rows` addresses kc rows `stride` apart of at least col_panels * nr
+                // floats (the scratch block, or B in place as checked), and j * nr + nr is
+                // within that, so the tile's kc reads of nr floats stay inside it.
+                let b = b_rows.add(j * nr);
                 tile::<S, MR, NV>(
                     (kc, stride),
                     Panel::<MR>(a),
@@ -635,6 +710,64 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn blocks_read_in_place_match_a_float64_product_on_every_kernel() {
+        for kernel in kernels() {
+            for &(m, k, n) in &[
+                (13usize, 37usize, 45usize),
+                (25, 600, 70),
+                (7, 3, 130),
+                (30, 0, 9),
+            ] {
+                let ld = n.next_multiple_of(64);
+                // B's rows padded with zeros to `ld`.
+                let b: Vec<f32> = values(k * n, 8)
+                    .chunks(n.max(1))
+                    .take(k)
+                    .flat_map(|row| row.iter().copied().chain(std::iter::repeat_n(0.0, ld - n)))
+                    .collect();
+                let dense: Vec<f32> = (0..k * n).map(|i| b[i / n * ld + i % n]).collect();
+                let a = values(m * k, 9);
+                let bias = values(m, 10);
+                let lhs = PackedLhs::with_kernel(&a, m, k, kernel);
+                let want = reference(&a, &dense, Some(&bias), m, k, n);
+                let scale = want.iter().fold(1e-30f64, |s, v| s.max(v.abs()));
+                let mut c = vec![f32::NAN; m * n];
+                // Two column blocks, the second starting at column 64.
+                for cs in [0..64.min(n), 64.min(n)..n] {
+                    let mut outs: Vec<&mut [f32]> =
+                        c.chunks_exact_mut(n).map(|r| &mut r[cs.clone()]).collect();
+                    product_block_in_place(
+                        &lhs,
+                        0..m,
+                        &mut outs,
+                        cs.len(),
+                        Some(&bias),
+                        (b.get(cs.start..).unwrap_or(&[]), ld),
+                    );
+                }
+                for (i, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                    assert!(
+                        (got as f64 - w).abs() <= 2e-6 * scale * (k as f64).sqrt().max(1.0),
+                        "{kernel:?} {m}x{k}x{n}: [{i}] {got} vs {w}"
+                    );
+                }
+            }
+        }
+        // B one element short of its last row's padded columns.
+        let lhs = PackedLhs::new(&[1.0; 6], 2, 3);
+        let b = vec![1.0; 2 * 64 + 63];
+        let mut row = [0f32; 4];
+        let mut outs: Vec<&mut [f32]> = vec![&mut row];
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            product_block_in_place(&lhs, 0..1, &mut outs, 4, None, (&b, 64))
+        }))
+        .is_err());
+        let b = vec![1.0; 2 * 64 + 64];
+        product_block_in_place(&lhs, 0..1, &mut outs, 4, None, (&b, 64));
+        assert_eq!(row, [3.0; 4]);
     }
 
     #[test]
