@@ -349,8 +349,9 @@ impl Conv2d {
                                 *d += v;
                             }
                         } else {
-                            for (j, &v) in src.iter().enumerate() {
-                                line[ix + j * sw] += v;
+                            // Every sw-th element from ix, without a bounds check per element.
+                            for (d, &v) in line[ix..].iter_mut().step_by(sw).zip(src) {
+                                *d += v;
                             }
                         }
                     });
