@@ -527,17 +527,25 @@ pub fn conv2d_forward(
         let columns: Vec<_> = (0..conv.spec.kernel[1])
             .map(|kx| conv.valid_run(0, conv.out[1], kx))
             .collect();
-        y.par_chunks_mut(pixels).enumerate().for_each(|(row, out)| {
-            let (n, c) = (row / conv.c_out, row % conv.c_out);
-            let src = &x[n * per_x + c * plane..][..plane];
-            wide(
-                #[inline(always)]
-                |_| depthwise_plane(conv, &columns, src, &w[c * k..][..k], out),
-            );
-            if let Some(b) = bias {
-                out.iter_mut().for_each(|v| *v += b[c]);
-            }
-        });
+        y.par_chunks_mut(pixels)
+            .enumerate()
+            .for_each_init(Vec::new, |bordered, (row, out)| {
+                let (n, c) = (row / conv.c_out, row % conv.c_out);
+                let src = &x[n * per_x + c * plane..][..plane];
+                let taps = &w[c * k..][..k];
+                let b = bias.map_or(0.0, |b| b[c]);
+                if conv.spec.stride[1] == 1 {
+                    depthwise_plane_unit_stride(conv, src, taps, b, out, bordered);
+                    return;
+                }
+                wide(
+                    #[inline(always)]
+                    |_| depthwise_plane(conv, &columns, src, taps, out),
+                );
+                if bias.is_some() {
+                    out.iter_mut().for_each(|v| *v += b);
+                }
+            });
         return;
     }
     // At most N entries per product, so `images * per_y` stays within `y`'s length.
@@ -639,6 +647,46 @@ pub fn conv2d_forward(
             );
         },
     );
+}
+
+/// One output plane of a depthwise convolution with horizontal stride 1, plus `bias`: the
+/// input plane copied once into `bordered` with zeros around it (the padding, and room for
+/// whole runs), then [`packed::depthwise::depthwise_rows`] accumulates each run of outputs
+/// in registers.
+fn depthwise_plane_unit_stride(
+    conv: &Conv2d,
+    x: &[f32],
+    w: &[f32],
+    bias: f32,
+    out: &mut [f32],
+    bordered: &mut Vec<f32>,
+) {
+    let s = &conv.spec;
+    let ([kh, kw], [dh, dw], [ph, pw]) = (s.kernel, s.dilation, s.padding);
+    let ([hi, wi], [ho, wo]) = ([conv.x.h, conv.x.w], conv.out);
+    if ho == 0 || wo == 0 {
+        return;
+    }
+    // Bordered column j holds input column j - pw; row r input row r - ph (zero outside).
+    let width = wo.next_multiple_of(packed::depthwise::RUN) + (kw - 1) * dw;
+    let rows = (ho - 1) * s.stride[0] + (kh - 1) * dh + 1;
+    bordered.clear();
+    bordered.resize(rows * width, 0.0);
+    let cols = pw.min(width)..(pw + wi).min(width);
+    for (r, dst) in bordered.chunks_exact_mut(width).enumerate() {
+        let Some(iy) = r.checked_sub(ph).filter(|&iy| iy < hi) else {
+            continue;
+        };
+        dst[cols.clone()].copy_from_slice(&x[iy * wi..][..cols.len()]);
+    }
+    let geometry = packed::depthwise::Bordered {
+        width,
+        kernel: [kh, kw],
+        dilation: [dh, dw],
+        stride_h: s.stride[0],
+        wo,
+    };
+    packed::depthwise::depthwise_rows(bordered, geometry, w, bias, out);
 }
 
 /// One output plane of a depthwise convolution: for each output row, each tap adds its
@@ -1007,7 +1055,7 @@ mod tests {
         // N, C_in, H, W, C_out, kernel, stride, padding, dilation, groups; the last two
         // have empty input planes with padding (the output is the bias alone).
         type Case = ([usize; 4], usize, [[usize; 2]; 4], usize);
-        let cases: [Case; 13] = [
+        let cases: [Case; 14] = [
             ([2, 3, 7, 9], 4, [[3, 3], [1, 1], [1, 1], [1, 1]], 1),
             ([1, 4, 11, 6], 6, [[3, 2], [2, 1], [0, 2], [1, 2]], 2),
             ([3, 5, 6, 5], 5, [[3, 3], [1, 2], [1, 1], [2, 1]], 5),
@@ -1024,6 +1072,9 @@ mod tests {
             // small planes' patches are gathered once, ahead.
             ([2, 5, 9, 7], 40, [[3, 3], [1, 1], [1, 1], [1, 1]], 1),
             ([1, 6, 6, 10], 52, [[3, 3], [2, 1], [1, 1], [1, 1]], 2),
+            // Depthwise with horizontal stride 1 (the 3x3 one is in the streamed-rows test):
+            // padding and dilation per axis, a run tail.
+            ([2, 4, 7, 19], 4, [[2, 3], [2, 1], [1, 2], [1, 2]], 4),
         ];
         cases
             .into_iter()

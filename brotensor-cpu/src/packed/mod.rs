@@ -13,6 +13,7 @@
 //! The register tiles: AVX-512 12 x 32, AVX2 6 x 16, NEON 8 x 8, the baseline 4 x 8
 //! (module `vectors`). The tier is [`crate::simd::tier`]'s (so `BROTENSOR_CPU_TIER` caps it).
 
+pub mod depthwise;
 pub mod dots;
 mod rhs;
 mod vectors;
