@@ -39,7 +39,10 @@ pub fn depthwise_rows(plane: &[f32], g: Bordered, taps: &[f32], bias: f32, out: 
     if g.wo == 0 || out.is_empty() {
         return;
     }
-    assert!(out.len() % g.wo == 0, "depthwise_rows: output rows");
+    assert!(
+        out.len().is_multiple_of(g.wo),
+        "depthwise_rows: output rows"
+    );
     let rows = out.len() / g.wo;
     let reach = (kw.max(1) - 1)
         .checked_mul(dw)

@@ -268,9 +268,18 @@ pub fn product_block_in_place(
         b.len(),
         lhs.k
     );
-    let source: Source<'_, fn(Range<usize>, &mut [f32], usize)> = Source::InPlace(b, ld);
-    dispatch(lhs, rows, out, cols, bias, source);
+    dispatch(
+        lhs,
+        rows,
+        out,
+        cols,
+        bias,
+        Source::<NoGather>::InPlace(b, ld),
+    );
 }
+
+/// The gatherer type of a [`Source::InPlace`] (never called).
+type NoGather = fn(Range<usize>, &mut [f32], usize);
 
 /// Where [`block`] finds `B`'s rows.
 enum Source<'a, F> {

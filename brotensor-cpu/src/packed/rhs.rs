@@ -178,7 +178,7 @@ unsafe fn columns<S: Vector, const MR: usize, const NV: usize>(
 ) {
     let nr = NV * S::LANES;
     debug_assert_eq!(nr, rhs.kernel.nr());
-    assert!(rows.start % MR == 0 && rows.end <= lhs.whole + lhs.tail.m);
+    assert!(rows.start.is_multiple_of(MR) && rows.end <= lhs.whole + lhs.tail.m);
     let k = lhs.k;
     let width = out.first().map_or(0, |r| r.len());
     let mut k0 = 0;
