@@ -288,16 +288,16 @@ impl Conv2d {
         row: &mut [f32],
     ) {
         let (w, sw) = (self.x.w, self.spec.stride[1]);
+        // One fill for the whole row (the taps in the padding stay zero), not one per run:
+        // rows of narrow planes have many short runs.
+        row.fill(0.0);
         self.runs(pixels, |t, run, oy, ox0| {
             let dst = &mut row[t..t + run];
             let Some(iy) = self.input_row(oy, ky) else {
-                dst.fill(0.0);
                 return;
             };
             let line = &src[iy * w..][..w];
             let (valid, ix) = self.valid_run(ox0, run, kx);
-            dst[..valid.start].fill(0.0);
-            dst[valid.end..].fill(0.0);
             let dst = &mut dst[valid.clone()];
             if sw == 1 {
                 dst.copy_from_slice(&line[ix..ix + dst.len()]);
