@@ -487,7 +487,8 @@ fn packed_groups<'a>(
 const SHARED_PATCHES: usize = 1 << 22;
 
 /// `y = conv2d(x, w) + bias`, overwriting `y`. `packed`, when it is
-/// [`PackedWeights::forward`] of these weights, saves packing them again.
+/// [`PackedWeights::forward`] of these weights, saves packing them again (it is trusted to
+/// hold `w`'s elements; one made for another geometry or direction is ignored).
 ///
 /// # Panics
 /// If a slice length differs from `conv.lens` (the bias must hold `C_out` values).
@@ -599,7 +600,7 @@ pub fn conv2d_forward(
     let shared_len = (conv.x.n * conv.spec.groups)
         .checked_mul(k)
         .and_then(|v| v.checked_mul(ld))
-        .filter(|&len| row_chunk < cg_out && len <= SHARED_PATCHES);
+        .filter(|&len| k > 0 && row_chunk < cg_out && len <= SHARED_PATCHES);
     let shared = shared_len.map(|len| {
         let mut col = vec![0f32; len];
         col.par_chunks_mut(ld).enumerate().for_each(|(i, row)| {
@@ -730,7 +731,8 @@ fn depthwise_plane(
 
 /// `dx`, the gradient of the input, from `dy` and the weight: the transposed convolution,
 /// overwriting `dx`. `packed`, when it is [`PackedWeights::input_gradient`] of these
-/// weights, saves packing them again.
+/// weights, saves packing them again (trusted to hold `w`'s elements; one made for another
+/// geometry or direction is ignored).
 ///
 /// # Panics
 /// If a slice length differs from `conv.lens` (`dx` as `x`, `dy` as `y`).
@@ -1055,7 +1057,7 @@ mod tests {
         // N, C_in, H, W, C_out, kernel, stride, padding, dilation, groups; the last two
         // have empty input planes with padding (the output is the bias alone).
         type Case = ([usize; 4], usize, [[usize; 2]; 4], usize);
-        let cases: [Case; 14] = [
+        let cases: [Case; 15] = [
             ([2, 3, 7, 9], 4, [[3, 3], [1, 1], [1, 1], [1, 1]], 1),
             ([1, 4, 11, 6], 6, [[3, 2], [2, 1], [0, 2], [1, 2]], 2),
             ([3, 5, 6, 5], 5, [[3, 3], [1, 2], [1, 1], [2, 1]], 5),
@@ -1075,6 +1077,9 @@ mod tests {
             // Depthwise with horizontal stride 1 (the 3x3 one is in the streamed-rows test):
             // padding and dilation per axis, a run tail.
             ([2, 4, 7, 19], 4, [[2, 3], [2, 1], [1, 2], [1, 2]], 4),
+            // No input channels (the output is the bias), more pixels than one block and
+            // enough output channels to be split between work items.
+            ([1, 0, 33, 33], 64, [[1, 1], [1, 1], [0, 0], [1, 1]], 1),
         ];
         cases
             .into_iter()

@@ -249,12 +249,13 @@ fn view(d: &[f32], at: usize, (rows, cols): (usize, usize), trans: bool) -> Mat<
 
 /// The product [`Gemm`] describes, with an optional bias of `n` elements added to every row
 /// before the activation. `packed_b`, when given, is `b` packed for a product with its
-/// shape ([`PackedRhs::transposed`] of the stored `n x k` matrix, so only with `trans_b`);
-/// it serves every product of more rows than the dot-product path takes.
+/// shape ([`PackedRhs::transposed`] of the stored `n x k` matrix, so only with `trans_b`,
+/// and one matrix for every batch entry); it serves every product of more rows than the
+/// dot-product path takes, and is trusted to hold `b`'s elements.
 ///
 /// # Panics
 /// When a batch entry the dimensions and strides reach lies outside its slice, or
-/// `packed_b` does not fit the product.
+/// `packed_b` does not fit the product (or the batch entries have `B`s of their own).
 pub fn gemm(
     a: &[f32],
     b: &[f32],
@@ -271,7 +272,7 @@ pub fn gemm(
         let out = &mut c[z * g.strides.2..z * g.strides.2 + m * n];
         if let Some(packed) = packed_b.filter(|_| m > crate::packed::dots::MAX_ROWS) {
             assert!(
-                !g.trans_a && g.trans_b && packed.fits(n, k),
+                !g.trans_a && g.trans_b && packed.fits(n, k) && (g.batch == 1 || g.strides.1 == 0),
                 "gemm: the packed right operand does not fit the product"
             );
             let az = z * g.strides.0;

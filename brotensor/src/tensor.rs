@@ -647,7 +647,8 @@ impl Tensor {
 
     /// What `make` derives from this tensor's current elements (made at the first call and
     /// kept until they change), or `None` when an earlier call kept a derived form of
-    /// another type.
+    /// another type. One form per tensor, found by its type alone: callers check that it
+    /// fits their use (its shape, its direction) before trusting it.
     pub(crate) fn derived<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Option<Arc<T>> {
         let kept = self
             .derived

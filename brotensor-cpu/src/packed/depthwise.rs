@@ -32,8 +32,9 @@ pub struct Bordered {
 /// plane[(oy stride_h + ky dH) width + ox + kx dW]` for every row of `out`.
 ///
 /// # Panics
-/// If `width` is short of the last run's reach, `plane` of the rows the outputs read,
-/// `taps` of `kH kW` values, or `out` is not whole rows of `wo`.
+/// If the kernel is empty, `width` is short of the last run's reach, `plane` of the rows the
+/// outputs read, `taps` of `kH kW` values (or that product overflows), or `out` is not whole
+/// rows of `wo`.
 pub fn depthwise_rows(plane: &[f32], g: Bordered, taps: &[f32], bias: f32, out: &mut [f32]) {
     let ([kh, kw], [dh, dw]) = (g.kernel, g.dilation);
     if g.wo == 0 || out.is_empty() {
@@ -58,7 +59,8 @@ pub fn depthwise_rows(plane: &[f32], g: Bordered, taps: &[f32], bias: f32, out: 
         g.width
     );
     assert!(
-        needed.is_some_and(|n| plane.len() >= n) && taps.len() >= kh * kw,
+        needed.is_some_and(|n| plane.len() >= n)
+            && kh.checked_mul(kw).is_some_and(|t| taps.len() >= t),
         "depthwise_rows: plane or taps too short"
     );
     // SAFETY (each arm): `Kernel::detect` chose the kernel for a tier this CPU runs; the
@@ -122,6 +124,8 @@ unsafe fn rows_with<S: Vector>(
     out: &mut [f32],
 ) {
     let [dh, dw] = g.dilation;
+    // The accumulators below hold at most four vectors.
+    const { assert!(RUN / S::LANES <= 4 && RUN.is_multiple_of(S::LANES)) };
     let nv = RUN / S::LANES;
     for (oy, orow) in out.chunks_exact_mut(g.wo).enumerate() {
         let top = oy * g.stride_h;
@@ -200,5 +204,12 @@ mod tests {
         assert!(refused(Bordered { width: 16, ..g }, &plane, &taps));
         assert!(refused(g, &plane[..7 * 17 - 1], &taps));
         assert!(refused(g, &plane, &taps[..5]));
+        // A kernel whose tap count overflows, with a zero dilation keeping its reach small.
+        let huge = Bordered {
+            kernel: [1 << (usize::BITS / 2 + 1), 1 << (usize::BITS / 2 + 1)],
+            dilation: [0, 0],
+            ..g
+        };
+        assert!(refused(huge, &plane, &taps));
     }
 }

@@ -256,7 +256,8 @@ pub fn product_block_in_place(
     if cols == 0 || rows.is_empty() {
         return;
     }
-    let padded = cols.next_multiple_of(64);
+    // What the register tiles read of each row: `cols` up to whole tiles.
+    let padded = cols.next_multiple_of(lhs.kernel.nr());
     let needed = lhs
         .k
         .saturating_sub(1)
@@ -766,9 +767,9 @@ mod tests {
                 }
             }
         }
-        // B one element short of its last row's padded columns.
+        // B short of its last row's columns rounded to a whole tile on any tier.
         let lhs = PackedLhs::new(&[1.0; 6], 2, 3);
-        let b = vec![1.0; 2 * 64 + 63];
+        let b = vec![1.0; 2 * 64 + 3];
         let mut row = [0f32; 4];
         let mut outs: Vec<&mut [f32]> = vec![&mut row];
         assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

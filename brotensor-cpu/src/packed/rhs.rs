@@ -3,9 +3,10 @@
 //!
 //! [`PackedRhs`] stores `B` in column panels of the register tile's width `NR`: panel `j` holds
 //! columns `j NR .. j NR + NR` as `k` rows of `NR` values side by side (columns past `n` are
-//! zero), so a tile streams its panel contiguously. [`matmul_packed`] packs `A` per call (it
-//! is the activation, `m x k`, small next to the product) and runs the same register tiles as
-//! [`super::product_block`] over blocks of columns and rows in parallel.
+//! zero), so a tile streams its panel contiguously. [`matmul_packed`] reads `A` (the
+//! activation, `m x k`) in place, `MR` rows at a time, packing only the rows past its last
+//! whole panel, and runs the same register tiles as [`super::product_block`] over blocks of
+//! columns and rows in parallel.
 
 use std::ops::Range;
 

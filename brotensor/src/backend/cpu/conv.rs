@@ -130,6 +130,8 @@ impl ConvOps for CpuBackend {
         in_f32(&[Some(w), Some(dy), bias], &mut [dx], &mut [], |i, o| {
             let dx = o[0].host_mut();
             let w = i[0].expect("the weight is present");
+            // A weight packed for the forward convolution (training uses both directions)
+            // does not fit: then it is packed here per call, as it was before.
             let packed = w.derived(|| cv::PackedWeights::input_gradient(conv, w.host()));
             cv::conv2d_backward_input(conv, host(i[1]), w.host(), dx, packed.as_deref());
             if let Some(b) = i[2] {
