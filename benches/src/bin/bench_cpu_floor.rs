@@ -9,14 +9,15 @@
 //!   streamed from memory (64 distinct copies, ~64 MB per timing) and held in cache (one
 //!   copy), on every thread and on one: GB/s of weight bytes.
 //!
-//! Run: `cargo run --release -p brotensor-benches --bin bench_cpu_floor`
-//! (`BROTENSOR_CPU_TIER` caps the tier). Figures are the best of 7 rounds.
+//! Run: `cargo run --release -p brotensor-benches --bin bench_cpu_floor [gemv [M]]`
+//! (`BROTENSOR_CPU_TIER` caps the tier; `gemv` runs the GEMV table alone, with `M`
+//! activation rows, default 1, at most `GEMV_MAX_ROWS`). Figures are the best of 7 rounds.
 
 use std::time::Instant;
 
 use brotensor_cpu::elementwise::{self as ew, log_fits, log_with, sin_cos_with, trig_fits};
 use brotensor_cpu::linear::Act;
-use brotensor_cpu::quant::{gemv, Block};
+use brotensor_cpu::quant::{gemv, Block, GEMV_MAX_ROWS};
 use brotensor_cpu::{activation as act, simd::MulAdd};
 
 const ROUNDS: usize = 7;
@@ -105,6 +106,20 @@ fn main() {
         brotensor_cpu::simd::tier().name()
     );
     println!();
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) != Some("gemv") {
+        map_table(threads, &one);
+    }
+    let m = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1);
+    assert!(
+        (1..=GEMV_MAX_ROWS).contains(&m),
+        "bench_cpu_floor: M in 1..={GEMV_MAX_ROWS}"
+    );
+    gemv_table(&one, m);
+}
+
+/// The maps streamed and in cache.
+fn map_table(threads: usize, one: &rayon::ThreadPool) {
     let x: Vec<f32> = (0..STREAMED)
         .map(|i| ((i * 7919 + 1) % 2001) as f32 * 1e-3 - 1.0 + if i % 3 == 0 { 1.5 } else { 0.0 })
         .collect();
@@ -140,8 +155,12 @@ fn main() {
             copy_s / (cached / threads as f64)
         );
     }
+}
+
+/// The GEMV at SmolLM2-135M's shapes, streamed and in cache.
+fn gemv_table(one: &rayon::ThreadPool, m: usize) {
     println!();
-    println!("| GEMV (SmolLM2-135M) | rows x cols | streamed GB/s | in cache GB/s | in cache, 1 thread GB/s |");
+    println!("| GEMV (SmolLM2-135M), {m} activation row(s) | rows x cols | streamed GB/s | in cache GB/s | in cache, 1 thread GB/s |");
     println!("|---|---|---:|---:|---:|");
     for (name, kind, rows, cols) in [
         ("lm_head Q8_0", Block::Q8_0, 49_152usize, 576usize),
@@ -150,8 +169,8 @@ fn main() {
         ("q,k,v Q4_1", Block::Q4_1, 960, 576),
     ] {
         let w = weights(kind, rows, cols);
-        let a: Vec<f32> = (0..cols).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
-        let mut out = vec![0.0f32; rows];
+        let a: Vec<f32> = (0..m * cols).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+        let mut out = vec![0.0f32; m * rows];
         let calls = (64 << 20) / w.len() + 1;
         let copies: Vec<Vec<u8>> = (0..calls.min(64)).map(|_| w.clone()).collect();
         let mut run = |copies: &[Vec<u8>]| {

@@ -130,9 +130,11 @@ unsafe fn run<V: Lanes, K: Kind>(w: &[u8], row_bytes: usize, x: &[f32], m: usize
     V::enter(
         #[inline(always)]
         || {
+            // Balanced passes: 6 rows on a 5-row tier run as 3 + 3, not 5 + 1.
+            let passes = m.div_ceil(pass);
             let mut i = 0;
-            while i < m {
-                let g = pass.min(m - i);
+            for left in (1..=passes).rev() {
+                let g = (m - i).div_ceil(left);
                 let xs = &x[i * k..(i + g) * k];
                 let two = g <= V::TWO_ACC_ROWS;
                 match (g, two) {
@@ -143,7 +145,8 @@ unsafe fn run<V: Lanes, K: Kind>(w: &[u8], row_bytes: usize, x: &[f32], m: usize
                     (3, false) => dot::<V, K, 3, 1>(w, row_bytes, xs, t, i, m),
                     (4, true) => dot::<V, K, 4, 2>(w, row_bytes, xs, t, i, m),
                     (4, false) => dot::<V, K, 4, 1>(w, row_bytes, xs, t, i, m),
-                    (5, _) => dot::<V, K, 5, 2>(w, row_bytes, xs, t, i, m),
+                    (5, true) => dot::<V, K, 5, 2>(w, row_bytes, xs, t, i, m),
+                    (5, false) => dot::<V, K, 5, 1>(w, row_bytes, xs, t, i, m),
                     (6, _) => dot::<V, K, 6, 2>(w, row_bytes, xs, t, i, m),
                     (7, _) => dot::<V, K, 7, 2>(w, row_bytes, xs, t, i, m),
                     _ => dot::<V, K, 8, 2>(w, row_bytes, xs, t, i, m),

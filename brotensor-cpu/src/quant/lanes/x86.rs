@@ -186,8 +186,8 @@ impl Lanes for Avx2 {
     type Linear = (__m256, __m256);
     /// Entries 0-7 and 8-15.
     type Table = [__m256; 2];
-    /// Up to two rows with two accumulators, four with one: 8 of the 16 registers.
-    const ROWS_PER_PASS: usize = 4;
+    /// Up to two rows with two accumulators, five with one: 10 of the 16 registers.
+    const ROWS_PER_PASS: usize = 5;
     const TWO_ACC_ROWS: usize = 2;
 
     #[inline(always)]
