@@ -16,7 +16,9 @@ const FLAT_PIECE: usize = 1 << 16;
 /// to `dst[dst_off + r dst_pitch ..]` (offsets and pitches in elements, pitches at least
 /// `width` when `height > 1`, every row inside both slices: checked by the caller; a
 /// violation panics on the slice bounds). Large copies write with streaming stores
-/// ([`crate::stream`]): the destination is not read into the cache first.
+/// ([`crate::stream`]): the destination is not read into the cache first. The decision is
+/// this call's (`width * height` elements), so an op joining many parts below the
+/// threshold writes each with plain stores.
 pub fn copy_blocks<T: bytemuck::Pod + Send + Sync>(
     src: &[T],
     (src_off, src_pitch): (usize, usize),
@@ -101,6 +103,12 @@ mod tests {
                 // (src pitch, dst pitch, width): one run; contiguous destination; gapped.
                 let w = 1031;
                 let h = total / w + 1;
+                let streams = crate::stream::should_stream(w * h, std::mem::size_of::<T>());
+                assert_eq!(
+                    streams,
+                    total == big,
+                    "the big case must stream, the small not"
+                );
                 for (sp, dp) in [(w, w), (w + 3, w), (w + 5, w + 7)] {
                     let (so, d_o) = (3usize, 5usize);
                     let src: Vec<T> = (0..so + h * sp).map(&make).collect();

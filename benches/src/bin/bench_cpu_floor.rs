@@ -110,7 +110,10 @@ fn main() {
     if args.get(1).map(String::as_str) != Some("gemv") {
         map_table(threads, &one);
     }
-    let m = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1);
+    let m = match args.get(2) {
+        Some(a) => a.parse().expect("bench_cpu_floor: M must be a number"),
+        None => 1,
+    };
     assert!(
         (1..=GEMV_MAX_ROWS).contains(&m),
         "bench_cpu_floor: M in 1..={GEMV_MAX_ROWS}"

@@ -149,7 +149,9 @@ unsafe fn run<V: Lanes, K: Kind>(w: &[u8], row_bytes: usize, x: &[f32], m: usize
                     (5, false) => dot::<V, K, 5, 1>(w, row_bytes, xs, t, i, m),
                     (6, _) => dot::<V, K, 6, 2>(w, row_bytes, xs, t, i, m),
                     (7, _) => dot::<V, K, 7, 2>(w, row_bytes, xs, t, i, m),
-                    _ => dot::<V, K, 8, 2>(w, row_bytes, xs, t, i, m),
+                    (8, _) => dot::<V, K, 8, 2>(w, row_bytes, xs, t, i, m),
+                    // `1 <= g <= pass <= GEMV_MAX_ROWS` (checked above).
+                    _ => unreachable!("gemv: a pass of {g} rows"),
                 }
                 i += g;
             }
