@@ -7,7 +7,11 @@
 //! zero-filled, so any shape is correct (ragged tiles, `k == 0`, `1 x 1`, skinny decode
 //! shapes). Transposes are comptime index maps, not copies.
 //!
-//! 16-bit operands on a runtime with matrix units take a tensor-core kernel instead (CubeCL
+//! At most [`SKINNY_MAX_M`] rows of `C` (decode steps) take a kernel without tiles instead:
+//! every element of `B` is read once and multiplies each row, where a `64 x 64` tile would
+//! compute 64 rows to keep one.
+//!
+//! Other 16-bit operands on a runtime with matrix units take a tensor-core kernel instead (CubeCL
 //! `cmma`: CUDA tensor cores with 16 x 16 x 16 fragments on 32-unit planes; Vulkan
 //! cooperative matrices through the SPIR-V compiler, e.g. lavapipe's 8 x 8 x 8 on 8-unit
 //! planes): the same 64 x 64 tile, staged in shared memory in the storage type, each plane
@@ -218,6 +222,211 @@ fn store_tile<F: Float>(
                 );
             }
         }
+    }
+}
+
+/// [`write_c`] with the epilogue chosen at run time (`flags` bit 0: accumulate, bit 1: add
+/// the bias; `act` as there), so the memory-bound skinny kernel needs no specialisation per
+/// epilogue.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn write_c_runtime<F: Float>(
+    c: &mut Array<F>,
+    bias: &Array<F>,
+    v: f32,
+    at: usize,
+    gj: usize,
+    flags: u32,
+    act: u32,
+) {
+    let mut v = v;
+    if flags & 1 != 0 {
+        v += f32::cast_from(c[at]);
+    }
+    if flags & 2 != 0 {
+        v += f32::cast_from(bias[gj]);
+    }
+    let mut out = v;
+    if act == 1u32 {
+        out = activate(v, 1u32);
+    } else if act == 2u32 {
+        out = activate(v, 2u32);
+    } else if act == 3u32 {
+        out = activate(v, 3u32);
+    } else if act == 4u32 {
+        out = activate(v, 4u32);
+    } else if act == 5u32 {
+        out = activate(v, 5u32);
+    }
+    c[at] = F::cast_from(out);
+}
+
+/// The most rows of `C` the skinny kernel takes (decode steps, short prompts): it keeps one
+/// FP32 accumulator per row in each unit.
+pub const SKINNY_MAX_M: usize = 8;
+/// Units per cube of the skinny kernel.
+const SKINNY_UNITS: usize = 256;
+/// With `B` read transposed (a linear layer's `(n, k)` weight), the skinny kernel's units
+/// split `k` into this many strided lanes per column of `C`, so neighbouring units read
+/// neighbouring weights; a cube covers `SKINNY_UNITS / SKINNY_LANES` columns.
+const SKINNY_LANES: usize = 32;
+
+/// The product for at most [`SKINNY_MAX_M`] rows of `C`, where a `64 x 64` tile would waste
+/// most of its work: every element of `B` is read once and multiplies every row. With
+/// `trans_b` each column of `C` takes [`SKINNY_LANES`] units striding along `k` (coalesced
+/// reads of the weight rows) whose partial sums one unit adds in shared memory; without it
+/// each unit takes one column and walks `k` (neighbouring units read neighbouring columns).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn gemm_skinny_kernel<F: Float>(
+    a: &Array<F>,
+    b: &Array<F>,
+    bias: &Array<F>,
+    c: &mut Array<F>,
+    m: usize,
+    n: usize,
+    k: usize,
+    stride_a: usize,
+    stride_b: usize,
+    stride_c: usize,
+    flags: u32,
+    act: u32,
+    #[comptime] trans_a: bool,
+    #[comptime] trans_b: bool,
+) {
+    let z = CUBE_POS_Z as usize;
+    let tid = UNIT_POS as usize;
+    let (base_a, base_b, base_c) = (z * stride_a, z * stride_b, z * stride_c);
+    let mut acc = Array::<f32>::new(SKINNY_MAX_M);
+    #[unroll]
+    for r in 0..SKINNY_MAX_M {
+        acc[r] = f32::new(0.0f32);
+    }
+    if comptime!(trans_b) {
+        let cols = comptime!(SKINNY_UNITS / SKINNY_LANES);
+        let lane = tid % SKINNY_LANES;
+        let col = tid / SKINNY_LANES;
+        let j = CUBE_POS_X as usize * cols + col;
+        if j < n {
+            let mut kk = lane;
+            loop {
+                if kk >= k {
+                    break;
+                }
+                let bv = f32::cast_from(b[base_b + j * k + kk]);
+                #[unroll]
+                for r in 0..SKINNY_MAX_M {
+                    if r < m {
+                        acc[r] += read_operand::<F>(a, base_a, r, kk, m, k, trans_a) * bv;
+                    }
+                }
+                kk += SKINNY_LANES;
+            }
+        }
+        // Partial sums: row r of unit `tid` at `r * SKINNY_UNITS + tid`.
+        let mut part = SharedMemory::<f32>::new(SKINNY_MAX_M * SKINNY_UNITS);
+        #[unroll]
+        for r in 0..SKINNY_MAX_M {
+            part[r * SKINNY_UNITS + tid] = acc[r];
+        }
+        sync_cube();
+        let r = tid / cols;
+        let col = tid % cols;
+        let j = CUBE_POS_X as usize * cols + col;
+        if r < m && j < n {
+            let mut v = f32::new(0.0f32);
+            for l in 0..SKINNY_LANES {
+                v += part[r * SKINNY_UNITS + col * SKINNY_LANES + l];
+            }
+            write_c_runtime::<F>(c, bias, v, base_c + r * n + j, j, flags, act);
+        }
+    } else {
+        let j = CUBE_POS_X as usize * SKINNY_UNITS + tid;
+        if j < n {
+            for kk in 0..k {
+                let bv = f32::cast_from(b[base_b + kk * n + j]);
+                #[unroll]
+                for r in 0..SKINNY_MAX_M {
+                    if r < m {
+                        acc[r] += read_operand::<F>(a, base_a, r, kk, m, k, trans_a) * bv;
+                    }
+                }
+            }
+            #[unroll]
+            for r in 0..SKINNY_MAX_M {
+                if r < m {
+                    write_c_runtime::<F>(c, bias, acc[r], base_c + r * n + j, j, flags, act);
+                }
+            }
+        }
+    }
+}
+
+/// [`gemm_skinny_kernel`] for a linear layer's layout (`A` as stored, `B` read transposed)
+/// when `k` and the batch strides of `A` and `B` are multiples of 4: each lane reads
+/// 4-element vectors of `A`'s rows and of the weight row, a quarter of the reads.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn gemm_skinny_v4_kernel<F: Float>(
+    a: &Array<Vector<F, Const<4>>>,
+    b: &Array<Vector<F, Const<4>>>,
+    bias: &Array<F>,
+    c: &mut Array<F>,
+    m: usize,
+    n: usize,
+    k: usize,
+    stride_a: usize,
+    stride_b: usize,
+    stride_c: usize,
+    flags: u32,
+    act: u32,
+) {
+    let z = CUBE_POS_Z as usize;
+    let tid = UNIT_POS as usize;
+    let cols = comptime!(SKINNY_UNITS / SKINNY_LANES);
+    let lane = tid % SKINNY_LANES;
+    let col = tid / SKINNY_LANES;
+    let j = CUBE_POS_X as usize * cols + col;
+    let k4 = k / 4;
+    let (base_a, base_b) = (z * stride_a / 4, z * stride_b / 4);
+    let mut acc = Array::<Vector<f32, Const<4>>>::new(SKINNY_MAX_M);
+    #[unroll]
+    for r in 0..SKINNY_MAX_M {
+        acc[r] = Vector::new(0.0f32);
+    }
+    if j < n {
+        let mut q = lane;
+        loop {
+            if q >= k4 {
+                break;
+            }
+            let bv = Vector::<f32, Const<4>>::cast_from(b[base_b + j * k4 + q]);
+            #[unroll]
+            for r in 0..SKINNY_MAX_M {
+                if r < m {
+                    let av = Vector::<f32, Const<4>>::cast_from(a[base_a + r * k4 + q]);
+                    acc[r] += av * bv;
+                }
+            }
+            q += SKINNY_LANES;
+        }
+    }
+    let mut part = SharedMemory::<f32>::new(SKINNY_MAX_M * SKINNY_UNITS);
+    #[unroll]
+    for r in 0..SKINNY_MAX_M {
+        let v = acc[r];
+        part[r * SKINNY_UNITS + tid] = v[0] + v[1] + v[2] + v[3];
+    }
+    sync_cube();
+    let r = tid / cols;
+    let col = tid % cols;
+    let j = CUBE_POS_X as usize * cols + col;
+    if r < m && j < n {
+        let mut v = f32::new(0.0f32);
+        for l in 0..SKINNY_LANES {
+            v += part[r * SKINNY_UNITS + col * SKINNY_LANES + l];
+        }
+        write_c_runtime::<F>(c, bias, v, z * stride_c + r * n + j, j, flags, act);
     }
 }
 
@@ -729,6 +938,66 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     let dim = CubeDim::new_2d(UNITS as u32, UNITS as u32);
     let bias = b.stand_in_for(bias.as_ref());
     let act = if spec.act <= 5 { spec.act } else { 0 };
+    let skinny_cubes = if spec.trans_b {
+        n.div_ceil(SKINNY_UNITS / SKINNY_LANES)
+    } else {
+        n.div_ceil(SKINNY_UNITS)
+    };
+    let skinny_v4 = !spec.trans_a
+        && spec.trans_b
+        && k % 4 == 0
+        && (batch == 1 || (strides.0 % 4 == 0 && strides.1 % 4 == 0));
+    if m <= SKINNY_MAX_M && skinny_cubes <= max.0 as usize && skinny_v4 {
+        // SAFETY: as for `gemm_skinny_kernel` below; every vector index addresses an offset
+        // that is a multiple of 4 (k and the strides are) inside the checked spans.
+        unsafe {
+            gemm_skinny_v4_kernel::launch_unchecked::<F, R>(
+                client,
+                CubeCount::Static(skinny_cubes as u32, 1, batch as u32),
+                CubeDim::new_1d(SKINNY_UNITS as u32),
+                a.arg(),
+                b.arg(),
+                bias.arg(),
+                c.arg(),
+                m,
+                n,
+                k,
+                strides.0,
+                strides.1,
+                strides.2,
+                u32::from(spec.accumulate) | (u32::from(spec.bias) << 1),
+                act,
+            );
+        }
+        return Ok(());
+    }
+    if m <= SKINNY_MAX_M && skinny_cubes <= max.0 as usize {
+        // SAFETY: the same checked spans as below; the kernel reads A only at rows < m and
+        // k-indices < k, B only at k-indices < k and columns < n, and writes C at rows < m
+        // and columns < n, each offset by its batch stride (z < batch).
+        unsafe {
+            gemm_skinny_kernel::launch_unchecked::<F, R>(
+                client,
+                CubeCount::Static(skinny_cubes as u32, 1, batch as u32),
+                CubeDim::new_1d(SKINNY_UNITS as u32),
+                a.arg(),
+                b.arg(),
+                bias.arg(),
+                c.arg(),
+                m,
+                n,
+                k,
+                strides.0,
+                strides.1,
+                strides.2,
+                u32::from(spec.accumulate) | (u32::from(spec.bias) << 1),
+                act,
+                spec.trans_a,
+                spec.trans_b,
+            );
+        }
+        return Ok(());
+    }
     if let Some(MatrixUnitShape { plane, frag }) = matrix_unit_shape::<R, F>(client) {
         // SAFETY: as for `gemm_kernel` below: the same index guards against `m`, `n`, `k`
         // and the same checked spans; shared-memory indices stay inside their tiles.
@@ -835,6 +1104,44 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     let cmma = || L::settings(CubeDim::new_1d(cmma_units(plane, frag) as u32));
     let flags = [false, true];
     for_floats!(|F| {
+        l.lower(gemm_skinny_v4_kernel::GemmSkinnyV4Kernel::<F, Rt>::new(
+            L::settings(CubeDim::new_1d(SKINNY_UNITS as u32)),
+            c.clone(),
+            a(),
+            a(),
+            a(),
+            a(),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+        ));
+        for trans_a in flags {
+            for trans_b in flags {
+                l.lower(gemm_skinny_kernel::GemmSkinnyKernel::<F, Rt>::new(
+                    L::settings(CubeDim::new_1d(SKINNY_UNITS as u32)),
+                    c.clone(),
+                    a(),
+                    a(),
+                    a(),
+                    a(),
+                    (),
+                    (),
+                    (),
+                    (),
+                    (),
+                    (),
+                    (),
+                    (),
+                    trans_a,
+                    trans_b,
+                ));
+            }
+        }
         for accumulate in flags {
             for bias in flags {
                 for act in 0..=5u32 {

@@ -705,11 +705,12 @@ impl Whisper {
     /// Transcribes 16 kHz samples as faster-whisper does with `beam_size=1`,
     /// `temperature=0`: 30-second windows, each seeking to the end of its last closed
     /// segment, conditioned on the earlier tokens. `on_window` sees each window's first
-    /// frame and the frame count.
+    /// frame, the frame count and the window's encoder output `(1500, 384)`, before the
+    /// window is decoded.
     pub fn transcribe(
         &self,
         samples: &[f32],
-        mut on_window: impl FnMut(usize, usize),
+        mut on_window: impl FnMut(usize, usize, &Tensor),
     ) -> anyhow::Result<Vec<TextSegment>> {
         let mel = self.log_mel(samples)?;
         let content = mel.frames - 1;
@@ -717,10 +718,10 @@ impl Whisper {
         let mut history: Vec<u32> = Vec::new();
         let mut segments = Vec::new();
         while seek < content {
-            on_window(seek, content);
             let size = WINDOW_FRAMES.min(content - seek);
             let offset = seek as f64 * 0.01;
             let encoded = self.encode(&mel.window(seek, size))?;
+            on_window(seek, content, &encoded);
             let mut prompt = Vec::new();
             if !history.is_empty() {
                 prompt.push(SOT_PREV);

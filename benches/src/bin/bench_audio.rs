@@ -148,7 +148,7 @@ fn whisper_child() -> Value {
     let mut text = String::new();
     let secs = in_cpu_pool(|| {
         best_of(3, || {
-            let segments = model.transcribe(&samples, |_, _| {}).unwrap();
+            let segments = model.transcribe(&samples, |_, _, _| {}).unwrap();
             text = segments.iter().map(|s| s.text.as_str()).collect();
         })
     });

@@ -307,7 +307,7 @@ fn silero(device: Device, reference: &Value, samples: &[f32]) -> anyhow::Result<
 fn whisper(device: Device, reference: &Value, samples: &[f32]) -> anyhow::Result<bool> {
     let model = Whisper::load(&files::whisper_dir(), device, Dtype::F32)?;
     let start = Instant::now();
-    let segments = model.transcribe(samples, |_, _| {})?;
+    let segments = model.transcribe(samples, |_, _, _| {})?;
     let secs = start.elapsed().as_secs_f64();
     let text: String = segments.iter().map(|s| s.text.as_str()).collect();
     let ok = text == reference["text"].as_str().unwrap_or("");

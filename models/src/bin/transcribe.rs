@@ -32,9 +32,9 @@ fn main() -> anyhow::Result<()> {
         path.display()
     );
     let start = Instant::now();
-    let segments = model.transcribe(&samples, |frame, frames| {
+    let segments = model.transcribe(&samples, |frame, frames, _| {
         eprintln!(
-            "  window at {:.2} s of {:.2} s",
+            "  window at {:.2} s of {:.2} s encoded",
             frame as f64 * 0.01,
             frames as f64 * 0.01
         );

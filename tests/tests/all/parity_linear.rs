@@ -40,6 +40,89 @@ fn matmul_any_shape() {
     }
 }
 
+#[test]
+fn skinny_products_in_every_layout() {
+    // At most eight rows of C take the GPU's skinny kernel: each operand layout, with the
+    // epilogue (bias, activation, accumulation) and batches, at 1, 3 and 8 rows, and 9 rows
+    // (the tiled kernel) beside them.
+    for (i, m) in [1usize, 3, 8, 9].into_iter().enumerate() {
+        let (k, n) = (70, 45);
+        parity_with(
+            &format!("matmul skinny {m}x{k}x{n}"),
+            0x5a0 + i as u64,
+            &[input(m, k), input(k, n)],
+            DOT,
+            |t| {
+                let mut c = Tensor::default();
+                ops::matmul(&t[0], &t[1], &mut c)?;
+                Ok(c)
+            },
+        );
+        // dA = dC B^T reads B transposed; dB = A^T dC (accumulated) reads A transposed with
+        // m rows of the product when A is (50, m).
+        let bwd = [
+            input(50, m),
+            input(m, n),
+            input(50, n),
+            input(50, m),
+            input(m, n),
+        ];
+        for (which, seed) in [("da", 0x5b0), ("db", 0x5c0)] {
+            parity_with(
+                &format!("matmul_backward skinny {which} m={m}"),
+                seed + i as u64,
+                &bwd,
+                DOT,
+                |t| {
+                    let (mut da, mut db) = (t[3].clone(), t[4].clone());
+                    ops::matmul_backward(&t[0], &t[1], &t[2], &mut da, &mut db)?;
+                    Ok(if which == "da" { da } else { db })
+                },
+            );
+        }
+        // k = 72 takes the 4-wide skinny kernel, k = 70 the scalar one.
+        for (j, k) in [70usize, 72].into_iter().enumerate() {
+            parity_with(
+                &format!("linear_forward_batched skinny B={m} k={k}"),
+                0x5d0 + (2 * i + j) as u64,
+                &[input(n, k), input(n, 1), input(m, k)],
+                DOT,
+                |t| {
+                    let mut y = Tensor::default();
+                    ops::linear_forward_batched(&t[0], Some(&t[1]), &t[2], &mut y)?;
+                    Ok(y)
+                },
+            );
+        }
+    }
+    // Batched (z strides), with bias and SiLU: two rows per product, scalar (k = 33) and
+    // 4-wide (k = 36).
+    for (i, k) in [33usize, 36].into_iter().enumerate() {
+        let (batch, m, n) = (3, 2, 40);
+        let spec = ops::AbtSpec {
+            batch,
+            m,
+            n,
+            k,
+            stride_a: m * k,
+            stride_b: n * k,
+            stride_c: m * n,
+        };
+        parity_with(
+            &format!("matmul_abt skinny batched k={k}"),
+            0x5e0 + i as u64,
+            &[input(batch * m, k), input(batch * n, k), input(n, 1)],
+            HALF,
+            |t| {
+                let (a, b, bias) = (as_16(&t[0])?, as_16(&t[1])?, as_16(&t[2])?);
+                let mut c = Tensor::zeros_on(a.device(), batch * m, n, a.dtype())?;
+                ops::matmul_abt(&a, &b, &mut c, spec, Some(&bias), ops::Act::Silu)?;
+                Ok(c)
+            },
+        );
+    }
+}
+
 /// Names the 16-bit dtypes (`F16`, `BF16`, comma-separated) whose matmuls must run on matrix
 /// units on some GPU device; `scripts/cmma-check.sh` sets it, so that the parity cases
 /// above cannot pass there on the tiled kernel.
