@@ -27,7 +27,7 @@ fn ocr_reads_what_the_package_reads() {
             let case = &r["pipeline"][name];
             let path = common::fixture(&format!("../image/ocr_{name}.png"));
             let image = load_bgr(&path).unwrap();
-            let (lines, _) = ocr.read(&image).unwrap();
+            let (lines, time) = ocr.read(&image).unwrap();
             let want = case["result"].as_array().unwrap();
             let texts: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
             let want_texts: Vec<&str> = want.iter().map(|w| w["text"].as_str().unwrap()).collect();
@@ -60,7 +60,13 @@ fn ocr_reads_what_the_package_reads() {
                     line.score
                 );
             }
-            println!("{device} {name}: {} lines, identical text", lines.len());
+            println!(
+                "{device} {name}: {} lines, identical text (detect {:.1} s, classify {:.1} s, recognize {:.1} s)",
+                lines.len(),
+                time.detect,
+                time.classify,
+                time.recognize
+            );
         }
     }
 }
