@@ -5,9 +5,10 @@
 //! the mask, causal and window rules, `kvh = h / (nq / nkv)`. One cube of [`UNITS`] units
 //! takes `tile` rows (query row, query head) of one KV head's group, so the group's heads
 //! share every K/V tile it reads, and walks the keys `tile` at a time: the query, key
-//! and value tiles sit in shared memory, the unit pairs score them, one unit per row keeps
-//! the running maximum and sum (online softmax), and each unit keeps its share of the rows'
-//! FP32 accumulators in registers. No score matrix beyond `tile x tile` exists.
+//! and value tiles sit in shared memory, each unit scores one key against up to four query
+//! rows, one unit per row keeps the running maximum and sum (online softmax), and each unit
+//! keeps its share of the rows' FP32 accumulators in registers, adding each weight times its
+//! value row. No score matrix beyond `tile x tile` exists.
 //!
 //! Split-KV (decode: few queries over a long cache): the keys are cut into chunks along the
 //! grid's z, each cube writes its unnormalised partial `(max, sum, acc)` in FP32, and
@@ -236,28 +237,45 @@ fn flash_kernel<F: Float>(
             idx += UNITS;
         }
         sync_cube();
-        // Scores of the tile x tile pairs.
-        let mut pair = tid;
-        loop {
-            if pair >= tile * tile {
-                break;
-            }
-            let r = pair / tile;
-            let c = pair % tile;
-            let j = j0 + c;
-            let mut s = none;
-            if r < rows && j < hi && keeps(mask, (row0 + r) / group, j, pos0, window, flags) {
-                let mut dot = f32::new(0.0f32);
-                for d in 0..hd {
-                    dot += qs[r * hd + d] * ks[c * hd + d];
+        // Scores of the tile x tile pairs: each unit takes key `c` against `per_unit` query
+        // rows `step` apart (`tile` divides `UNITS`), so one key read serves them all.
+        let step = comptime!(UNITS / tile);
+        let per_unit = comptime!(if tile * tile > UNITS {
+            tile * tile / UNITS
+        } else {
+            1
+        });
+        let c = tid % tile;
+        let r0 = tid / tile;
+        let j = j0 + c;
+        let mut dots = Array::<f32>::new(per_unit);
+        #[unroll]
+        for g in 0..per_unit {
+            dots[g] = 0.0;
+        }
+        if r0 < tile && j < hi {
+            for d in 0..hd {
+                let kx = ks[c * hd + d];
+                #[unroll]
+                for g in 0..per_unit {
+                    dots[g] += qs[(r0 + g * step) * hd + d] * kx;
                 }
-                if softcap > 0.0 {
-                    dot = softcap * (dot / softcap).tanh();
-                }
-                s = dot;
             }
-            ss[pair] = s;
-            pair += UNITS;
+        }
+        #[unroll]
+        for g in 0..per_unit {
+            let r = r0 + g * step;
+            if r < tile {
+                let mut s = none;
+                if r < rows && j < hi && keeps(mask, (row0 + r) / group, j, pos0, window, flags) {
+                    let mut dot = dots[g];
+                    if softcap > 0.0 {
+                        dot = softcap * (dot / softcap).tanh();
+                    }
+                    s = dot;
+                }
+                ss[r * tile + c] = s;
+            }
         }
         sync_cube();
         // Online softmax, one unit per row: scores become weights.
@@ -295,13 +313,17 @@ fn flash_kernel<F: Float>(
         let alpha = row_a[qi];
         #[unroll]
         for t in 0..ACC {
-            let d = lane + t * lanes;
-            if d < hd {
-                let mut x = acc[t] * alpha;
-                for c in 0..tile {
-                    x += ss[qi * tile + c] * vs[c * hd + d];
+            acc[t] *= alpha;
+        }
+        #[unroll]
+        for c in 0..tile {
+            let p = ss[qi * tile + c];
+            #[unroll]
+            for t in 0..ACC {
+                let d = lane + t * lanes;
+                if d < hd {
+                    acc[t] += p * vs[c * hd + d];
                 }
-                acc[t] = x;
             }
         }
         sync_cube();
