@@ -4,10 +4,11 @@
 //! Each cube computes a `64 x 64` tile of `C` with `16 x 16` units, each unit a `4 x 4` block
 //! held in registers. The cube stages `64 x 16` slices of `A` and `16 x 64` slices of `B` in
 //! shared memory (widened to FP32), so every global element is read once per tile. Edges are
-//! zero-filled, so any shape is correct (ragged tiles, `k == 0`, `1 x 1`, skinny decode
-//! shapes). Transposes are comptime index maps, not copies.
+//! zero-filled, so any shape is correct (ragged tiles, `k == 0`, `1 x 1`). Transposes are
+//! comptime index maps, not copies.
 //!
-//! At most [`SKINNY_MAX_M`] rows of `C` (decode steps) take a kernel without tiles instead:
+//! At most [`SKINNY_MAX_M`] rows of `C` (decode steps) take a kernel without tiles instead
+//! (when its grid fits, and `k` is at most [`SKINNY_SERIAL_K`] unless `B` is transposed):
 //! every element of `B` is read once and multiplies each row, where a `64 x 64` tile would
 //! compute 64 rows to keep one.
 //!
@@ -270,12 +271,17 @@ const SKINNY_UNITS: usize = 256;
 /// split `k` into this many strided lanes per column of `C`, so neighbouring units read
 /// neighbouring weights; a cube covers `SKINNY_UNITS / SKINNY_LANES` columns.
 const SKINNY_LANES: usize = 32;
+/// The longest `k` the skinny kernel walks in one unit (with `B` untransposed): lavapipe ends
+/// a loop after 65535 iterations, and a long serial walk leaves a GPU idle; longer products
+/// take the tiled kernel.
+pub const SKINNY_SERIAL_K: usize = 16_384;
 
 /// The product for at most [`SKINNY_MAX_M`] rows of `C`, where a `64 x 64` tile would waste
 /// most of its work: every element of `B` is read once and multiplies every row. With
 /// `trans_b` each column of `C` takes [`SKINNY_LANES`] units striding along `k` (coalesced
 /// reads of the weight rows) whose partial sums one unit adds in shared memory; without it
-/// each unit takes one column and walks `k` (neighbouring units read neighbouring columns).
+/// each unit takes one column and walks `k` (neighbouring units read neighbouring columns;
+/// launched for `k` up to [`SKINNY_SERIAL_K`]).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn gemm_skinny_kernel<F: Float>(
@@ -837,7 +843,7 @@ pub struct MatrixUnitShape {
 }
 
 /// How `launch_gemm` runs the tensor-core kernel for `F` on this client, or `None` where it
-/// uses the tiled kernel. `F` must be 16-bit; the runtime must offer square `cmma` fragments
+/// uses the tiled kernel (products of more rows than the skinny kernel takes). `F` must be 16-bit; the runtime must offer square `cmma` fragments
 /// of side 16 or 8 from `F` to FP32 (CUDA tensor cores; Vulkan cooperative matrices through
 /// the SPIR-V compiler); planes must have one fixed width, a power of two up to 64; and
 /// [`CMMA_ENV`] must not have been `0` when first consulted.
@@ -971,7 +977,8 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         }
         return Ok(());
     }
-    if m <= SKINNY_MAX_M && skinny_cubes <= max.0 as usize {
+    if m <= SKINNY_MAX_M && skinny_cubes <= max.0 as usize && (spec.trans_b || k <= SKINNY_SERIAL_K)
+    {
         // SAFETY: the same checked spans as below; the kernel reads A only at rows < m and
         // k-indices < k, B only at k-indices < k and columns < n, and writes C at rows < m
         // and columns < n, each offset by its batch stride (z < batch).

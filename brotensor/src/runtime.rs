@@ -221,7 +221,7 @@ pub fn device_name(device: Device) -> Result<String> {
 
 /// Whether matmuls in `dtype` run on matrix units on `device` (CubeCL `cmma`: CUDA tensor
 /// cores, or Vulkan cooperative matrices with the `vulkan-spirv` feature); those of at most
-/// eight rows never do (they take the skinny kernel, bound by memory). False on the CPU,
+/// eight rows take the skinny kernel instead where its grid fits (they are bound by memory). False on the CPU,
 /// for F32, where the runtime offers no square 16- or 8-sided fragments from `dtype` to FP32,
 /// and when `BROTENSOR_CMMA=0` was set at the first 16-bit matmul.
 pub fn matmul_uses_matrix_units(device: Device, dtype: Dtype) -> Result<bool> {

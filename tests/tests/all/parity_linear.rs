@@ -9,6 +9,42 @@ const DOT: Check = Check {
     tol: None,
 };
 
+/// Every epilogue activation of the products.
+const EVERY_ACT: [ops::Act; 6] = [
+    ops::Act::None,
+    ops::Act::Relu,
+    ops::Act::Gelu,
+    ops::Act::GeluExact,
+    ops::Act::Silu,
+    ops::Act::QuickGelu,
+];
+
+/// `matmul_abt` with a bias and `act` on `(batch, m, n, k)` (contiguous batches) against
+/// the CPU, in F16 and BF16.
+fn abt_parity(
+    name: &str,
+    seed: u64,
+    (batch, m, n, k): (usize, usize, usize, usize),
+    act: ops::Act,
+) {
+    let spec = ops::AbtSpec {
+        batch,
+        m,
+        n,
+        k,
+        stride_a: m * k,
+        stride_b: n * k,
+        stride_c: m * n,
+    };
+    let ins = [input(batch * m, k), input(batch * n, k), input(n, 1)];
+    parity_with(name, seed, &ins, HALF, |t| {
+        let (a, b, bias) = (as_16(&t[0])?, as_16(&t[1])?, as_16(&t[2])?);
+        let mut c = Tensor::zeros_on(a.device(), batch * m, n, a.dtype())?;
+        ops::matmul_abt(&a, &b, &mut c, spec, Some(&bias), act)?;
+        Ok(c)
+    });
+}
+
 fn input(r: usize, c: usize) -> Input {
     Input::new(r, c, -1.0, 1.0)
 }
@@ -58,19 +94,25 @@ fn skinny_products_in_every_layout() {
                 Ok(c)
             },
         );
-        // dA = dC B^T reads B transposed; dB = A^T dC (accumulated) reads A transposed with
-        // m rows of the product when A is (50, m).
-        let bwd = [
-            input(50, m),
-            input(m, n),
-            input(50, n),
-            input(50, m),
-            input(m, n),
-        ];
-        for (which, seed) in [("da", 0x5b0), ("db", 0x5c0)] {
+        // With A (m, 50): dA = dC B^T is an m-row product reading B transposed (scalar at
+        // n = 45, 4-wide at n = 48). With A (50, m): dB = A^T dC is an m-row product reading
+        // A transposed. Both gradients accumulate into non-zero tensors.
+        for (j, (a_dims, nn)) in [((m, 50), 45usize), ((m, 50), 48), ((50, m), 45)]
+            .into_iter()
+            .enumerate()
+        {
+            let (rows, inner) = a_dims;
+            let which = if rows == m { "da" } else { "db" };
+            let bwd = [
+                input(rows, inner),
+                input(inner, nn),
+                input(rows, nn),
+                input(rows, inner),
+                input(inner, nn),
+            ];
             parity_with(
-                &format!("matmul_backward skinny {which} m={m}"),
-                seed + i as u64,
+                &format!("matmul_backward skinny {which} m={m} n={nn}"),
+                0x5b0 + (3 * i + j) as u64,
                 &bwd,
                 DOT,
                 |t| {
@@ -95,31 +137,17 @@ fn skinny_products_in_every_layout() {
             );
         }
     }
-    // Batched (z strides), with bias and SiLU: two rows per product, scalar (k = 33) and
-    // 4-wide (k = 36).
+    // Batched (z strides), with bias and every activation: two rows per product, scalar
+    // (k = 33) and 4-wide (k = 36).
     for (i, k) in [33usize, 36].into_iter().enumerate() {
-        let (batch, m, n) = (3, 2, 40);
-        let spec = ops::AbtSpec {
-            batch,
-            m,
-            n,
-            k,
-            stride_a: m * k,
-            stride_b: n * k,
-            stride_c: m * n,
-        };
-        parity_with(
-            &format!("matmul_abt skinny batched k={k}"),
-            0x5e0 + i as u64,
-            &[input(batch * m, k), input(batch * n, k), input(n, 1)],
-            HALF,
-            |t| {
-                let (a, b, bias) = (as_16(&t[0])?, as_16(&t[1])?, as_16(&t[2])?);
-                let mut c = Tensor::zeros_on(a.device(), batch * m, n, a.dtype())?;
-                ops::matmul_abt(&a, &b, &mut c, spec, Some(&bias), ops::Act::Silu)?;
-                Ok(c)
-            },
-        );
+        for (a, act) in EVERY_ACT.into_iter().enumerate() {
+            abt_parity(
+                &format!("matmul_abt skinny batched k={k} {act:?}"),
+                0x5e0 + (6 * i + a) as u64,
+                (3, 2, 40, k),
+                act,
+            );
+        }
     }
 }
 
@@ -130,9 +158,10 @@ const REQUIRE_MATRIX_UNITS_ENV: &str = "BROTENSOR_REQUIRE_MATRIX_UNITS";
 
 #[test]
 fn matrix_units_only_for_16_bit_gpu_matmuls() {
-    // The parity cases above run through whichever kernel this reports, so on a device with
-    // matrix units they test the `cmma` kernel, and with `BROTENSOR_CMMA=0` the tiled one;
-    // the log says which one ran where.
+    // The parity cases above of more than eight rows run through whichever kernel this
+    // reports, so on a device with matrix units they test the `cmma` kernel, and with
+    // `BROTENSOR_CMMA=0` the tiled one; the log says which one ran where (the skinny kernel
+    // takes the others).
     let mut on_units = Vec::new();
     for d in brotensor::available_devices() {
         for t in [Dtype::F32, Dtype::F16, Dtype::BF16] {
@@ -147,6 +176,7 @@ fn matrix_units_only_for_16_bit_gpu_matmuls() {
             } else {
                 "tiled kernel"
             };
+            let kernel = format!("{kernel} above 8 rows, skinny kernel up to 8");
             eprintln!("matmul {t} on {d}: {kernel}");
         }
     }
@@ -342,29 +372,12 @@ fn matmul_abt_batched_with_bias_and_activation() {
         stride_b: n * k,
         stride_c: m * n,
     };
-    let ins = [input(batch * m, k), input(batch * n, k), input(n, 1)];
-    for (i, act) in [
-        Act::None,
-        Act::Relu,
-        Act::Gelu,
-        Act::GeluExact,
-        Act::Silu,
-        Act::QuickGelu,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        parity_with(
+    for (i, act) in EVERY_ACT.into_iter().enumerate() {
+        abt_parity(
             &format!("matmul_abt {act:?}"),
             0x560 + i as u64,
-            &ins,
-            HALF,
-            |t| {
-                let (a, b, bias) = (as_16(&t[0])?, as_16(&t[1])?, as_16(&t[2])?);
-                let mut c = Tensor::zeros_on(a.device(), batch * m, n, a.dtype())?;
-                ops::matmul_abt(&a, &b, &mut c, spec, Some(&bias), act)?;
-                Ok(c)
-            },
+            (batch, m, n, k),
+            act,
         );
     }
     // Strided: B shared across the batch (stride 0), no bias.
