@@ -276,6 +276,41 @@ const SKINNY_LANES: usize = 32;
 /// take the tiled kernel.
 pub const SKINNY_SERIAL_K: usize = 16_384;
 
+/// The end of the skinny kernels with `B` read transposed: unit `tid` holds `sums[r]`, its
+/// lane's partial sum of row `r`; the [`SKINNY_LANES`] lanes of each column are added in
+/// shared memory and one unit per (row, column) writes `C` through the epilogue.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn skinny_reduce_store<F: Float>(
+    sums: &Array<f32>,
+    c: &mut Array<F>,
+    bias: &Array<F>,
+    m: usize,
+    n: usize,
+    base_c: usize,
+    flags: u32,
+    act: u32,
+) {
+    let tid = UNIT_POS as usize;
+    let cols = comptime!(SKINNY_UNITS / SKINNY_LANES);
+    let mut part = SharedMemory::<f32>::new(SKINNY_MAX_M * SKINNY_UNITS);
+    #[unroll]
+    for r in 0..SKINNY_MAX_M {
+        part[r * SKINNY_UNITS + tid] = sums[r];
+    }
+    sync_cube();
+    let r = tid / cols;
+    let col = tid % cols;
+    let j = CUBE_POS_X as usize * cols + col;
+    if r < m && j < n {
+        let mut v = f32::new(0.0f32);
+        for l in 0..SKINNY_LANES {
+            v += part[r * SKINNY_UNITS + col * SKINNY_LANES + l];
+        }
+        write_c_runtime::<F>(c, bias, v, base_c + r * n + j, j, flags, act);
+    }
+}
+
 /// The product for at most [`SKINNY_MAX_M`] rows of `C`, where a `64 x 64` tile would waste
 /// most of its work: every element of `B` is read once and multiplies every row. With
 /// `trans_b` each column of `C` takes [`SKINNY_LANES`] units striding along `k` (coalesced
@@ -329,23 +364,7 @@ fn gemm_skinny_kernel<F: Float>(
                 kk += SKINNY_LANES;
             }
         }
-        // Partial sums: row r of unit `tid` at `r * SKINNY_UNITS + tid`.
-        let mut part = SharedMemory::<f32>::new(SKINNY_MAX_M * SKINNY_UNITS);
-        #[unroll]
-        for r in 0..SKINNY_MAX_M {
-            part[r * SKINNY_UNITS + tid] = acc[r];
-        }
-        sync_cube();
-        let r = tid / cols;
-        let col = tid % cols;
-        let j = CUBE_POS_X as usize * cols + col;
-        if r < m && j < n {
-            let mut v = f32::new(0.0f32);
-            for l in 0..SKINNY_LANES {
-                v += part[r * SKINNY_UNITS + col * SKINNY_LANES + l];
-            }
-            write_c_runtime::<F>(c, bias, v, base_c + r * n + j, j, flags, act);
-        }
+        skinny_reduce_store::<F>(&acc, c, bias, m, n, base_c, flags, act);
     } else {
         let j = CUBE_POS_X as usize * SKINNY_UNITS + tid;
         if j < n {
@@ -417,23 +436,13 @@ fn gemm_skinny_v4_kernel<F: Float>(
             q += SKINNY_LANES;
         }
     }
-    let mut part = SharedMemory::<f32>::new(SKINNY_MAX_M * SKINNY_UNITS);
+    let mut sums = Array::<f32>::new(SKINNY_MAX_M);
     #[unroll]
     for r in 0..SKINNY_MAX_M {
         let v = acc[r];
-        part[r * SKINNY_UNITS + tid] = v[0] + v[1] + v[2] + v[3];
+        sums[r] = v[0] + v[1] + v[2] + v[3];
     }
-    sync_cube();
-    let r = tid / cols;
-    let col = tid % cols;
-    let j = CUBE_POS_X as usize * cols + col;
-    if r < m && j < n {
-        let mut v = f32::new(0.0f32);
-        for l in 0..SKINNY_LANES {
-            v += part[r * SKINNY_UNITS + col * SKINNY_LANES + l];
-        }
-        write_c_runtime::<F>(c, bias, v, z * stride_c + r * n + j, j, flags, act);
-    }
+    skinny_reduce_store::<F>(&sums, c, bias, m, n, z * stride_c, flags, act);
 }
 
 /// The product for untransposed operands whose rows are whole 4-element vectors (`k` and
@@ -949,59 +958,62 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     } else {
         n.div_ceil(SKINNY_UNITS)
     };
-    let skinny_v4 = !spec.trans_a
-        && spec.trans_b
-        && k % 4 == 0
-        && (batch == 1 || (strides.0 % 4 == 0 && strides.1 % 4 == 0));
-    if m <= SKINNY_MAX_M && skinny_cubes <= max.0 as usize && skinny_v4 {
-        // SAFETY: as for `gemm_skinny_kernel` below; every vector index addresses an offset
-        // that is a multiple of 4 (k and the strides are) inside the checked spans.
-        unsafe {
-            gemm_skinny_v4_kernel::launch_unchecked::<F, R>(
-                client,
-                CubeCount::Static(skinny_cubes as u32, 1, batch as u32),
-                CubeDim::new_1d(SKINNY_UNITS as u32),
-                a.arg(),
-                b.arg(),
-                bias.arg(),
-                c.arg(),
-                m,
-                n,
-                k,
-                strides.0,
-                strides.1,
-                strides.2,
-                u32::from(spec.accumulate) | (u32::from(spec.bias) << 1),
-                act,
-            );
-        }
-        return Ok(());
-    }
     if m <= SKINNY_MAX_M && skinny_cubes <= max.0 as usize && (spec.trans_b || k <= SKINNY_SERIAL_K)
     {
-        // SAFETY: the same checked spans as below; the kernel reads A only at rows < m and
-        // k-indices < k, B only at k-indices < k and columns < n, and writes C at rows < m
-        // and columns < n, each offset by its batch stride (z < batch).
-        unsafe {
-            gemm_skinny_kernel::launch_unchecked::<F, R>(
-                client,
-                CubeCount::Static(skinny_cubes as u32, 1, batch as u32),
-                CubeDim::new_1d(SKINNY_UNITS as u32),
-                a.arg(),
-                b.arg(),
-                bias.arg(),
-                c.arg(),
-                m,
-                n,
-                k,
-                strides.0,
-                strides.1,
-                strides.2,
-                u32::from(spec.accumulate) | (u32::from(spec.bias) << 1),
-                act,
-                spec.trans_a,
-                spec.trans_b,
-            );
+        let count = CubeCount::Static(skinny_cubes as u32, 1, batch as u32);
+        let dim = CubeDim::new_1d(SKINNY_UNITS as u32);
+        let flags = u32::from(spec.accumulate) | (u32::from(spec.bias) << 1);
+        let vectorized = !spec.trans_a
+            && spec.trans_b
+            && k % 4 == 0
+            && (batch == 1 || (strides.0 % 4 == 0 && strides.1 % 4 == 0));
+        if vectorized {
+            // SAFETY: as for `gemm_skinny_kernel` below; every vector index addresses an
+            // offset that is a multiple of 4 (k and the strides are) inside the checked spans.
+            unsafe {
+                gemm_skinny_v4_kernel::launch_unchecked::<F, R>(
+                    client,
+                    count,
+                    dim,
+                    a.arg(),
+                    b.arg(),
+                    bias.arg(),
+                    c.arg(),
+                    m,
+                    n,
+                    k,
+                    strides.0,
+                    strides.1,
+                    strides.2,
+                    flags,
+                    act,
+                );
+            }
+        } else {
+            // SAFETY: the same checked spans as below; the kernel reads A only at rows < m
+            // and k-indices < k, B only at k-indices < k and columns < n, and writes C at
+            // rows < m and columns < n, each offset by its batch stride (z < batch).
+            unsafe {
+                gemm_skinny_kernel::launch_unchecked::<F, R>(
+                    client,
+                    count,
+                    dim,
+                    a.arg(),
+                    b.arg(),
+                    bias.arg(),
+                    c.arg(),
+                    m,
+                    n,
+                    k,
+                    strides.0,
+                    strides.1,
+                    strides.2,
+                    flags,
+                    act,
+                    spec.trans_a,
+                    spec.trans_b,
+                );
+            }
         }
         return Ok(());
     }
