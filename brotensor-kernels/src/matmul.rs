@@ -5,7 +5,10 @@
 //! held in registers. The cube stages `64 x 16` slices of `A` and `16 x 64` slices of `B` in
 //! shared memory (widened to FP32), so every global element is read once per tile. Edges are
 //! zero-filled, so any shape is correct (ragged tiles, `k == 0`, `1 x 1`). Transposes are
-//! comptime index maps, not copies.
+//! comptime index maps, not copies. The epilogue (accumulate, bias, activation) is a launch
+//! argument of every kernel here, not a specialisation: a kernel is compiled once per
+//! transpose and storage type, where twelve epilogues times two accumulate settings used to
+//! compile it 24 times (each compile costs seconds on software devices and in NVRTC).
 //!
 //! At most [`SKINNY_MAX_M`] rows of `C` (decode steps) take a kernel without tiles instead
 //! (when its grid fits, and `k` is at most [`SKINNY_SERIAL_K`] unless `B` is transposed):
@@ -129,28 +132,23 @@ fn read_operand<F: Float>(
     v
 }
 
-/// The epilogue of one element of `C` at `at` (column `gj`): the product `v`, plus `C` when
-/// accumulating, plus `bias[gj]`, then the activation, stored in `F`.
+/// The activation code `act` applied at run time (the GEMM epilogues take it as a launch
+/// argument, so one compiled kernel serves every activation): `activate(v, act)`.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn write_c<F: Float>(
-    c: &mut Array<F>,
-    bias: &Array<F>,
-    v: f32,
-    at: usize,
-    gj: usize,
-    #[comptime] accumulate: bool,
-    #[comptime] has_bias: bool,
-    #[comptime] act: u32,
-) {
-    let mut v = v;
-    if comptime!(accumulate) {
-        v += f32::cast_from(c[at]);
+pub(crate) fn activate_runtime(v: f32, act: u32) -> f32 {
+    let mut out = v;
+    if act == 1u32 {
+        out = activate(v, 1u32);
+    } else if act == 2u32 {
+        out = activate(v, 2u32);
+    } else if act == 3u32 {
+        out = activate(v, 3u32);
+    } else if act == 4u32 {
+        out = activate(v, 4u32);
+    } else if act == 5u32 {
+        out = activate(v, 5u32);
     }
-    if comptime!(has_bias) {
-        v += f32::cast_from(bias[gj]);
-    }
-    c[at] = F::cast_from(activate(v, act));
+    out
 }
 
 /// One `depth`-deep step of the register tile: `acc += sa[:, rows] x sb[:, cols]` for this
@@ -187,11 +185,13 @@ pub(crate) fn tile_fma(
     }
 }
 
-/// Writes this unit's `TM x TN` block at `(gi0, gj0)` of `C`: plus `C` when accumulating,
-/// plus `bias[j]`, then the activation; edges beyond `(m, n)` are skipped.
+/// Writes this unit's `TM x TN` block at `(gi0, gj0)` of `C` through [`write_c_runtime`]
+/// (`flags`, `act` as there); edges beyond `(m, n)` are skipped. The block is walked in a
+/// loop, not unrolled, so the kernel holds one copy of the epilogue; `acc` is copied first
+/// so the product loop's accumulators keep constant indices.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn store_tile<F: Float>(
+pub(crate) fn store_tile<F: Float>(
     c: &mut Array<F>,
     bias: &Array<F>,
     acc: &Array<f32>,
@@ -200,35 +200,27 @@ fn store_tile<F: Float>(
     m: usize,
     n: usize,
     base_c: usize,
-    #[comptime] accumulate: bool,
-    #[comptime] has_bias: bool,
-    #[comptime] act: u32,
+    flags: u32,
+    act: u32,
 ) {
+    let mut out = Array::<f32>::new(TM * TN);
     #[unroll]
-    for i in 0..TM {
-        let gi = gi0 + i;
-        #[unroll]
-        for j in 0..TN {
-            let gj = gj0 + j;
-            if gi < m && gj < n {
-                write_c::<F>(
-                    c,
-                    bias,
-                    acc[i * TN + j],
-                    base_c + gi * n + gj,
-                    gj,
-                    accumulate,
-                    has_bias,
-                    act,
-                );
-            }
+    for e in 0..TM * TN {
+        out[e] = acc[e];
+    }
+    for e in 0..TM * TN {
+        let gi = gi0 + e / TN;
+        let gj = gj0 + e % TN;
+        if gi < m && gj < n {
+            write_c_runtime::<F>(c, bias, out[e], base_c + gi * n + gj, gj, flags, act);
         }
     }
 }
 
-/// [`write_c`] with the epilogue chosen at run time (`flags` bit 0: accumulate, bit 1: add
-/// the bias; `act` as there), so the memory-bound skinny kernel needs no specialisation per
-/// epilogue.
+/// The epilogue of one element of `C` at `at` (column `gj`), chosen at run time so that one
+/// compiled kernel serves every epilogue: the product `v`, plus `C` when `flags` bit 0 is
+/// set (accumulate), plus `bias[gj]` when bit 1 is, then the activation `act` (the
+/// [`GemmSpec::act`] codes), stored in `F`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn write_c_runtime<F: Float>(
@@ -247,19 +239,7 @@ fn write_c_runtime<F: Float>(
     if flags & 2 != 0 {
         v += f32::cast_from(bias[gj]);
     }
-    let mut out = v;
-    if act == 1u32 {
-        out = activate(v, 1u32);
-    } else if act == 2u32 {
-        out = activate(v, 2u32);
-    } else if act == 3u32 {
-        out = activate(v, 3u32);
-    } else if act == 4u32 {
-        out = activate(v, 4u32);
-    } else if act == 5u32 {
-        out = activate(v, 5u32);
-    }
-    c[at] = F::cast_from(out);
+    c[at] = F::cast_from(activate_runtime(v, act));
 }
 
 /// The most rows of `C` the skinny kernel takes (decode steps, short prompts): it keeps one
@@ -461,9 +441,8 @@ fn gemm_v4_kernel<F: Float>(
     stride_a: usize,
     stride_b: usize,
     stride_c: usize,
-    #[comptime] accumulate: bool,
-    #[comptime] has_bias: bool,
-    #[comptime] act: u32,
+    flags: u32,
+    act: u32,
 ) {
     let z = CUBE_POS_Z as usize;
     let row0 = CUBE_POS_Y as usize * BM;
@@ -522,8 +501,7 @@ fn gemm_v4_kernel<F: Float>(
         m,
         n,
         z * stride_c,
-        accumulate,
-        has_bias,
+        flags,
         act,
     );
 }
@@ -541,11 +519,10 @@ fn gemm_kernel<F: Float>(
     stride_a: usize,
     stride_b: usize,
     stride_c: usize,
+    flags: u32,
+    act: u32,
     #[comptime] trans_a: bool,
     #[comptime] trans_b: bool,
-    #[comptime] accumulate: bool,
-    #[comptime] has_bias: bool,
-    #[comptime] act: u32,
 ) {
     let z = CUBE_POS_Z as usize;
     let row0 = CUBE_POS_Y as usize * BM;
@@ -612,8 +589,7 @@ fn gemm_kernel<F: Float>(
         m,
         n,
         base_c,
-        accumulate,
-        has_bias,
+        flags,
         act,
     );
 }
@@ -696,11 +672,10 @@ fn gemm_cmma_kernel<F: Float>(
     stride_a: usize,
     stride_b: usize,
     stride_c: usize,
+    flags: u32,
+    act: u32,
     #[comptime] trans_a: bool,
     #[comptime] trans_b: bool,
-    #[comptime] accumulate: bool,
-    #[comptime] has_bias: bool,
-    #[comptime] act: u32,
     #[comptime] plane: usize,
     #[comptime] frag: usize,
 ) {
@@ -798,22 +773,13 @@ fn gemm_cmma_kernel<F: Float>(
         cmma::MatrixLayout::RowMajor,
     );
     sync_cube();
-    #[unroll]
+    // A loop, not unrolled: one copy of the run-time epilogue.
     for r in 0..comptime!((BM * BN) / units) {
         let e = tid + r * units;
         let gi = row0 + e / BN;
         let gj = col0 + e % BN;
         if gi < m && gj < n {
-            write_c::<F>(
-                c,
-                bias,
-                sc[e],
-                base_c + gi * n + gj,
-                gj,
-                accumulate,
-                has_bias,
-                act,
-            );
+            write_c_runtime::<F>(c, bias, sc[e], base_c + gi * n + gj, gj, flags, act);
         }
     }
 }
@@ -953,6 +919,8 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     let dim = CubeDim::new_2d(UNITS as u32, UNITS as u32);
     let bias = b.stand_in_for(bias.as_ref());
     let act = if spec.act <= 5 { spec.act } else { 0 };
+    // The epilogue, chosen at run time by every kernel: bit 0 accumulate, bit 1 bias.
+    let flags = u32::from(spec.accumulate) | (u32::from(spec.bias) << 1);
     let skinny_cubes = if spec.trans_b {
         n.div_ceil(SKINNY_UNITS / SKINNY_LANES)
     } else {
@@ -962,7 +930,6 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     {
         let count = CubeCount::Static(skinny_cubes as u32, 1, batch as u32);
         let dim = CubeDim::new_1d(SKINNY_UNITS as u32);
-        let flags = u32::from(spec.accumulate) | (u32::from(spec.bias) << 1);
         let vectorized = !spec.trans_a
             && spec.trans_b
             && k % 4 == 0
@@ -1035,11 +1002,10 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
                 strides.0,
                 strides.1,
                 strides.2,
+                flags,
+                act,
                 spec.trans_a,
                 spec.trans_b,
-                spec.accumulate,
-                spec.bias,
-                act,
                 plane,
                 frag,
             );
@@ -1069,8 +1035,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
                 strides.0,
                 strides.1,
                 strides.2,
-                spec.accumulate,
-                spec.bias,
+                flags,
                 act,
             );
         }
@@ -1094,19 +1059,18 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
             strides.0,
             strides.1,
             strides.2,
+            flags,
+            act,
             spec.trans_a,
             spec.trans_b,
-            spec.accumulate,
-            spec.bias,
-            act,
         );
     }
     Ok(())
 }
 
 /// Every kernel of this file in every specialisation the library can launch on CUDA (or
-/// Metal), lowered to CUDA C++ (or MSL; see `crate::cuda_lowering`): every transpose,
-/// accumulate, bias and activation setting, and the tensor-core kernel for the 16-bit types
+/// Metal), lowered to CUDA C++ (or MSL; see `crate::cuda_lowering`): every transpose (the
+/// epilogue is a launch argument, not a specialisation), and the tensor-core kernel for the 16-bit types
 /// with a plane of 32 (CUDA's warp, Apple's SIMD group) and 16x16x16 fragments on CUDA,
 /// 8x8x8 on Metal (the only simdgroup matrices it has).
 #[cfg(test)]
@@ -1122,111 +1086,47 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     let plane = 32;
     let cmma = || L::settings(CubeDim::new_1d(cmma_units(plane, frag) as u32));
     let flags = [false, true];
+    // Every kernel here takes the same operands and launch arguments (`a`, `b`, `bias`, `c`,
+    // then `m`, `n`, `k`, the three batch strides, the epilogue flags and the activation),
+    // then its own comptime values.
+    macro_rules! lower {
+        ($kernel:ty, $settings:expr $(, $comptime:expr)*) => {
+            l.lower(<$kernel>::new(
+                $settings,
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                (),
+                (),
+                (),
+                (),
+                (),
+                ()
+                $(, $comptime)*
+            ))
+        };
+    }
+    let skinny = || L::settings(CubeDim::new_1d(SKINNY_UNITS as u32));
     for_floats!(|F| {
-        l.lower(gemm_skinny_v4_kernel::GemmSkinnyV4Kernel::<F, Rt>::new(
-            L::settings(CubeDim::new_1d(SKINNY_UNITS as u32)),
-            c.clone(),
-            a(),
-            a(),
-            a(),
-            a(),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-        ));
+        lower!(gemm_skinny_v4_kernel::GemmSkinnyV4Kernel<F, Rt>, skinny());
+        lower!(gemm_v4_kernel::GemmV4Kernel<F, Rt>, tiled());
         for trans_a in flags {
             for trans_b in flags {
-                l.lower(gemm_skinny_kernel::GemmSkinnyKernel::<F, Rt>::new(
-                    L::settings(CubeDim::new_1d(SKINNY_UNITS as u32)),
-                    c.clone(),
-                    a(),
-                    a(),
-                    a(),
-                    a(),
-                    (),
-                    (),
-                    (),
-                    (),
-                    (),
-                    (),
-                    (),
-                    (),
-                    trans_a,
-                    trans_b,
-                ));
-            }
-        }
-        for accumulate in flags {
-            for bias in flags {
-                for act in 0..=5u32 {
-                    l.lower(gemm_v4_kernel::GemmV4Kernel::<F, Rt>::new(
-                        tiled(),
-                        c.clone(),
-                        a(),
-                        a(),
-                        a(),
-                        a(),
-                        (),
-                        (),
-                        (),
-                        (),
-                        (),
-                        (),
-                        accumulate,
-                        bias,
-                        act,
-                    ));
-                    for trans_a in flags {
-                        for trans_b in flags {
-                            l.lower(gemm_kernel::GemmKernel::<F, Rt>::new(
-                                tiled(),
-                                c.clone(),
-                                a(),
-                                a(),
-                                a(),
-                                a(),
-                                (),
-                                (),
-                                (),
-                                (),
-                                (),
-                                (),
-                                trans_a,
-                                trans_b,
-                                accumulate,
-                                bias,
-                                act,
-                            ));
-                            if core::mem::size_of::<F>() == 2 {
-                                l.lower(gemm_cmma_kernel::GemmCmmaKernel::<F, Rt>::new(
-                                    cmma(),
-                                    c.clone(),
-                                    a(),
-                                    a(),
-                                    a(),
-                                    a(),
-                                    (),
-                                    (),
-                                    (),
-                                    (),
-                                    (),
-                                    (),
-                                    trans_a,
-                                    trans_b,
-                                    accumulate,
-                                    bias,
-                                    act,
-                                    plane,
-                                    frag,
-                                ));
-                            }
-                        }
-                    }
+                lower!(gemm_skinny_kernel::GemmSkinnyKernel<F, Rt>, skinny(), trans_a, trans_b);
+                lower!(gemm_kernel::GemmKernel<F, Rt>, tiled(), trans_a, trans_b);
+                if core::mem::size_of::<F>() == 2 {
+                    lower!(
+                        gemm_cmma_kernel::GemmCmmaKernel<F, Rt>,
+                        cmma(),
+                        trans_a,
+                        trans_b,
+                        plane,
+                        frag
+                    );
                 }
             }
         }
@@ -1258,11 +1158,10 @@ mod tests {
             (),
             (),
             (),
+            (),
+            (),
             true,
             false,
-            true,
-            true,
-            2,
             32,
             16,
         );

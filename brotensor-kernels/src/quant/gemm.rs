@@ -14,7 +14,7 @@ use cubecl::server::Handle;
 use super::blocks::{block_bytes, block_elems, decode8, KINDS};
 use super::dequant::quant_extent;
 use crate::launch::{extent, Buf, LaunchError};
-use crate::matmul::{activate, tile_fma, BM, BN, TM, TN};
+use crate::matmul::{store_tile, tile_fma, BM, BN, TM, TN};
 
 /// Depth of one step: four 8-element groups.
 const BK: usize = 32;
@@ -61,9 +61,9 @@ fn quant_gemm_kernel<F: Float>(
     m: usize,
     n: usize,
     k_blocks: usize,
+    flags: u32,
+    act: u32,
     #[comptime] kind: u32,
-    #[comptime] has_bias: bool,
-    #[comptime] act: u32,
 ) {
     let row0 = CUBE_POS_Y as usize * BM;
     let col0 = CUBE_POS_X as usize * BN;
@@ -127,21 +127,18 @@ fn quant_gemm_kernel<F: Float>(
         sync_cube();
         k0 += BK;
     }
-    #[unroll]
-    for i in 0..TM {
-        let gi = row0 + ty * TM + i;
-        #[unroll]
-        for j in 0..TN {
-            let gj = col0 + tx * TN + j;
-            if gi < m && gj < n {
-                let mut v = acc[i * TN + j];
-                if comptime!(has_bias) {
-                    v += f32::cast_from(bias[gj]);
-                }
-                y[gi * n + gj] = F::cast_from(activate(v, act));
-            }
-        }
-    }
+    store_tile::<F>(
+        y,
+        bias,
+        &acc,
+        row0 + ty * TM,
+        col0 + tx * TN,
+        m,
+        n,
+        0,
+        flags,
+        act,
+    );
 }
 
 /// Runs `y (m, n) = act(x (m, k) . dequant(w)^T + bias)` as `spec` says: `w` holds `n *
@@ -191,7 +188,8 @@ pub fn launch_quant_gemm<R: Runtime, F: Float + CubeElement>(
     let count = CubeCount::Static(gx as u32, gy as u32, 1);
     let dim = CubeDim::new_2d(UNITS as u32, UNITS as u32);
     let act = if act <= 5 { act } else { 0 };
-    let has_bias = bias.is_some();
+    // The run-time epilogue of `store_tile`: bit 1 adds the bias (no accumulation).
+    let flags = u32::from(bias.is_some()) << 1;
     let bias = y.stand_in_for(bias.as_ref());
     // SAFETY: lengths from checked `Buf`s (`y` stands in for an absent bias, unread). The
     // kernel reads `w` at bytes of rows `< n`, blocks `< k_blocks` (below `bytes`, so words
@@ -209,17 +207,17 @@ pub fn launch_quant_gemm<R: Runtime, F: Float + CubeElement>(
             m,
             n,
             k_blocks,
-            kind,
-            has_bias,
+            flags,
             act,
+            kind,
         );
     }
     Ok(())
 }
 
 /// Every kernel of this file, in every specialisation the library launches, lowered to CUDA
-/// C++ (see `crate::cuda_lowering`): every block type, float type, bias setting and
-/// activation.
+/// C++ (see `crate::cuda_lowering`): every block type and float type (the bias and the
+/// activation are launch arguments).
 #[cfg(test)]
 pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
@@ -227,24 +225,20 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     let a = L::array;
     for_floats!(|F| {
         for kind in KINDS {
-            for has_bias in [false, true] {
-                for act in 0..=5u32 {
-                    l.lower(quant_gemm_kernel::QuantGemmKernel::<F, Rt>::new(
-                        L::settings(CubeDim::new_2d(UNITS as u32, UNITS as u32)),
-                        c.clone(),
-                        a(),
-                        a(),
-                        a(),
-                        a(),
-                        (),
-                        (),
-                        (),
-                        kind,
-                        has_bias,
-                        act,
-                    ));
-                }
-            }
+            l.lower(quant_gemm_kernel::QuantGemmKernel::<F, Rt>::new(
+                L::settings(CubeDim::new_2d(UNITS as u32, UNITS as u32)),
+                c.clone(),
+                a(),
+                a(),
+                a(),
+                a(),
+                (),
+                (),
+                (),
+                (),
+                (),
+                kind,
+            ));
         }
     });
 }

@@ -15,7 +15,7 @@ use cubecl::server::Handle;
 use super::blocks::{block_bytes, block_elems, decode8, KINDS};
 use super::dequant::quant_extent;
 use crate::launch::{extent, grid_1d, Buf, LaunchError};
-use crate::matmul::activate;
+use crate::matmul::activate_runtime;
 
 /// The most activation rows one launch takes.
 pub const GEMV_MAX_ROWS: usize = 8;
@@ -37,9 +37,9 @@ fn quant_gemv_kernel<F: Float>(
     m: usize,
     n: usize,
     k: usize,
+    has_bias: u32,
+    act: u32,
     #[comptime] kind: u32,
-    #[comptime] has_bias: bool,
-    #[comptime] act: u32,
 ) {
     let u = UNIT_POS as usize;
     let lane = u % LANES;
@@ -102,10 +102,10 @@ fn quant_gemv_kernel<F: Float>(
     }
     if j < n && lane < m {
         let mut v = smem[lane * UNITS + local * LANES];
-        if comptime!(has_bias) {
+        if has_bias != 0 {
             v += f32::cast_from(bias[j]);
         }
-        y[lane * n + j] = F::cast_from(activate(v, act));
+        y[lane * n + j] = F::cast_from(activate_runtime(v, act));
     }
 }
 
@@ -186,40 +186,37 @@ pub fn launch_quant_gemv<R: Runtime, F: Float + CubeElement>(
             m,
             n,
             k,
-            kind,
-            spec.bias,
+            u32::from(spec.bias),
             act,
+            kind,
         );
     }
     Ok(())
 }
 
-/// Every kernel of this file, in every specialisation the library launches, lowered to CUDA
-/// C++ (see `crate::cuda_lowering`).
+/// Every kernel of this file, in every specialisation the library launches (one per block
+/// type: the bias and activation are launch arguments), lowered to CUDA C++ (see
+/// `crate::cuda_lowering`).
 #[cfg(test)]
 pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     use crate::cuda_lowering::{for_floats, Lowering as L, Rt};
     let c = l.client.clone();
     for_floats!(|F| {
         for kind in KINDS {
-            for has_bias in [false, true] {
-                for act in 0..=5u32 {
-                    l.lower(quant_gemv_kernel::QuantGemvKernel::<F, Rt>::new(
-                        L::settings(CubeDim::new_1d(UNITS as u32)),
-                        c.clone(),
-                        L::array(),
-                        L::array(),
-                        L::array(),
-                        L::array(),
-                        (),
-                        (),
-                        (),
-                        kind,
-                        has_bias,
-                        act,
-                    ));
-                }
-            }
+            l.lower(quant_gemv_kernel::QuantGemvKernel::<F, Rt>::new(
+                L::settings(CubeDim::new_1d(UNITS as u32)),
+                c.clone(),
+                L::array(),
+                L::array(),
+                L::array(),
+                L::array(),
+                (),
+                (),
+                (),
+                (),
+                (),
+                kind,
+            ));
         }
     });
 }
