@@ -7,8 +7,7 @@ lines naming the kernel and its comptime values, then CubeCL's CUDA C++. Every u
 compiled for the first ARCH (the oldest, e.g. compute_80: what compiles there uses nothing a
 newer arch lacks), and the tensor-core units (`wmma::`, whose instructions and fragment shapes
 depend on the arch) for every later ARCH too (e.g. compute_90), on all CPUs. The rest of the
-source is the same for every arch, so compiling it again only repeats the work (about six
-CPU-minutes per arch for ~2800 units). Prints each failure with
+source is the same for every arch, so compiling it again only repeats the work. Prints each failure with
 NVRTC's log and one summary line per arch; exits 1 if any unit fails, if a tensor-core unit
 has no mma instruction, or if UNITS_DIR holds no unit.
 """
