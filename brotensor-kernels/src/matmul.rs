@@ -135,7 +135,7 @@ fn read_operand<F: Float>(
 /// The activation code `act` applied at run time (the GEMM epilogues take it as a launch
 /// argument, so one compiled kernel serves every activation): `activate(v, act)`.
 #[cube]
-pub(crate) fn activate_runtime(v: f32, act: u32) -> f32 {
+fn activate_runtime(v: f32, act: u32) -> f32 {
     let mut out = v;
     if act == 1u32 {
         out = activate(v, 1u32);
@@ -223,7 +223,7 @@ pub(crate) fn store_tile<F: Float>(
 /// [`GemmSpec::act`] codes), stored in `F`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn write_c_runtime<F: Float>(
+pub(crate) fn write_c_runtime<F: Float>(
     c: &mut Array<F>,
     bias: &Array<F>,
     v: f32,
@@ -921,6 +921,30 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     let act = if spec.act <= 5 { spec.act } else { 0 };
     // The epilogue, chosen at run time by every kernel: bit 0 accumulate, bit 1 bias.
     let flags = u32::from(spec.accumulate) | (u32::from(spec.bias) << 1);
+    // Every kernel here takes the same operands and launch arguments, then its own comptime
+    // values.
+    macro_rules! launch {
+        ($kernel:ident, $count:expr, $dim:expr $(, $comptime:expr)*) => {
+            $kernel::launch_unchecked::<F, R>(
+                client,
+                $count,
+                $dim,
+                a.arg(),
+                b.arg(),
+                bias.arg(),
+                c.arg(),
+                m,
+                n,
+                k,
+                strides.0,
+                strides.1,
+                strides.2,
+                flags,
+                act
+                $(, $comptime)*
+            )
+        };
+    }
     let skinny_cubes = if spec.trans_b {
         n.div_ceil(SKINNY_UNITS / SKINNY_LANES)
     } else {
@@ -938,48 +962,14 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
             // SAFETY: as for `gemm_skinny_kernel` below; every vector index addresses an
             // offset that is a multiple of 4 (k and the strides are) inside the checked spans.
             unsafe {
-                gemm_skinny_v4_kernel::launch_unchecked::<F, R>(
-                    client,
-                    count,
-                    dim,
-                    a.arg(),
-                    b.arg(),
-                    bias.arg(),
-                    c.arg(),
-                    m,
-                    n,
-                    k,
-                    strides.0,
-                    strides.1,
-                    strides.2,
-                    flags,
-                    act,
-                );
+                launch!(gemm_skinny_v4_kernel, count, dim);
             }
         } else {
             // SAFETY: the same checked spans as below; the kernel reads A only at rows < m
             // and k-indices < k, B only at k-indices < k and columns < n, and writes C at
             // rows < m and columns < n, each offset by its batch stride (z < batch).
             unsafe {
-                gemm_skinny_kernel::launch_unchecked::<F, R>(
-                    client,
-                    count,
-                    dim,
-                    a.arg(),
-                    b.arg(),
-                    bias.arg(),
-                    c.arg(),
-                    m,
-                    n,
-                    k,
-                    strides.0,
-                    strides.1,
-                    strides.2,
-                    flags,
-                    act,
-                    spec.trans_a,
-                    spec.trans_b,
-                );
+                launch!(gemm_skinny_kernel, count, dim, spec.trans_a, spec.trans_b);
             }
         }
         return Ok(());
@@ -988,26 +978,14 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         // SAFETY: as for `gemm_kernel` below: the same index guards against `m`, `n`, `k`
         // and the same checked spans; shared-memory indices stay inside their tiles.
         unsafe {
-            gemm_cmma_kernel::launch_unchecked::<F, R>(
-                client,
+            launch!(
+                gemm_cmma_kernel,
                 count,
                 CubeDim::new_1d(cmma_units(plane, frag) as u32),
-                a.arg(),
-                b.arg(),
-                bias.arg(),
-                c.arg(),
-                m,
-                n,
-                k,
-                strides.0,
-                strides.1,
-                strides.2,
-                flags,
-                act,
                 spec.trans_a,
                 spec.trans_b,
                 plane,
-                frag,
+                frag
             );
         }
         return Ok(());
@@ -1021,23 +999,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         // SAFETY: as below; every vector index `(offset) / 4` addresses an offset that is a
         // multiple of 4 (k, n and the strides are) inside the checked spans.
         unsafe {
-            gemm_v4_kernel::launch_unchecked::<F, R>(
-                client,
-                count,
-                dim,
-                a.arg(),
-                b.arg(),
-                bias.arg(),
-                c.arg(),
-                m,
-                n,
-                k,
-                strides.0,
-                strides.1,
-                strides.2,
-                flags,
-                act,
-            );
+            launch!(gemm_v4_kernel, count, dim);
         }
         return Ok(());
     }
@@ -1045,25 +1007,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     // stands in for an absent bias, never read); the kernel reads A and B only at indices
     // inside those spans (guarded by `m`, `n`, `k`) and writes C only inside its span.
     unsafe {
-        gemm_kernel::launch_unchecked::<F, R>(
-            client,
-            count,
-            dim,
-            a.arg(),
-            b.arg(),
-            bias.arg(),
-            c.arg(),
-            m,
-            n,
-            k,
-            strides.0,
-            strides.1,
-            strides.2,
-            flags,
-            act,
-            spec.trans_a,
-            spec.trans_b,
-        );
+        launch!(gemm_kernel, count, dim, spec.trans_a, spec.trans_b);
     }
     Ok(())
 }

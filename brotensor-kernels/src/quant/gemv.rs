@@ -15,7 +15,7 @@ use cubecl::server::Handle;
 use super::blocks::{block_bytes, block_elems, decode8, KINDS};
 use super::dequant::quant_extent;
 use crate::launch::{extent, grid_1d, Buf, LaunchError};
-use crate::matmul::activate_runtime;
+use crate::matmul::write_c_runtime;
 
 /// The most activation rows one launch takes.
 pub const GEMV_MAX_ROWS: usize = 8;
@@ -37,7 +37,7 @@ fn quant_gemv_kernel<F: Float>(
     m: usize,
     n: usize,
     k: usize,
-    has_bias: u32,
+    flags: u32,
     act: u32,
     #[comptime] kind: u32,
 ) {
@@ -101,11 +101,8 @@ fn quant_gemv_kernel<F: Float>(
         stride /= 2;
     }
     if j < n && lane < m {
-        let mut v = smem[lane * UNITS + local * LANES];
-        if has_bias != 0 {
-            v += f32::cast_from(bias[j]);
-        }
-        y[lane * n + j] = F::cast_from(activate_runtime(v, act));
+        let v = smem[lane * UNITS + local * LANES];
+        write_c_runtime::<F>(y, bias, v, lane * n + j, j, flags, act);
     }
 }
 
@@ -186,7 +183,8 @@ pub fn launch_quant_gemv<R: Runtime, F: Float + CubeElement>(
             m,
             n,
             k,
-            u32::from(spec.bias),
+            // The epilogue of `write_c_runtime`: bit 1 adds the bias (no accumulation).
+            u32::from(spec.bias) << 1,
             act,
             kind,
         );
