@@ -3,12 +3,21 @@
 //! `flash_kernel`: `O[i, h] = sum_j softmax_j(s_ij) V[j, kvh]` with
 //! `s_ij = (Q[i, h] . K[j, kvh]) / sqrt(hd)` (soft-capped when asked), over the keys kept by
 //! the mask, causal and window rules, `kvh = h / (nq / nkv)`. One cube of [`UNITS`] units
-//! takes `tile` rows (query row, query head) of one KV head's group, so the group's heads
-//! share every K/V tile it reads, and walks the keys `tile` at a time: the query, key
-//! and value tiles sit in shared memory, each unit scores one key against up to four query
-//! rows, one unit per row keeps the running maximum and sum (online softmax), and each unit
-//! keeps its share of the rows' FP32 accumulators in registers, adding each weight times its
-//! value row. No score matrix beyond `tile x tile` exists.
+//! (an `8 x 8` grid) takes `8 * rq` rows (query row, query head) of one KV head's group, so
+//! the group's heads share every K/V tile it reads, and walks the keys [`KEYS`] at a time, as
+//! two register-blocked products:
+//! - scores: each unit keeps an `rq x 4` block of the `rows x KEYS` scores in registers,
+//!   summed over [`DEPTH`]-deep slices of the (pre-scaled) queries and the keys staged
+//!   transposed in shared memory, so every shared read serves `rq` or 4 products;
+//! - one unit per row turns its scores into weights (online softmax: running maximum and
+//!   sum), through a `rows x KEYS` tile in shared memory;
+//! - values: each unit keeps an `rq x dpu` block of the rows' FP32 accumulators
+//!   (dims `lane + 8 t`), adding weight times value over the values staged in shared memory.
+//!
+//! `(rq, dpu)` follow the head dim ([`blocking`]), so a unit never holds more than 64
+//! accumulators. No score matrix beyond `rows x KEYS` exists. (Per shared read this does 2 to
+//! 3 times the arithmetic of one-row-per-unit designs: software devices, which read shared
+//! memory one lane at a time, run it that much faster.)
 //!
 //! Split-KV (decode: few queries over a long cache): the keys are cut into chunks along the
 //! grid's z, each cube writes its unnormalised partial `(max, sum, acc)` in FP32, and
@@ -20,16 +29,27 @@ use cubecl::server::Handle;
 
 use crate::launch::{check_u32, extent, grid_1d, sum, Buf, LaunchError};
 
-/// Units per attention cube.
+/// Units per attention cube, a `SIDE x SIDE` grid.
 pub const UNITS: usize = 64;
-/// Floats of each shared query, key and value tile: `tile * hd` never exceeds it.
-const TILE_FLOATS: usize = 1024;
-/// The largest `tile` (queries per cube, keys per step).
-const MAX_TILE: usize = 16;
-/// Accumulator slots per unit: `tile * hd / UNITS <= TILE_FLOATS / UNITS`.
-const ACC: usize = TILE_FLOATS / UNITS;
-/// The largest head dimension the kernel takes (`tile = 2`).
-pub const MAX_HEAD_DIM: usize = TILE_FLOATS / 2;
+const SIDE: usize = 8;
+/// Keys per unit in a score block (`KEYS / SIDE`).
+const KPU: usize = KEYS / SIDE;
+/// Keys per step of a cube.
+const KEYS: usize = 32;
+/// Head dims per staged slice of the score product.
+const DEPTH: usize = 16;
+/// Floats of the shared staging buffer (a query and a key slice, or a run of value rows).
+const STAGE: usize = 2048;
+/// Where the key slice starts in the staging buffer (after the query slice, `DEPTH` rows of
+/// up to 32 + 1 floats).
+const KEY_SLICE: usize = DEPTH * ROW;
+/// The row stride of the key slice and of the score tile: [`KEYS`] plus one, so that units
+/// reading down a column hit different shared-memory banks.
+const ROW: usize = KEYS + 1;
+/// The most rows (slots) of a cube.
+const MAX_ROWS: usize = 32;
+/// The largest head dimension the kernel takes.
+pub const MAX_HEAD_DIM: usize = 512;
 /// A score that marks a dropped key (below any real score).
 #[cube]
 fn dropped() -> f32 {
@@ -38,13 +58,15 @@ fn dropped() -> f32 {
 /// Key steps one cube may take (lavapipe ends loops after 65535 iterations).
 const MAX_STEPS: usize = 32_768;
 
-/// The tile (queries per cube) for head dim `hd`: the largest of 16, 8, 4, 2 with
-/// `tile * hd <= 1024`.
-pub fn tile_for(hd: usize) -> usize {
-    [16usize, 8, 4, 2]
-        .into_iter()
-        .find(|t| t * hd <= TILE_FLOATS)
-        .unwrap_or(2)
+/// The register blocking `(rq, dpu)` for head dim `hd`: rows per unit (the cube takes
+/// `8 * rq` rows) and accumulator dims per unit (`8 * dpu >= hd`), with `rq * dpu <= 64`.
+pub fn blocking(hd: usize) -> (usize, usize) {
+    match hd {
+        0..=64 => (4, 8),
+        65..=128 => (4, 16),
+        129..=256 => (2, 32),
+        _ => (1, 64),
+    }
 }
 
 /// Whether query row `i` (at position `i + q_offset`) keeps key `j`.
@@ -91,10 +113,10 @@ fn last_kept(mask: &Array<f32>, lk: usize, smem: &mut SharedMemory<u32>) -> usiz
     found as usize
 }
 
-/// See the module docs. Grid: x = blocks of `tile` (query row, group head) slots, y = KV
+/// See the module docs. Grid: x = blocks of `8 * rq` (query row, group head) slots, y = KV
 /// heads, z = the sequence (varlen) or the key chunk (split). `o` is written when not
 /// `split`; `part_ml` (`(row, head, chunk)` pairs of max and sum) and `part_acc`
-/// (`(row, head, chunk, hd)`) when `split`.
+/// (`(row, head, chunk, hd)`) when `split`. `hd <= 8 * dpu`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn flash_kernel<F: Float>(
@@ -119,27 +141,34 @@ fn flash_kernel<F: Float>(
     scale: f32,
     softcap: f32,
     flags: u32,
-    #[comptime] tile: usize,
+    #[comptime] rq: usize,
+    #[comptime] dpu: usize,
     #[comptime] split: bool,
 ) {
-    let lanes = comptime!(UNITS / tile);
+    let bq = comptime!(8 * rq);
+    // Value rows per staged run.
+    let vk = comptime!(if STAGE / (8 * dpu) < KEYS {
+        STAGE / (8 * dpu)
+    } else {
+        KEYS
+    });
     let none = dropped();
     let tid = UNIT_POS as usize;
-    let qi = tid / lanes;
-    let lane = tid % lanes;
+    // This unit's rows are `ry + 8 i` (i < rq); its keys `lane + 8 jj` (jj < 4) in the
+    // score block and its dims `lane + 8 t` (t < dpu) in the accumulators.
+    let ry = tid / SIDE;
+    let lane = tid % SIDE;
     // Rows of the cube are slots `(query row, query head of this KV head's group)`, slot
     // `i * group + hh`: the group's heads share each K/V tile.
     let kvh = CUBE_POS_Y as usize;
     let z = CUBE_POS_Z as usize;
     let group = nq / nkv;
     let (dq, dkv) = (nq * hd, nkv * hd);
-    let mut qs = SharedMemory::<f32>::new(TILE_FLOATS);
-    let mut ks = SharedMemory::<f32>::new(TILE_FLOATS);
-    let mut vs = SharedMemory::<f32>::new(TILE_FLOATS);
-    let mut ss = SharedMemory::<f32>::new(MAX_TILE * MAX_TILE);
-    let mut row_m = SharedMemory::<f32>::new(MAX_TILE);
-    let mut row_l = SharedMemory::<f32>::new(MAX_TILE);
-    let mut row_a = SharedMemory::<f32>::new(MAX_TILE);
+    let mut stage = SharedMemory::<f32>::new(STAGE);
+    let mut ss = SharedMemory::<f32>::new(MAX_ROWS * ROW);
+    let mut row_m = SharedMemory::<f32>::new(MAX_ROWS);
+    let mut row_l = SharedMemory::<f32>::new(MAX_ROWS);
+    let mut row_a = SharedMemory::<f32>::new(MAX_ROWS);
     let mut found = SharedMemory::<u32>::new(UNITS);
 
     // This cube's sequence: its query rows and its keys.
@@ -166,9 +195,9 @@ fn flash_kernel<F: Float>(
         lo = z * chunk;
         hi = k_len.min(lo + chunk);
     }
-    let row0 = CUBE_POS_X as usize * tile;
+    let row0 = CUBE_POS_X as usize * bq;
     let slots = q_len * group;
-    let rows = slots.min(row0 + tile).max(row0) - row0;
+    let rows = slots.min(row0 + bq).max(row0) - row0;
     if rows == 0 {
         hi = lo;
     }
@@ -183,106 +212,109 @@ fn flash_kernel<F: Float>(
         }
     }
 
-    // The query tile, pre-scaled; the row statistics.
-    let mut idx = tid;
-    loop {
-        if idx >= tile * hd {
-            break;
-        }
-        let r = idx / hd;
-        let d = idx % hd;
-        let mut x = f32::new(0.0f32);
-        if r < rows {
-            let slot = row0 + r;
-            let h = kvh * group + slot % group;
-            x = f32::cast_from(q[(q_start + slot / group) * dq + h * hd + d]) * scale;
-        }
-        qs[idx] = x;
-        idx += UNITS;
-    }
-    if tid < tile {
+    if tid < bq {
         row_m[tid] = none;
         row_l[tid] = 0.0;
     }
-    let mut acc = Array::<f32>::new(ACC);
+    let mut acc = Array::<f32>::new(rq * dpu);
     #[unroll]
-    for t in 0..ACC {
+    for t in 0..rq * dpu {
         acc[t] = 0.0;
     }
-    sync_cube();
 
     let mut j0 = lo;
     loop {
         if j0 >= hi {
             break;
         }
-        // The key and value tiles.
-        let mut idx = tid;
+        // Scores: `sc[i * KPU + jj]` of row `ry + 8 i`, key `j0 + lane + 8 jj`.
+        let mut sc = Array::<f32>::new(rq * KPU);
+        #[unroll]
+        for t in 0..rq * KPU {
+            sc[t] = 0.0;
+        }
+        let mut d0 = usize::new(0);
         loop {
-            if idx >= tile * hd {
+            if d0 >= hd {
                 break;
             }
-            let c = idx / hd;
-            let d = idx % hd;
-            let j = j0 + c;
-            let mut kx = f32::new(0.0f32);
-            let mut vx = f32::new(0.0f32);
-            if j < hi {
-                let at = (k_start + j) * dkv + kvh * hd + d;
-                kx = f32::cast_from(k[at]);
-                vx = f32::cast_from(v[at]);
+            // The slices, transposed (`[dim][row]`, `[dim][key]`, rows padded by one against
+            // bank conflicts), consecutive units along the stored rows so global reads
+            // coalesce.
+            #[unroll]
+            for rr in 0..comptime!(DEPTH * 8 * rq / UNITS) {
+                let e = tid + rr * UNITS;
+                let r = e / DEPTH;
+                let dd = e % DEPTH;
+                let mut x = f32::new(0.0f32);
+                if r < rows && d0 + dd < hd {
+                    let slot = row0 + r;
+                    let h = kvh * group + slot % group;
+                    x = f32::cast_from(q[(q_start + slot / group) * dq + h * hd + d0 + dd]) * scale;
+                }
+                stage[dd * (bq + 1) + r] = x;
             }
-            ks[idx] = kx;
-            vs[idx] = vx;
-            idx += UNITS;
-        }
-        sync_cube();
-        // Scores of the tile x tile pairs: each unit takes key `c` against `per_unit` query
-        // rows `step` apart (`tile` divides `UNITS`), so one key read serves them all.
-        let step = comptime!(UNITS / tile);
-        let per_unit = comptime!(if tile * tile > UNITS {
-            tile * tile / UNITS
-        } else {
-            1
-        });
-        let c = tid % tile;
-        let r0 = tid / tile;
-        let j = j0 + c;
-        let mut dots = Array::<f32>::new(per_unit);
-        #[unroll]
-        for g in 0..per_unit {
-            dots[g] = 0.0;
-        }
-        if r0 < tile && j < hi {
-            for d in 0..hd {
-                let kx = ks[c * hd + d];
+            #[unroll]
+            for rr in 0..comptime!(DEPTH * KEYS / UNITS) {
+                let e = tid + rr * UNITS;
+                let c = e / DEPTH;
+                let dd = e % DEPTH;
+                let j = j0 + c;
+                let mut x = f32::new(0.0f32);
+                if j < hi && d0 + dd < hd {
+                    x = f32::cast_from(k[(k_start + j) * dkv + kvh * hd + d0 + dd]);
+                }
+                stage[KEY_SLICE + dd * ROW + c] = x;
+            }
+            sync_cube();
+            let mut qa = Array::<f32>::new(rq);
+            let mut kb = Array::<f32>::new(KPU);
+            #[unroll]
+            for dd in 0..DEPTH {
                 #[unroll]
-                for g in 0..per_unit {
-                    dots[g] += qs[(r0 + g * step) * hd + d] * kx;
+                for i in 0..rq {
+                    qa[i] = stage[dd * (bq + 1) + ry + SIDE * i];
+                }
+                #[unroll]
+                for jj in 0..KPU {
+                    kb[jj] = stage[KEY_SLICE + dd * ROW + lane + SIDE * jj];
+                }
+                #[unroll]
+                for i in 0..rq {
+                    #[unroll]
+                    for jj in 0..KPU {
+                        sc[i * KPU + jj] += qa[i] * kb[jj];
+                    }
                 }
             }
+            sync_cube();
+            d0 += DEPTH;
         }
+        // The kept scores (soft-capped) into the shared tile; the rest dropped.
         #[unroll]
-        for g in 0..per_unit {
-            let r = r0 + g * step;
-            if r < tile {
+        for i in 0..rq {
+            #[unroll]
+            for jj in 0..KPU {
+                let r = ry + SIDE * i;
+                let c = lane + SIDE * jj;
+                let j = j0 + c;
                 let mut s = none;
                 if r < rows && j < hi && keeps(mask, (row0 + r) / group, j, pos0, window, flags) {
-                    let mut dot = dots[g];
+                    let mut dot = sc[i * KPU + jj];
                     if softcap > 0.0 {
                         dot = softcap * (dot / softcap).tanh();
                     }
                     s = dot;
                 }
-                ss[r * tile + c] = s;
+                ss[r * ROW + c] = s;
             }
         }
         sync_cube();
         // Online softmax, one unit per row: scores become weights.
-        if tid < tile {
+        if tid < bq {
             let mut tmax = none;
-            for c in 0..tile {
-                tmax = f32::max(tmax, ss[tid * tile + c]);
+            for c in 0..KEYS {
+                tmax = f32::max(tmax, ss[tid * ROW + c]);
             }
             let m_old = row_m[tid];
             let mut alpha = f32::new(1.0f32);
@@ -290,74 +322,111 @@ fn flash_kernel<F: Float>(
                 let m_new = f32::max(m_old, tmax);
                 alpha = (m_old - m_new).exp();
                 let mut sum = f32::new(0.0f32);
-                for c in 0..tile {
-                    let s = ss[tid * tile + c];
+                for c in 0..KEYS {
+                    let s = ss[tid * ROW + c];
                     let mut p = f32::new(0.0f32);
                     if s > none {
                         p = (s - m_new).exp();
                     }
-                    ss[tid * tile + c] = p;
+                    ss[tid * ROW + c] = p;
                     sum += p;
                 }
                 row_l[tid] = row_l[tid] * alpha + sum;
                 row_m[tid] = m_new;
             } else {
-                for c in 0..tile {
-                    ss[tid * tile + c] = 0.0;
+                for c in 0..KEYS {
+                    ss[tid * ROW + c] = 0.0;
                 }
             }
             row_a[tid] = alpha;
         }
         sync_cube();
-        // The accumulators: this unit's dims of its row.
-        let alpha = row_a[qi];
+        // The accumulators: rescaled, then weight times value over runs of `vk` value rows.
         #[unroll]
-        for t in 0..ACC {
-            acc[t] *= alpha;
-        }
-        #[unroll]
-        for c in 0..tile {
-            let p = ss[qi * tile + c];
+        for i in 0..rq {
+            let alpha = row_a[ry + SIDE * i];
             #[unroll]
-            for t in 0..ACC {
-                let d = lane + t * lanes;
-                if d < hd {
-                    acc[t] += p * vs[c * hd + d];
-                }
+            for t in 0..dpu {
+                acc[i * dpu + t] *= alpha;
             }
         }
-        sync_cube();
-        j0 += tile;
+        let mut c0 = usize::new(0);
+        loop {
+            if c0 >= KEYS {
+                break;
+            }
+            let mut idx = tid;
+            loop {
+                if idx >= vk * hd {
+                    break;
+                }
+                let j = j0 + c0 + idx / hd;
+                let mut x = f32::new(0.0f32);
+                if j < hi {
+                    x = f32::cast_from(v[(k_start + j) * dkv + kvh * hd + idx % hd]);
+                }
+                stage[idx] = x;
+                idx += UNITS;
+            }
+            sync_cube();
+            let mut p = Array::<f32>::new(rq);
+            for c in 0..vk {
+                #[unroll]
+                for i in 0..rq {
+                    p[i] = ss[(ry + SIDE * i) * ROW + c0 + c];
+                }
+                #[unroll]
+                for t in 0..dpu {
+                    let d = lane + SIDE * t;
+                    if d < hd {
+                        let x = stage[c * hd + d];
+                        #[unroll]
+                        for i in 0..rq {
+                            acc[i * dpu + t] += p[i] * x;
+                        }
+                    }
+                }
+            }
+            sync_cube();
+            c0 += vk;
+        }
+        j0 += KEYS;
     }
 
-    if qi < rows {
-        let slot = row0 + qi;
-        let row = q_start + slot / group;
-        let h = kvh * group + slot % group;
-        if comptime!(split) {
-            let part = (row * nq + h) * chunks + z;
-            if lane == 0 {
-                part_ml[part * 2] = row_m[qi];
-                part_ml[part * 2 + 1] = row_l[qi];
-            }
-            #[unroll]
-            for t in 0..ACC {
-                let d = lane + t * lanes;
-                if d < hd {
-                    part_acc[part * hd + d] = acc[t];
+    // A cube with no key step wrote its row statistics without a barrier since.
+    sync_cube();
+    #[unroll]
+    for i in 0..rq {
+        let r = ry + SIDE * i;
+        if r < rows {
+            let slot = row0 + r;
+            let row = q_start + slot / group;
+            let h = kvh * group + slot % group;
+            if comptime!(split) {
+                let part = (row * nq + h) * chunks + z;
+                if lane == 0 {
+                    part_ml[part * 2] = row_m[r];
+                    part_ml[part * 2 + 1] = row_l[r];
                 }
-            }
-        } else {
-            let l = row_l[qi];
-            let mut inv = f32::new(0.0f32);
-            if l > 0.0 {
-                inv = 1.0 / l;
-            }
-            #[unroll]
-            for t in 0..ACC {
-                let d = lane + t * lanes;
-                if d < hd {
-                    o[row * dq + h * hd + d] = F::cast_from(acc[t] * inv);
+                #[unroll]
+                for t in 0..dpu {
+                    let d = lane + SIDE * t;
+                    if d < hd {
+                        part_acc[part * hd + d] = acc[i * dpu + t];
+                    }
+                }
+            } else {
+                let l = row_l[r];
+                let mut inv = f32::new(0.0f32);
+                if l > 0.0 {
+                    inv = 1.0 / l;
+                }
+                #[unroll]
+                for t in 0..dpu {
+                    let d = lane + SIDE * t;
+                    if d < hd {
+                        o[row * dq + h * hd + d] = F::cast_from(acc[i * dpu + t] * inv);
+                    }
                 }
             }
         }
@@ -473,9 +542,10 @@ pub struct Varlen<'a> {
 }
 
 /// How many key chunks a launch of `cubes` cubes over `keys` keys splits into, and the keys
-/// per chunk (a multiple of `tile`): enough chunks to give a GPU ~256 cubes when there are
-/// few, and always few enough key steps per cube for lavapipe's loop limit.
-fn split_plan(cubes: usize, keys: usize, tile: usize) -> (usize, usize) {
+/// per chunk (a multiple of the step, [`KEYS`]): enough chunks to give a GPU ~256 cubes
+/// when there are few, and always few enough key steps per cube for lavapipe's loop limit.
+fn split_plan(cubes: usize, keys: usize) -> (usize, usize) {
+    let tile = KEYS;
     let for_fill = if cubes < 64 && keys >= 512 {
         (256 / cubes.max(1)).min(keys / 256).max(1)
     } else {
@@ -531,7 +601,7 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
     let v = Buf::new("v", v, k_len, e)?;
     let o = Buf::new("o", o, q_len, e)?;
     let mask = mask.map(|m| Buf::new("mask", m, g.k_rows, 4)).transpose()?;
-    let tile = tile_for(g.hd);
+    let (rq, dpu) = blocking(g.hd);
     let (max_x, _, max_z) = client.properties().hardware.max_cube_count;
     let (q_span, layers, cu) = match &varlen {
         Some(s) => {
@@ -541,14 +611,14 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
         }
         None => (g.q_rows, 1, None),
     };
-    // One cube per `tile` slots (query row, query head of a KV head's group), per KV head.
+    // One cube per `8 * rq` slots (query row, query head of a KV head's group), per KV head.
     let group = g.nq / g.nkv;
-    let blocks = extent("rows * group", &[q_span, group])?.div_ceil(tile);
+    let blocks = extent("rows * group", &[q_span, group])?.div_ceil(8 * rq);
     let cubes = extent("blocks * nkv", &[blocks, g.nkv])?;
     let (chunks, chunk) = match varlen {
         // A varlen sequence's keys must fit one cube's loop.
         Some(_) => (1, g.k_rows.max(1)),
-        None => split_plan(cubes, g.k_rows, tile),
+        None => split_plan(cubes, g.k_rows),
     };
     let layers = layers.max(chunks);
     if blocks == 0 || layers == 0 {
@@ -557,7 +627,7 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
     if blocks > (max_x as usize).min(65_535) || g.nkv > 65_535 || layers > max_z as usize {
         return Err(LaunchError::TooLarge { vectors: cubes });
     }
-    if varlen.is_some() && g.k_rows.div_ceil(tile) > 65_535 {
+    if varlen.is_some() && g.k_rows.div_ceil(KEYS) > 65_535 {
         return Err(LaunchError::TooLarge { vectors: g.k_rows });
     }
     let split = chunks > 1;
@@ -614,7 +684,8 @@ pub fn launch_flash_attention<R: Runtime, F: Float + CubeElement>(
             1.0 / (g.hd as f32).sqrt(),
             g.softcap,
             flags,
-            tile,
+            rq,
+            dpu,
             split,
         );
     }
@@ -686,7 +757,7 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     let c = l.client.clone();
     let a = L::array;
     for_floats!(|F| {
-        for tile in [16usize, 8, 4, 2] {
+        for (rq, dpu) in [64usize, 128, 256, 512].map(blocking) {
             for split in [false, true] {
                 l.lower(flash_kernel::FlashKernel::<F, Rt>::new(
                     L::settings(CubeDim::new_1d(UNITS as u32)),
@@ -712,7 +783,8 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
                     (),
                     (),
                     (),
-                    tile,
+                    rq,
+                    dpu,
                     split,
                 ));
             }
@@ -746,18 +818,16 @@ mod tests {
     fn split_plan_covers_the_keys() {
         for keys in [1usize, 100, 511, 512, 2048, 16_384, 1 << 20, 1 << 24] {
             for cubes in [1usize, 8, 63, 64, 1000] {
-                for tile in [2usize, 4, 8, 16] {
-                    let (chunks, chunk) = split_plan(cubes, keys, tile);
-                    assert!(
-                        chunk % tile == 0 && chunks * chunk >= keys,
-                        "{keys} {cubes}"
-                    );
-                    assert!(
-                        (chunks - 1) * chunk < keys.max(1),
-                        "{keys} {cubes}: empty chunk"
-                    );
-                    assert!(chunk / tile <= MAX_STEPS, "{keys} {cubes}: long loop");
-                }
+                let (chunks, chunk) = split_plan(cubes, keys);
+                assert!(
+                    chunk % KEYS == 0 && chunks * chunk >= keys,
+                    "{keys} {cubes}"
+                );
+                assert!(
+                    (chunks - 1) * chunk < keys.max(1),
+                    "{keys} {cubes}: empty chunk"
+                );
+                assert!(chunk / KEYS <= MAX_STEPS, "{keys} {cubes}: long loop");
             }
         }
     }

@@ -1,9 +1,9 @@
 //! A tiled matrix product: `C (m, n) = op(A) . op(B)` (+ `C` when accumulating), batched with
 //! element strides, FP32 accumulation for every storage type.
 //!
-//! Each cube computes a `64 x 64` tile of `C` with `16 x 16` units, each unit a `4 x 4` block
-//! held in registers. The cube stages `64 x 16` slices of `A` and `16 x 64` slices of `B` in
-//! shared memory (widened to FP32), so every global element is read once per tile. Edges are
+//! Each cube computes a `128 x 128` tile of `C` with `16 x 16` units, each unit an `8 x 8`
+//! block held in registers. The cube stages `128 x 16` slices of `A` and `16 x 128` slices of
+//! `B` in shared memory (widened to FP32), so every global element is read once per tile. Edges are
 //! zero-filled, so any shape is correct (ragged tiles, `k == 0`, `1 x 1`). Transposes are
 //! comptime index maps, not copies. The epilogue (accumulate, bias, activation) is a launch
 //! argument of every kernel here, not a specialisation: a kernel is compiled once per
@@ -37,6 +37,11 @@ const UNITS: usize = 16;
 /// Rows and columns of `C` per unit.
 pub(crate) const TM: usize = 4;
 pub(crate) const TN: usize = 4;
+/// The dense scalar kernels' tile side: `128 x 128` of `C` per cube, each unit an
+/// [`WIDE_PER`]` x `[`WIDE_PER`] block (64 FMAs per 16 shared loads, where `4 x 4` does 16 per
+/// 8: software devices, which load shared memory one lane at a time, run twice as fast).
+const WIDE: usize = 128;
+const WIDE_PER: usize = 8;
 
 /// What a launch computes, beyond the three operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,8 +157,9 @@ fn activate_runtime(v: f32, act: u32) -> f32 {
 }
 
 /// One `depth`-deep step of the register tile: `acc += sa[:, rows] x sb[:, cols]` for this
-/// unit's `TM x TN` block (`tx`, `ty` its position in the cube), over `BM`/`BN`-wide shared
-/// tiles (the dense GEMM steps `BK` deep, the quantized GEMM a 32-element block run).
+/// unit's `per x per` block (`tx`, `ty` its position in the cube), over `width`-wide shared
+/// tiles (the dense GEMM: [`WIDE`] / [`WIDE_PER`], `BK` deep; the quantized GEMM: `BM` / `TM`,
+/// a 32-element block run).
 #[cube]
 pub(crate) fn tile_fma(
     sa: &SharedMemory<f32>,
@@ -162,30 +168,32 @@ pub(crate) fn tile_fma(
     tx: usize,
     ty: usize,
     #[comptime] depth: usize,
+    #[comptime] width: usize,
+    #[comptime] per: usize,
 ) {
-    let mut ra = Array::<f32>::new(TM);
-    let mut rb = Array::<f32>::new(TN);
+    let mut ra = Array::<f32>::new(per);
+    let mut rb = Array::<f32>::new(per);
     #[unroll]
     for kk in 0..depth {
         #[unroll]
-        for i in 0..TM {
-            ra[i] = sa[kk * BM + ty * TM + i];
+        for i in 0..per {
+            ra[i] = sa[kk * width + ty * per + i];
         }
         #[unroll]
-        for j in 0..TN {
-            rb[j] = sb[kk * BN + tx * TN + j];
+        for j in 0..per {
+            rb[j] = sb[kk * width + tx * per + j];
         }
         #[unroll]
-        for i in 0..TM {
+        for i in 0..per {
             #[unroll]
-            for j in 0..TN {
-                acc[i * TN + j] += ra[i] * rb[j];
+            for j in 0..per {
+                acc[i * per + j] += ra[i] * rb[j];
             }
         }
     }
 }
 
-/// Writes this unit's `TM x TN` block at `(gi0, gj0)` of `C` through [`write_c_runtime`]
+/// Writes this unit's `per x per` block at `(gi0, gj0)` of `C` through [`write_c_runtime`]
 /// (`flags`, `act` as there); edges beyond `(m, n)` are skipped. The block is walked in a
 /// loop, not unrolled, so the kernel holds one copy of the epilogue; `acc` is copied first
 /// so the product loop's accumulators keep constant indices.
@@ -202,15 +210,16 @@ pub(crate) fn store_tile<F: Float>(
     base_c: usize,
     flags: u32,
     act: u32,
+    #[comptime] per: usize,
 ) {
-    let mut out = Array::<f32>::new(TM * TN);
+    let mut out = Array::<f32>::new(per * per);
     #[unroll]
-    for e in 0..TM * TN {
+    for e in 0..per * per {
         out[e] = acc[e];
     }
-    for e in 0..TM * TN {
-        let gi = gi0 + e / TN;
-        let gj = gj0 + e % TN;
+    for e in 0..per * per {
+        let gi = gi0 + e / per;
+        let gj = gj0 + e % per;
         if gi < m && gj < n {
             write_c_runtime::<F>(c, bias, out[e], base_c + gi * n + gj, gj, flags, act);
         }
@@ -445,50 +454,55 @@ fn gemm_v4_kernel<F: Float>(
     act: u32,
 ) {
     let z = CUBE_POS_Z as usize;
-    let row0 = CUBE_POS_Y as usize * BM;
-    let col0 = CUBE_POS_X as usize * BN;
+    let row0 = CUBE_POS_Y as usize * WIDE;
+    let col0 = CUBE_POS_X as usize * WIDE;
     let tid = UNIT_POS as usize;
     let tx = tid % UNITS;
     let ty = tid / UNITS;
-    let mut sa = SharedMemory::<f32>::new(BK * BM);
-    let mut sb = SharedMemory::<f32>::new(BK * BN);
-    let mut acc = Array::<f32>::new(TM * TN);
+    let mut sa = SharedMemory::<f32>::new(BK * WIDE);
+    let mut sb = SharedMemory::<f32>::new(BK * WIDE);
+    let mut acc = Array::<f32>::new(WIDE_PER * WIDE_PER);
     #[unroll]
-    for i in 0..TM * TN {
+    for i in 0..WIDE_PER * WIDE_PER {
         acc[i] = f32::new(0.0f32);
     }
-    // A's 64 x 16 slice is 256 vectors along k; B's 16 x 64 slice is 256 vectors along n.
-    let ai = tid / (BK / 4);
-    let aq = (tid % (BK / 4)) * 4;
-    let bk = tid / (BN / 4);
-    let bq = (tid % (BN / 4)) * 4;
+    // A's 128 x 16 slice is 512 vectors along k, B's 16 x 128 slice 512 along n: two of
+    // each per unit, `UNITS * UNITS` apart.
     let mut k0 = usize::new(0);
     loop {
         if k0 >= k {
             break;
         }
-        let gi = row0 + ai;
-        let gk = k0 + aq;
-        let mut va = Vector::<f32, Const<4>>::new(0.0);
-        if gi < m && gk < k {
-            va = Vector::cast_from(a[(z * stride_a + gi * k + gk) / 4]);
-        }
         #[unroll]
-        for t in 0..4usize {
-            sa[(aq + t) * BM + ai] = va[t];
-        }
-        let gkb = k0 + bk;
-        let gj = col0 + bq;
-        let mut vb = Vector::<f32, Const<4>>::new(0.0);
-        if gkb < k && gj < n {
-            vb = Vector::cast_from(b[(z * stride_b + gkb * n + gj) / 4]);
-        }
-        #[unroll]
-        for t in 0..4usize {
-            sb[bk * BN + bq + t] = vb[t];
+        for r in 0..2usize {
+            let e = tid + r * UNITS * UNITS;
+            let ai = e / (BK / 4);
+            let aq = (e % (BK / 4)) * 4;
+            let gi = row0 + ai;
+            let gk = k0 + aq;
+            let mut va = Vector::<f32, Const<4>>::new(0.0);
+            if gi < m && gk < k {
+                va = Vector::cast_from(a[(z * stride_a + gi * k + gk) / 4]);
+            }
+            #[unroll]
+            for t in 0..4usize {
+                sa[(aq + t) * WIDE + ai] = va[t];
+            }
+            let bk = e / (WIDE / 4);
+            let bq = (e % (WIDE / 4)) * 4;
+            let gkb = k0 + bk;
+            let gj = col0 + bq;
+            let mut vb = Vector::<f32, Const<4>>::new(0.0);
+            if gkb < k && gj < n {
+                vb = Vector::cast_from(b[(z * stride_b + gkb * n + gj) / 4]);
+            }
+            #[unroll]
+            for t in 0..4usize {
+                sb[bk * WIDE + bq + t] = vb[t];
+            }
         }
         sync_cube();
-        tile_fma(&sa, &sb, &mut acc, tx, ty, BK);
+        tile_fma(&sa, &sb, &mut acc, tx, ty, BK, WIDE, WIDE_PER);
         sync_cube();
         k0 += BK;
     }
@@ -496,13 +510,14 @@ fn gemm_v4_kernel<F: Float>(
         c,
         bias,
         &acc,
-        row0 + ty * TM,
-        col0 + tx * TN,
+        row0 + ty * WIDE_PER,
+        col0 + tx * WIDE_PER,
         m,
         n,
         z * stride_c,
         flags,
         act,
+        WIDE_PER,
     );
 }
 
@@ -525,8 +540,8 @@ fn gemm_kernel<F: Float>(
     #[comptime] trans_b: bool,
 ) {
     let z = CUBE_POS_Z as usize;
-    let row0 = CUBE_POS_Y as usize * BM;
-    let col0 = CUBE_POS_X as usize * BN;
+    let row0 = CUBE_POS_Y as usize * WIDE;
+    let col0 = CUBE_POS_X as usize * WIDE;
     let tid = UNIT_POS as usize;
     let tx = tid % UNITS;
     let ty = tid / UNITS;
@@ -534,11 +549,11 @@ fn gemm_kernel<F: Float>(
     let base_b = z * stride_b;
     let base_c = z * stride_c;
 
-    let mut sa = SharedMemory::<f32>::new(BK * BM);
-    let mut sb = SharedMemory::<f32>::new(BK * BN);
-    let mut acc = Array::<f32>::new(TM * TN);
+    let mut sa = SharedMemory::<f32>::new(BK * WIDE);
+    let mut sb = SharedMemory::<f32>::new(BK * WIDE);
+    let mut acc = Array::<f32>::new(WIDE_PER * WIDE_PER);
     #[unroll]
-    for i in 0..TM * TN {
+    for i in 0..WIDE_PER * WIDE_PER {
         acc[i] = f32::new(0.0f32);
     }
 
@@ -547,35 +562,35 @@ fn gemm_kernel<F: Float>(
         if k0 >= k {
             break;
         }
-        // Stage A's 64 x 16 slice: 4 elements per unit, consecutive units along the stored
+        // Stage A's 128 x 16 slice: 8 elements per unit, consecutive units along the stored
         // row so global reads coalesce.
         #[unroll]
-        for r in 0..(BM * BK) / (UNITS * UNITS) {
+        for r in 0..(WIDE * BK) / (UNITS * UNITS) {
             let e = tid + r * UNITS * UNITS;
             let mut i = e / BK;
             let mut kk = e % BK;
             if comptime!(trans_a) {
-                i = e % BM;
-                kk = e / BM;
+                i = e % WIDE;
+                kk = e / WIDE;
             }
             let v = read_operand::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
-            sa[kk * BM + i] = v;
+            sa[kk * WIDE + i] = v;
         }
-        // Stage B's 16 x 64 slice likewise.
+        // Stage B's 16 x 128 slice likewise.
         #[unroll]
-        for r in 0..(BK * BN) / (UNITS * UNITS) {
+        for r in 0..(BK * WIDE) / (UNITS * UNITS) {
             let e = tid + r * UNITS * UNITS;
-            let mut kk = e / BN;
-            let mut j = e % BN;
+            let mut kk = e / WIDE;
+            let mut j = e % WIDE;
             if comptime!(trans_b) {
                 kk = e % BK;
                 j = e / BK;
             }
             let v = read_operand::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
-            sb[kk * BN + j] = v;
+            sb[kk * WIDE + j] = v;
         }
         sync_cube();
-        tile_fma(&sa, &sb, &mut acc, tx, ty, BK);
+        tile_fma(&sa, &sb, &mut acc, tx, ty, BK, WIDE, WIDE_PER);
         sync_cube();
         k0 += BK;
     }
@@ -584,13 +599,14 @@ fn gemm_kernel<F: Float>(
         c,
         bias,
         &acc,
-        row0 + ty * TM,
-        col0 + tx * TN,
+        row0 + ty * WIDE_PER,
+        col0 + tx * WIDE_PER,
         m,
         n,
         base_c,
         flags,
         act,
+        WIDE_PER,
     );
 }
 
@@ -990,6 +1006,12 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         }
         return Ok(());
     }
+    // The scalar kernels' wider tiles: fewer cubes than `count`, so within its limits.
+    let wide = CubeCount::Static(
+        n.div_ceil(WIDE) as u32,
+        m.div_ceil(WIDE) as u32,
+        batch as u32,
+    );
     let vectorized = !spec.trans_a
         && !spec.trans_b
         && k % 4 == 0
@@ -999,7 +1021,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         // SAFETY: as below; every vector index `(offset) / 4` addresses an offset that is a
         // multiple of 4 (k, n and the strides are) inside the checked spans.
         unsafe {
-            launch!(gemm_v4_kernel, count, dim);
+            launch!(gemm_v4_kernel, wide, dim);
         }
         return Ok(());
     }
@@ -1007,7 +1029,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     // stands in for an absent bias, never read); the kernel reads A and B only at indices
     // inside those spans (guarded by `m`, `n`, `k`) and writes C only inside its span.
     unsafe {
-        launch!(gemm_kernel, count, dim, spec.trans_a, spec.trans_b);
+        launch!(gemm_kernel, wide, dim, spec.trans_a, spec.trans_b);
     }
     Ok(())
 }

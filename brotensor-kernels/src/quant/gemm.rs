@@ -32,6 +32,8 @@ const _: () = {
         i += 1;
     }
     assert!(BN * BK == 8 * UNITS * UNITS && (BM * BK).is_multiple_of(UNITS * UNITS));
+    // `tile_fma` and `store_tile` take square tiles and square unit blocks.
+    assert!(BM == BN && TM == TN);
 };
 
 /// What one quantized GEMM launch computes.
@@ -123,7 +125,7 @@ fn quant_gemm_kernel<F: Float>(
             sx[kk * BM + i] = v;
         }
         sync_cube();
-        tile_fma(&sx, &sw, &mut acc, tx, ty, BK);
+        tile_fma(&sx, &sw, &mut acc, tx, ty, BK, BM, TM);
         sync_cube();
         k0 += BK;
     }
@@ -138,6 +140,7 @@ fn quant_gemm_kernel<F: Float>(
         0,
         flags,
         act,
+        TM,
     );
 }
 
