@@ -37,11 +37,15 @@ const UNITS: usize = 16;
 /// Rows and columns of `C` per unit.
 pub(crate) const TM: usize = 4;
 pub(crate) const TN: usize = 4;
-/// The dense scalar kernels' tile side: `128 x 128` of `C` per cube, each unit an
-/// [`WIDE_PER`]` x `[`WIDE_PER`] block (64 FMAs per 16 shared loads, where `4 x 4` does 16 per
-/// 8: software devices, which load shared memory one lane at a time, run twice as fast).
+/// The dense scalar kernels' wide tile: `128 x 128` of `C` per cube, each unit an `8 x 8`
+/// block (64 FMAs per 16 shared loads, where `4 x 4` does 16 per 8: software devices, which
+/// load shared memory one lane at a time, run twice as fast). Products whose wide grid would
+/// have fewer than [`WIDE_MIN_CUBES`] cubes (or fewer than the device's multiprocessors) take
+/// the `64 x 64` tile with `4 x 4` blocks, so small products still spread over the device.
 const WIDE: usize = 128;
 const WIDE_PER: usize = 8;
+/// The fewest cubes a wide-tile grid may have (see [`WIDE`]).
+const WIDE_MIN_CUBES: usize = 16;
 
 /// What a launch computes, beyond the three operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -452,29 +456,31 @@ fn gemm_v4_kernel<F: Float>(
     stride_c: usize,
     flags: u32,
     act: u32,
+    #[comptime] width: usize,
+    #[comptime] per: usize,
 ) {
     let z = CUBE_POS_Z as usize;
-    let row0 = CUBE_POS_Y as usize * WIDE;
-    let col0 = CUBE_POS_X as usize * WIDE;
+    let row0 = CUBE_POS_Y as usize * width;
+    let col0 = CUBE_POS_X as usize * width;
     let tid = UNIT_POS as usize;
     let tx = tid % UNITS;
     let ty = tid / UNITS;
-    let mut sa = SharedMemory::<f32>::new(BK * WIDE);
-    let mut sb = SharedMemory::<f32>::new(BK * WIDE);
-    let mut acc = Array::<f32>::new(WIDE_PER * WIDE_PER);
+    let mut sa = SharedMemory::<f32>::new(BK * width);
+    let mut sb = SharedMemory::<f32>::new(BK * width);
+    let mut acc = Array::<f32>::new(per * per);
     #[unroll]
-    for i in 0..WIDE_PER * WIDE_PER {
+    for i in 0..per * per {
         acc[i] = f32::new(0.0f32);
     }
-    // A's 128 x 16 slice is 512 vectors along k, B's 16 x 128 slice 512 along n: two of
-    // each per unit, `UNITS * UNITS` apart.
+    // A's `width x 16` slice is `4 * width` vectors along k, B's `16 x width` slice as many
+    // along n: one or two of each per unit, `UNITS * UNITS` apart.
     let mut k0 = usize::new(0);
     loop {
         if k0 >= k {
             break;
         }
         #[unroll]
-        for r in 0..2usize {
+        for r in 0..comptime!(width * BK / (4 * UNITS * UNITS)) {
             let e = tid + r * UNITS * UNITS;
             let ai = e / (BK / 4);
             let aq = (e % (BK / 4)) * 4;
@@ -486,10 +492,10 @@ fn gemm_v4_kernel<F: Float>(
             }
             #[unroll]
             for t in 0..4usize {
-                sa[(aq + t) * WIDE + ai] = va[t];
+                sa[(aq + t) * width + ai] = va[t];
             }
-            let bk = e / (WIDE / 4);
-            let bq = (e % (WIDE / 4)) * 4;
+            let bk = e / (width / 4);
+            let bq = (e % (width / 4)) * 4;
             let gkb = k0 + bk;
             let gj = col0 + bq;
             let mut vb = Vector::<f32, Const<4>>::new(0.0);
@@ -498,11 +504,11 @@ fn gemm_v4_kernel<F: Float>(
             }
             #[unroll]
             for t in 0..4usize {
-                sb[bk * WIDE + bq + t] = vb[t];
+                sb[bk * width + bq + t] = vb[t];
             }
         }
         sync_cube();
-        tile_fma(&sa, &sb, &mut acc, tx, ty, BK, WIDE, WIDE_PER);
+        tile_fma(&sa, &sb, &mut acc, tx, ty, BK, width, per);
         sync_cube();
         k0 += BK;
     }
@@ -510,14 +516,14 @@ fn gemm_v4_kernel<F: Float>(
         c,
         bias,
         &acc,
-        row0 + ty * WIDE_PER,
-        col0 + tx * WIDE_PER,
+        row0 + ty * per,
+        col0 + tx * per,
         m,
         n,
         z * stride_c,
         flags,
         act,
-        WIDE_PER,
+        per,
     );
 }
 
@@ -538,10 +544,12 @@ fn gemm_kernel<F: Float>(
     act: u32,
     #[comptime] trans_a: bool,
     #[comptime] trans_b: bool,
+    #[comptime] width: usize,
+    #[comptime] per: usize,
 ) {
     let z = CUBE_POS_Z as usize;
-    let row0 = CUBE_POS_Y as usize * WIDE;
-    let col0 = CUBE_POS_X as usize * WIDE;
+    let row0 = CUBE_POS_Y as usize * width;
+    let col0 = CUBE_POS_X as usize * width;
     let tid = UNIT_POS as usize;
     let tx = tid % UNITS;
     let ty = tid / UNITS;
@@ -549,11 +557,11 @@ fn gemm_kernel<F: Float>(
     let base_b = z * stride_b;
     let base_c = z * stride_c;
 
-    let mut sa = SharedMemory::<f32>::new(BK * WIDE);
-    let mut sb = SharedMemory::<f32>::new(BK * WIDE);
-    let mut acc = Array::<f32>::new(WIDE_PER * WIDE_PER);
+    let mut sa = SharedMemory::<f32>::new(BK * width);
+    let mut sb = SharedMemory::<f32>::new(BK * width);
+    let mut acc = Array::<f32>::new(per * per);
     #[unroll]
-    for i in 0..WIDE_PER * WIDE_PER {
+    for i in 0..per * per {
         acc[i] = f32::new(0.0f32);
     }
 
@@ -562,35 +570,35 @@ fn gemm_kernel<F: Float>(
         if k0 >= k {
             break;
         }
-        // Stage A's 128 x 16 slice: 8 elements per unit, consecutive units along the stored
-        // row so global reads coalesce.
+        // Stage A's `width x 16` slice: 4 or 8 elements per unit, consecutive units along
+        // the stored row so global reads coalesce.
         #[unroll]
-        for r in 0..(WIDE * BK) / (UNITS * UNITS) {
+        for r in 0..(width * BK) / (UNITS * UNITS) {
             let e = tid + r * UNITS * UNITS;
             let mut i = e / BK;
             let mut kk = e % BK;
             if comptime!(trans_a) {
-                i = e % WIDE;
-                kk = e / WIDE;
+                i = e % width;
+                kk = e / width;
             }
             let v = read_operand::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
-            sa[kk * WIDE + i] = v;
+            sa[kk * width + i] = v;
         }
-        // Stage B's 16 x 128 slice likewise.
+        // Stage B's `16 x width` slice likewise.
         #[unroll]
-        for r in 0..(BK * WIDE) / (UNITS * UNITS) {
+        for r in 0..(BK * width) / (UNITS * UNITS) {
             let e = tid + r * UNITS * UNITS;
-            let mut kk = e / WIDE;
-            let mut j = e % WIDE;
+            let mut kk = e / width;
+            let mut j = e % width;
             if comptime!(trans_b) {
                 kk = e % BK;
                 j = e / BK;
             }
             let v = read_operand::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
-            sb[kk * WIDE + j] = v;
+            sb[kk * width + j] = v;
         }
         sync_cube();
-        tile_fma(&sa, &sb, &mut acc, tx, ty, BK, WIDE, WIDE_PER);
+        tile_fma(&sa, &sb, &mut acc, tx, ty, BK, width, per);
         sync_cube();
         k0 += BK;
     }
@@ -599,14 +607,14 @@ fn gemm_kernel<F: Float>(
         c,
         bias,
         &acc,
-        row0 + ty * WIDE_PER,
-        col0 + tx * WIDE_PER,
+        row0 + ty * per,
+        col0 + tx * per,
         m,
         n,
         base_c,
         flags,
         act,
-        WIDE_PER,
+        per,
     );
 }
 
@@ -1006,12 +1014,25 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         }
         return Ok(());
     }
-    // The scalar kernels' wider tiles: fewer cubes than `count`, so within its limits.
-    let wide = CubeCount::Static(
-        n.div_ceil(WIDE) as u32,
-        m.div_ceil(WIDE) as u32,
-        batch as u32,
-    );
+    // The scalar kernels' wide tiles where their grid still fills the device (fewer cubes
+    // than `count`, so within its limits).
+    let wide_cubes = n.div_ceil(WIDE) * m.div_ceil(WIDE) * batch;
+    let fill = client
+        .properties()
+        .hardware
+        .num_streaming_multiprocessors
+        .map_or(0, |sm| sm as usize)
+        .max(WIDE_MIN_CUBES);
+    let (count, width, per) = if wide_cubes >= fill {
+        let wide = (n.div_ceil(WIDE), m.div_ceil(WIDE));
+        (
+            CubeCount::Static(wide.0 as u32, wide.1 as u32, batch as u32),
+            WIDE,
+            WIDE_PER,
+        )
+    } else {
+        (count, BN, TN)
+    };
     let vectorized = !spec.trans_a
         && !spec.trans_b
         && k % 4 == 0
@@ -1021,7 +1042,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         // SAFETY: as below; every vector index `(offset) / 4` addresses an offset that is a
         // multiple of 4 (k, n and the strides are) inside the checked spans.
         unsafe {
-            launch!(gemm_v4_kernel, wide, dim);
+            launch!(gemm_v4_kernel, count, dim, width, per);
         }
         return Ok(());
     }
@@ -1029,13 +1050,22 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     // stands in for an absent bias, never read); the kernel reads A and B only at indices
     // inside those spans (guarded by `m`, `n`, `k`) and writes C only inside its span.
     unsafe {
-        launch!(gemm_kernel, wide, dim, spec.trans_a, spec.trans_b);
+        launch!(
+            gemm_kernel,
+            count,
+            dim,
+            spec.trans_a,
+            spec.trans_b,
+            width,
+            per
+        );
     }
     Ok(())
 }
 
 /// Every kernel of this file in every specialisation the library can launch on CUDA (or
-/// Metal), lowered to CUDA C++ (or MSL; see `crate::cuda_lowering`): every transpose (the
+/// Metal), lowered to CUDA C++ (or MSL; see `crate::cuda_lowering`): every transpose and both
+/// scalar tiles (the
 /// epilogue is a launch argument, not a specialisation), and the tensor-core kernel for the 16-bit types
 /// with a plane of 32 (CUDA's warp, Apple's SIMD group) and 16x16x16 fragments on CUDA,
 /// 8x8x8 on Metal (the only simdgroup matrices it has).
@@ -1052,6 +1082,8 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     let plane = 32;
     let cmma = || L::settings(CubeDim::new_1d(cmma_units(plane, frag) as u32));
     let flags = [false, true];
+    // The scalar kernels' two tiles: `(side, unit block side)`.
+    const TILES: [(usize, usize); 2] = [(BN, TN), (WIDE, WIDE_PER)];
     // Every kernel here takes the same operands and launch arguments (`a`, `b`, `bias`, `c`,
     // then `m`, `n`, `k`, the three batch strides, the epilogue flags and the activation),
     // then its own comptime values.
@@ -1079,11 +1111,15 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     let skinny = || L::settings(CubeDim::new_1d(SKINNY_UNITS as u32));
     for_floats!(|F| {
         lower!(gemm_skinny_v4_kernel::GemmSkinnyV4Kernel<F, Rt>, skinny());
-        lower!(gemm_v4_kernel::GemmV4Kernel<F, Rt>, tiled());
+        for (width, per) in TILES {
+            lower!(gemm_v4_kernel::GemmV4Kernel<F, Rt>, tiled(), width, per);
+        }
         for trans_a in flags {
             for trans_b in flags {
                 lower!(gemm_skinny_kernel::GemmSkinnyKernel<F, Rt>, skinny(), trans_a, trans_b);
-                lower!(gemm_kernel::GemmKernel<F, Rt>, tiled(), trans_a, trans_b);
+                for (width, per) in TILES {
+                    lower!(gemm_kernel::GemmKernel<F, Rt>, tiled(), trans_a, trans_b, width, per);
+                }
                 if core::mem::size_of::<F>() == 2 {
                     lower!(
                         gemm_cmma_kernel::GemmCmmaKernel<F, Rt>,

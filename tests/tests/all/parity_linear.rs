@@ -76,6 +76,51 @@ fn matmul_any_shape() {
     }
 }
 
+/// Products large enough for the GPU's wide `128 x 128` tiles (at least 16 of them), ragged on
+/// both sides, in every layout: plain, 4-wide vectors, `B` transposed (linear), `A`
+/// transposed (the weight gradient).
+#[test]
+fn wide_tiles_in_every_layout() {
+    for (i, (m, k, n)) in [(520, 33, 516), (516, 36, 520)].into_iter().enumerate() {
+        parity_with(
+            &format!("matmul wide {m}x{k}x{n}"),
+            0x5a0 + i as u64,
+            &[input(m, k), input(k, n)],
+            DOT,
+            |t| {
+                let mut c = Tensor::default();
+                ops::matmul(&t[0], &t[1], &mut c)?;
+                Ok(c)
+            },
+        );
+    }
+    let (rows, out, inp) = (520, 516, 33);
+    parity_with(
+        "linear_forward_batched wide",
+        0x5a2,
+        &[input(out, inp), input(out, 1), input(rows, inp)],
+        DOT,
+        |t| {
+            let mut y = Tensor::default();
+            ops::linear_forward_batched(&t[0], Some(&t[1]), &t[2], &mut y)?;
+            Ok(y)
+        },
+    );
+    let (rows, out, inp) = (9, 516, 520);
+    let bwd = [
+        input(out, inp),
+        input(rows, inp),
+        input(rows, out),
+        input(out, inp),
+        input(out, 1),
+    ];
+    parity_with("linear_backward_batched wide dw", 0x5a3, &bwd, DOT, |t| {
+        let (mut dx, mut dw, mut db) = (Tensor::default(), t[3].clone(), t[4].clone());
+        ops::linear_backward_batched(&t[0], &t[1], &t[2], &mut dx, &mut dw, &mut db)?;
+        Ok(dw)
+    });
+}
+
 #[test]
 fn skinny_products_in_every_layout() {
     // At most eight rows of C take the GPU's skinny kernel: each operand layout, with the
