@@ -246,36 +246,68 @@ fn tap_reader(i: usize, k: usize, n: usize, s: usize, p: usize, d: usize) -> usi
     o
 }
 
+/// Patch rows gathered per unit by [`im2col_kernel`]: the geometry words and the decomposition
+/// of the row index are read and computed once per run, not once per element (software
+/// devices load every word one lane at a time).
+const IM2COL_RUN: usize = 16;
+
 /// `col[r, t]` (`r = ((ci kD + kz) kH + ky) kW + kx`, `t < tile`) = the input voxel that tap
 /// `(kz, ky, kx)` of output voxel `p0 + t` reads in channel `ci` of the batch entry at
-/// `x_base`, zero in the padding.
+/// `x_base`, zero in the padding. Unit `u` fills column `t = u % tile` of rows
+/// `(u / tile) * IM2COL_RUN ..` (at most `rows`), so consecutive units touch consecutive
+/// pixels.
 #[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
 fn im2col_kernel<F: Float>(
     x: &Array<F>,
     col: &mut Array<F>,
     x_base: usize,
     p0: usize,
     tile: usize,
+    rows: usize,
     taps: &Array<u32>,
 ) {
-    let i = ABSOLUTE_POS;
-    if i < col.len() {
+    let u = ABSOLUTE_POS;
+    if u < tile * ((rows + IM2COL_RUN - 1) / IM2COL_RUN) {
         let g = read_taps(taps);
-        let t = i % tile;
-        let r = i / tile;
-        let kx = r % g.kw;
-        let ky = (r / g.kw) % g.kh;
-        let kz = (r / (g.kw * g.kh)) % g.kd;
-        let ci = r / (g.kw * g.kh * g.kd);
+        let t = u % tile;
+        let r0 = (u / tile) * IM2COL_RUN;
         let p = p0 + t;
-        let ix = tap_source(p % g.ow, kx, g.w, g.sw, g.pw, g.dw);
-        let iy = tap_source((p / g.ow) % g.oh, ky, g.h, g.sh, g.ph, g.dh);
-        let iz = tap_source(p / (g.ow * g.oh), kz, g.d, g.sd, g.pd, g.dd);
-        let mut v = F::new(0.0);
-        if ix < g.w && iy < g.h && iz < g.d {
-            v = x[x_base + ((ci * g.d + iz) * g.h + iy) * g.w + ix];
+        let ox = p % g.ow;
+        let oy = (p / g.ow) % g.oh;
+        let oz = p / (g.ow * g.oh);
+        let mut kx = r0 % g.kw;
+        let mut ky = (r0 / g.kw) % g.kh;
+        let mut kz = (r0 / (g.kw * g.kh)) % g.kd;
+        let mut ci = r0 / (g.kw * g.kh * g.kd);
+        let plane = g.d * g.h * g.w;
+        let mut end = r0 + IM2COL_RUN;
+        if end > rows {
+            end = rows;
         }
-        col[i] = v;
+        for r in r0..end {
+            let ix = tap_source(ox, kx, g.w, g.sw, g.pw, g.dw);
+            let iy = tap_source(oy, ky, g.h, g.sh, g.ph, g.dh);
+            let iz = tap_source(oz, kz, g.d, g.sd, g.pd, g.dd);
+            let mut v = F::new(0.0);
+            if ix < g.w && iy < g.h && iz < g.d {
+                v = x[x_base + ci * plane + (iz * g.h + iy) * g.w + ix];
+            }
+            col[r * tile + t] = v;
+            kx += 1;
+            if kx == g.kw {
+                kx = 0;
+                ky += 1;
+                if ky == g.kh {
+                    ky = 0;
+                    kz += 1;
+                    if kz == g.kd {
+                        kz = 0;
+                        ci += 1;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -693,10 +725,12 @@ fn im2col<R: Runtime, F: Float + CubeElement>(
     k_all: usize,
 ) -> Result<(), LaunchError> {
     let col = col.prefix(k_all * len);
-    let (count, dim) = grid_1d(client, k_all * len)?;
-    // SAFETY: `col` holds `k_all * len` values (a checked prefix); each unit reads the input
-    // pixel `x_base + (ci H + iy) W + ix` with `ci < C_in`, `iy < H`, `ix < W` (guarded), inside
-    // the batch entry at `x_base`, which the caller's checked `x` holds.
+    let (count, dim) = grid_1d(client, k_all.div_ceil(IM2COL_RUN) * len)?;
+    // SAFETY: `col` holds `k_all * len` values (a checked prefix); each unit writes
+    // `col[r len + t]` with `r < k_all`, `t < len` and reads the input pixel
+    // `x_base + (ci D + iz) H W + iy W + ix` with `ci < C_in` (as `r < k_all`), `iz < D`,
+    // `iy < H`, `ix < W` (guarded), inside the batch entry at `x_base`, which the caller's
+    // checked `x` holds.
     unsafe {
         im2col_kernel::launch_unchecked::<F, R>(
             client,
@@ -707,6 +741,7 @@ fn im2col<R: Runtime, F: Float + CubeElement>(
             x_base,
             p0,
             len,
+            k_all,
             taps.arg(),
         );
     }
@@ -925,6 +960,7 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
             c.clone(),
             a(),
             a(),
+            (),
             (),
             (),
             (),

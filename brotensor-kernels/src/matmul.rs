@@ -29,23 +29,27 @@ use cubecl::server::Handle;
 use crate::elementwise::{gelu, gelu_exact, sigmoid, silu};
 use crate::launch::{extent, strided_span, Buf, LaunchError};
 
+/// The tensor-core kernel's (and the quantized GEMM's) `64 x 64` tile of `C`.
 pub(crate) const BM: usize = 64;
 pub(crate) const BN: usize = 64;
+/// The depth of a staged slice.
 const BK: usize = 16;
-/// Units per side of a cube (a cube is `UNITS x UNITS`).
+/// Units along a cube's columns (the dense scalar tiles are `UNITS x rows / 8` units).
 const UNITS: usize = 16;
-/// Rows and columns of `C` per unit.
+/// Rows and columns of `C` per unit of the quantized GEMM.
 pub(crate) const TM: usize = 4;
 pub(crate) const TN: usize = 4;
-/// The dense scalar kernels' wide tile: `128 x 128` of `C` per cube, each unit an `8 x 8`
-/// block (64 FMAs per 16 shared loads, where `4 x 4` does 16 per 8: software devices, which
-/// load shared memory one lane at a time, run twice as fast). Products whose wide grid would
-/// have fewer than [`WIDE_MIN_CUBES`] cubes (or fewer than the device's multiprocessors) take
-/// the `64 x 64` tile with `4 x 4` blocks, so small products still spread over the device.
-const WIDE: usize = 128;
-const WIDE_PER: usize = 8;
-/// The fewest cubes a wide-tile grid may have (see [`WIDE`]).
-const WIDE_MIN_CUBES: usize = 16;
+/// The dense scalar kernels' tiles: `rows x 128` of `C` per cube (`rows` 32, 64 or 128),
+/// [`UNITS`]` x rows / 8` units of `8 x 8` blocks each: 64 FMAs per 16 shared loads (a `4 x 4`
+/// block does 16 per 8: software devices, which load shared memory one lane at a time, run
+/// twice as fast), and no more rows than the product has (to 32).
+const COLS: usize = 128;
+const PER: usize = 8;
+/// The tile row counts, smallest first.
+const TILE_ROWS: [usize; 3] = [32, 64, 128];
+/// The fewest cubes a grid should have before it takes taller tiles (the device's
+/// multiprocessors where the runtime knows them, if more).
+const MIN_CUBES: usize = 16;
 
 /// What a launch computes, beyond the three operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,10 +165,11 @@ fn activate_runtime(v: f32, act: u32) -> f32 {
 }
 
 /// One `depth`-deep step of the register tile: `acc += sa[:, rows] x sb[:, cols]` for this
-/// unit's `per x per` block (`tx`, `ty` its position in the cube), over `width`-wide shared
-/// tiles (the dense GEMM: [`WIDE`] / [`WIDE_PER`], `BK` deep; the quantized GEMM: `BM` / `TM`,
-/// a 32-element block run).
+/// unit's `per x per` block (`tx`, `ty` its position in the cube), over shared tiles with
+/// rows of `width_a` and `width_b` floats (the dense GEMM: `rows` and [`COLS`], 8 x 8 blocks,
+/// `BK` deep; the quantized GEMM: `BM` and `BN`, 4 x 4 blocks, a 32-element block run).
 #[cube]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn tile_fma(
     sa: &SharedMemory<f32>,
     sb: &SharedMemory<f32>,
@@ -172,7 +177,8 @@ pub(crate) fn tile_fma(
     tx: usize,
     ty: usize,
     #[comptime] depth: usize,
-    #[comptime] width: usize,
+    #[comptime] width_a: usize,
+    #[comptime] width_b: usize,
     #[comptime] per: usize,
 ) {
     let mut ra = Array::<f32>::new(per);
@@ -181,11 +187,11 @@ pub(crate) fn tile_fma(
     for kk in 0..depth {
         #[unroll]
         for i in 0..per {
-            ra[i] = sa[kk * width + ty * per + i];
+            ra[i] = sa[kk * width_a + ty * per + i];
         }
         #[unroll]
         for j in 0..per {
-            rb[j] = sb[kk * width + tx * per + j];
+            rb[j] = sb[kk * width_b + tx * per + j];
         }
         #[unroll]
         for i in 0..per {
@@ -456,32 +462,32 @@ fn gemm_v4_kernel<F: Float>(
     stride_c: usize,
     flags: u32,
     act: u32,
-    #[comptime] width: usize,
-    #[comptime] per: usize,
+    #[comptime] rows: usize,
 ) {
     let z = CUBE_POS_Z as usize;
-    let row0 = CUBE_POS_Y as usize * width;
-    let col0 = CUBE_POS_X as usize * width;
+    let units = comptime!(UNITS * rows / PER);
+    let row0 = CUBE_POS_Y as usize * rows;
+    let col0 = CUBE_POS_X as usize * COLS;
     let tid = UNIT_POS as usize;
     let tx = tid % UNITS;
     let ty = tid / UNITS;
-    let mut sa = SharedMemory::<f32>::new(BK * width);
-    let mut sb = SharedMemory::<f32>::new(BK * width);
-    let mut acc = Array::<f32>::new(per * per);
+    let mut sa = SharedMemory::<f32>::new(BK * rows);
+    let mut sb = SharedMemory::<f32>::new(BK * COLS);
+    let mut acc = Array::<f32>::new(PER * PER);
     #[unroll]
-    for i in 0..per * per {
+    for i in 0..PER * PER {
         acc[i] = f32::new(0.0f32);
     }
-    // A's `width x 16` slice is `4 * width` vectors along k, B's `16 x width` slice as many
-    // along n: one or two of each per unit, `UNITS * UNITS` apart.
+    // A's `rows x 16` slice is `4 * rows` vectors along k (two per unit), B's `16 x 128`
+    // slice 512 vectors along n (2 to 8 per unit); consecutive units along the stored rows.
     let mut k0 = usize::new(0);
     loop {
         if k0 >= k {
             break;
         }
         #[unroll]
-        for r in 0..comptime!(width * BK / (4 * UNITS * UNITS)) {
-            let e = tid + r * UNITS * UNITS;
+        for r in 0..comptime!(rows * BK / (4 * units)) {
+            let e = tid + r * units;
             let ai = e / (BK / 4);
             let aq = (e % (BK / 4)) * 4;
             let gi = row0 + ai;
@@ -492,10 +498,14 @@ fn gemm_v4_kernel<F: Float>(
             }
             #[unroll]
             for t in 0..4usize {
-                sa[(aq + t) * width + ai] = va[t];
+                sa[(aq + t) * rows + ai] = va[t];
             }
-            let bk = e / (width / 4);
-            let bq = (e % (width / 4)) * 4;
+        }
+        #[unroll]
+        for r in 0..comptime!(COLS * BK / (4 * units)) {
+            let e = tid + r * units;
+            let bk = e / (COLS / 4);
+            let bq = (e % (COLS / 4)) * 4;
             let gkb = k0 + bk;
             let gj = col0 + bq;
             let mut vb = Vector::<f32, Const<4>>::new(0.0);
@@ -504,11 +514,11 @@ fn gemm_v4_kernel<F: Float>(
             }
             #[unroll]
             for t in 0..4usize {
-                sb[bk * width + bq + t] = vb[t];
+                sb[bk * COLS + bq + t] = vb[t];
             }
         }
         sync_cube();
-        tile_fma(&sa, &sb, &mut acc, tx, ty, BK, width, per);
+        tile_fma(&sa, &sb, &mut acc, tx, ty, BK, rows, COLS, PER);
         sync_cube();
         k0 += BK;
     }
@@ -516,14 +526,14 @@ fn gemm_v4_kernel<F: Float>(
         c,
         bias,
         &acc,
-        row0 + ty * per,
-        col0 + tx * per,
+        row0 + ty * PER,
+        col0 + tx * PER,
         m,
         n,
         z * stride_c,
         flags,
         act,
-        per,
+        PER,
     );
 }
 
@@ -544,12 +554,12 @@ fn gemm_kernel<F: Float>(
     act: u32,
     #[comptime] trans_a: bool,
     #[comptime] trans_b: bool,
-    #[comptime] width: usize,
-    #[comptime] per: usize,
+    #[comptime] rows: usize,
 ) {
     let z = CUBE_POS_Z as usize;
-    let row0 = CUBE_POS_Y as usize * width;
-    let col0 = CUBE_POS_X as usize * width;
+    let units = comptime!(UNITS * rows / PER);
+    let row0 = CUBE_POS_Y as usize * rows;
+    let col0 = CUBE_POS_X as usize * COLS;
     let tid = UNIT_POS as usize;
     let tx = tid % UNITS;
     let ty = tid / UNITS;
@@ -557,11 +567,11 @@ fn gemm_kernel<F: Float>(
     let base_b = z * stride_b;
     let base_c = z * stride_c;
 
-    let mut sa = SharedMemory::<f32>::new(BK * width);
-    let mut sb = SharedMemory::<f32>::new(BK * width);
-    let mut acc = Array::<f32>::new(per * per);
+    let mut sa = SharedMemory::<f32>::new(BK * rows);
+    let mut sb = SharedMemory::<f32>::new(BK * COLS);
+    let mut acc = Array::<f32>::new(PER * PER);
     #[unroll]
-    for i in 0..per * per {
+    for i in 0..PER * PER {
         acc[i] = f32::new(0.0f32);
     }
 
@@ -570,35 +580,35 @@ fn gemm_kernel<F: Float>(
         if k0 >= k {
             break;
         }
-        // Stage A's `width x 16` slice: 4 or 8 elements per unit, consecutive units along
-        // the stored row so global reads coalesce.
+        // Stage A's `rows x 16` slice: 8 elements per unit, consecutive units along the
+        // stored row so global reads coalesce.
         #[unroll]
-        for r in 0..(width * BK) / (UNITS * UNITS) {
-            let e = tid + r * UNITS * UNITS;
+        for r in 0..comptime!(rows * BK / units) {
+            let e = tid + r * units;
             let mut i = e / BK;
             let mut kk = e % BK;
             if comptime!(trans_a) {
-                i = e % width;
-                kk = e / width;
+                i = e % rows;
+                kk = e / rows;
             }
             let v = read_operand::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
-            sa[kk * width + i] = v;
+            sa[kk * rows + i] = v;
         }
-        // Stage B's `16 x width` slice likewise.
+        // Stage B's `16 x 128` slice likewise (8 to 32 elements per unit).
         #[unroll]
-        for r in 0..(BK * width) / (UNITS * UNITS) {
-            let e = tid + r * UNITS * UNITS;
-            let mut kk = e / width;
-            let mut j = e % width;
+        for r in 0..comptime!(BK * COLS / units) {
+            let e = tid + r * units;
+            let mut kk = e / COLS;
+            let mut j = e % COLS;
             if comptime!(trans_b) {
                 kk = e % BK;
                 j = e / BK;
             }
             let v = read_operand::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
-            sb[kk * width + j] = v;
+            sb[kk * COLS + j] = v;
         }
         sync_cube();
-        tile_fma(&sa, &sb, &mut acc, tx, ty, BK, width, per);
+        tile_fma(&sa, &sb, &mut acc, tx, ty, BK, rows, COLS, PER);
         sync_cube();
         k0 += BK;
     }
@@ -607,14 +617,14 @@ fn gemm_kernel<F: Float>(
         c,
         bias,
         &acc,
-        row0 + ty * per,
-        col0 + tx * per,
+        row0 + ty * PER,
+        col0 + tx * PER,
         m,
         n,
         base_c,
         flags,
         act,
-        per,
+        PER,
     );
 }
 
@@ -932,15 +942,12 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         .bias
         .then(|| Buf::required("bias", bias, n, bytes))
         .transpose()?;
-    let (gx, gy) = (n.div_ceil(BN), m.div_ceil(BM));
     let max = client.properties().hardware.max_cube_count;
-    if gx > max.0 as usize || gy > max.1 as usize || batch > max.2 as usize {
+    if batch > max.2 as usize {
         return Err(LaunchError::TooLarge {
             vectors: m.saturating_mul(n).saturating_mul(batch),
         });
     }
-    let count = CubeCount::Static(gx as u32, gy as u32, batch as u32);
-    let dim = CubeDim::new_2d(UNITS as u32, UNITS as u32);
     let bias = b.stand_in_for(bias.as_ref());
     let act = if spec.act <= 5 { spec.act } else { 0 };
     // The epilogue, chosen at run time by every kernel: bit 0 accumulate, bit 1 bias.
@@ -999,12 +1006,18 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     if let Some(MatrixUnitShape { plane, frag }) = matrix_unit_shape::<R, F>(client) {
+        let (gx, gy) = (n.div_ceil(BN), m.div_ceil(BM));
+        if gx > max.0 as usize || gy > max.1 as usize {
+            return Err(LaunchError::TooLarge {
+                vectors: m.saturating_mul(n).saturating_mul(batch),
+            });
+        }
         // SAFETY: as for `gemm_kernel` below: the same index guards against `m`, `n`, `k`
         // and the same checked spans; shared-memory indices stay inside their tiles.
         unsafe {
             launch!(
                 gemm_cmma_kernel,
-                count,
+                CubeCount::Static(gx as u32, gy as u32, batch as u32),
                 CubeDim::new_1d(cmma_units(plane, frag) as u32),
                 spec.trans_a,
                 spec.trans_b,
@@ -1014,25 +1027,30 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         }
         return Ok(());
     }
-    // The scalar kernels' wide tiles where their grid still fills the device (fewer cubes
-    // than `count`, so within its limits).
-    let wide_cubes = n.div_ceil(WIDE) * m.div_ceil(WIDE) * batch;
+    // The scalar kernels' tile: the fewest rows that cover `m`, fewer while the grid would
+    // have under `fill` cubes.
     let fill = client
         .properties()
         .hardware
         .num_streaming_multiprocessors
         .map_or(0, |sm| sm as usize)
-        .max(WIDE_MIN_CUBES);
-    let (count, width, per) = if wide_cubes >= fill {
-        let wide = (n.div_ceil(WIDE), m.div_ceil(WIDE));
-        (
-            CubeCount::Static(wide.0 as u32, wide.1 as u32, batch as u32),
-            WIDE,
-            WIDE_PER,
-        )
-    } else {
-        (count, BN, TN)
-    };
+        .max(MIN_CUBES);
+    let cols = n.div_ceil(COLS);
+    let mut rows = TILE_ROWS
+        .into_iter()
+        .find(|&r| r >= m)
+        .unwrap_or(TILE_ROWS[TILE_ROWS.len() - 1]);
+    while rows > TILE_ROWS[0] && cols * m.div_ceil(rows) * batch < fill {
+        rows /= 2;
+    }
+    let gy = m.div_ceil(rows);
+    if cols > max.0 as usize || gy > max.1 as usize {
+        return Err(LaunchError::TooLarge {
+            vectors: m.saturating_mul(n).saturating_mul(batch),
+        });
+    }
+    let count = CubeCount::Static(cols as u32, gy as u32, batch as u32);
+    let dim = CubeDim::new_2d(UNITS as u32, (rows / PER) as u32);
     let vectorized = !spec.trans_a
         && !spec.trans_b
         && k % 4 == 0
@@ -1042,7 +1060,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
         // SAFETY: as below; every vector index `(offset) / 4` addresses an offset that is a
         // multiple of 4 (k, n and the strides are) inside the checked spans.
         unsafe {
-            launch!(gemm_v4_kernel, count, dim, width, per);
+            launch!(gemm_v4_kernel, count, dim, rows);
         }
         return Ok(());
     }
@@ -1050,23 +1068,15 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     // stands in for an absent bias, never read); the kernel reads A and B only at indices
     // inside those spans (guarded by `m`, `n`, `k`) and writes C only inside its span.
     unsafe {
-        launch!(
-            gemm_kernel,
-            count,
-            dim,
-            spec.trans_a,
-            spec.trans_b,
-            width,
-            per
-        );
+        launch!(gemm_kernel, count, dim, spec.trans_a, spec.trans_b, rows);
     }
     Ok(())
 }
 
 /// Every kernel of this file in every specialisation the library can launch on CUDA (or
-/// Metal), lowered to CUDA C++ (or MSL; see `crate::cuda_lowering`): every transpose and both
-/// scalar tiles (the
-/// epilogue is a launch argument, not a specialisation), and the tensor-core kernel for the 16-bit types
+/// Metal), lowered to CUDA C++ (or MSL; see `crate::cuda_lowering`): every transpose and tile
+/// height (the epilogue is a launch argument, not a specialisation), and the tensor-core kernel
+/// for the 16-bit types
 /// with a plane of 32 (CUDA's warp, Apple's SIMD group) and 16x16x16 fragments on CUDA,
 /// 8x8x8 on Metal (the only simdgroup matrices it has).
 #[cfg(test)]
@@ -1074,7 +1084,7 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     use crate::cuda_lowering::{for_floats, Lowering as L, Rt, Target};
     let c = l.client.clone();
     let a = L::array;
-    let tiled = || L::settings(CubeDim::new_2d(UNITS as u32, UNITS as u32));
+    let tiled = |rows: usize| L::settings(CubeDim::new_2d(UNITS as u32, (rows / PER) as u32));
     let frag = match l.target() {
         Target::Cuda => FRAGS[0],
         Target::Msl => FRAGS[1],
@@ -1082,8 +1092,6 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     let plane = 32;
     let cmma = || L::settings(CubeDim::new_1d(cmma_units(plane, frag) as u32));
     let flags = [false, true];
-    // The scalar kernels' two tiles: `(side, unit block side)`.
-    const TILES: [(usize, usize); 2] = [(BN, TN), (WIDE, WIDE_PER)];
     // Every kernel here takes the same operands and launch arguments (`a`, `b`, `bias`, `c`,
     // then `m`, `n`, `k`, the three batch strides, the epilogue flags and the activation),
     // then its own comptime values.
@@ -1111,14 +1119,14 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     let skinny = || L::settings(CubeDim::new_1d(SKINNY_UNITS as u32));
     for_floats!(|F| {
         lower!(gemm_skinny_v4_kernel::GemmSkinnyV4Kernel<F, Rt>, skinny());
-        for (width, per) in TILES {
-            lower!(gemm_v4_kernel::GemmV4Kernel<F, Rt>, tiled(), width, per);
+        for rows in TILE_ROWS {
+            lower!(gemm_v4_kernel::GemmV4Kernel<F, Rt>, tiled(rows), rows);
         }
         for trans_a in flags {
             for trans_b in flags {
                 lower!(gemm_skinny_kernel::GemmSkinnyKernel<F, Rt>, skinny(), trans_a, trans_b);
-                for (width, per) in TILES {
-                    lower!(gemm_kernel::GemmKernel<F, Rt>, tiled(), trans_a, trans_b, width, per);
+                for rows in TILE_ROWS {
+                    lower!(gemm_kernel::GemmKernel<F, Rt>, tiled(rows), trans_a, trans_b, rows);
                 }
                 if core::mem::size_of::<F>() == 2 {
                     lower!(

@@ -32,8 +32,8 @@ const _: () = {
         i += 1;
     }
     assert!(BN * BK == 8 * UNITS * UNITS && (BM * BK).is_multiple_of(UNITS * UNITS));
-    // `tile_fma` and `store_tile` take square tiles and square unit blocks.
-    assert!(BM == BN && TM == TN);
+    // `tile_fma` and `store_tile` take square unit blocks.
+    assert!(TM == TN);
 };
 
 /// What one quantized GEMM launch computes.
@@ -125,7 +125,7 @@ fn quant_gemm_kernel<F: Float>(
             sx[kk * BM + i] = v;
         }
         sync_cube();
-        tile_fma(&sx, &sw, &mut acc, tx, ty, BK, BM, TM);
+        tile_fma(&sx, &sw, &mut acc, tx, ty, BK, BM, BN, TM);
         sync_cube();
         k0 += BK;
     }

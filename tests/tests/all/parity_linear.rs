@@ -76,15 +76,21 @@ fn matmul_any_shape() {
     }
 }
 
-/// Products large enough for the GPU's wide `128 x 128` tiles (at least 16 of them), ragged on
-/// both sides, in every layout: plain, 4-wide vectors, `B` transposed (linear), `A`
-/// transposed (the weight gradient).
+/// Products large enough for the GPU's taller tiles (`128 x 128` and `64 x 128`: at least 16 of
+/// them; smaller products take `32 x 128`), ragged on both sides, in every layout: plain,
+/// 4-wide vectors, `B` transposed (linear), `A` transposed (the weight gradient).
 #[test]
-fn wide_tiles_in_every_layout() {
-    for (i, (m, k, n)) in [(520, 33, 516), (516, 36, 520)].into_iter().enumerate() {
+fn tall_tiles_in_every_layout() {
+    let shapes = [
+        (520, 33, 516),
+        (516, 36, 520),
+        (100, 33, 1000),
+        (100, 36, 1000),
+    ];
+    for (i, (m, k, n)) in shapes.into_iter().enumerate() {
         parity_with(
-            &format!("matmul wide {m}x{k}x{n}"),
-            0x5a0 + i as u64,
+            &format!("matmul tall tiles {m}x{k}x{n}"),
+            0x5b0 + i as u64,
             &[input(m, k), input(k, n)],
             DOT,
             |t| {
@@ -96,8 +102,8 @@ fn wide_tiles_in_every_layout() {
     }
     let (rows, out, inp) = (520, 516, 33);
     parity_with(
-        "linear_forward_batched wide",
-        0x5a2,
+        "linear_forward_batched tall tiles",
+        0x5b4,
         &[input(out, inp), input(out, 1), input(rows, inp)],
         DOT,
         |t| {
@@ -114,11 +120,17 @@ fn wide_tiles_in_every_layout() {
         input(out, inp),
         input(out, 1),
     ];
-    parity_with("linear_backward_batched wide dw", 0x5a3, &bwd, DOT, |t| {
-        let (mut dx, mut dw, mut db) = (Tensor::default(), t[3].clone(), t[4].clone());
-        ops::linear_backward_batched(&t[0], &t[1], &t[2], &mut dx, &mut dw, &mut db)?;
-        Ok(dw)
-    });
+    parity_with(
+        "linear_backward_batched tall tiles dw",
+        0x5b5,
+        &bwd,
+        DOT,
+        |t| {
+            let (mut dx, mut dw, mut db) = (Tensor::default(), t[3].clone(), t[4].clone());
+            ops::linear_backward_batched(&t[0], &t[1], &t[2], &mut dx, &mut dw, &mut db)?;
+            Ok(dw)
+        },
+    );
 }
 
 #[test]
