@@ -44,8 +44,28 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     // Tile sizes, hardware widths and pack widths.
     (
-        "tile",
-        "queries per cube and keys per step of flash attention (16, 8, 4, 2)",
+        "rq",
+        "query rows per unit of flash attention (4, 2 or 1, by head size)",
+    ),
+    (
+        "dpu",
+        "output columns per unit of flash attention (8 to 64, by head size)",
+    ),
+    (
+        "rows",
+        "rows of C per cube of the scalar GEMM tiles (32, 64 or 128)",
+    ),
+    (
+        "per",
+        "side of one unit's register block of C (8 dense, 4 quantized)",
+    ),
+    (
+        "width_a",
+        "row length of the staged A tile a register-tile step reads",
+    ),
+    (
+        "width_b",
+        "row length of the staged B tile a register-tile step reads",
     ),
     ("frag", "side of the square tensor-core fragments (16 or 8)"),
     (
