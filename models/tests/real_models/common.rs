@@ -5,7 +5,6 @@ use brotensor_models::files;
 use serde_json::Value;
 
 /// The path of a fixture in `tests/fixtures/models/`.
-#[allow(dead_code)] // not every test binary reads a binary fixture
 pub fn fixture(name: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/models")
@@ -13,7 +12,6 @@ pub fn fixture(name: &str) -> std::path::PathBuf {
 }
 
 /// The little-endian f32 values of a binary fixture of `tests/fixtures/models/`.
-#[allow(dead_code)] // not every test binary reads a binary fixture
 pub fn f32_fixture(name: &str) -> Vec<f32> {
     let bytes = std::fs::read(fixture(name)).expect("fixture");
     bytes
@@ -29,7 +27,6 @@ pub fn json(name: &str) -> Value {
 }
 
 /// A JSON list of numbers.
-#[allow(dead_code)] // not every test binary reads number lists
 pub fn floats(v: &Value) -> Vec<f64> {
     v.as_array()
         .expect("number list")
@@ -40,7 +37,6 @@ pub fn floats(v: &Value) -> Vec<f64> {
 
 /// The CPU and every GPU (failing when `BROTENSOR_REQUIRE_GPU` names a missing kind), after
 /// making sure the model files are there.
-#[allow(dead_code)] // not every test binary runs on every device
 pub fn devices() -> Vec<Device> {
     files::ensure_models().expect("the model files (scripts/fetch-models.sh)");
     let mut all = vec![Device::Cpu];

@@ -6,8 +6,7 @@ use brotensor::{Device, Dtype, Tensor};
 use brotensor_models::dcgan::{grid, DcGan, LATENT, SIDE};
 use brotensor_models::files;
 
-mod common;
-use common::{devices, f32_fixture};
+use crate::common::{self, devices, f32_fixture};
 
 #[test]
 fn dcgan_matches_onnx_runtime() {

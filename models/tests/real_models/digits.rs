@@ -9,20 +9,14 @@ use brotensor_models::digits::{Cnn, Digits, Trainer};
 use brotensor_models::files;
 use serde_json::Value;
 
+use crate::common::floats;
+
 fn fixture() -> Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../tests/fixtures/digits/first_steps.json"
     );
     serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("numbers")
-        .iter()
-        .map(|x| x.as_f64().expect("number"))
-        .collect()
 }
 
 fn data() -> Digits {

@@ -14,8 +14,7 @@ use brotensor_models::smollm2::{Sampling, Shard, SmolLm2};
 use brotensor_models::{files, tokenizer};
 use serde_json::Value;
 
-mod common;
-use common::{devices, f32_fixture, fixture, floats, json};
+use crate::common::{devices, f32_fixture, fixture, floats, json};
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
@@ -339,7 +338,8 @@ fn a_shard_refuses_bad_worlds_and_the_plain_forward() {
 #[cfg(feature = "distributed")]
 #[test]
 fn sharded_smollm2_over_mpi_gives_the_reference_tokens() {
-    let text = brotensor_tests::mpirun_test(2, "smollm2_mpi_rank", Duration::from_secs(600));
+    let text =
+        brotensor_tests::mpirun_test(2, "models::smollm2_mpi_rank", Duration::from_secs(600));
     for r in 0..2 {
         assert!(
             text.contains(&format!("rank {r}: the reference's 16 greedy tokens")),

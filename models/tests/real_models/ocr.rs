@@ -9,8 +9,7 @@ use brotensor::Dtype;
 use brotensor_models::files;
 use brotensor_models::ocr::{load_bgr, Ocr};
 
-mod common;
-use common::{devices, floats};
+use crate::common::{self, devices, floats};
 
 #[test]
 fn ocr_reads_what_the_package_reads() {

@@ -8,8 +8,7 @@ use brotensor_models::files;
 use brotensor_models::ppocr::{Classifier, Detector, Recognizer};
 use serde_json::Value;
 
-mod common;
-use common::{devices, f32_fixture, floats};
+use crate::common::{self, devices, f32_fixture, floats};
 
 fn dims(v: &Value) -> Vec<usize> {
     floats(v).into_iter().map(|x| x as usize).collect()

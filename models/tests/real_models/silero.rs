@@ -9,8 +9,7 @@ use brotensor_models::silero::{
 };
 use brotensor_models::{audio, files};
 
-mod common;
-use common::devices;
+use crate::common::{self, devices};
 
 fn max_error(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "chunk count");

@@ -10,8 +10,7 @@ use brotensor_models::files;
 use brotensor_models::terrain::{height_map, karras_sigmas, Sampler, Terrain, SIGMA_MIN};
 use serde_json::Value;
 
-mod common;
-use common::{devices, f32_fixture, floats};
+use crate::common::{self, devices, f32_fixture, floats};
 
 fn max_abs(v: &[f32]) -> f32 {
     v.iter().fold(0f32, |m, x| m.max(x.abs()))
