@@ -256,8 +256,9 @@ const IM2COL_RUN: usize = 16;
 /// `x_base`, zero in the padding. Unit `u` fills column `t = u % tile` of rows
 /// `(u / tile) * IM2COL_RUN ..` (at most `rows`), so consecutive units touch consecutive
 /// pixels.
+// The division stays spelled out: the kernel language has no `div_ceil`.
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
 fn im2col_kernel<F: Float>(
     x: &Array<F>,
     col: &mut Array<F>,
