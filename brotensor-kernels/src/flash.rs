@@ -4,10 +4,10 @@
 //! `s_ij = (Q[i, h] . K[j, kvh]) / sqrt(hd)` (soft-capped when asked), over the keys kept by
 //! the mask, causal and window rules, `kvh = h / (nq / nkv)`. One cube of [`UNITS`] units
 //! (an `8 x 8` grid) takes `8 * rq` rows (query row, query head) of one KV head's group, so
-//! the group's heads share every K/V tile it reads, and walks the keys [`KEYS`] at a time, as
+//! the group's heads share every K/V tile it reads, and walks the keys `KEYS` (32) at a time, as
 //! two register-blocked products:
 //! - scores: each unit keeps an `rq x 4` block of the `rows x KEYS` scores in registers,
-//!   summed over [`DEPTH`]-deep slices of the (pre-scaled) queries and the keys staged
+//!   summed over `DEPTH`-deep (16) slices of the (pre-scaled) queries and the keys staged
 //!   transposed in shared memory, so every shared read serves `rq` or 4 products;
 //! - one unit per row turns its scores into weights (online softmax: running maximum and
 //!   sum), through a `rows x KEYS` tile in shared memory;
