@@ -1,6 +1,6 @@
 //! What the real-model tests share: their fixtures and the devices they run on.
 
-use brotensor::Device;
+use brotensor::{Device, Dtype};
 use brotensor_models::files;
 use serde_json::Value;
 
@@ -42,4 +42,23 @@ pub fn devices() -> Vec<Device> {
     let mut all = vec![Device::Cpu];
     all.extend(brotensor_tests::gpu_devices());
     all
+}
+
+/// The (device, dtype) pairs a model test runs: F32 everywhere, each of the 16-bit `dtypes`
+/// on the GPUs that have it (a note names `model` and each one skipped).
+pub fn targets(model: &str, dtypes: &[Dtype]) -> Vec<(Device, Dtype)> {
+    let mut out = Vec::new();
+    for device in devices() {
+        for &dtype in dtypes {
+            if device == Device::Cpu && dtype != Dtype::F32 {
+                continue;
+            }
+            if !brotensor::supports_dtype(device, dtype).unwrap() {
+                eprintln!("note: {device} has no {dtype}; {model} not run in it there");
+                continue;
+            }
+            out.push((device, dtype));
+        }
+    }
+    out
 }

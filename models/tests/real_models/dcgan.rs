@@ -6,7 +6,7 @@ use brotensor::{Device, Dtype, Tensor};
 use brotensor_models::dcgan::{grid, DcGan, LATENT, SIDE};
 use brotensor_models::files;
 
-use crate::common::{self, devices, f32_fixture};
+use crate::common::{self, devices, f32_fixture, targets};
 
 #[test]
 fn dcgan_matches_onnx_runtime() {
@@ -20,36 +20,27 @@ fn dcgan_matches_onnx_runtime() {
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
     assert!(scale > 0.9, "reference scale {scale}");
     let mut runs = 0;
-    for device in devices() {
-        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
-            if device == Device::Cpu && dtype != Dtype::F32 {
-                continue;
-            }
-            if !brotensor::supports_dtype(device, dtype).unwrap() {
-                eprintln!("note: {device} has no {dtype}; the DCGAN not run in it there");
-                continue;
-            }
-            let model = DcGan::load(&files::dcgan_weights(), device, dtype).unwrap();
-            let zt = Tensor::from_slice_nd_on(device, &z, &[batch, LATENT]).unwrap();
-            let got = model.generate(&zt).unwrap();
-            assert_eq!(got.dims(), [batch, 3, SIDE, SIDE]);
-            let got = got.to_vec::<f32>().unwrap();
-            let err = got
-                .iter()
-                .zip(&want)
-                .map(|(g, w)| (g - w).abs())
-                .fold(0f32, f32::max);
-            // F32: five products of up to 8192 terms; ORT is 8.5e-7 from float64. 16-bit
-            // weights and activations move pixels by about 1e-2 (BF16 more).
-            let bound = match dtype {
-                Dtype::F32 => 1e-4,
-                Dtype::F16 => 3e-2,
-                _ => 8e-2,
-            } * scale;
-            assert!(err <= bound, "{device} {dtype}: max |face - ORT| = {err:e}");
-            println!("{device} {dtype}: max |face - ORT| = {err:.1e}");
-            runs += 1;
-        }
+    for (device, dtype) in targets("the DCGAN", &[Dtype::F32, Dtype::F16, Dtype::BF16]) {
+        let model = DcGan::load(&files::dcgan_weights(), device, dtype).unwrap();
+        let zt = Tensor::from_slice_nd_on(device, &z, &[batch, LATENT]).unwrap();
+        let got = model.generate(&zt).unwrap();
+        assert_eq!(got.dims(), [batch, 3, SIDE, SIDE]);
+        let got = got.to_vec::<f32>().unwrap();
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (g - w).abs())
+            .fold(0f32, f32::max);
+        // F32: five products of up to 8192 terms; ORT is 8.5e-7 from float64. 16-bit
+        // weights and activations move pixels by about 1e-2 (BF16 more).
+        let bound = match dtype {
+            Dtype::F32 => 1e-4,
+            Dtype::F16 => 3e-2,
+            _ => 8e-2,
+        } * scale;
+        assert!(err <= bound, "{device} {dtype}: max |face - ORT| = {err:e}");
+        println!("{device} {dtype}: max |face - ORT| = {err:.1e}");
+        runs += 1;
     }
     assert!(runs >= 2, "the DCGAN ran in only {runs} device/dtype pairs");
 }

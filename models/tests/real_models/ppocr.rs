@@ -8,7 +8,7 @@ use brotensor_models::files;
 use brotensor_models::ppocr::{Classifier, Detector, Recognizer};
 use serde_json::Value;
 
-use crate::common::{self, devices, f32_fixture, floats};
+use crate::common::{self, f32_fixture, floats, targets};
 
 fn dims(v: &Value) -> Vec<usize> {
     floats(v).into_iter().map(|x| x as usize).collect()
@@ -20,20 +20,8 @@ fn input(device: Device, case: &Value) -> Tensor {
 }
 
 /// The devices and dtypes to run: F32 everywhere, 16-bit on GPUs that have it.
-fn targets() -> Vec<(Device, Dtype)> {
-    let mut out = Vec::new();
-    for device in devices() {
-        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
-            if device == Device::Cpu && dtype != Dtype::F32 {
-                continue;
-            }
-            if !brotensor::supports_dtype(device, dtype).unwrap() {
-                eprintln!("note: {device} has no {dtype}; PP-OCR not run in it there");
-                continue;
-            }
-            out.push((device, dtype));
-        }
-    }
+fn ppocr_targets() -> Vec<(Device, Dtype)> {
+    let out = targets("PP-OCR", &[Dtype::F32, Dtype::F16, Dtype::BF16]);
     assert!(out.len() >= 2, "PP-OCR would run on only {out:?}");
     out
 }
@@ -48,7 +36,7 @@ fn detector_matches_onnx_runtime() {
         .fold((1f32, 0f32), |(l, h), &v| (l.min(v), h.max(v)));
     assert!(lo < 0.01 && hi > 0.99);
     let dir = files::ppocr_dir();
-    for (device, dtype) in targets() {
+    for (device, dtype) in ppocr_targets() {
         let model = Detector::load(&dir.join("det.safetensors"), device, dtype).unwrap();
         let got = model.forward(&input(device, case)).unwrap();
         assert_eq!(got.dims(), dims(&case["output_shape"]));
@@ -83,7 +71,7 @@ fn recognizer_matches_onnx_runtime() {
     let want_ids: Vec<usize> = dims(&case["argmax"]);
     let want_max = floats(&case["max_prob"]);
     let dir = files::ppocr_dir();
-    for (device, dtype) in targets() {
+    for (device, dtype) in ppocr_targets() {
         let model = Recognizer::load(&dir.join("rec.safetensors"), device, dtype).unwrap();
         let probs = model.forward(&input(device, case)).unwrap();
         let [n, steps, classes] = probs.dims().try_into().unwrap();
@@ -137,7 +125,7 @@ fn classifier_matches_onnx_runtime() {
     // probabilities then follow the logits closely.
     let want = floats(&case["probs"]);
     let dir = files::ppocr_dir();
-    for (device, dtype) in targets() {
+    for (device, dtype) in ppocr_targets() {
         let model = Classifier::load(&dir.join("cls.safetensors"), device, dtype).unwrap();
         let got = model.forward(&input(device, case)).unwrap();
         assert_eq!(got.dims(), [1, 2]);

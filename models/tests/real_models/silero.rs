@@ -9,7 +9,7 @@ use brotensor_models::silero::{
 };
 use brotensor_models::{audio, files};
 
-use crate::common::{self, devices};
+use crate::common::{self, targets};
 
 fn max_error(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "chunk count");
@@ -44,32 +44,23 @@ fn silero_matches_onnx_runtime_and_finds_the_same_segments() {
     // shifted output cannot stay within the bounds below.
     assert!(want.iter().any(|&p| p > 0.9) && want.iter().any(|&p| p < 0.05));
     let mut runs = 0;
-    for device in devices() {
-        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
-            if device == Device::Cpu && dtype != Dtype::F32 {
-                continue;
+    for (device, dtype) in targets("Silero", &[Dtype::F32, Dtype::F16, Dtype::BF16]) {
+        let model = SileroVad::load(&files::silero_weights(), device, dtype).unwrap();
+        let probs = model.probabilities(&samples).unwrap();
+        let err = max_error(&probs, &want);
+        // F32: ORT is within 1.3e-6 of float64, and so must we be, up to FP32 rounding
+        // over 501 LSTM steps. 16-bit convolutions move it by a few 1e-3.
+        let bound = if dtype == Dtype::F32 { 1e-4 } else { 3e-2 };
+        assert!(err <= bound, "{device} {dtype}: max |p - ORT| = {err:e}");
+        if dtype == Dtype::F32 {
+            let found = speech_segments(&probs, samples.len(), &SegmentRules::default());
+            assert_eq!(found, want_segments, "{device}: segments");
+            if device == Device::Cpu {
+                stream_matches_file(&model, &samples);
             }
-            if !brotensor::supports_dtype(device, dtype).unwrap() {
-                eprintln!("note: {device} has no {dtype}; Silero not run in it there");
-                continue;
-            }
-            let model = SileroVad::load(&files::silero_weights(), device, dtype).unwrap();
-            let probs = model.probabilities(&samples).unwrap();
-            let err = max_error(&probs, &want);
-            // F32: ORT is within 1.3e-6 of float64, and so must we be, up to FP32 rounding
-            // over 501 LSTM steps. 16-bit convolutions move it by a few 1e-3.
-            let bound = if dtype == Dtype::F32 { 1e-4 } else { 3e-2 };
-            assert!(err <= bound, "{device} {dtype}: max |p - ORT| = {err:e}");
-            if dtype == Dtype::F32 {
-                let found = speech_segments(&probs, samples.len(), &SegmentRules::default());
-                assert_eq!(found, want_segments, "{device}: segments");
-                if device == Device::Cpu {
-                    stream_matches_file(&model, &samples);
-                }
-            }
-            println!("{device} {dtype}: max |p - ORT| = {err:.1e}");
-            runs += 1;
         }
+        println!("{device} {dtype}: max |p - ORT| = {err:.1e}");
+        runs += 1;
     }
     assert!(runs >= 2, "Silero ran in only {runs} device/dtype pairs");
 }

@@ -10,7 +10,7 @@ use brotensor_models::files;
 use brotensor_models::terrain::{height_map, karras_sigmas, Sampler, Terrain, SIGMA_MIN};
 use serde_json::Value;
 
-use crate::common::{self, devices, f32_fixture, floats};
+use crate::common::{self, devices, f32_fixture, floats, targets};
 
 fn max_abs(v: &[f32]) -> f32 {
     v.iter().fold(0f32, |m, x| m.max(x.abs()))
@@ -63,37 +63,28 @@ fn bound(dtype: Dtype) -> f32 {
 fn terrain_matches_onnx_runtime() {
     let r = common::json("terrain_reference.json");
     let mut runs = 0;
-    for device in devices() {
-        for dtype in [Dtype::F32, Dtype::BF16] {
-            if device == Device::Cpu && dtype != Dtype::F32 {
-                continue;
-            }
-            if !brotensor::supports_dtype(device, dtype).unwrap() {
-                eprintln!("note: {device} has no {dtype}; the terrain UNet not run in it there");
-                continue;
-            }
-            let model = Terrain::load(&files::terrain_weights(), device, dtype).unwrap();
-            // The full 128 x 128 size on the CPU; GPUs (lavapipe in CI) take the batch of two
-            // 64 x 64 samples, which covers the batched scale-shift path.
-            let cases: &[&str] = if device == Device::Cpu {
-                &["case_a", "case_b"]
-            } else {
-                &["case_b"]
-            };
-            for name in cases {
-                let (err, scale) = run_case(&model, &r[name]);
-                // Denoised outputs span +-0.38 and +-0.63: zeros or halves fail.
-                assert!(scale > 0.3, "{name}: reference scale {scale}");
-                let limit = bound(dtype) * scale;
-                assert!(
-                    err <= limit,
-                    "{device} {dtype} {name}: max |denoised - ORT| = {err:e}"
-                );
-                println!(
-                    "{device} {dtype} {name}: max |denoised - ORT| = {err:.1e} (scale {scale:.3})"
-                );
-                runs += 1;
-            }
+    for (device, dtype) in targets("the terrain UNet", &[Dtype::F32, Dtype::BF16]) {
+        let model = Terrain::load(&files::terrain_weights(), device, dtype).unwrap();
+        // The full 128 x 128 size on the CPU; GPUs (lavapipe in CI) take the batch of two
+        // 64 x 64 samples, which covers the batched scale-shift path.
+        let cases: &[&str] = if device == Device::Cpu {
+            &["case_a", "case_b"]
+        } else {
+            &["case_b"]
+        };
+        for name in cases {
+            let (err, scale) = run_case(&model, &r[name]);
+            // Denoised outputs span +-0.38 and +-0.63: zeros or halves fail.
+            assert!(scale > 0.3, "{name}: reference scale {scale}");
+            let limit = bound(dtype) * scale;
+            assert!(
+                err <= limit,
+                "{device} {dtype} {name}: max |denoised - ORT| = {err:e}"
+            );
+            println!(
+                "{device} {dtype} {name}: max |denoised - ORT| = {err:.1e} (scale {scale:.3})"
+            );
+            runs += 1;
         }
     }
     assert!(runs >= 3, "the terrain UNet ran only {runs} times");
