@@ -3,13 +3,17 @@
 //! them), and the deformable convolution's bilinear gather.
 //!
 //! Layouts (the C++ contract): `x (N, C_in*H*W)`, the weight OIHW `(C_out, C_in/groups*kH*kW)`,
-//! `y (N, C_out*H_out*W_out)`. For each batch entry and tile of output pixels:
+//! `y (N, C_out*H_out*W_out)`. The output pixels of all batch entries are one axis of
+//! `N*H_out*W_out` columns (entry-major), cut into tiles; a tile may span several entries, so a
+//! large batch of small images (an audio model's frames) takes a few large products, not one
+//! small product per entry:
 //! - forward: the tile's input patches are gathered into `col (C_in*kH*kW, tile)`
 //!   (`im2col_kernel`), one product per group turns them into `(C_out, tile)` outputs, and
 //!   `place_tile_kernel` stores them into `y` with the bias;
-//! - input gradient: the tile of `dy` times each group's transposed weight gives the
-//!   patch gradients in `col`, which `col2im_kernel` gathers back per input pixel (each
-//!   input pixel sums the taps that read it: no scatter, no atomics);
+//! - input gradient (per batch entry, as each entry's input pixels are written once per
+//!   tile): the tile of `dy` times each group's transposed weight gives the patch gradients
+//!   in `col`, which `col2im_kernel` gathers back per input pixel (each input pixel sums the
+//!   taps that read it: no scatter, no atomics);
 //! - weight gradient: the tile of `dy` times the transposed patches, accumulated into `dw`
 //!   per group.
 //!
@@ -134,11 +138,21 @@ impl ConvGeometry {
     }
 }
 
-/// Pixels per tile for patch matrices of `k_all` rows over `pixels` output pixels: all of
-/// them when they fit [`COL_BUDGET`], else a multiple of 64 (at least 64).
-fn tile_pixels(k_all: usize, pixels: usize) -> usize {
+/// Columns per tile for patch matrices of `k_all` rows over `columns` output pixels: all of
+/// them when they fit [`COL_BUDGET`], else a multiple of 64 (at least 64). The tile's
+/// patch matrix must stay 32-bit addressable.
+fn tile_pixels(k_all: usize, columns: usize) -> Result<usize, LaunchError> {
     let fit = (COL_BUDGET / k_all.max(1)) / 64 * 64;
-    pixels.min(fit.max(64))
+    let tile = columns.min(fit.max(64));
+    check_u32(&[("C_in*kH*kW*tile", k_all.saturating_mul(tile))])?;
+    Ok(tile)
+}
+
+impl Dims {
+    /// The output pixels of every batch entry, one column each.
+    fn columns(&self, n: usize) -> Result<usize, LaunchError> {
+        extent("N*H_out*W_out", &[n, self.pixels])
+    }
 }
 
 impl ConvGeometry {
@@ -252,18 +266,18 @@ fn tap_reader(i: usize, k: usize, n: usize, s: usize, p: usize, d: usize) -> usi
 const IM2COL_RUN: usize = 16;
 
 /// `col[r, t]` (`r = ((ci kD + kz) kH + ky) kW + kx`, `t < tile`) = the input voxel that tap
-/// `(kz, ky, kx)` of output voxel `p0 + t` reads in channel `ci` of the batch entry at
-/// `x_base`, zero in the padding. Unit `u` fills column `t = u % tile` of rows
-/// `(u / tile) * IM2COL_RUN ..` (at most `rows`), so consecutive units touch consecutive
-/// pixels.
+/// `(kz, ky, kx)` of output column `q = q0 + t` (voxel `q % pixels` of batch entry
+/// `q / pixels`, whose input starts at `(q / pixels) per_x`) reads in channel `ci`, zero in
+/// the padding. Unit `u` fills column `t = u % tile` of rows `(u / tile) * IM2COL_RUN ..`
+/// (at most `rows`), so consecutive units touch consecutive pixels.
 // The division stays spelled out: the kernel language has no `div_ceil`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
 fn im2col_kernel<F: Float>(
     x: &Array<F>,
     col: &mut Array<F>,
-    x_base: usize,
-    p0: usize,
+    q0: usize,
+    per_x: usize,
     tile: usize,
     rows: usize,
     taps: &Array<u32>,
@@ -273,7 +287,10 @@ fn im2col_kernel<F: Float>(
         let g = read_taps(taps);
         let t = u % tile;
         let r0 = (u / tile) * IM2COL_RUN;
-        let p = p0 + t;
+        let q = q0 + t;
+        let pixels = g.od * g.oh * g.ow;
+        let p = q % pixels;
+        let x_base = (q / pixels) * per_x;
         let ox = p % g.ow;
         let oy = (p / g.ow) % g.oh;
         let oz = p / (g.ow * g.oh);
@@ -373,33 +390,41 @@ fn scratch<R: Runtime, F: Float + CubeElement>(
     Buf::new(name, &client.empty(extent(name, &[len, b])?), len, b)
 }
 
-/// `dst[c, t] = src[base + c * pixels + p0 + t]`: a tile of a batch entry's channel planes.
+/// The element of channel `c` at output column `q` (pixel `q % pixels` of batch entry
+/// `q / pixels`) in a tensor of `per` elements per entry, channel planes of `pixels`.
+#[cube]
+fn column_at(q: usize, c: usize, pixels: usize, per: usize) -> usize {
+    (q / pixels) * per + c * pixels + q % pixels
+}
+
+/// `dst[c, t] = src[column_at(q0 + t, c, pixels, per)]`: a tile of columns of the channel
+/// planes.
 #[cube(launch_unchecked)]
 fn take_tile_kernel<F: Float>(
     src: &Array<F>,
     dst: &mut Array<F>,
-    base: usize,
+    q0: usize,
     pixels: usize,
-    p0: usize,
+    per: usize,
     tile: usize,
 ) {
     let i = ABSOLUTE_POS;
     if i < dst.len() {
-        dst[i] = src[base + (i / tile) * pixels + p0 + i % tile];
+        dst[i] = src[column_at(q0 + i % tile, i / tile, pixels, per)];
     }
 }
 
-/// `y[base + c * pixels + p0 + t] = src[c, t] (+ bias[c])`: a tile of outputs into a batch
-/// entry's channel planes, the bias added in FP32.
+/// `y[column_at(q0 + t, c, pixels, per_y)] = src[c, t] (+ bias[c])`: a tile of output
+/// columns into the channel planes, the bias added in FP32.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn place_tile_kernel<F: Float>(
     src: &Array<F>,
     bias: &Array<F>,
     y: &mut Array<F>,
-    base: usize,
+    q0: usize,
     pixels: usize,
-    p0: usize,
+    per_y: usize,
     tile: usize,
     #[comptime] has_bias: bool,
 ) {
@@ -410,7 +435,7 @@ fn place_tile_kernel<F: Float>(
         if comptime!(has_bias) {
             v = F::cast_from(f32::cast_from(v) + f32::cast_from(bias[c]));
         }
-        y[base + c * pixels + p0 + i % tile] = v;
+        y[column_at(q0 + i % tile, c, pixels, per_y)] = v;
     }
 }
 
@@ -492,64 +517,63 @@ pub fn launch_conv_forward<R: Runtime, F: Float + CubeElement>(
         return Ok(());
     }
     let taps = geo.taps(client)?;
-    let gather = |n: usize, (p0, len): (usize, usize), col: &Buf| {
-        im2col::<R, F>(client, (&xb, &taps), col, n * d.per_x, (p0, len), d.k_all)
+    let gather = |(q0, len): (usize, usize), col: &Buf| {
+        im2col::<R, F>(client, (&xb, &taps), col, (q0, len), (d.per_x, d.k_all))
     };
     forward_tiles::<R, F>(client, &geo, &d, (&wb, bias.as_ref()), &yb, gather)
 }
 
-/// The tiled forward pass: for each batch entry and tile of output pixels, `gather` fills
-/// the tile's patch matrix `col (C_in kH kW, len)`, one product per group gives the tile's
-/// outputs, and they are stored into `y` with the bias.
+/// The tiled forward pass: for each tile of output columns (the pixels of all batch entries,
+/// entry-major), `gather` fills the tile's patch matrix `col (C_in kH kW, len)`, one product
+/// per group gives the tile's outputs, and they are stored into `y` with the bias.
 fn forward_tiles<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     geo: &ConvGeometry,
     d: &Dims,
     (wb, bias): (&Buf, Option<&Buf>),
     yb: &Buf,
-    mut gather: impl FnMut(usize, (usize, usize), &Buf) -> Result<(), LaunchError>,
+    mut gather: impl FnMut((usize, usize), &Buf) -> Result<(), LaunchError>,
 ) -> Result<(), LaunchError> {
-    let tile = tile_pixels(d.k_all, d.pixels);
+    let columns = d.columns(geo.n)?;
+    let tile = tile_pixels(d.k_all, columns)?;
     let col = scratch::<R, F>(client, "col", d.k_all, tile)?;
     let out = scratch::<R, F>(client, "out", geo.c_out, tile)?;
-    for n in 0..geo.n {
-        for p0 in (0..d.pixels).step_by(tile) {
-            let len = tile.min(d.pixels - p0);
-            gather(n, (p0, len), &col)?;
-            let mut spec = GemmSpec::new(d.cg_out, len, d.k);
-            spec.batch = geo.groups;
-            spec.strides = (d.cg_out * d.k, d.k * len, d.cg_out * len);
-            launch_gemm::<R, F>(
+    for q0 in (0..columns).step_by(tile) {
+        let len = tile.min(columns - q0);
+        gather((q0, len), &col)?;
+        let mut spec = GemmSpec::new(d.cg_out, len, d.k);
+        spec.batch = geo.groups;
+        spec.strides = (d.cg_out * d.k, d.k * len, d.cg_out * len);
+        launch_gemm::<R, F>(
+            client,
+            &wb.handle(),
+            &col.handle(),
+            None,
+            &out.handle(),
+            spec,
+        )?;
+        let src = out.prefix(geo.c_out * len);
+        let (count, dim) = grid_1d(client, geo.c_out * len)?;
+        let has_bias = bias.is_some();
+        let bias = wb.stand_in_for(bias);
+        // SAFETY: `src` holds `c_out * len` values (a prefix of a checked buffer); each unit
+        // writes `y[(q / pixels) per_y + c pixels + q % pixels]` with `c < c_out` and
+        // `q < N pixels` (so entry `q / pixels < N`), inside `y`'s checked `N per_y` elements;
+        // the bias is read only when bound with `c_out` values.
+        unsafe {
+            place_tile_kernel::launch_unchecked::<F, R>(
                 client,
-                &wb.handle(),
-                &col.handle(),
-                None,
-                &out.handle(),
-                spec,
-            )?;
-            let src = out.prefix(geo.c_out * len);
-            let (count, dim) = grid_1d(client, geo.c_out * len)?;
-            let has_bias = bias.is_some();
-            let bias = wb.stand_in_for(bias);
-            // SAFETY: `src` holds `c_out * len` values (a prefix of a checked buffer);
-            // each unit writes `y[n per_y + c pixels + p0 + t]` with `c < c_out`,
-            // `p0 + t < pixels`, inside `y`'s checked `n per_y` elements; the bias is read
-            // only when bound with `c_out` values.
-            unsafe {
-                place_tile_kernel::launch_unchecked::<F, R>(
-                    client,
-                    count,
-                    dim,
-                    src.arg(),
-                    bias.arg(),
-                    yb.arg(),
-                    n * d.per_y,
-                    d.pixels,
-                    p0,
-                    len,
-                    has_bias,
-                );
-            }
+                count,
+                dim,
+                src.arg(),
+                bias.arg(),
+                yb.arg(),
+                q0,
+                d.pixels,
+                d.per_y,
+                len,
+                has_bias,
+            );
         }
     }
     Ok(())
@@ -557,9 +581,10 @@ fn forward_tiles<R: Runtime, F: Float + CubeElement>(
 
 /// `col[r, t]` of a deformable convolution (`r = (ci kH + ky) kW + kx`): the input plane of
 /// channel `ci` of the batch entry at `x_base` sampled bilinearly (zero outside, torchvision's
-/// rule) at tap `(ky, kx)`'s grid point of output pixel `p = p0 + t` moved by its offsets
-/// (`off[off_base + ((dg 2 kk + 2 tap) pixels + p]` the row, the next channel the column,
-/// `dg = ci / (C_in / deform_groups)`), times its mask when `has_mask`.
+/// rule) at tap `(ky, kx)`'s grid point of output column `q = q0 + t` (pixel `p = q % pixels`
+/// of batch entry `n = q / pixels`) moved by its offsets (`off[n off_per + (dg 2 kk + 2 tap)
+/// pixels + p]` the row, the next channel the column, `dg = ci / (C_in / deform_groups)`),
+/// times its mask when `has_mask`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn deform_im2col_kernel<F: Float>(
@@ -567,8 +592,8 @@ fn deform_im2col_kernel<F: Float>(
     off: &Array<F>,
     mask: &Array<F>,
     col: &mut Array<F>,
-    bases: &Array<u32>,
-    p0: usize,
+    per: &Array<u32>,
+    q0: usize,
     tile: usize,
     taps: &Array<u32>,
     #[comptime] has_mask: bool,
@@ -576,19 +601,20 @@ fn deform_im2col_kernel<F: Float>(
     let i = ABSOLUTE_POS;
     if i < col.len() {
         let g = read_taps(taps);
-        // `bases`: x, offset and mask starts of the batch entry, channels per deform group.
-        let x_base = usize::cast_from(bases[0]);
-        let off_base = usize::cast_from(bases[1]);
-        let mask_base = usize::cast_from(bases[2]);
-        let per_group = usize::cast_from(bases[3]);
-        let t = i % tile;
+        let pixels = g.oh * g.ow;
+        let q = q0 + i % tile;
+        let n = q / pixels;
+        let p = q % pixels;
+        // `per`: x, offset and mask elements per batch entry, channels per deform group.
+        let x_base = n * usize::cast_from(per[0]);
+        let off_base = n * usize::cast_from(per[1]);
+        let mask_base = n * usize::cast_from(per[2]);
+        let per_group = usize::cast_from(per[3]);
         let r = i / tile;
         let kk = g.kh * g.kw;
         let tap = r % kk;
         let ci = r / kk;
         let dg = ci / per_group;
-        let pixels = g.oh * g.ow;
-        let p = p0 + t;
         let oy = p / g.ow;
         let ox = p % g.ow;
         let ky = tap / g.kw;
@@ -679,21 +705,24 @@ pub fn launch_deform_conv2d_forward<R: Runtime, F: Float + CubeElement>(
     let taps = geo.taps(client)?;
     let has_mask = maskb.is_some();
     let maskb = offb.stand_in_for(maskb.as_ref());
-    let gather = |n: usize, (p0, len): (usize, usize), col: &Buf| {
+    // Per batch entry: x, offset and mask elements; and channels per deform group (every
+    // value below the checked 32-bit lengths).
+    let per = [
+        d.per_x,
+        2 * taps_per_item,
+        taps_per_item,
+        geo.c_in / deform_groups,
+    ];
+    let per: Vec<u32> = per.iter().map(|&v| v as u32).collect();
+    let per = Buf::upload(client, &per);
+    let gather = |(q0, len): (usize, usize), col: &Buf| {
         let col = col.prefix(d.k_all * len);
-        let bases = [
-            n * d.per_x,
-            n * 2 * taps_per_item,
-            n * taps_per_item,
-            geo.c_in / deform_groups,
-        ];
-        let bases: Vec<u32> = bases.iter().map(|&v| v as u32).collect();
-        let bases = Buf::upload(client, &bases);
         let (count, dim) = grid_1d(client, d.k_all * len)?;
-        // SAFETY: `col` holds `k_all * len` values (a checked prefix); a unit reads `x` in
-        // channel `ci < C_in` of batch entry `n` at a corner inside the plane (each corner
-        // guarded), `offset` and, when bound, `mask` at tap and pixel indices of entry `n`
-        // (inside their checked lengths); all indices fit in 32 bits (checked).
+        // SAFETY: `col` holds `k_all * len` values (a checked prefix); a unit of column
+        // `q < N pixels` reads `x` in channel `ci < C_in` of batch entry `q / pixels < N` at a
+        // corner inside the plane (each corner guarded), `offset` and, when bound, `mask` at
+        // tap and pixel indices of that entry (inside their checked lengths); all indices fit
+        // in 32 bits (checked).
         unsafe {
             deform_im2col_kernel::launch_unchecked::<F, R>(
                 client,
@@ -703,8 +732,8 @@ pub fn launch_deform_conv2d_forward<R: Runtime, F: Float + CubeElement>(
                 offb.arg(),
                 maskb.arg(),
                 col.arg(),
-                bases.arg(),
-                p0,
+                per.arg(),
+                q0,
                 len,
                 taps.arg(),
                 has_mask,
@@ -715,23 +744,22 @@ pub fn launch_deform_conv2d_forward<R: Runtime, F: Float + CubeElement>(
     forward_tiles::<R, F>(client, &geo, &d, (&wb, bias.as_ref()), &yb, gather)
 }
 
-/// Gathers the patches of output pixels `p0..p0 + len` of the batch entry at `x_base` into
-/// the first `k_all * len` elements of `col`.
+/// Gathers the patches of output columns `q0..q0 + len` (entry-major pixels of every batch
+/// entry, `per_x` input elements per entry) into the first `k_all * len` elements of `col`.
 fn im2col<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     (x, taps): (&Buf, &Buf),
     col: &Buf,
-    x_base: usize,
-    (p0, len): (usize, usize),
-    k_all: usize,
+    (q0, len): (usize, usize),
+    (per_x, k_all): (usize, usize),
 ) -> Result<(), LaunchError> {
     let col = col.prefix(k_all * len);
     let (count, dim) = grid_1d(client, k_all.div_ceil(IM2COL_RUN) * len)?;
     // SAFETY: `col` holds `k_all * len` values (a checked prefix); each unit writes
-    // `col[r len + t]` with `r < k_all`, `t < len` and reads the input pixel
-    // `x_base + (ci D + iz) H W + iy W + ix` with `ci < C_in` (as `r < k_all`), `iz < D`,
-    // `iy < H`, `ix < W` (guarded), inside the batch entry at `x_base`, which the caller's
-    // checked `x` holds.
+    // `col[r len + t]` with `r < k_all`, `t < len` and, for the caller's column
+    // `q = q0 + t < N pixels`, reads the input pixel `(q / pixels) per_x + (ci D + iz) H W +
+    // iy W + ix` with `ci < C_in` (as `r < k_all`), `iz < D`, `iy < H`, `ix < W` (guarded),
+    // inside batch entry `q / pixels < N`, which the caller's checked `x` holds.
     unsafe {
         im2col_kernel::launch_unchecked::<F, R>(
             client,
@@ -739,8 +767,8 @@ fn im2col<R: Runtime, F: Float + CubeElement>(
             dim,
             x.arg(),
             col.arg(),
-            x_base,
-            p0,
+            q0,
+            per_x,
             len,
             k_all,
             taps.arg(),
@@ -777,7 +805,7 @@ pub fn launch_conv2d_backward_input<R: Runtime, F: Float + CubeElement>(
         spec.strides = (0, d.per_y, d.per_x);
         launch_gemm::<R, F>(client, w, dy, None, dx, spec)?;
     } else {
-        let tile = tile_pixels(d.k_all, d.pixels);
+        let tile = tile_pixels(d.k_all, d.pixels)?;
         let taps = geo.taps(client)?;
         let col = scratch::<R, F>(client, "col", d.k_all, tile)?;
         let part = scratch::<R, F>(client, "dy tile", geo.c_out, tile)?;
@@ -788,8 +816,8 @@ pub fn launch_conv2d_backward_input<R: Runtime, F: Float + CubeElement>(
                     client,
                     &dyb,
                     &part,
-                    (n * d.per_y, d.pixels),
-                    (p0, len),
+                    (n * d.pixels + p0, len),
+                    (d.pixels, d.per_y),
                     geo.c_out,
                 )?;
                 let mut spec = GemmSpec::new(d.k, len, d.cg_out);
@@ -840,8 +868,8 @@ pub fn launch_conv2d_backward_input<R: Runtime, F: Float + CubeElement>(
     Ok(())
 }
 
-/// `dw += conv2d_backward_weight(x, dy)`, accumulated in `dw`'s dtype once per batch entry
-/// and tile (FP32 within each product).
+/// `dw += conv2d_backward_weight(x, dy)`, accumulated in `dw`'s dtype once per tile of
+/// output columns (FP32 within each product).
 pub fn launch_conv2d_backward_weight<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     (x, dy): (&Handle, &Handle),
@@ -856,48 +884,48 @@ pub fn launch_conv2d_backward_weight<R: Runtime, F: Float + CubeElement>(
     let xb = Buf::new("x", x, d.lens[0], b)?;
     Buf::new("dw", dw, d.lens[1], b)?;
     let dyb = Buf::new("dy", dy, d.lens[2], b)?;
-    let tile = tile_pixels(d.k_all, d.pixels);
+    let columns = d.columns(geo.n)?;
+    let tile = tile_pixels(d.k_all, columns)?;
     let taps = geo.taps(client)?;
     let col = scratch::<R, F>(client, "col", d.k_all, tile)?;
     let part = scratch::<R, F>(client, "dy tile", geo.c_out, tile)?;
-    for n in 0..geo.n {
-        for p0 in (0..d.pixels).step_by(tile) {
-            let len = tile.min(d.pixels - p0);
-            im2col::<R, F>(client, (&xb, &taps), &col, n * d.per_x, (p0, len), d.k_all)?;
-            take_tile::<R, F>(
-                client,
-                &dyb,
-                &part,
-                (n * d.per_y, d.pixels),
-                (p0, len),
-                geo.c_out,
-            )?;
-            let mut spec = GemmSpec::new(d.cg_out, d.k, len);
-            spec.trans_b = true;
-            spec.accumulate = true;
-            spec.batch = geo.groups;
-            spec.strides = (d.cg_out * len, d.k * len, d.cg_out * d.k);
-            launch_gemm::<R, F>(client, &part.handle(), &col.handle(), None, dw, spec)?;
-        }
+    for q0 in (0..columns).step_by(tile) {
+        let len = tile.min(columns - q0);
+        im2col::<R, F>(client, (&xb, &taps), &col, (q0, len), (d.per_x, d.k_all))?;
+        take_tile::<R, F>(
+            client,
+            &dyb,
+            &part,
+            (q0, len),
+            (d.pixels, d.per_y),
+            geo.c_out,
+        )?;
+        let mut spec = GemmSpec::new(d.cg_out, d.k, len);
+        spec.trans_b = true;
+        spec.accumulate = true;
+        spec.batch = geo.groups;
+        spec.strides = (d.cg_out * len, d.k * len, d.cg_out * d.k);
+        launch_gemm::<R, F>(client, &part.handle(), &col.handle(), None, dw, spec)?;
     }
     Ok(())
 }
 
-/// Copies pixels `p0..p0 + len` of the `channels` planes (of `pixels` each) of the batch
-/// entry at `base` into the first `channels * len` elements of `dst`.
+/// Copies output columns `q0..q0 + len` (entry-major pixels of every batch entry) of the
+/// `channels` planes (of `pixels` each, `per` elements per entry) into the first
+/// `channels * len` elements of `dst`.
 fn take_tile<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     src: &Buf,
     dst: &Buf,
-    (base, pixels): (usize, usize),
-    (p0, len): (usize, usize),
+    (q0, len): (usize, usize),
+    (pixels, per): (usize, usize),
     channels: usize,
 ) -> Result<(), LaunchError> {
     let dst = dst.prefix(channels * len);
     let (count, dim) = grid_1d(client, channels * len)?;
     // SAFETY: `dst` holds `channels * len` values (a checked prefix); each unit reads
-    // `src[base + c pixels + p0 + t]` with `c < channels`, `p0 + t < pixels`, inside the batch
-    // entry at `base` that the caller's checked `src` holds.
+    // `src[(q / pixels) per + c pixels + q % pixels]` with `c < channels` and the caller's
+    // column `q = q0 + t < N pixels`, inside batch entry `q / pixels < N` of the checked `src`.
     unsafe {
         take_tile_kernel::launch_unchecked::<F, R>(
             client,
@@ -905,9 +933,9 @@ fn take_tile<R: Runtime, F: Float + CubeElement>(
             dim,
             src.arg(),
             dst.arg(),
-            base,
+            q0,
             pixels,
-            p0,
+            per,
             len,
         );
     }

@@ -145,6 +145,29 @@ fn read_operand<F: Float>(
     v
 }
 
+/// [`read_operand`] with `trans` chosen at run time (one compiled kernel for every layout).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn read_operand_runtime<F: Float>(
+    x: &Array<F>,
+    base: usize,
+    row: usize,
+    col: usize,
+    rows: usize,
+    cols: usize,
+    trans: bool,
+) -> f32 {
+    let mut v = f32::new(0.0f32);
+    if row < rows && col < cols {
+        let mut at = base + row * cols + col;
+        if trans {
+            at = base + col * rows + row;
+        }
+        v = f32::cast_from(x[at]);
+    }
+    v
+}
+
 /// The activation code `act` applied at run time (the GEMM epilogues take it as a launch
 /// argument, so one compiled kernel serves every activation): `activate(v, act)`.
 #[cube]
@@ -260,6 +283,11 @@ pub(crate) fn write_c_runtime<F: Float>(
     }
     c[at] = F::cast_from(activate_runtime(v, act));
 }
+
+/// `flags` bit of [`gemm_kernel`]: `A` is stored transposed.
+const TRANS_A: u32 = 4;
+/// `flags` bit of [`gemm_kernel`]: `B` is stored transposed.
+const TRANS_B: u32 = 8;
 
 /// The most rows of `C` the skinny kernel takes (decode steps, short prompts): it keeps one
 /// FP32 accumulator per row in each unit.
@@ -537,6 +565,11 @@ fn gemm_v4_kernel<F: Float>(
     );
 }
 
+/// The scalar tiled product: one cube computes `rows x COLS` of `C`, each unit a `PER x PER`
+/// block from `BK`-deep slices of `A` and `B` staged in shared memory. Whether `A` and `B`
+/// are read transposed is a run-time choice (`flags` bits [`TRANS_A`], [`TRANS_B`]), not a
+/// specialisation: software devices compile every specialisation in every process, and the
+/// unrolled product loop is what costs there, not the two index forms of the staging reads.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn gemm_kernel<F: Float>(
@@ -552,10 +585,10 @@ fn gemm_kernel<F: Float>(
     stride_c: usize,
     flags: u32,
     act: u32,
-    #[comptime] trans_a: bool,
-    #[comptime] trans_b: bool,
     #[comptime] rows: usize,
 ) {
+    let trans_a = flags & TRANS_A != 0;
+    let trans_b = flags & TRANS_B != 0;
     let z = CUBE_POS_Z as usize;
     let units = comptime!(UNITS * rows / PER);
     let row0 = CUBE_POS_Y as usize * rows;
@@ -587,11 +620,11 @@ fn gemm_kernel<F: Float>(
             let e = tid + r * units;
             let mut i = e / BK;
             let mut kk = e % BK;
-            if comptime!(trans_a) {
+            if trans_a {
                 i = e % rows;
                 kk = e / rows;
             }
-            let v = read_operand::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
+            let v = read_operand_runtime::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
             sa[kk * rows + i] = v;
         }
         // Stage B's `16 x 128` slice likewise (8 to 32 elements per unit).
@@ -600,11 +633,11 @@ fn gemm_kernel<F: Float>(
             let e = tid + r * units;
             let mut kk = e / COLS;
             let mut j = e % COLS;
-            if comptime!(trans_b) {
+            if trans_b {
                 kk = e % BK;
                 j = e / BK;
             }
-            let v = read_operand::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
+            let v = read_operand_runtime::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
             sb[kk * COLS + j] = v;
         }
         sync_cube();
@@ -950,8 +983,12 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     }
     let bias = b.stand_in_for(bias.as_ref());
     let act = if spec.act <= 5 { spec.act } else { 0 };
-    // The epilogue, chosen at run time by every kernel: bit 0 accumulate, bit 1 bias.
-    let flags = u32::from(spec.accumulate) | (u32::from(spec.bias) << 1);
+    // The epilogue, chosen at run time by every kernel: bit 0 accumulate, bit 1 bias; and
+    // for the scalar tiled kernel the layout ([`TRANS_A`], [`TRANS_B`]).
+    let flags = u32::from(spec.accumulate)
+        | (u32::from(spec.bias) << 1)
+        | if spec.trans_a { TRANS_A } else { 0 }
+        | if spec.trans_b { TRANS_B } else { 0 };
     // Every kernel here takes the same operands and launch arguments, then its own comptime
     // values.
     macro_rules! launch {
@@ -1068,7 +1105,7 @@ pub fn launch_gemm<R: Runtime, F: Float + CubeElement>(
     // stands in for an absent bias, never read); the kernel reads A and B only at indices
     // inside those spans (guarded by `m`, `n`, `k`) and writes C only inside its span.
     unsafe {
-        launch!(gemm_kernel, count, dim, spec.trans_a, spec.trans_b, rows);
+        launch!(gemm_kernel, count, dim, rows);
     }
     Ok(())
 }
@@ -1121,13 +1158,11 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
         lower!(gemm_skinny_v4_kernel::GemmSkinnyV4Kernel<F, Rt>, skinny());
         for rows in TILE_ROWS {
             lower!(gemm_v4_kernel::GemmV4Kernel<F, Rt>, tiled(rows), rows);
+            lower!(gemm_kernel::GemmKernel<F, Rt>, tiled(rows), rows);
         }
         for trans_a in flags {
             for trans_b in flags {
                 lower!(gemm_skinny_kernel::GemmSkinnyKernel<F, Rt>, skinny(), trans_a, trans_b);
-                for rows in TILE_ROWS {
-                    lower!(gemm_kernel::GemmKernel<F, Rt>, tiled(rows), trans_a, trans_b, rows);
-                }
                 if core::mem::size_of::<F>() == 2 {
                     lower!(
                         gemm_cmma_kernel::GemmCmmaKernel<F, Rt>,

@@ -1,6 +1,7 @@
 //! Row and column reductions. The skeleton: one cube of [`REDUCE_UNITS`] units per row; each
 //! unit folds a strided slice of the row, then the cube combines the units' partials through
-//! shared memory ([`cube_sum()`], [`cube_argmax()`]). Row-wise ops (softmax, the norms) reuse the
+//! shared memory ([`cube_sum()`], [`cube_argmax()`]); rows of at most [`NARROW_ROW`] values
+//! are summed by one unit each instead (a cube would leave nearly every unit idle). Row-wise ops (softmax, the norms) reuse the
 //! same helpers. Column sums (`sum_cols`, the norms' parameter gradients) run in two stages:
 //! one unit per column per part of the rows writes an FP32 partial, then one unit per column
 //! adds the parts in order, so a tall input spreads over many units and no unit loops long.
@@ -12,6 +13,22 @@ use cubecl::server::Handle;
 use crate::launch::{extent, grid_1d, grid_layers, Buf, LaunchError};
 use crate::primitives::row_grid;
 pub use crate::primitives::{cube_argmax, cube_sum, REDUCE_UNITS};
+
+/// The longest rows [`launch_sum_rows`] sums one unit per row.
+pub const NARROW_ROW: usize = 32;
+
+/// `y[row] = sum_j x[row, j]`, one unit per row, in FP32 and in order.
+#[cube(launch_unchecked)]
+fn narrow_sum_rows_kernel<F: Float>(x: &Array<F>, y: &mut Array<F>, rows: usize, cols: usize) {
+    let row = ABSOLUTE_POS;
+    if row < rows {
+        let mut acc = f32::new(0.0f32);
+        for j in 0..cols {
+            acc += f32::cast_from(x[row * cols + j]);
+        }
+        y[row] = F::cast_from(acc);
+    }
+}
 
 #[cube(launch_unchecked)]
 fn sum_rows_kernel<F: Float>(x: &Array<F>, y: &mut Array<F>, rows: usize, cols: usize) {
@@ -246,6 +263,23 @@ pub fn launch_sum_rows<R: Runtime, F: Float + CubeElement>(
     let len = extent("rows * cols", &[rows, cols])?;
     let x = Buf::new("x", x, len, b)?;
     let y = Buf::new("y", y, rows, b)?;
+    if cols <= NARROW_ROW {
+        let (count, dim) = grid_1d(client, rows)?;
+        // SAFETY: x holds rows*cols and y rows elements (checked `Buf`s); units past `rows`
+        // return and a unit reads only `row * cols + j` with `j < cols`.
+        unsafe {
+            narrow_sum_rows_kernel::launch_unchecked::<F, R>(
+                client,
+                count,
+                dim,
+                x.arg(),
+                y.arg(),
+                rows,
+                cols,
+            );
+        }
+        return Ok(());
+    }
     let (count, dim) = row_grid(client, rows)?;
     // SAFETY: x holds rows*cols and y rows elements (checked `Buf`s); cubes past `rows`
     // return and units read only `row * cols + j` with `j < cols`.
@@ -465,6 +499,14 @@ pub(crate) fn lower_for_cuda(l: &mut crate::cuda_lowering::Lowering) {
     for_floats!(|F| {
         l.lower(sum_rows_kernel::SumRowsKernel::<F, Rt>::new(
             reduce(),
+            c.clone(),
+            a(),
+            a(),
+            (),
+            (),
+        ));
+        l.lower(narrow_sum_rows_kernel::NarrowSumRowsKernel::<F, Rt>::new(
+            L::settings_1d(),
             c.clone(),
             a(),
             a(),

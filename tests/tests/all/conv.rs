@@ -199,32 +199,37 @@ fn cases() -> Vec<(&'static str, Case)> {
 #[test]
 fn conv2d_forward_against_float64() {
     for (name, c) in cases() {
-        let inputs = [
-            Input::new(c.n, c.x_len(), -1.0, 1.0),
-            Input::new(c.c_out, c.w_row(), -1.0, 1.0),
-            Input::new(c.c_out, 1, -1.0, 1.0),
-        ];
-        reference_with(
-            &format!("conv2d_forward {name}"),
-            11,
-            &inputs,
-            Check::default(),
-            |t| {
-                let mut y = Tensor::default();
-                ops::conv2d_forward(
-                    &t[0],
-                    &t[1],
-                    Some(&t[2]),
-                    c.dims(),
-                    c.c_out,
-                    &c.spec,
-                    &mut y,
-                )?;
-                Ok(y)
-            },
-            |v| c.forward(&v[0], &v[1], Some(&v[2])),
-        );
+        forward_against_float64(name, c);
     }
+}
+
+/// The forward of `c` against float64 on every device and dtype.
+fn forward_against_float64(name: &str, c: Case) {
+    let inputs = [
+        Input::new(c.n, c.x_len(), -1.0, 1.0),
+        Input::new(c.c_out, c.w_row(), -1.0, 1.0),
+        Input::new(c.c_out, 1, -1.0, 1.0),
+    ];
+    reference_with(
+        &format!("conv2d_forward {name}"),
+        11,
+        &inputs,
+        Check::default(),
+        |t| {
+            let mut y = Tensor::default();
+            ops::conv2d_forward(
+                &t[0],
+                &t[1],
+                Some(&t[2]),
+                c.dims(),
+                c.c_out,
+                &c.spec,
+                &mut y,
+            )?;
+            Ok(y)
+        },
+        |v| c.forward(&v[0], &v[1], Some(&v[2])),
+    );
 }
 
 #[test]
@@ -252,39 +257,62 @@ fn conv2d_backward_input_against_float64() {
 #[test]
 fn conv2d_backward_weight_and_bias_accumulate_against_float64() {
     for (name, c) in cases() {
-        let [ho, wo] = c.out();
-        let inputs = [
-            Input::new(c.n, c.x_len(), -1.0, 1.0),
-            Input::new(c.n, c.y_len(), -1.0, 1.0),
-            // Non-zero starting gradients: the passes add to them.
-            Input::new(c.c_out, c.w_row(), -1.0, 1.0),
-            Input::new(c.c_out, 1, -1.0, 1.0),
-        ];
-        reference_with(
-            &format!("conv2d_backward_weight {name}"),
-            13,
-            &inputs,
-            Check::default(),
-            |t| {
-                let mut dw = t[2].try_clone()?;
-                ops::conv2d_backward_weight(&t[0], &t[1], c.dims(), c.c_out, &c.spec, &mut dw)?;
-                Ok(dw)
-            },
-            |v| c.backward_weight(&v[0], &v[1], &v[2]),
-        );
-        reference_with(
-            &format!("conv2d_backward_bias {name}"),
-            14,
-            &inputs,
-            Check::default(),
-            |t| {
-                let mut db = t[3].try_clone()?;
-                ops::conv2d_backward_bias(&t[1], (c.n, c.c_out, ho, wo), &mut db)?;
-                Ok(db)
-            },
-            |v| bias_grad(&v[1], (c.n, c.c_out, ho * wo), &v[3]),
-        );
+        backward_weight_against_float64(name, c);
     }
+}
+
+/// More output columns than one GPU tile of patches holds (576 patch rows over 3 x 10000
+/// output pixels, past 2^24 elements): the GPU's tiles of columns, which run across batch
+/// entries, start and end inside entries, forward and for the weight gradient.
+#[test]
+fn conv2d_tiles_span_batch_entries() {
+    let c = Case {
+        n: 3,
+        c_in: 64,
+        h: 100,
+        w: 100,
+        c_out: 2,
+        spec: spec([3, 3], [1, 1], [1, 1], [1, 1], 1),
+    };
+    forward_against_float64("tiles across entries", c);
+    backward_weight_against_float64("tiles across entries", c);
+}
+
+/// The weight and bias gradients of `c`, added to non-zero ones, against float64 on every
+/// device and dtype.
+fn backward_weight_against_float64(name: &str, c: Case) {
+    let [ho, wo] = c.out();
+    let inputs = [
+        Input::new(c.n, c.x_len(), -1.0, 1.0),
+        Input::new(c.n, c.y_len(), -1.0, 1.0),
+        // Non-zero starting gradients: the passes add to them.
+        Input::new(c.c_out, c.w_row(), -1.0, 1.0),
+        Input::new(c.c_out, 1, -1.0, 1.0),
+    ];
+    reference_with(
+        &format!("conv2d_backward_weight {name}"),
+        13,
+        &inputs,
+        Check::default(),
+        |t| {
+            let mut dw = t[2].try_clone()?;
+            ops::conv2d_backward_weight(&t[0], &t[1], c.dims(), c.c_out, &c.spec, &mut dw)?;
+            Ok(dw)
+        },
+        |v| c.backward_weight(&v[0], &v[1], &v[2]),
+    );
+    reference_with(
+        &format!("conv2d_backward_bias {name}"),
+        14,
+        &inputs,
+        Check::default(),
+        |t| {
+            let mut db = t[3].try_clone()?;
+            ops::conv2d_backward_bias(&t[1], (c.n, c.c_out, ho, wo), &mut db)?;
+            Ok(db)
+        },
+        |v| bias_grad(&v[1], (c.n, c.c_out, ho * wo), &v[3]),
+    );
 }
 
 /// `<conv(x), y> = <x, conv_backward_input(y)>` and `<conv(x), y> = <w, dW(x, y)>` in
