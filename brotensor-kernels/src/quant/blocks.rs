@@ -78,8 +78,6 @@ pub const fn block_bytes(kind: u32) -> usize {
 
 /// Q4_0 / IQ4_NL quants (after the f16 `d` at 0).
 pub const Q4_0_QS_AT: usize = 2;
-/// Q4_1 `m` (after `d` at 0).
-pub const Q4_1_M_AT: usize = 2;
 /// Q4_1 quants.
 pub const Q4_1_QS_AT: usize = 4;
 /// Q5_0 high bits (32, little endian) and quants.
@@ -274,6 +272,8 @@ fn q3k_scale(w: &Array<u32>, at: usize, s: usize) -> i32 {
 /// Elements `e .. e + 8` (`e` a multiple of 8, below the block's element count) of the block
 /// of type `kind` starting at byte `at` of `w`, decoded to FP32 into `out[0..8]`, bit-exact
 /// with ggml's reference decoder (same operations in the same order).
+// A variable assigned in both arms of a comptime branch is declared with a placeholder first.
+#[allow(unused_assignments)]
 #[cube]
 pub fn decode8(w: &Array<u32>, at: usize, e: usize, out: &mut Array<f32>, #[comptime] kind: u32) {
     let mut q = Array::<u32>::new(2usize);
@@ -311,10 +311,16 @@ pub fn decode8(w: &Array<u32>, at: usize, e: usize, out: &mut Array<f32>, #[comp
                 out[t] = (f32::cast_from(mxfp4_value(v)) * pre) * d;
             }
         } else {
-            let d = read_f16(w, at);
+            let mut d = f32::new(0.0f32);
             let mut m = f32::new(0.0f32);
             if comptime!(kind == Q4_1) {
-                m = read_f16(w, at + Q4_1_M_AT);
+                // `d` (bytes 0-1) and `m` (bytes 2-3) are the block's first word: one load
+                // (Q4_1 blocks are 20 bytes, so every block starts on a word).
+                let dm = w[at / 4];
+                d = f16_bits(dm & 0xFFFF);
+                m = f16_bits(dm >> 16);
+            } else {
+                d = read_f16(w, at);
             }
             #[unroll]
             for t in 0..8usize {

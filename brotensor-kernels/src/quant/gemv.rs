@@ -4,8 +4,8 @@
 //!
 //! A cube of 256 units computes [`ROWS_PER_CUBE`] output rows with [`LANES`] units each: a
 //! unit decodes groups of 8 consecutive weights (one [`decode8()`]) strided by [`LANES`] along
-//! the row, and multiplies each decoded group into all `m` activation rows, so every weight
-//! byte is read once for all rows. The FP32 partial sums meet in shared memory (a tree over
+//! the row, and multiplies each decoded group into all `m` activation rows (read as two
+//! 4-wide vectors each), so every weight byte is read once for all rows. The FP32 partial sums meet in shared memory (a tree over
 //! the row's lanes), then one unit per activation row adds the bias and applies the
 //! epilogue activation.
 
@@ -31,7 +31,7 @@ const UNITS: usize = LANES * ROWS_PER_CUBE;
 #[allow(clippy::too_many_arguments)]
 fn quant_gemv_kernel<F: Float>(
     w: &Array<u32>,
-    x: &Array<F>,
+    x: &Array<Vector<F, Const<4>>>,
     bias: &Array<F>,
     y: &mut Array<F>,
     m: usize,
@@ -70,11 +70,19 @@ fn quant_gemv_kernel<F: Float>(
                 kind,
             );
             for r in 0..m {
-                let xa = r * k + first;
+                // The group's 8 activations as two 4-wide vectors (`k` and `first` are
+                // multiples of 8).
+                let xa = (r * k + first) / 4;
+                let lo = Vector::<f32, Const<4>>::cast_from(x[xa]);
+                let hi = Vector::<f32, Const<4>>::cast_from(x[xa + 1]);
                 let mut s = f32::new(0.0f32);
                 #[unroll]
-                for t in 0..8usize {
-                    s += f32::cast_from(x[xa + t]) * vals[t];
+                for t in 0..4usize {
+                    s += lo[t] * vals[t];
+                }
+                #[unroll]
+                for t in 0..4usize {
+                    s += hi[t] * vals[t + 4];
                 }
                 acc[r] += s;
             }
@@ -168,8 +176,9 @@ pub fn launch_quant_gemv<R: Runtime, F: Float + CubeElement>(
     let (count, _) = grid_1d(client, extent("cubes * units", &[cubes, UNITS])?)?;
     let act = if spec.act <= 5 { spec.act } else { 0 };
     // SAFETY: lengths from checked `Buf`s (`x` stands in for an absent bias, unread). Unit
-    // reads of `w` stay in row `j < n` (bytes below `n (k / elems) bytes`), of `x` at
-    // `r k + 8g + t < m k`, of `bias` at `j < n`; writes `y[r n + j]` with `r < m`,
+    // reads of `w` stay in row `j < n` (bytes below `n (k / elems) bytes`), of `x` at the
+    // 4-wide vectors `(r k + 8g) / 4` and the next, elements below `m k` (`k` is whole
+    // blocks, a multiple of 8), of `bias` at `j < n`; writes `y[r n + j]` with `r < m`,
     // `j < n`; shared memory at `r UNITS + u (+ stride)` with `r < 8`, `u + stride < UNITS`.
     unsafe {
         quant_gemv_kernel::launch_unchecked::<F, R>(
