@@ -122,33 +122,11 @@ pub(crate) fn activate(v: f32, #[comptime] act: u32) -> f32 {
 
 /// `op(X)[row, col]` of a `rows x cols` operand stored at `base` (row-major, or transposed
 /// when `trans`), widened to FP32; 0 outside the operand (the zero fill of ragged tiles).
-/// Reads `A` as `(m, k)` and `B` as `(k, n)`.
+/// Reads `A` as `(m, k)` and `B` as `(k, n)`. `trans` is a run-time value, so one compiled
+/// kernel can serve every layout; kernels specialised on the layout pass a constant.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn read_operand<F: Float>(
-    x: &Array<F>,
-    base: usize,
-    row: usize,
-    col: usize,
-    rows: usize,
-    cols: usize,
-    #[comptime] trans: bool,
-) -> f32 {
-    let mut v = f32::new(0.0f32);
-    if row < rows && col < cols {
-        if comptime!(trans) {
-            v = f32::cast_from(x[base + col * rows + row]);
-        } else {
-            v = f32::cast_from(x[base + row * cols + col]);
-        }
-    }
-    v
-}
-
-/// [`read_operand`] with `trans` chosen at run time (one compiled kernel for every layout).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn read_operand_runtime<F: Float>(
     x: &Array<F>,
     base: usize,
     row: usize,
@@ -624,7 +602,7 @@ fn gemm_kernel<F: Float>(
                 i = e % rows;
                 kk = e / rows;
             }
-            let v = read_operand_runtime::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
+            let v = read_operand::<F>(a, base_a, row0 + i, k0 + kk, m, k, trans_a);
             sa[kk * rows + i] = v;
         }
         // Stage B's `16 x 128` slice likewise (8 to 32 elements per unit).
@@ -637,7 +615,7 @@ fn gemm_kernel<F: Float>(
                 kk = e % BK;
                 j = e / BK;
             }
-            let v = read_operand_runtime::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
+            let v = read_operand::<F>(b, base_b, k0 + kk, col0 + j, k, n, trans_b);
             sb[kk * COLS + j] = v;
         }
         sync_cube();
