@@ -7,7 +7,9 @@
 # fragments on 8-unit subgroups). So this builds a Debian 13 root with debootstrap, installs
 # Mesa from trixie-backports in it, and runs the test binary (built here) inside it with
 # chroot. Needs root and Debian's mirror; the root is kept for the next run. `--root-only`
-# builds the root and stops.
+# builds the root and stops; `--build-only` builds the test binary (into target/spirv/all) and
+# stops; `--run-only` runs that binary in the root without calling cargo, so test.sh can run
+# it beside other cargo work.
 #   BROTENSOR_CMMA_ROOT  where the root is kept (default: target/cmma-root)
 #
 # A kernel the driver refuses shows up as "ComputePipeline with '<kernel>' label is invalid"
@@ -21,9 +23,33 @@ root="${BROTENSOR_CMMA_ROOT:-$PWD/target/cmma-root}"
 root="${root%/}"
 mirror=http://deb.debian.org/debian
 
-if [ "$(id -u)" != 0 ]; then
+mode="${1:-}"
+if [ "$mode" != --build-only ] && [ "$(id -u)" != 0 ]; then
   echo "cmma-check: FAIL: needs root (debootstrap and chroot)"
   exit 1
+fi
+# The SPIR-V test binary, built by this script and copied here.
+spirv_bin="$PWD/target/spirv/all"
+
+if [ "$mode" = --build-only ] || [ -z "$mode" ]; then
+  echo "cmma-check: building the test binary with the SPIR-V compiler"
+  build_start=$SECONDS
+  # The binary's path from cargo's JSON messages (stdout); progress and errors go to stderr.
+  # --workspace, as test.sh builds: a `-p` selection would resolve other features for the
+  # shared dependencies and rebuild them; this way only the Vulkan runtime and the crates
+  # above it are compiled again (brotensor-tests pins the cubecl features the SPIR-V compiler
+  # adds).
+  if ! build=$(cargo test --workspace --features brotensor/vulkan-spirv --test all --no-run \
+    --message-format=json); then
+    echo "cmma-check: FAIL: the SPIR-V build failed"
+    exit 1
+  fi
+  bin=$(echo "$build" | sed -n 's/.*"executable":"\([^"]*\/all-[0-9a-f]*\)".*/\1/p' | head -n 1)
+  [ -n "$bin" ] || { echo "cmma-check: FAIL: no test binary"; exit 1; }
+  mkdir -p "$(dirname "$spirv_bin")"
+  cp "$bin" "$spirv_bin"
+  echo "cmma-check: SPIR-V test binary built in $((SECONDS - build_start))s"
+  [ "$mode" = --build-only ] && exit 0
 fi
 
 if [ ! -e "$root/.ready" ]; then
@@ -50,27 +76,14 @@ if [ ! -e "$root/.ready" ]; then
   echo "cmma-check: root ready in ${SECONDS}s"
 fi
 # --root-only: the root only (test.sh builds it while the tests build).
-[ "${1:-}" = --root-only ] && exit 0
+[ "$mode" = --root-only ] && exit 0
 
-echo "cmma-check: building the test binary with the SPIR-V compiler"
-build_start=$SECONDS
-# The binary's path from cargo's JSON messages (stdout); progress and errors go to stderr.
-# --workspace, as test.sh builds: a `-p` selection would resolve other features for the
-# shared dependencies and rebuild them; this way only the Vulkan runtime and the crates above
-# it are compiled again (brotensor-tests pins the cubecl features the SPIR-V compiler adds).
-if ! build=$(cargo test --workspace --features brotensor/vulkan-spirv --test all --no-run \
-  --message-format=json); then
-  echo "cmma-check: FAIL: the SPIR-V build failed"
-  exit 1
-fi
-bin=$(echo "$build" | sed -n 's/.*"executable":"\([^"]*\/all-[0-9a-f]*\)".*/\1/p' | head -n 1)
-[ -n "$bin" ] || { echo "cmma-check: FAIL: no test binary"; exit 1; }
-echo "cmma-check: SPIR-V test binary built in $((SECONDS - build_start))s"
+[ -x "$spirv_bin" ] || { echo "cmma-check: FAIL: no SPIR-V test binary at $spirv_bin (--build-only makes it)"; exit 1; }
 
 # The binary at /opt/brotensor; the fixtures at the path compiled into it.
 mkdir -p "$root/opt/brotensor" "$root$PWD/tests" "$root/tmp/xdg"
 chmod 700 "$root/tmp/xdg"
-cp "$bin" "$root/opt/brotensor/all"
+cp "$spirv_bin" "$root/opt/brotensor/all"
 rm -rf "$root$PWD/tests/fixtures"
 cp -r tests/fixtures "$root$PWD/tests/fixtures"
 ledger="$root/tmp/parity-ledger"

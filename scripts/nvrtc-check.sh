@@ -9,8 +9,8 @@
 # Usage: scripts/nvrtc-check.sh [ARCH ...] (default: compute_80 compute_90, A100 and H100/H200;
 # every unit for the first, the tensor-core units for the others: see nvrtc_check.py)
 #   NVRTC_CACHE  where the wheels are unpacked (default /tmp/brotensor-nvrtc; kept between runs)
-#   BROTENSOR_CUDA_UNITS  a folder the lowering test already wrote (test.sh's main run sets
-#                BROTENSOR_CUDA_DIR to it): compile those instead of lowering again
+#   BROTENSOR_CUDA_UNITS  a folder the lowering test already wrote (its BROTENSOR_CUDA_DIR):
+#                compile those instead of lowering again
 set -euo pipefail
 cd "$(dirname "$0")/.."
 archs=("$@")
@@ -34,9 +34,10 @@ else
     units="$(mktemp -d)"
     trap 'rm -rf "$units"' EXIT
     cu="$units/cu"
-    # --workspace: the same features as test.sh's build, so nothing is rebuilt there.
+    # --workspace and test.sh's features: the same build as test.sh's, so nothing is rebuilt.
     if ! BROTENSOR_CUDA_DIR="$cu" BROTENSOR_REQUIRE_GPU=wgpu cargo test -q --workspace --lib \
-            every_kernel_lowers_to_cuda -- --nocapture >"$units/log" 2>&1; then
+            --features="${BROTENSOR_FEATURES-}" every_kernel_lowers_to_cuda -- --nocapture \
+            >"$units/log" 2>&1; then
         cat "$units/log"
         echo "nvrtc-check: FAILED to lower the kernels to CUDA C++"
         exit 1
