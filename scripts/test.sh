@@ -12,11 +12,11 @@
 # scripts/nvrtc-check.sh, every kernel lowered to CUDA C++ and compiled with NVRTC for
 # compute_80 (the tensor-core units for compute_90 too; BROTENSOR_NVRTC_CHECK).
 #
-# After the two builds, three lanes run at once: the main test run, the SPIR-V suite and the
-# CPU-only checks. A software GPU leaves about half of two cores idle (each process's kernels
-# are compiled and submitted by one thread), so the lanes fill what one suite leaves. The main
-# lane's output streams; the other two print when all are done. The last lines are a table of
-# each step's wall time.
+# After the two builds, five lanes run at once: the main suite, the real-model tests in two
+# processes, the CPU-only checks, and the SPIR-V suite. A software GPU leaves about half of two
+# cores idle (each process's kernels are compiled and submitted by one thread), so the lanes
+# fill what one suite leaves. Each lane prints its output when all are done; the last lines
+# are a table of each step's wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -118,70 +118,93 @@ python3 scripts/build-timings.py "${CARGO_TARGET_DIR:-target}/cargo-timings/carg
 echo
 wait_setup
 
-# Lane 1: every test, example (the custom-kernel example checks a user's #[cube] kernel
-# against f64 on every device) and model, with the parity ledger.
-lane_main() {
-  export BROTENSOR_PARITY_LOG="$work/ledger"
-  : >"$BROTENSOR_PARITY_LOG"
-  step "tests (every device) [lane 1]" cargo test --workspace --all-targets --features="$BROTENSOR_FEATURES"
-  echo
-  scripts/ledger.sh "$BROTENSOR_PARITY_LOG" "$BROTENSOR_REQUIRE_GPU"
+# The test executables of that build, as `cargo test` would run them (cargo's JSON; nothing
+# is rebuilt): one line each with the package's folder, the target's kind and name, and the
+# executable. The lanes run them directly, so only the cpu lane runs cargo.
+cargo test --workspace --all-targets --features="$BROTENSOR_FEATURES" --no-run --message-format=json |
+  python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
+        t = m["target"]
+        print(os.path.dirname(m["manifest_path"]), t["kind"][0], t["name"], m["executable"])
+' >"$work/executables"
+# `run_tests [ARGS...]`: the executables listed on stdin, each from its package's folder, with
+# ARGS (filters); fails after running them all if one failed.
+run_tests() {
+  local dir kind name exe failed=0
+  while read -r dir kind name exe; do
+    echo "     Running $kind $name $* ($exe)"
+    (cd "$dir" && "$exe" "$@") || { echo "FAILED: $kind $name"; failed=1; }
+  done
+  return $failed
 }
-# Lane 2: the GPU suite again through SPIR-V on Mesa 26 (no cargo: the binary is built).
-lane_spirv() {
-  step "Mesa 26 SPIR-V suite [lane 2]" scripts/cmma-check.sh --run-only
-}
-# Lane 3: the checks that need no GPU. Each takes cargo's build lock only while it builds.
+real_models() { grep ' real_models ' "$work/executables"; }
+export BROTENSOR_PARITY_LOG="$work/ledger"
+: >"$BROTENSOR_PARITY_LOG"
+
+# Lanes tests, models_a and models_b: every test, example (the custom-kernel example checks a user's #[cube] kernel
+# against f64 on every device) and model, with the parity ledger; the real-model tests in two
+# processes (each process's GPU work goes through one thread).
+lane_tests() { step "tests: all but the real models [lane tests]" run_tests < <(grep -v ' real_models ' "$work/executables"); }
+lane_models_a() { step "tests: real models, terrain and Whisper [lane models_a]" run_tests terrain:: whisper:: < <(real_models); }
+lane_models_b() { step "tests: real models, the others [lane models_b]" run_tests --skip terrain:: --skip whisper:: < <(real_models); }
+# Lane cpu: the checks that need no GPU (the only lane that runs cargo).
 lane_cpu() {
-  step "doc tests [lane 3]" cargo test --workspace --features="$BROTENSOR_FEATURES" --doc
+  unset BROTENSOR_PARITY_LOG
+  step "doc tests [lane cpu]" cargo test --workspace --features="$BROTENSOR_FEATURES" --doc
   # Every public item's docs build, with no broken links.
-  RUSTDOCFLAGS="-D warnings" step "docs [lane 3]" cargo doc --workspace --features="$BROTENSOR_FEATURES" --no-deps
+  RUSTDOCFLAGS="-D warnings" step "docs [lane cpu]" cargo doc --workspace --features="$BROTENSOR_FEATURES" --no-deps
   # The CPU-only build (no GPU runtimes) must keep compiling. After the docs: it reuses the
   # dependencies they checked. (brotensor has no architecture-specific code; brotensor-cpu's
   # is built for AArch64 below.)
-  step "check, no GPU runtimes [lane 3]" cargo check -p brotensor --no-default-features
+  step "check, no GPU runtimes [lane cpu]" cargo check -p brotensor --no-default-features
   # The CPU tests again under each narrower CPU tier this machine runs.
-  step "CPU tests, narrower tiers [lane 3]" scripts/cpu-tiers.sh
+  step "CPU tests, narrower tiers [lane cpu]" scripts/cpu-tiers.sh
   # The CPU kernels built for AArch64 and tested under qemu-aarch64 on the NEON and scalar tiers.
-  [ -z "$aarch64" ] || step "AArch64 (NEON) under qemu [lane 3]" scripts/aarch64-check.sh
-  [ -z "$nvrtc" ] || step "NVRTC [lane 3]" scripts/nvrtc-check.sh
+  [ -z "$aarch64" ] || step "AArch64 (NEON) under qemu [lane cpu]" scripts/aarch64-check.sh
+  [ -z "$nvrtc" ] || step "NVRTC [lane cpu]" scripts/nvrtc-check.sh
+}
+# Lane spirv: the GPU suite again through SPIR-V on Mesa 26 (no cargo: the binary is built).
+lane_spirv() {
+  unset BROTENSOR_PARITY_LOG
+  step "Mesa 26 SPIR-V suite [lane spirv]" scripts/cmma-check.sh --run-only
 }
 
-echo "lanes: 1 (tests) streams here; 2 (SPIR-V suite) and 3 (docs, CPU tiers, AArch64, NVRTC) print at the end"
+lanes=(tests models_a models_b cpu)
+[ -z "$cmma" ] || lanes+=(spirv)
+echo "lanes: ${lanes[*]}; each prints its output when all are done"
 lanes_start=$SECONDS
-# Lane 1 through tee, so its output streams and lane 3 can tell when its build lock is free.
-( set -o pipefail; lane_main 2>&1 | tee "$work/lane1.log" ) &
-main_pid=$!
-lane_pids=("$main_pid")
-if [ -n "$cmma" ]; then
-  lane_spirv >"$work/lane2.log" 2>&1 &
+for lane in "${lanes[@]}"; do
+  (
+    t0=$SECONDS
+    if "lane_$lane" >"$work/lane-$lane.log" 2>&1; then
+      echo "lanes: $lane ok in $((SECONDS - t0))s"
+    else
+      echo "lanes: $lane FAILED after $((SECONDS - t0))s"
+      exit 1
+    fi
+  ) &
   lane_pids+=($!)
-fi
-# Lane 3 starts once lane 1's cargo runs its first test binary (it has let go of the build
-# lock); otherwise lane 1 would wait for lane 3's builds.
-until grep -q '^ *Running ' "$work/lane1.log" 2>/dev/null || ! kill -0 "$main_pid" 2>/dev/null; do
-  sleep 1
 done
-lane_cpu >"$work/lane3.log" 2>&1 &
-lane_pids+=($!)
-
 failed=()
-names=("1 (tests)" "2 (SPIR-V suite)" "3 (CPU checks)")
-[ -n "$cmma" ] || names=("1 (tests)" "3 (CPU checks)")
 for i in "${!lane_pids[@]}"; do
-  wait "${lane_pids[$i]}" || failed+=("${names[$i]}")
+  wait "${lane_pids[$i]}" || failed+=("${lanes[$i]}")
 done
 lane_pids=()
 echo "lanes: all done in $((SECONDS - lanes_start))s"
-for n in 2 3; do
-  [ -f "$work/lane$n.log" ] || continue
+for lane in "${lanes[@]}"; do
   echo
-  echo "==== lane $n ===="
-  cat "$work/lane$n.log"
+  echo "==== lane $lane ===="
+  cat "$work/lane-$lane.log"
 done
 echo "lanes|$((SECONDS - lanes_start))" >>"$steps"
+# Every parity case must have run on the required kind of device (the ledger of the first three lanes).
+echo
+scripts/ledger.sh "$work/ledger" "$BROTENSOR_REQUIRE_GPU" || failed+=("parity ledger")
 print_steps
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "FAIL: lane ${failed[*]}"
+  echo "FAIL: ${failed[*]}"
   exit 1
 fi
