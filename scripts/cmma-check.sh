@@ -7,10 +7,10 @@
 # fragments on 8-unit subgroups). So this builds a Debian 13 root with debootstrap, installs
 # Mesa from trixie-backports in it, and runs the test binary (built here) inside it with
 # chroot. Needs root and Debian's mirror; the root is kept for the next run. `--root-only`
-# builds the root and stops; `--build-only` builds the test binary (into target/spirv/all) and
+# builds the root and stops; `--build-only` builds the test binary (into spirv/all in the target dir) and
 # stops; `--run-only` runs that binary in the root without calling cargo, so test.sh can run
 # it beside other cargo work.
-#   BROTENSOR_CMMA_ROOT  where the root is kept (default: target/cmma-root)
+#   BROTENSOR_CMMA_ROOT  where the root is kept (default: cmma-root in the target dir)
 #
 # A kernel the driver refuses shows up as "ComputePipeline with '<kernel>' label is invalid"
 # and, since the panic kills cubecl's server thread, as failures of unrelated later tests.
@@ -19,7 +19,7 @@
 # spirv-tools) on it inside the root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root="${BROTENSOR_CMMA_ROOT:-$PWD/target/cmma-root}"
+root="${BROTENSOR_CMMA_ROOT:-${CARGO_TARGET_DIR:-$PWD/target}/cmma-root}"
 root="${root%/}"
 mirror=http://deb.debian.org/debian
 
@@ -29,7 +29,7 @@ if [ "$mode" != --build-only ] && [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 # The SPIR-V test binary, built by this script and copied here.
-spirv_bin="$PWD/target/spirv/all"
+spirv_bin="${CARGO_TARGET_DIR:-$PWD/target}/spirv/all"
 
 if [ "$mode" = --build-only ] || [ -z "$mode" ]; then
   echo "cmma-check: building the test binary with the SPIR-V compiler"
