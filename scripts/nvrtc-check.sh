@@ -9,8 +9,6 @@
 # Usage: scripts/nvrtc-check.sh [ARCH ...] (default: compute_80 compute_90, A100 and H100/H200;
 # every unit for the first, the tensor-core units for the others: see nvrtc_check.py)
 #   NVRTC_CACHE  where the wheels are unpacked (default /tmp/brotensor-nvrtc; kept between runs)
-#   BROTENSOR_CUDA_UNITS  a folder the lowering test already wrote (its BROTENSOR_CUDA_DIR):
-#                compile those instead of lowering again
 set -euo pipefail
 cd "$(dirname "$0")/.."
 archs=("$@")
@@ -24,24 +22,16 @@ if [ ! -f "$cache/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
 fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/xdg}"
 mkdir -p "$XDG_RUNTIME_DIR"
-if [ -n "${BROTENSOR_CUDA_UNITS:-}" ]; then
-    # test.sh's main run already lowered them (its BROTENSOR_CUDA_DIR): compile those.
-    cu="$BROTENSOR_CUDA_UNITS"
-    n=$(find "$cu" -name '*.cu' 2>/dev/null | wc -l)
-    [ "$n" -gt 0 ] || { echo "nvrtc-check: FAIL: no CUDA units in $cu (did the lowering test run?)"; exit 1; }
-    echo "CUDA lowering: $n distinct units from the main test run"
-else
-    units="$(mktemp -d)"
-    trap 'rm -rf "$units"' EXIT
-    cu="$units/cu"
-    # --workspace and test.sh's features: the same build as test.sh's, so nothing is rebuilt.
-    if ! BROTENSOR_CUDA_DIR="$cu" BROTENSOR_REQUIRE_GPU=wgpu cargo test -q --workspace --lib \
-            --features="${BROTENSOR_FEATURES-}" every_kernel_lowers_to_cuda -- --nocapture \
-            >"$units/log" 2>&1; then
-        cat "$units/log"
-        echo "nvrtc-check: FAILED to lower the kernels to CUDA C++"
-        exit 1
-    fi
-    grep "^CUDA lowering: [0-9]" "$units/log" || { cat "$units/log"; echo "nvrtc-check: the lowering test did not run"; exit 1; }
+units="$(mktemp -d)"
+trap 'rm -rf "$units"' EXIT
+cu="$units/cu"
+# --workspace and test.sh's features: the same build as test.sh's, so nothing is rebuilt.
+if ! BROTENSOR_CUDA_DIR="$cu" BROTENSOR_REQUIRE_GPU=wgpu cargo test -q --workspace --lib \
+        --features="${BROTENSOR_FEATURES-}" every_kernel_lowers_to_cuda -- --nocapture \
+        >"$units/log" 2>&1; then
+    cat "$units/log"
+    echo "nvrtc-check: FAILED to lower the kernels to CUDA C++"
+    exit 1
 fi
+grep "^CUDA lowering: [0-9]" "$units/log" || { cat "$units/log"; echo "nvrtc-check: the lowering test did not run"; exit 1; }
 python3 scripts/nvrtc_check.py "$cache" "$cu" "${archs[@]}"

@@ -144,9 +144,9 @@ real_models() { grep ' real_models ' "$work/executables"; }
 export BROTENSOR_PARITY_LOG="$work/ledger"
 : >"$BROTENSOR_PARITY_LOG"
 
-# Lanes tests, models_a and models_b: every test, example (the custom-kernel example checks a user's #[cube] kernel
-# against f64 on every device) and model, with the parity ledger; the real-model tests in two
-# processes (each process's GPU work goes through one thread).
+# Lanes tests, models_a and models_b: every test, example (the custom-kernel example checks a
+# user's #[cube] kernel against f64 on every device) and model, with the parity ledger; the
+# real-model tests in two processes (each process's GPU work goes through one thread).
 lane_tests() { step "tests: all but the real models [lane tests]" run_tests < <(grep -v ' real_models ' "$work/executables"); }
 lane_models_a() { step "tests: real models, terrain and Whisper [lane models_a]" run_tests terrain:: whisper:: < <(real_models); }
 lane_models_b() { step "tests: real models, the others [lane models_b]" run_tests --skip terrain:: --skip whisper:: < <(real_models); }
