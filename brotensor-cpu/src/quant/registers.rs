@@ -99,13 +99,15 @@ trait Kind {
     unsafe fn scales<V: Lanes>(b: &[u8]) -> [f32; 2] {
         [V::half(b, 0), 0.0]
     }
-    /// Calls `f(at, [v, u])` for every 32 elements of the block `b` (`SIZE` bytes), with its
-    /// [`Kind::scales`] `s` (zeros unless [`Kind::SCALES`]): `v` holds elements
-    /// `at..at + 16`, `u` elements `at + 16..at + 32`.
+    /// Calls `f(at, v)` for every 16 elements of the block `b` (`SIZE` bytes) in order, with
+    /// its [`Kind::scales`] `s` (zeros unless [`Kind::SCALES`]): `v` holds elements
+    /// `at..at + 16`. Sixteen at a time, not 32: handed both halves at once, the compiler
+    /// kept all four decoded AVX2 registers live across the five-row pass's multiply-adds
+    /// and spilled accumulators.
     ///
     /// # Safety
     /// The CPU must run the instructions of `V`.
-    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], f: impl FnMut(usize, [V::F; 2]));
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], f: impl FnMut(usize, V::F));
 }
 
 /// Blocks per run of [`Kind::scales`] in [`dot`].
@@ -175,35 +177,38 @@ unsafe fn dot<V: Lanes, K: Kind, const M: usize, const A: usize>(
     m: usize,
 ) {
     let k = x.len() / M;
+    let blocks = row_bytes / K::SIZE;
     for (row, out) in w.chunks_exact(row_bytes).zip(t.chunks_exact_mut(m)) {
         let mut acc = [[V::zero(); A]; M];
-        // In bounds: row i's block b spans `i * k + b * ELEMS..+ELEMS` and `at + 32 <= ELEMS`.
+        // In bounds: row i's block b spans `i * k + b * ELEMS..+ELEMS` and `at + 16 <= ELEMS`.
         let x = |b: usize, at: usize| x.as_ptr().add(b * K::ELEMS + at);
-        if K::SCALES {
-            for (r, run) in row.chunks(SCALE_RUN * K::SIZE).enumerate() {
-                let mut scales = [[0.0; 2]; SCALE_RUN];
-                for (s, blk) in scales.iter_mut().zip(run.chunks_exact(K::SIZE)) {
-                    *s = K::scales::<V>(blk);
-                }
-                for (b, (blk, s)) in run.chunks_exact(K::SIZE).zip(&scales).enumerate() {
-                    let b = r * SCALE_RUN + b;
-                    K::block::<V>(
-                        blk,
-                        s,
-                        #[inline(always)]
-                        |at, v| fma::<V, M, A>(&mut acc, x(b, at), k, v),
-                    );
+        // SAFETY: `b < blocks`, so the block's bytes are in the row. Indices rather than
+        // iterators: with these the compiler kept the loop's state in memory (a store and a
+        // reload a block) and checked bounds it could not see.
+        let block = |b: usize| row.get_unchecked(b * K::SIZE..(b + 1) * K::SIZE);
+        let mut b = 0;
+        while b < blocks {
+            let n = if K::SCALES {
+                (blocks - b).min(SCALE_RUN)
+            } else {
+                1
+            };
+            let mut scales = [[0.0; 2]; SCALE_RUN];
+            if K::SCALES {
+                for (j, s) in scales[..n].iter_mut().enumerate() {
+                    *s = K::scales::<V>(block(b + j));
                 }
             }
-        } else {
-            for (b, blk) in row.chunks_exact(K::SIZE).enumerate() {
+            for (j, s) in scales[..n].iter().enumerate() {
+                let b = b + j;
                 K::block::<V>(
-                    blk,
-                    &[0.0; 2],
+                    block(b),
+                    s,
                     #[inline(always)]
-                    |at, v| fma::<V, M, A>(&mut acc, x(b, at), k, v),
+                    |at, v| fma::<V, M, A>(&mut acc, at, x(b, at), k, v),
                 );
             }
+            b += n;
         }
         for (o, a) in out[col..col + M].iter_mut().zip(acc) {
             *o = V::sum(if A == 2 { V::add(a[0], a[1]) } else { a[0] });
@@ -211,29 +216,33 @@ unsafe fn dot<V: Lanes, K: Kind, const M: usize, const A: usize>(
     }
 }
 
-/// `acc[i] += v . x[i k..i k + 32]` (two sixteen-lane halves, into the row's first and
-/// last accumulator) for every activation row `i`.
+/// `acc[i][a] += v . x[i k..i k + 16]` for every activation row `i`, with `a` the row's first
+/// accumulator for the first sixteen of 32 elements (`at % 32 == 0`), its last for the
+/// second.
 ///
 /// # Safety
-/// The CPU must run the instructions of `V`; `x[(M - 1) k + 32]` must be in bounds.
+/// The CPU must run the instructions of `V`; `x[(M - 1) k + 16]` must be in bounds.
 #[inline(always)]
 unsafe fn fma<V: Lanes, const M: usize, const A: usize>(
     acc: &mut [[V::F; A]; M],
+    at: usize,
     x: *const f32,
     k: usize,
-    v: [V::F; 2],
+    v: V::F,
 ) {
-    for (i, acc) in acc.iter_mut().enumerate() {
-        let x = x.add(i * k);
-        acc[0] = V::fma(v[0], V::load(x), acc[0]);
-        acc[A - 1] = V::fma(v[1], V::load(x.add(16)), acc[A - 1]);
-    }
+    let a = if at % 32 == 0 { 0 } else { A - 1 };
+    V::fma_rows(acc, a, v, x, k);
 }
 
-/// The low and high nibbles of lanes that hold a byte each.
+/// Nibble `h` (0 low, 1 high) of the 16 bytes `b[at..at + 16]`.
 #[inline(always)]
-unsafe fn nibbles<V: Lanes>(q: V::I) -> [V::I; 2] {
-    [V::and(q, 0xF), V::shr(q, 4)]
+unsafe fn nibble<V: Lanes>(b: &[u8], at: usize, h: usize) -> V::I {
+    let q = V::bytes(b, at);
+    if h == 0 {
+        V::and(q, 0xF)
+    } else {
+        V::shr(q, 4)
+    }
 }
 
 /// `q d` in FP32.
@@ -248,21 +257,6 @@ unsafe fn affine<V: Lanes>(q: V::I, d: V::F, c: V::F) -> V::F {
     V::fma(V::to_f32(q), d, c)
 }
 
-/// The 32 elements of 16 bytes of 4-bit values `lo | hi << 4` through the linear table `t`
-/// (element `j` is the low nibble of byte `j`, element `16 + j` its high nibble).
-#[inline(always)]
-unsafe fn linear_pair<V: Lanes>(b: &[u8], at: usize, t: V::Linear) -> [V::F; 2] {
-    let [lo, hi] = nibbles::<V>(V::bytes(b, at));
-    [V::linear(lo, t), V::linear(hi, t)]
-}
-
-/// [`linear_pair`] through the codebook `t`.
-#[inline(always)]
-unsafe fn lookup_pair<V: Lanes>(b: &[u8], at: usize, t: V::Table) -> [V::F; 2] {
-    let [lo, hi] = nibbles::<V>(V::bytes(b, at));
-    [V::lookup(lo, t), V::lookup(hi, t)]
-}
-
 struct Q4_0;
 
 impl Kind for Q4_0 {
@@ -275,9 +269,11 @@ impl Kind for Q4_0 {
         [d, -8.0 * d]
     }
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let t = V::linear_table(V::splat(s[0]), V::splat(s[1]));
-        f(0, linear_pair::<V>(b, 2, t));
+        for h in 0..2 {
+            f(16 * h, V::linear(nibble::<V>(b, 2, h), t));
+        }
     }
 }
 
@@ -291,9 +287,11 @@ impl Kind for Q4_1 {
         V::half_pair(b, 0)
     }
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let t = V::linear_table(V::splat(s[0]), V::splat(s[1]));
-        f(0, linear_pair::<V>(b, 4, t));
+        for h in 0..2 {
+            f(16 * h, V::linear(nibble::<V>(b, 4, h), t));
+        }
     }
 }
 
@@ -314,15 +312,15 @@ impl<const ONE: bool> Kind for Q5<ONE> {
         }
     }
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let (d, c) = (V::splat(s[0]), V::splat(s[1]));
         let at = if ONE { 4 } else { 2 };
         // Bit j of `qh` is the fifth bit of element j.
         let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-        let [lo, hi] = nibbles::<V>(V::bytes(b, at + 4));
-        let lo = V::or_where_bits(lo, qh as u16, 16);
-        let hi = V::or_where_bits(hi, (qh >> 16) as u16, 16);
-        f(0, [affine::<V>(lo, d, c), affine::<V>(hi, d, c)]);
+        for h in 0..2 {
+            let q = V::or_where_bits(nibble::<V>(b, at + 4, h), (qh >> (16 * h)) as u16, 16);
+            f(16 * h, affine::<V>(q, d, c));
+        }
     }
 }
 
@@ -332,15 +330,11 @@ impl Kind for Q8_0 {
     const ELEMS: usize = 32;
     const SIZE: usize = 34;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let d = V::splat(s[0]);
-        f(
-            0,
-            [
-                scaled::<V>(V::signed_bytes(b, 2), d),
-                scaled::<V>(V::signed_bytes(b, 18), d),
-            ],
-        );
+        for h in 0..2 {
+            f(16 * h, scaled::<V>(V::signed_bytes(b, 2 + 16 * h), d));
+        }
     }
 }
 
@@ -351,12 +345,13 @@ impl Kind for Q2K {
     const SIZE: usize = 84;
     const SCALES: bool = false;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let dm = V::half_pair(b, 80);
         for n in 0..2 {
             for j in 0..4 {
-                let half = [q2k::<V>(b, dm, n, j, 0), q2k::<V>(b, dm, n, j, 1)];
-                f(128 * n + 32 * j, half);
+                for h in 0..2 {
+                    f(128 * n + 32 * j + 16 * h, q2k::<V>(b, dm, n, j, h));
+                }
             }
         }
     }
@@ -383,14 +378,15 @@ impl Kind for Q3K {
     const SIZE: usize = 110;
     const SCALES: bool = false;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let d = V::half(b, 108);
         let scales = q3k_scales(&b[96..108]);
         for n in 0..2 {
             for j in 0..4 {
-                let s = |h: usize| d * (scales[8 * n + 2 * j + h] as i32 - 32) as f32;
-                let half = [q3k::<V>(b, s(0), n, j, 0), q3k::<V>(b, s(1), n, j, 1)];
-                f(128 * n + 32 * j, half);
+                for h in 0..2 {
+                    let s = d * (scales[8 * n + 2 * j + h] as i32 - 32) as f32;
+                    f(128 * n + 32 * j + 16 * h, q3k::<V>(b, s, n, j, h));
+                }
             }
         }
     }
@@ -413,18 +409,17 @@ impl Kind for Q4K {
     const SIZE: usize = 144;
     const SCALES: bool = false;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let [d, min] = V::half_pair(b, 0);
         let scales = &b[4..16];
-        for j in 0..4 {
-            // Sub-block 2j takes the low nibbles of the 32 bytes at 16 + 32j, 2j + 1 the high.
-            let [lo0, hi0] = nibbles::<V>(V::bytes(b, 16 + 32 * j));
-            let [lo1, hi1] = nibbles::<V>(V::bytes(b, 32 + 32 * j));
-            for (s, q) in [(2 * j, [lo0, lo1]), (2 * j + 1, [hi0, hi1])] {
-                let (sc, mn) = scale_min_k4(s, scales);
-                let dl = V::splat(d * sc as f32);
-                let t = V::linear_table(dl, V::splat(-(min * mn as f32)));
-                f(32 * s, [V::linear(q[0], t), V::linear(q[1], t)]);
+        // Sub-block s takes nibble s % 2 of the 32 bytes at 16 + 32 (s / 2).
+        for s in 0..8 {
+            let (sc, mn) = scale_min_k4(s, scales);
+            let dl = V::splat(d * sc as f32);
+            let t = V::linear_table(dl, V::splat(-(min * mn as f32)));
+            for h in 0..2 {
+                let q = nibble::<V>(b, 16 + 32 * (s / 2) + 16 * h, s % 2);
+                f(32 * s + 16 * h, V::linear(q, t));
             }
         }
     }
@@ -437,23 +432,19 @@ impl Kind for Q5K {
     const SIZE: usize = 176;
     const SCALES: bool = false;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let [d, min] = V::half_pair(b, 0);
         let scales = &b[4..16];
-        // Bit s of the 32 bytes at 16 is the fifth bit of sub-block s's element.
-        let qh = [V::bytes(b, 16), V::bytes(b, 32)];
-        for j in 0..4 {
-            // As Q4_K, the low nibbles at 48 + 32j for sub-block 2j, the high ones for 2j + 1.
-            let [lo0, hi0] = nibbles::<V>(V::bytes(b, 48 + 32 * j));
-            let [lo1, hi1] = nibbles::<V>(V::bytes(b, 64 + 32 * j));
-            for (s, q) in [(2 * j, [lo0, lo1]), (2 * j + 1, [hi0, hi1])] {
-                let (sc, mn) = scale_min_k4(s, scales);
-                let dl = V::splat(d * sc as f32);
-                let ml = V::splat(-(min * mn as f32));
-                let bit = s as u32;
-                let q0 = V::or_where_bit(q[0], qh[0], bit, 16);
-                let q1 = V::or_where_bit(q[1], qh[1], bit, 16);
-                f(32 * s, [affine::<V>(q0, dl, ml), affine::<V>(q1, dl, ml)]);
+        // As Q4_K, nibble s % 2 of the 32 bytes at 48 + 32 (s / 2) for sub-block s; bit s of
+        // the 32 bytes at 16 is the fifth bit of its elements.
+        for s in 0..8 {
+            let (sc, mn) = scale_min_k4(s, scales);
+            let dl = V::splat(d * sc as f32);
+            let ml = V::splat(-(min * mn as f32));
+            for h in 0..2 {
+                let low = nibble::<V>(b, 48 + 32 * (s / 2) + 16 * h, s % 2);
+                let q = V::or_where_bit(low, V::bytes(b, 16 + 16 * h), s as u32, 16);
+                f(32 * s + 16 * h, affine::<V>(q, dl, ml));
             }
         }
     }
@@ -466,16 +457,16 @@ impl Kind for Q6K {
     const SIZE: usize = 210;
     const SCALES: bool = false;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let d = V::half(b, 208);
         for n in 0..2 {
             for j in 0..4 {
                 let (ql, qh, sc) = (64 * n, 128 + 32 * n, 192 + 8 * n + 2 * j);
-                let (q0, s0) = q6k::<V>(b, ql, qh, sc, j, 0);
-                let (q1, s1) = q6k::<V>(b, ql, qh, sc, j, 16);
-                // (d s) q, as decoded.
-                let (s0, s1) = (V::splat(d * s0), V::splat(d * s1));
-                f(128 * n + 32 * j, [scaled::<V>(q0, s0), scaled::<V>(q1, s1)]);
+                for l in [0, 16] {
+                    let (q, s) = q6k::<V>(b, ql, qh, sc, j, l);
+                    // (d s) q, as decoded.
+                    f(128 * n + 32 * j + l, scaled::<V>(q, V::splat(d * s)));
+                }
             }
         }
     }
@@ -493,7 +484,7 @@ unsafe fn q6k<V: Lanes>(
     j: usize,
     l: usize,
 ) -> (V::I, f32) {
-    let low = nibbles::<V>(V::bytes(b, ql + 32 * (j % 2) + l))[j / 2];
+    let low = nibble::<V>(b, ql + 32 * (j % 2) + l, j / 2);
     let high = V::and(V::shr(V::bytes(b, qh + l), 2 * j as u32), 3);
     let q = V::or(low, V::shl(high, 4));
     (V::sub(q, 32), b[sc + l / 16] as i8 as f32)
@@ -505,9 +496,11 @@ impl Kind for Iq4Nl {
     const ELEMS: usize = 32;
     const SIZE: usize = 18;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let t = V::table(&IQ4_VALUES, V::splat(s[0]));
-        f(0, lookup_pair::<V>(b, 2, t));
+        for h in 0..2 {
+            f(16 * h, V::lookup(nibble::<V>(b, 2, h), t));
+        }
     }
 }
 
@@ -518,7 +511,7 @@ impl Kind for Iq4Xs {
     const SIZE: usize = 136;
     const SCALES: bool = false;
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], _: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let d = V::half(b, 0);
         let scales_h = u16::from_le_bytes([b[2], b[3]]);
         for ib in 0..8 {
@@ -527,7 +520,12 @@ impl Kind for Iq4Xs {
             let high = ((scales_h >> (2 * ib)) & 3) as u8;
             let dl = d * ((low | (high << 4)) as i32 - 32) as f32;
             let t = V::table(&IQ4_VALUES, V::splat(dl));
-            f(32 * ib, lookup_pair::<V>(b, 8 + 16 * ib, t));
+            for h in 0..2 {
+                f(
+                    32 * ib + 16 * h,
+                    V::lookup(nibble::<V>(b, 8 + 16 * ib, h), t),
+                );
+            }
         }
     }
 }
@@ -542,9 +540,11 @@ impl Kind for Mxfp4 {
         [e8m0_half(b[0]), 0.0]
     }
     #[inline(always)]
-    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, [V::F; 2])) {
+    unsafe fn block<V: Lanes>(b: &[u8], s: &[f32; 2], mut f: impl FnMut(usize, V::F)) {
         let t = V::table(&MXFP4_VALUES, V::splat(s[0]));
-        f(0, lookup_pair::<V>(b, 1, t));
+        for h in 0..2 {
+            f(16 * h, V::lookup(nibble::<V>(b, 1, h), t));
+        }
     }
 }
 

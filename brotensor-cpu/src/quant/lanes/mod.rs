@@ -60,6 +60,21 @@ pub(super) trait Lanes {
     unsafe fn load(x: *const f32) -> Self::F;
     /// `a b + c`, one rounding.
     unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    /// `acc[i][a] = v x_i + acc[i][a]` for every row `i`, `x_i` the 16 floats at `x + i k`:
+    /// row after row, or (where one sixteen-lane value spans registers) register after
+    /// register across the rows, so that each register of `v` dies as early as it can.
+    #[inline(always)]
+    unsafe fn fma_rows<const M: usize, const A: usize>(
+        acc: &mut [[Self::F; A]; M],
+        a: usize,
+        v: Self::F,
+        x: *const f32,
+        k: usize,
+    ) {
+        for (i, acc) in acc.iter_mut().enumerate() {
+            acc[a] = Self::fma(v, Self::load(x.add(i * k)), acc[a]);
+        }
+    }
     /// `a b`.
     unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
     /// `a + b`.

@@ -187,9 +187,10 @@ impl Lanes for Avx2 {
     /// Entries 0-7 and 8-15.
     type Table = [__m256; 2];
     /// Up to two rows with two accumulators, five with one: the accumulators take 10 of the
-    /// 16 registers, the decoded block 4 and its scale and offset 2, so kinds that keep more
-    /// constants (bit masks, codebooks) spill one or two at five rows. Measured on Zen 3 for
-    /// Q4_1 and Q8_0: five rows in one pass beat four plus one by 10-30%.
+    /// 16 registers, one decoded sixteen 2 and its scale and offset 2 (the kernels decode a
+    /// block sixteen elements at a time for this), so kinds that keep more constants (bit
+    /// masks, codebooks) can still spill one at five rows. Measured on Zen 3 for Q4_1 and
+    /// Q8_0: five rows in one pass beat four plus one by 10-30%.
     const ROWS_PER_PASS: usize = 5;
     const TWO_ACC_ROWS: usize = 2;
 
@@ -215,6 +216,21 @@ impl Lanes for Avx2 {
             _mm256_fmadd_ps(a[0], b[0], c[0]),
             _mm256_fmadd_ps(a[1], b[1], c[1]),
         ]
+    }
+    #[inline(always)]
+    unsafe fn fma_rows<const M: usize, const A: usize>(
+        acc: &mut [[[__m256; 2]; A]; M],
+        a: usize,
+        v: [__m256; 2],
+        x: *const f32,
+        k: usize,
+    ) {
+        for (h, v) in v.into_iter().enumerate() {
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let x = _mm256_loadu_ps(x.add(i * k + 8 * h));
+                acc[a][h] = _mm256_fmadd_ps(v, x, acc[a][h]);
+            }
+        }
     }
     #[inline(always)]
     unsafe fn mul(a: [__m256; 2], b: [__m256; 2]) -> [__m256; 2] {
