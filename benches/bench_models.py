@@ -19,6 +19,7 @@ re-executes itself with that venv's python.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -40,6 +41,21 @@ def ensure_venv():
         print("bench_models: building llama-cpp-python 0.3.36 (about 15 minutes)", flush=True)
         subprocess.check_call([py, "-m", "pip", "install", "-q", "llama-cpp-python==0.3.36", "numpy==2.4.6"])
     return py
+
+
+def ensure_protoc():
+    """candle-onnx, one of the candle bench dependencies, runs `protoc` when it builds:
+    installed here when root with apt-get (Debian's protobuf-compiler), else a clear stop."""
+    if os.environ.get("PROTOC") or shutil.which("protoc"):
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("bench_models: installing protobuf-compiler (candle-onnx builds with protoc)", flush=True)
+        subprocess.check_call(["apt-get", "update", "-qq"])
+        subprocess.check_call(["apt-get", "install", "-y", "-qq", "protobuf-compiler"],
+                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        return
+    sys.exit("bench_models: the candle bench build needs protoc: install protobuf-compiler "
+             "or set PROTOC to a protoc binary")
 
 
 def run_bin(*args, tier=None):
@@ -123,6 +139,7 @@ def main():
         py = ensure_venv()
         os.environ["BROTENSOR_IN_VENV"] = "1"
         os.execv(py, [py, *sys.argv])
+    ensure_protoc()
     subprocess.check_call(["cargo", "build", "--release", "-q", "-p", "brotensor-benches",
                            "--features", "candle", "--bin", "bench_models"], cwd=ROOT)
     tiers = [t for t in args.tiers.split(",") if t] or machine_tiers()

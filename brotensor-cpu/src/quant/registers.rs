@@ -1,7 +1,7 @@
 //! The register-decoding [`gemv`](super::gemv) kernels of the common block kinds (Q4_0,
 //! Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4), written once over the
 //! sixteen-lane operations of [`Lanes`] and run on the AVX-512, AVX2 or NEON tier: each block's
-//! quants are unpacked, converted and scaled to FP32 in registers, 32 elements at a time (no
+//! quants are unpacked, converted and scaled to FP32 in registers, 16 elements at a time (no
 //! decoded buffer), and fused multiply-added with FP32 activations into two sixteen-lane
 //! accumulators per activation row (one on AVX2 and NEON past two rows), for up to
 //! `Lanes::ROWS_PER_PASS` rows at once (each block is
