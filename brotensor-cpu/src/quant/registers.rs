@@ -230,7 +230,7 @@ unsafe fn fma<V: Lanes, const M: usize, const A: usize>(
     k: usize,
     v: V::F,
 ) {
-    let a = if at % 32 == 0 { 0 } else { A - 1 };
+    let a = if at.is_multiple_of(32) { 0 } else { A - 1 };
     V::fma_rows(acc, a, v, x, k);
 }
 
