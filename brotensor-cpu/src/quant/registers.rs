@@ -186,6 +186,8 @@ unsafe fn dot<V: Lanes, K: Kind, const M: usize, const A: usize>(
         // iterators: with these the compiler kept the loop's state in memory (a store and a
         // reload a block) and checked bounds it could not see.
         let block = |b: usize| row.get_unchecked(b * K::SIZE..(b + 1) * K::SIZE);
+        // Zeros where the kind takes no scales (then runs are one block long).
+        let mut scales = [[0.0; 2]; SCALE_RUN];
         let mut b = 0;
         while b < blocks {
             let n = if K::SCALES {
@@ -193,7 +195,6 @@ unsafe fn dot<V: Lanes, K: Kind, const M: usize, const A: usize>(
             } else {
                 1
             };
-            let mut scales = [[0.0; 2]; SCALE_RUN];
             if K::SCALES {
                 for (j, s) in scales[..n].iter_mut().enumerate() {
                     *s = K::scales::<V>(block(b + j));
